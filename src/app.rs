@@ -1,0 +1,123 @@
+//! Orchestration: CLI → project → config → policy → facts → plan → print or launch.
+//! Talks to the machine only through `Host`.
+
+use crate::cli::RunArgs;
+use crate::error::{Diagnostic, Origin, Rejected};
+use crate::host::Host;
+use crate::plan::{self, Facts, Plan};
+use crate::policy::{self, Inputs, Policy};
+use crate::{config, project};
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+
+/// Placeholder shown by `--dry-run` where a launch puts the per-session gate token.
+pub const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
+
+/// Resolves the project and builds the policy, reporting every problem at once.
+pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
+    let cwd = host.cwd()?;
+    let project = match &args.project {
+        Some(p) if p.is_absolute() => p.clone(),
+        Some(p) => cwd.join(p),
+        None => project::find(&cwd, |p| host.exists(p)),
+    };
+    let home = PathBuf::from(host.env("HOME").unwrap_or_default());
+    project::check(&project, &home).map_err(anyhow::Error::msg)?;
+    let cfg_path = project.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
+    let display = match cfg_path.strip_prefix(&cwd) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => cfg_path.display().to_string(),
+    };
+    let text = host.read_file(&cfg_path)?.unwrap_or_default();
+    let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
+    let cfg = config::parse(&text).map_err(reject)?;
+    let inputs = Inputs {
+        net: args.net,
+        allow: args.allow.clone(),
+        publish: args.publish.clone(),
+        no_gate: args.no_gate,
+        shell: args.shell,
+        image: args.image.clone(),
+        env: args.env.clone(),
+        command: args.command.clone(),
+        extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
+    };
+    Ok(policy::build(project, &cfg, &inputs).map_err(reject)?)
+}
+
+/// FNV-1a, to name per-project directories stably without a crypto dependency.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
+    match host.env(var) {
+        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v),
+        _ => PathBuf::from(host.env("HOME").unwrap_or_default()).join(fallback),
+    }
+}
+
+/// Observes what the plan needs from this machine. `launching` picks a real token.
+pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
+    let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
+    let session_id = host.random_hex(6)?;
+    let runtime = match host.env("XDG_RUNTIME_DIR") {
+        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
+        _ => PathBuf::from(format!("/tmp/ai-sandbox-{}", host.uid())),
+    };
+    let name = p.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let nft = match host.env("AISB_NFT") {
+        Some(v) => PathBuf::from(v),
+        None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
+    };
+    Ok(Facts {
+        podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
+        nft,
+        self_exe: host.current_exe()?,
+        session_dir: runtime.join("sessions").join(&session_id),
+        session_id,
+        sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
+            .join("ai-sandbox/homes")
+            .join(format!("{name}-{:016x}", fnv(&p.project.display().to_string()))),
+        rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
+        home,
+        host_dirs: ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect(),
+        tty: host.stdio_is_tty(),
+        token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
+        gate_port: p.gate_port,
+    })
+}
+
+/// The default command: plan, then print (`--dry-run`) or launch.
+pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
+    let policy = load_policy(host, args)?;
+    if !args.dry_run && host.uid() == 0 {
+        bail!(
+            "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)\n  hint: run it as a regular user; from a root shell: scripts/as-user ai-sandbox ..."
+        );
+    }
+    let facts = gather_facts(host, &policy, !args.dry_run)?;
+    let plan: Plan = plan::build(&policy, &facts);
+    if args.dry_run {
+        host.print(&plan::render(&plan));
+        return Ok(0);
+    }
+    for n in &plan.notices {
+        host.eprint(&format!("ai-sandbox: {n}\n"));
+    }
+    host.launch(&plan)
+}
+
+/// `ai-sandbox rules [--json|--nft]`
+pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<i32> {
+    let policy = load_policy(host, args)?;
+    match crate::ruleset::build(&policy) {
+        Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
+        Some(rs) => host.print(&rs.to_text()),
+        None => {
+            let d = Diagnostic::new(Origin::General, format!("--net {} applies no nftables ruleset", policy.net.name()));
+            bail!("{}", d.render(""));
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,82 @@
+//! Command-line definition (clap). Values stay raw strings here; `policy` validates them,
+//! so a bad `--allow` is reported the same way as a bad config line.
+
+use crate::policy::NetMode;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "Examples:
+  ai-sandbox                                   run `cmd` from .ai-sandbox/config, or a shell
+  ai-sandbox -- npm test                       one command; its exit code is passed through
+  ai-sandbox --allow 100.64.0.1:5432 -- psql   reach postgres on the host's 127.0.0.1:5432
+  ai-sandbox --net none -- cargo test --offline
+  ai-sandbox --publish 8000 -- npm run dev     serve on the host's 127.0.0.1:8000, policy kept
+  ai-sandbox --dry-run                         print the podman command and the ruleset";
+
+#[derive(Debug, Parser)]
+#[command(name = "ai-sandbox", version, about = "Run a coding agent (or any command) in a rootless podman sandbox with egress under your control", after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// Network mode: allow (allowlist, default), none (no interface), full (no policy).
+    #[arg(long, value_enum)]
+    pub net: Option<NetMode>,
+    /// Add an allow entry (host, *.suffix, IP[:port], CIDR[:port]); adds to the config.
+    #[arg(long, value_name = "ENTRY")]
+    pub allow: Vec<String>,
+    /// Publish a container port on the host's 127.0.0.1 only: PORT or HOSTPORT:CONTAINERPORT.
+    #[arg(long, value_name = "PORT[:CPORT]")]
+    pub publish: Vec<String>,
+    /// No gate: IP entries only, and DNS to the sandbox resolver is allowed.
+    #[arg(long)]
+    pub no_gate: bool,
+    /// Start an interactive shell instead of `cmd`.
+    #[arg(long)]
+    pub shell: bool,
+    /// `host` (the host's /usr, /etc, /opt read-only) or a local image name.
+    #[arg(long, value_name = "IMAGE|host")]
+    pub image: Option<String>,
+    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Set an environment variable in the sandbox (overrides the config's `env`).
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Print the podman command and the ruleset; start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The command to run in the sandbox.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Print the nftables ruleset for the current config.
+    Rules {
+        #[command(flatten)]
+        run: RunArgs,
+        /// JSON, as the hook loads it.
+        #[arg(long, conflicts_with = "nft")]
+        json: bool,
+        /// nft text (the default).
+        #[arg(long)]
+        nft: bool,
+    },
+    /// Check that this machine can run sandboxes; print the fix for each failed check.
+    Doctor,
+    /// OCI createRuntime hook (run by podman, not by hand).
+    #[command(hide = true)]
+    Hook {
+        #[arg(long)]
+        nft: PathBuf,
+        #[arg(long)]
+        ruleset: PathBuf,
+    },
+}

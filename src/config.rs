@@ -1,0 +1,192 @@
+//! `.ai-sandbox/config`: the line format users already write (`key = value`, keys repeat).
+//!
+//! This stage only splits text into keyed entries with their line numbers; what a value
+//! *means* is decided by `policy`, which reports problems against the same line numbers.
+//! Every bad line is collected (not just the first), so a user fixes a file in one pass.
+
+use crate::error::{Diagnostic, Origin};
+
+/// Keys the config file accepts. Single-valued keys may appear once.
+pub const KEYS: &[(&str, bool)] = &[
+    ("allow", true),
+    ("env", true),
+    ("extra_args", true),
+    ("publish", true),
+    ("gate_addr", false),
+    ("gate_port", false),
+    ("image", false),
+    ("cmd", false),
+    ("net", false),
+];
+
+/// One `key = value` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: String,
+    pub value: String,
+    pub line: usize,
+}
+
+/// The parsed file: entries in file order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    pub entries: Vec<Entry>,
+}
+
+impl Config {
+    /// Values of a repeatable key, with their origin.
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
+        self.entries
+            .iter()
+            .filter(move |e| e.key == key)
+            .map(|e| (e.value.as_str(), Origin::Config(e.line)))
+    }
+
+    /// The value of a single-valued key (duplicates were rejected by `parse`).
+    pub fn one<'a>(&'a self, key: &'a str) -> Option<(&'a str, Origin)> {
+        self.all(key).next()
+    }
+}
+
+/// Parses the whole file. Tolerates a UTF-8 BOM and CRLF line ends.
+pub fn parse(text: &str) -> Result<Config, Vec<Diagnostic>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut errors = Vec::new();
+    for (idx, raw) in text.split('\n').enumerate() {
+        let line = idx + 1;
+        let at = Origin::Config(line);
+        let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        let content = strip_comment(raw).trim();
+        if content.is_empty() {
+            continue;
+        }
+        if content.contains('\0') {
+            errors.push(Diagnostic::new(at, "the line contains a NUL byte"));
+            continue;
+        }
+        let Some((key, value)) = content.split_once('=') else {
+            errors.push(
+                Diagnostic::new(at, format!("expected `key = value`, found `{content}`"))
+                    .hint("every line is `key = value`, e.g. `allow = github.com`"),
+            );
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let Some(&(_, repeatable)) = KEYS.iter().find(|(k, _)| *k == key) else {
+            errors.push(unknown_key(at, key));
+            continue;
+        };
+        if value.is_empty() {
+            errors.push(
+                Diagnostic::new(at, format!("`{key}` has an empty value"))
+                    .hint("give a value or delete the line"),
+            );
+            continue;
+        }
+        if !repeatable {
+            if let Some(first) = entries.iter().find(|e| e.key == key) {
+                errors.push(
+                    Diagnostic::new(
+                        at,
+                        format!("duplicate `{key}` (already set on line {})", first.line),
+                    )
+                    .hint(format!("`{key}` takes one value: keep one of the two lines")),
+                );
+                continue;
+            }
+        }
+        entries.push(Entry {
+            key: key.to_string(),
+            value: value.to_string(),
+            line,
+        });
+    }
+    if errors.is_empty() {
+        Ok(Config { entries })
+    } else {
+        Err(errors)
+    }
+}
+
+/// `#` starts a comment at the beginning of a line or after whitespace; elsewhere it is
+/// part of the value (`env = COLOR=#fff` keeps its `#`).
+fn strip_comment(line: &str) -> &str {
+    let mut prev_ws = true;
+    for (i, c) in line.char_indices() {
+        if c == '#' && prev_ws {
+            return &line[..i];
+        }
+        prev_ws = c.is_whitespace();
+    }
+    line
+}
+
+fn unknown_key(at: Origin, key: &str) -> Diagnostic {
+    let d = Diagnostic::new(at, format!("unknown key `{key}`"));
+    match KEYS
+        .iter()
+        .map(|(k, _)| (*k, edit_distance(key, k)))
+        .min_by_key(|(_, d)| *d)
+    {
+        Some((k, dist)) if dist <= 2 || k.starts_with(key) => d.hint(format!("did you mean `{k}`?")),
+        _ => {
+            let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            d.hint(format!("known keys: {}", names.join(", ")))
+        }
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_repeated_keys_comments_crlf_and_bom() {
+        let text = "\u{feff}# top\r\nallow = github.com   # inline\r\nallow = *.npmjs.org\n\nenv = COLOR=#fff\n";
+        let c = parse(text).unwrap();
+        let got: Vec<_> = c.entries.iter().map(|e| (e.key.as_str(), e.value.as_str(), e.line)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("allow", "github.com", 2),
+                ("allow", "*.npmjs.org", 3),
+                ("env", "COLOR=#fff", 5)
+            ]
+        );
+    }
+
+    #[test]
+    fn reports_every_bad_line_with_hints() {
+        let errs = parse("alow = x\nnet = allow\nnet = none\njunk\nimage =\n").unwrap_err();
+        let text: Vec<String> = errs.iter().map(|d| d.render(".ai-sandbox/config")).collect();
+        assert_eq!(errs.len(), 4, "{text:#?}");
+        assert!(text[0].starts_with(".ai-sandbox/config:1: unknown key `alow`"));
+        assert!(text[0].contains("did you mean `allow`?"));
+        assert!(text[1].contains(":3: duplicate `net` (already set on line 2)"));
+        assert!(text[2].contains(":4: expected `key = value`"));
+        assert!(text[3].contains(":5: `image` has an empty value"));
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("alow", "allow"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+}

@@ -1,0 +1,107 @@
+//! `ai-sandbox doctor`: can this machine run sandboxes? Each check that fails prints the
+//! command that fixes it (the same steps `scripts/install-deps` performs).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Check {
+    name: &'static str,
+    result: Result<String, String>,
+    fix: &'static str,
+}
+
+fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    } else {
+        Err(format!("`{cmd} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn user_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name)
+}
+
+fn has_subids(file: &str) -> Result<String, String> {
+    let name = user_name().unwrap_or_default();
+    let uid = nix::unistd::getuid().to_string();
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    text.lines()
+        .find(|l| l.split(':').next().is_some_and(|u| u == name || u == uid))
+        .map(|l| l.to_string())
+        .ok_or_else(|| format!("no entry for {name} in {file}"))
+}
+
+pub fn run() -> anyhow::Result<i32> {
+    let mut checks = vec![Check {
+        name: "not running as root",
+        result: if nix::unistd::getuid().is_root() { Err("you are root; rootless podman cannot use pasta as root".into()) } else { Ok("uid ok".into()) },
+        fix: "run as a regular user; from a root shell: scripts/as-user ai-sandbox doctor",
+    }];
+    checks.push(Check {
+        name: "podman >= 5",
+        result: output("podman", &["version", "--format", "{{.Client.Version}}"]).and_then(|v| {
+            let v = v.trim().to_string();
+            match v.split('.').next().and_then(|m| m.parse::<u32>().ok()) {
+                Some(m) if m >= 5 => Ok(format!("podman {v}")),
+                _ => Err(format!("podman {v} is too old")),
+            }
+        }),
+        fix: "sudo scripts/install-deps   (podman 5 from Debian trixie)",
+    });
+    checks.push(Check {
+        name: "pasta with --map-host-loopback",
+        result: output("pasta", &["--help"]).and_then(|h| {
+            if h.contains("--map-host-loopback") { Ok("pasta ok".into()) } else { Err("this pasta lacks --map-host-loopback (needs passt >= 2024-08)".into()) }
+        }),
+        fix: "sudo scripts/install-deps   (passt from Debian trixie)",
+    });
+    let nft = ["/usr/sbin/nft", "/sbin/nft"].into_iter().map(PathBuf::from).find(|p| p.exists());
+    checks.push(Check {
+        name: "nft",
+        result: nft.map(|p| format!("{}", p.display())).ok_or_else(|| "nft not found in /usr/sbin or /sbin".into()),
+        fix: "sudo apt-get install -y nftables",
+    });
+    checks.push(Check {
+        name: "/dev/net/tun usable",
+        result: std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun").map(|_| "ok".into()).map_err(|e| format!("/dev/net/tun: {e}")),
+        fix: "sudo chmod 666 /dev/net/tun",
+    });
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        checks.push(Check {
+            name: if file.ends_with("uid") { "subordinate uids" } else { "subordinate gids" },
+            result: has_subids(file),
+            fix: "echo \"$USER:100000:65536\" | sudo tee -a /etc/subuid /etc/subgid",
+        });
+    }
+    if checks.iter().all(|c| c.result.is_ok()) {
+        checks.push(Check {
+            name: "OCI runtime starts a container",
+            result: runtime_works(),
+            fix: "on cgroup v1 hosts: printf '[engine]\\nruntime = \"runc\"\\n' >> ~/.config/containers/containers.conf",
+        });
+    }
+    let mut failed = 0;
+    for c in &checks {
+        match &c.result {
+            Ok(detail) => println!("ok    {:32} {}", c.name, detail.lines().next().unwrap_or("")),
+            Err(why) => {
+                failed += 1;
+                println!("FAIL  {:32} {why}\n      fix: {}", c.name, c.fix);
+            }
+        }
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn runtime_works() -> Result<String, String> {
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache"));
+    let rootfs = cache.join("ai-sandbox/rootfs-v1");
+    crate::launch::ensure_rootfs(&rootfs).map_err(|e| format!("{e:#}"))?;
+    let root = rootfs.display().to_string();
+    output("podman", &["run", "--rm", "--network", "none", "-v", "/usr:/usr:ro", "--rootfs", &root, "/bin/true"])
+        .map(|_| "podman run --rootfs ... /bin/true works".into())
+}

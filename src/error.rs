@@ -1,0 +1,79 @@
+//! Diagnostics: what failed, where the input came from, and what to do.
+//!
+//! Every stage reports problems as `Diagnostic`s carrying their `Origin`, so the user sees
+//! `.ai-sandbox/config:12: ...` for a config line and `--allow ...` for a flag, each with a hint.
+
+use std::fmt;
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A line of `.ai-sandbox/config` (1-based).
+    Config(usize),
+    /// A command-line flag, e.g. `--allow`.
+    Flag(&'static str),
+    /// An environment variable, e.g. `AISB_EXTRA_ARGS`.
+    Env(&'static str),
+    /// Not tied to one input.
+    General,
+}
+
+/// One problem with the user's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub origin: Origin,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(origin: Origin, message: impl Into<String>) -> Self {
+        Diagnostic {
+            origin,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// `config_path:LINE: message` (or `--flag: message`), then the hint on its own line.
+    pub fn render(&self, config_path: &str) -> String {
+        let place = match &self.origin {
+            Origin::Config(line) => format!("{config_path}:{line}: "),
+            Origin::Flag(f) => format!("{f}: "),
+            Origin::Env(v) => format!("{v}: "),
+            Origin::General => String::new(),
+        };
+        match &self.hint {
+            Some(h) => format!("{place}{}\n  hint: {h}", self.message),
+            None => format!("{place}{}", self.message),
+        }
+    }
+}
+
+/// All the diagnostics of one run, rendered against the config file's display path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub config_path: String,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in &self.diagnostics {
+            writeln!(f, "{}", d.render(&self.config_path))?;
+        }
+        let n = self.diagnostics.len();
+        write!(
+            f,
+            "{n} problem{} found; nothing was started",
+            if n == 1 { "" } else { "s" }
+        )
+    }
+}
+
+impl std::error::Error for Rejected {}

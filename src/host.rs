@@ -1,0 +1,137 @@
+//! The one boundary with the outside world: environment, files, processes, namespaces.
+//!
+//! `app` talks to the machine only through `Host`, so tests drive the whole pipeline with
+//! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
+//! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
+
+use crate::plan::Plan;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+pub trait Host {
+    fn env(&self, key: &str) -> Option<String>;
+    fn cwd(&self) -> anyhow::Result<PathBuf>;
+    fn exists(&self, path: &Path) -> bool;
+    /// `Ok(None)` when the file does not exist.
+    fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>>;
+    fn which(&self, name: &str) -> Option<PathBuf>;
+    fn current_exe(&self) -> anyhow::Result<PathBuf>;
+    fn uid(&self) -> u32;
+    fn stdio_is_tty(&self) -> bool;
+    /// `n` random bytes as lowercase hex.
+    fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
+    fn print(&mut self, text: &str);
+    fn eprint(&mut self, text: &str);
+    /// Executes a Plan (side effects); returns the exit code to pass through.
+    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
+}
+
+pub struct RealHost;
+
+impl Host for RealHost {
+    fn env(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+    fn cwd(&self) -> anyhow::Result<PathBuf> {
+        Ok(std::env::current_dir()?)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
+        match std::fs::read(path) {
+            Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
+                anyhow::anyhow!("{}: not valid UTF-8\n  hint: save the file as UTF-8", path.display())
+            })?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+        }
+    }
+    fn which(&self, name: &str) -> Option<PathBuf> {
+        // sbin is often missing from a user's PATH, and nft lives there.
+        let path = format!("{}:/usr/local/sbin:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
+        which::which_in(name, Some(path), "/").ok()
+    }
+    fn current_exe(&self) -> anyhow::Result<PathBuf> {
+        Ok(std::env::current_exe()?.canonicalize()?)
+    }
+    fn uid(&self) -> u32 {
+        nix::unistd::getuid().as_raw()
+    }
+    fn stdio_is_tty(&self) -> bool {
+        std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+    }
+    fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
+        use std::io::Read;
+        let mut buf = vec![0u8; n];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+        Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    }
+    fn print(&mut self, text: &str) {
+        print!("{text}");
+    }
+    fn eprint(&mut self, text: &str) {
+        eprint!("{text}");
+    }
+    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
+        crate::launch::run(plan)
+    }
+}
+
+/// A host for tests: answers from fixed data and records what it was asked to do.
+#[derive(Debug, Default)]
+pub struct FakeHost {
+    pub vars: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub files: Vec<(PathBuf, String)>,
+    pub uid: u32,
+    pub tty: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// Every side effect requested, in order.
+    pub effects: Vec<String>,
+    pub exit_code: i32,
+}
+
+impl Host for FakeHost {
+    fn env(&self, key: &str) -> Option<String> {
+        self.vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+    fn cwd(&self) -> anyhow::Result<PathBuf> {
+        Ok(self.cwd.clone())
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.files.iter().any(|(p, _)| p.starts_with(path)) || ["/usr", "/etc", "/opt"].iter().any(|d| path == Path::new(d))
+    }
+    fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
+        Ok(self.files.iter().find(|(p, _)| p == path).map(|(_, t)| t.clone()))
+    }
+    fn which(&self, name: &str) -> Option<PathBuf> {
+        Some(PathBuf::from(match name {
+            "nft" => "/usr/sbin/nft".to_string(),
+            n => format!("/usr/bin/{n}"),
+        }))
+    }
+    fn current_exe(&self) -> anyhow::Result<PathBuf> {
+        Ok(PathBuf::from("/usr/local/bin/ai-sandbox"))
+    }
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+    fn stdio_is_tty(&self) -> bool {
+        self.tty
+    }
+    fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
+        Ok("ab".repeat(n))
+    }
+    fn print(&mut self, text: &str) {
+        self.stdout += text;
+    }
+    fn eprint(&mut self, text: &str) {
+        self.stderr += text;
+    }
+    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
+        self.effects.push(format!("launch {}", plan.argv.join(" ")));
+        Ok(self.exit_code)
+    }
+}

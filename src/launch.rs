@@ -1,0 +1,150 @@
+//! Runs a Plan: writes the session files, prepares the rootfs skeleton and the sandbox HOME,
+//! runs podman as a child, forwards signals, passes the exit code through, and tears down.
+//!
+//! Leftovers are impossible or swept: podman gets SIGTERM if ai-sandbox dies (PR_SET_PDEATHSIG),
+//! so a killed launcher still stops its container (`--rm` removes it, and pasta with it); a
+//! session directory orphaned by SIGKILL is removed by the next launch (its owner pid is dead).
+//! The project directory is only ever mounted, never created, deleted or chowned here.
+
+use crate::plan::Plan;
+use anyhow::{Context, bail};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::unistd::Pid;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::Command;
+
+const SKELETON_DIRS: &[&str] = &["usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt"];
+const SKELETON_LINKS: &[(&str, &str)] = &[("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")];
+
+/// Builds the skeleton rootfs once (atomically: in a temporary dir, then renamed).
+pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
+    if dir.join("usr").is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().context("rootfs path has no parent")?;
+    fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let tmp = tempfile::Builder::new().prefix(".rootfs-").tempdir_in(parent)?;
+    for d in SKELETON_DIRS {
+        fs::create_dir(tmp.path().join(d))?;
+    }
+    fs::set_permissions(tmp.path().join("tmp"), fs::Permissions::from_mode(0o1777))?;
+    for (link, target) in SKELETON_LINKS {
+        symlink(target, tmp.path().join(link))?;
+    }
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755))?;
+    let tmp = tmp.keep();
+    if let Err(e) = fs::rename(&tmp, dir) {
+        let _ = fs::remove_dir_all(&tmp);
+        if !dir.join("usr").is_dir() {
+            return Err(e).with_context(|| format!("creating the rootfs skeleton {}", dir.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Removes session directories whose launcher is gone (killed with SIGKILL, say).
+fn sweep_sessions(sessions: &Path) {
+    let Ok(entries) = fs::read_dir(sessions) else { return };
+    for e in entries.flatten() {
+        let pid = fs::read_to_string(e.path().join("pid")).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        let alive = pid.is_some_and(|p| kill(Pid::from_raw(p), None).is_ok());
+        if !alive {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+fn write_session(plan: &Plan) -> anyhow::Result<()> {
+    let dir = &plan.session_dir;
+    if let Some(sessions) = dir.parent() {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(sessions)?;
+        sweep_sessions(sessions);
+    }
+    fs::DirBuilder::new().mode(0o700).create(dir).with_context(|| format!("creating session dir {}", dir.display()))?;
+    fs::write(dir.join("pid"), std::process::id().to_string())?;
+    if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
+        fs::write(&hook.ruleset_file, rs.to_json_string())?;
+        fs::create_dir(&hook.hooks_dir)?;
+        fs::write(&hook.hook_file, &hook.hook_json)?;
+    }
+    Ok(())
+}
+
+/// Forwards signals sent to ai-sandbox (by `kill`, a supervisor) to podman, which relays them
+/// to the container. Terminal-generated ones (Ctrl-C) already reach podman through the
+/// foreground process group, so they are not sent twice.
+fn forward_signals(child: u32, set: SigSet) {
+    std::thread::spawn(move || {
+        loop {
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` is a valid sigset; `info` is a properly sized out-parameter.
+            let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+            if sig < 0 {
+                continue;
+            }
+            if info.si_code == libc::SI_KERNEL {
+                continue;
+            }
+            if let Ok(s) = Signal::try_from(sig) {
+                let _ = kill(Pid::from_raw(child as i32), s);
+            }
+        }
+    });
+}
+
+pub fn run(plan: &Plan) -> anyhow::Result<i32> {
+    if let Some(rootfs) = &plan.rootfs {
+        ensure_rootfs(rootfs)?;
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&plan.sandbox_home)
+        .with_context(|| format!("creating the sandbox HOME {}", plan.sandbox_home.display()))?;
+    write_session(plan)?;
+    let result = run_podman(plan);
+    let cleanup = fs::remove_dir_all(&plan.session_dir)
+        .with_context(|| format!("removing the session dir {}", plan.session_dir.display()));
+    match (result, cleanup) {
+        (Ok(code), Ok(())) => Ok(code),
+        (Ok(code), Err(e)) => {
+            eprintln!("ai-sandbox: warning: {e:#}");
+            Ok(code)
+        }
+        (Err(e), _) => Err(e),
+    }
+}
+
+fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
+        set.add(s);
+    }
+    // Block before spawning so no signal is lost; the child unblocks its own mask.
+    set.thread_block().context("blocking signals")?;
+    let mut cmd = Command::new(&plan.argv[0]);
+    cmd.args(&plan.argv[1..]);
+    // Podman 5 warns on every run about cgroup v1 hosts; the user can do nothing about it here.
+    if std::env::var_os("PODMAN_IGNORE_CGROUPSV1_WARNING").is_none() {
+        cmd.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
+    }
+    // SAFETY: only async-signal-safe calls (prctl, sigprocmask) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Some(Signal::SIGTERM)).map_err(std::io::Error::from)?;
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
+    forward_signals(child.id(), set);
+    let status = child.wait().context("waiting for podman")?;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ok(code),
+        (None, Some(sig)) => Ok(128 + sig),
+        _ => bail!("podman ended with an unknown status: {status}"),
+    }
+}

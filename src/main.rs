@@ -1,0 +1,24 @@
+//! Entry point: parse the command line and dispatch. Errors are printed once, here.
+
+use ai_sandbox::cli::{Cli, Sub};
+use ai_sandbox::host::RealHost;
+use ai_sandbox::{app, hook};
+use clap::Parser;
+
+fn main() {
+    let cli = Cli::parse();
+    let mut host = RealHost;
+    let result = match &cli.sub {
+        None => app::run(&mut host, &cli.run),
+        Some(Sub::Rules { run, json, nft: _ }) => app::rules(&mut host, run, *json),
+        Some(Sub::Doctor) => ai_sandbox::doctor::run(),
+        Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("ai-sandbox: {e:#}");
+            std::process::exit(125);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The Plan: everything a launch will do, computed without side effects.
+//!
+//! `--dry-run` prints it and the snapshot tests compare it; `launch` executes it. Observed
+//! host state (paths, the chosen gate port, the session token, whether stdin is a terminal)
+//! comes in as `Facts`, so building a Plan never reads the live system.
+
+use crate::podman;
+use crate::policy::{Image, NetMode, Policy};
+use crate::ruleset::{self, Ruleset};
+use std::path::PathBuf;
+
+/// Host state the plan depends on, gathered by `host` (or fixed in tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub podman: PathBuf,
+    pub nft: PathBuf,
+    /// This binary (absolute): it is also the OCI hook.
+    pub self_exe: PathBuf,
+    pub session_id: String,
+    pub session_dir: PathBuf,
+    /// The user's real HOME path (where the sandbox home is mounted).
+    pub home: PathBuf,
+    /// The persistent, per-project sandbox HOME on the host.
+    pub sandbox_home: PathBuf,
+    /// Skeleton rootfs for `image = host`.
+    pub rootfs: PathBuf,
+    /// Host directories mounted read-only for `image = host` (those that exist).
+    pub host_dirs: Vec<PathBuf>,
+    pub tty: bool,
+    pub token: String,
+    pub gate_port: u16,
+}
+
+/// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookSpec {
+    pub hooks_dir: PathBuf,
+    pub hook_file: PathBuf,
+    pub hook_json: String,
+    pub ruleset_file: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub argv: Vec<String>,
+    pub ruleset: Option<Ruleset>,
+    pub hook: Option<HookSpec>,
+    /// Lines said to the user before the command starts.
+    pub notices: Vec<String>,
+    /// Skeleton rootfs to create before launch (`image = host`).
+    pub rootfs: Option<PathBuf>,
+    pub sandbox_home: PathBuf,
+    pub session_dir: PathBuf,
+}
+
+pub const HOOK_FILE: &str = "ai-sandbox.json";
+pub const RULESET_FILE: &str = "ruleset.json";
+
+pub fn build(p: &Policy, f: &Facts) -> Plan {
+    let ruleset = ruleset::build(p);
+    let hook = ruleset.as_ref().map(|_| hook_spec(f));
+    Plan {
+        argv: podman::argv(p, f),
+        ruleset,
+        hook,
+        notices: notices(p),
+        rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
+        sandbox_home: f.sandbox_home.clone(),
+        session_dir: f.session_dir.clone(),
+    }
+}
+
+fn hook_spec(f: &Facts) -> HookSpec {
+    let hooks_dir = f.session_dir.join("hooks");
+    let ruleset_file = f.session_dir.join(RULESET_FILE);
+    let exe = f.self_exe.display().to_string();
+    // createRuntime: after the namespaces exist, before the container's first process.
+    // `always`: every container started with this hooks dir gets the rules (fail closed).
+    let json = serde_json::json!({
+        "version": "1.0.0",
+        "hook": {
+            "path": exe,
+            "args": ["ai-sandbox", "hook", "--nft", f.nft.display().to_string(),
+                     "--ruleset", ruleset_file.display().to_string()],
+        },
+        "when": { "always": true },
+        "stages": ["createRuntime"],
+    });
+    HookSpec {
+        hook_file: hooks_dir.join(HOOK_FILE),
+        hooks_dir,
+        hook_json: serde_json::to_string_pretty(&json).expect("json"),
+        ruleset_file,
+    }
+}
+
+fn notices(p: &Policy) -> Vec<String> {
+    let mut n = Vec::new();
+    let entries = p.hosts.len() + p.nets.len();
+    match p.net {
+        NetMode::Full => n.push(
+            "--net full: NO egress policy applies; the sandbox reaches everything this host reaches".into(),
+        ),
+        NetMode::None if entries > 0 => n.push(format!(
+            "--net none: no network interface; the {entries} allow entr{} of the config do not apply",
+            if entries == 1 { "y" } else { "ies" }
+        )),
+        _ => {}
+    }
+    if p.gate && !p.hosts.is_empty() {
+        let names: Vec<String> = p.hosts.iter().map(|(h, _)| h.to_string()).collect();
+        n.push(format!(
+            "hostname entries are enforced by the egress gate, which this version does not run yet: {} will be refused",
+            names.join(", ")
+        ));
+    }
+    n
+}
+
+/// Shell-quotes one argument so the printed command can be pasted into a shell.
+pub fn quote(arg: &str) -> String {
+    shlex::try_quote(arg).map(|c| c.into_owned()).unwrap_or_else(|_| format!("'{}'", arg.replace('\'', "'\\''")))
+}
+
+/// What `--dry-run` prints.
+pub fn render(plan: &Plan) -> String {
+    let mut out = String::new();
+    for n in &plan.notices {
+        out += &format!("# note: {n}\n");
+    }
+    out += "# podman command (one argument per line; paste into a shell)\n";
+    let last = plan.argv.len().saturating_sub(1);
+    for (i, a) in plan.argv.iter().enumerate() {
+        let indent = if i == 0 { "" } else { "  " };
+        let cont = if i == last { "" } else { " \\" };
+        out += &format!("{indent}{}{cont}\n", quote(a));
+    }
+    match (&plan.ruleset, &plan.hook) {
+        (Some(rs), Some(h)) => {
+            out += &format!(
+                "\n# nftables ruleset, loaded into the container's network namespace by the\n# createRuntime hook {} before the first process runs\n",
+                h.hook_file.display()
+            );
+            out += &rs.to_text();
+            out += &format!("\n# {}\n{}\n", h.hook_file.display(), h.hook_json);
+        }
+        _ => out += "\n# no nftables ruleset (none is applied in this mode)\n",
+    }
+    out
+}

@@ -1,0 +1,98 @@
+//! Policy + host facts → the `podman run` argument vector.
+//!
+//! Option order matters to podman: global options (`--hooks-dir`) before `run`; run options;
+//! the user's extra arguments after ours (so they are visible last, but the guarded ones were
+//! refused in `policy`); then the image, or `--rootfs DIR` for `image = host`, which podman
+//! takes as the positional image argument; then the command.
+
+use crate::plan::Facts;
+use crate::policy::{Command, Image, NetMode, Policy};
+
+/// Variables pointing clients at the gate, set in both cases because clients disagree
+/// (curl reads only lowercase `http_proxy`; others only uppercase).
+pub fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+    if !p.gate {
+        return Vec::new();
+    }
+    let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
+    let no_proxy = p.no_proxy.join(",");
+    let mut out = Vec::new();
+    for (name, value) in [
+        ("HTTP_PROXY", &url),
+        ("HTTPS_PROXY", &url),
+        ("ALL_PROXY", &url),
+        ("NO_PROXY", &no_proxy),
+    ] {
+        out.push((name.to_string(), value.clone()));
+        out.push((name.to_ascii_lowercase(), value.clone()));
+    }
+    out
+}
+
+pub fn network_arg(p: &Policy) -> String {
+    match p.net {
+        NetMode::Allow => format!("pasta:--map-host-loopback,{}", p.gate_addr),
+        NetMode::None => "none".into(),
+        NetMode::Full => "pasta".into(),
+    }
+}
+
+pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
+    let mut a: Vec<String> = vec![f.podman.display().to_string()];
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let hooks = f.session_dir.join("hooks");
+    if p.net == NetMode::Allow {
+        push(&["--hooks-dir", &hooks.display().to_string()]);
+    }
+    push(&["run", "--rm", "-i"]);
+    if f.tty {
+        push(&["-t"]);
+    }
+    let project = p.project.display().to_string();
+    let home = f.home.display().to_string();
+    push(&[
+        "--init",
+        "--name",
+        &format!("aisb-{}", f.session_id),
+        "--label",
+        &format!("ai-sandbox.session={}", f.session_id),
+        "--network",
+        &network_arg(p),
+        "--http-proxy=false",
+        "--userns",
+        "keep-id",
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "all",
+        "-v",
+        &format!("{project}:{project}"),
+        "--workdir",
+        &project,
+    ]);
+    if p.image == Image::Host {
+        for d in &f.host_dirs {
+            let d = d.display();
+            push(&["-v", &format!("{d}:{d}:ro")]);
+        }
+        push(&["--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777"]);
+    }
+    push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
+    for publ in &p.publish {
+        push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
+    }
+    for (k, v) in proxy_env(p, f).iter().chain(&p.env) {
+        push(&["--env", &format!("{k}={v}")]);
+    }
+    a.extend(p.extra_args.iter().cloned());
+    match &p.image {
+        Image::Host => a.extend(["--rootfs".to_string(), f.rootfs.display().to_string()]),
+        Image::Named(n) => a.push(n.clone()),
+    }
+    match &p.command {
+        Command::Argv(argv) => a.extend(argv.iter().cloned()),
+        Command::Shell if p.image == Image::Host => a.push("/bin/bash".into()),
+        Command::Shell => a.push("/bin/sh".into()),
+    }
+    a
+}

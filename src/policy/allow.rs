@@ -1,0 +1,391 @@
+//! One `allow` entry: a hostname (for the gate), a `*.suffix` wildcard, or an IP/CIDR
+//! (for netfilter), each with an optional port or port range.
+//!
+//! Normalisation happens here so every later stage sees one spelling: lowercase names
+//! without a trailing dot, IPv4-mapped IPv6 written as IPv4, CIDRs with no host bits.
+//! Anything that a resolver or `inet_aton` might read differently from a human (hex, octal,
+//! or dotless IPv4, numeric "TLDs", userinfo, URLs, paths) is refused with a hint.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// An inclusive port range; a single port has `lo == hi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ports {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl Ports {
+    pub const ALL: Ports = Ports { lo: 1, hi: 65535 };
+    pub fn one(p: u16) -> Ports {
+        Ports { lo: p, hi: p }
+    }
+    pub fn contains(&self, other: &Ports) -> bool {
+        self.lo <= other.lo && other.hi <= self.hi
+    }
+}
+
+impl fmt::Display for Ports {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+/// An address with a prefix length; host bits are always zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IpNet {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl IpNet {
+    pub fn max_len(addr: &IpAddr) -> u8 {
+        if addr.is_ipv4() { 32 } else { 128 }
+    }
+    pub fn host(addr: IpAddr) -> IpNet {
+        IpNet {
+            addr,
+            len: Self::max_len(&addr),
+        }
+    }
+    /// The network of `addr/len` (host bits cleared).
+    pub fn masked(addr: IpAddr, len: u8) -> IpNet {
+        let addr = match addr {
+            IpAddr::V4(a) => {
+                let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
+            }
+            IpAddr::V6(a) => {
+                let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
+            }
+        };
+        IpNet { addr, len }
+    }
+    pub fn is_v4(&self) -> bool {
+        self.addr.is_ipv4()
+    }
+    /// True when `other` lies entirely inside `self` (same family).
+    pub fn contains_net(&self, other: &IpNet) -> bool {
+        self.is_v4() == other.is_v4()
+            && self.len <= other.len
+            && IpNet::masked(other.addr, self.len).addr == self.addr
+    }
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.contains_net(&IpNet::host(ip))
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.len == Self::max_len(&self.addr) {
+            write!(f, "{}", self.addr)
+        } else {
+            write!(f, "{}/{}", self.addr, self.len)
+        }
+    }
+}
+
+/// A hostname pattern enforced by the gate.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostPattern {
+    /// `github.com`: this name only.
+    Exact(String),
+    /// `*.npmjs.org`: any name strictly below the suffix, at a label boundary.
+    Suffix(String),
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPattern::Exact(h) => write!(f, "{h}"),
+            HostPattern::Suffix(s) => write!(f, "*.{s}"),
+        }
+    }
+}
+
+/// A parsed, normalised allow entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allow {
+    /// Enforced by the gate; `None` ports means the gate's default ports.
+    Host(HostPattern, Option<Ports>),
+    /// Enforced by netfilter; `None` ports means every TCP port.
+    Net(IpNet, Option<Ports>),
+}
+
+/// A rejected entry: the reason and a hint saying what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bad {
+    pub reason: String,
+    pub hint: String,
+}
+
+fn bad(reason: impl Into<String>, hint: impl Into<String>) -> Bad {
+    Bad {
+        reason: reason.into(),
+        hint: hint.into(),
+    }
+}
+
+/// Second-level public suffixes under which `*.x.y` would cover unrelated owners. Single-label
+/// suffixes (`*.com`) are refused by rule; this list catches the common two-label ones.
+const PUBLIC_SUFFIXES: &[&str] = &[
+    "co.uk", "org.uk", "ac.uk", "gov.uk", "me.uk", "ltd.uk", "plc.uk", "com.au", "net.au",
+    "org.au", "edu.au", "gov.au", "co.nz", "org.nz", "co.jp", "ne.jp", "or.jp", "ac.jp",
+    "com.br", "net.br", "org.br", "com.cn", "net.cn", "org.cn", "co.in", "net.in", "org.in",
+    "co.za", "org.za", "com.mx", "com.ar", "com.tr", "com.tw", "com.hk", "com.sg", "co.kr",
+    "or.kr", "co.il", "com.ua", "com.pl", "github.io", "gitlab.io", "herokuapp.com",
+    "vercel.app", "netlify.app", "pages.dev", "workers.dev", "appspot.com", "blogspot.com",
+    "cloudfront.net", "amazonaws.com", "azurewebsites.net", "web.app", "firebaseapp.com",
+    "s3.amazonaws.com", "fly.dev", "onrender.com", "repl.co", "glitch.me", "ngrok.io",
+    "ngrok-free.app", "trycloudflare.com", "duckdns.org", "no-ip.org", "dyndns.org",
+];
+
+/// Parses one allow entry as written by the user.
+pub fn parse(input: &str) -> Result<Allow, Bad> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(bad("empty allow entry", "write a hostname or an IP, e.g. `allow = github.com`"));
+    }
+    if let Some((scheme, rest)) = s.split_once("://") {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        return Err(bad(
+            format!("`{s}` is a URL ({scheme}://), not a host"),
+            format!("write the host alone: `allow = {host}`"),
+        ));
+    }
+    if s.contains('@') {
+        return Err(bad(
+            format!("`{s}` contains `@` (user information)"),
+            "write the host alone, without `user@`",
+        ));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(format!("`{s}` contains whitespace"), "one entry per `allow` line"));
+    }
+    if s == "*" || s == "*.*" {
+        return Err(bad(
+            "`*` would allow every host",
+            "list the hosts the agent needs, or run with `--net full` (no egress policy)",
+        ));
+    }
+    // `[v6]`, `[v6]:port`, `[v6/len]:port`
+    if let Some(rest) = s.strip_prefix('[') {
+        let (inside, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("`{s}`: missing `]`"), "write IPv6 as `[2001:db8::1]:443`"))?;
+        let ports = match after {
+            "" => None,
+            p => Some(parse_ports(p.strip_prefix(':').ok_or_else(|| {
+                bad(format!("`{s}`: expected `:PORT` after `]`"), "write `[2001:db8::1]:443`")
+            })?)?),
+        };
+        return net_entry(inside, ports, s);
+    }
+    // A path after the host (`github.com/org`) cannot be enforced: the gate sees host names.
+    let (addr_part, path) = match s.find('/') {
+        Some(i) => (&s[..i], Some(&s[i..])),
+        None => (s, None),
+    };
+    if let Some(path) = path {
+        // `10.0.0.0/8` and `10.0.0.0/8:443` are CIDRs, not paths.
+        let len_part = path[1..].split(':').next().unwrap_or("");
+        let is_cidr = !len_part.is_empty() && len_part.chars().all(|c| c.is_ascii_digit());
+        if !is_cidr {
+            return Err(bad(
+                format!("`{s}`: paths cannot be allowed, only hosts"),
+                format!("the gate sees host names only: `allow = {addr_part}`"),
+            ));
+        }
+    }
+    let colons = s.matches(':').count();
+    if colons >= 2 {
+        // Bare IPv6 (no port possible without brackets).
+        return net_entry(s, None, s);
+    }
+    let (host, ports) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(parse_ports(p)?)),
+        None => (s, None),
+    };
+    if host.contains('/') || host.parse::<IpAddr>().is_ok() {
+        return net_entry(host, ports, s);
+    }
+    host_entry(host, ports, s)
+}
+
+fn parse_port(p: &str, whole: &str) -> Result<u16, Bad> {
+    let hint = "ports are 1-65535, e.g. `:5432` or `:8000-8100`";
+    if p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) || p.len() > 5 {
+        return Err(bad(format!("`{whole}`: bad port `{p}`"), hint));
+    }
+    match p.parse::<u32>() {
+        Ok(n) if (1..=65535).contains(&n) => Ok(n as u16),
+        _ => Err(bad(format!("`{whole}`: port {p} is out of range"), hint)),
+    }
+}
+
+/// `N` or `N-M` with `1 <= N <= M <= 65535`.
+pub fn parse_ports(p: &str) -> Result<Ports, Bad> {
+    match p.split_once('-') {
+        None => parse_port(p, p).map(Ports::one),
+        Some((a, b)) => {
+            let (lo, hi) = (parse_port(a, p)?, parse_port(b, p)?);
+            if lo > hi {
+                return Err(bad(format!("port range `{p}` is backwards"), format!("write `{hi}-{lo}`")));
+            }
+            Ok(Ports { lo, hi })
+        }
+    }
+}
+
+fn net_entry(addr: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad> {
+    let (ip_text, len_text) = match addr.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (addr, None),
+    };
+    let ip: IpAddr = ip_text.parse().map_err(|_| {
+        bad(
+            format!("`{whole}`: `{ip_text}` is not an IP address"),
+            "write IPv4 as `1.2.3.4` and IPv6 as `2001:db8::1` (in brackets with a port)",
+        )
+    })?;
+    // IPv4-mapped IPv6 is the IPv4 address: one spelling for one destination.
+    let (ip, shift) = match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => (IpAddr::V4(v4), 96),
+            None => (ip, 0),
+        },
+        v4 => (v4, 0),
+    };
+    let max = IpNet::max_len(&ip);
+    let len = match len_text {
+        None => max,
+        Some(l) => match l.parse::<u16>() {
+            Ok(n) if n >= shift && usize::from(n - shift) <= usize::from(max) && !l.starts_with('+') => {
+                (n - shift) as u8
+            }
+            _ => {
+                return Err(bad(
+                    format!("`{whole}`: prefix length `/{l}` is out of range"),
+                    format!("IPv4 prefixes are /0 to /32, IPv6 /0 to /128"),
+                ));
+            }
+        },
+    };
+    let net = IpNet::masked(ip, len);
+    if net.addr != ip {
+        return Err(bad(
+            format!("`{whole}`: {ip}/{len} has host bits set"),
+            format!("did you mean `{net}`?"),
+        ));
+    }
+    if len == 0 {
+        return Err(bad(
+            format!("`{whole}` would allow every address"),
+            "list the networks the agent needs, or run with `--net full` (no egress policy)",
+        ));
+    }
+    let loopback = IpNet::masked("127.0.0.0".parse().unwrap(), 8);
+    if loopback.contains_net(&net) || net.contains_net(&loopback) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
+        return Err(bad(
+            format!("`{whole}`: inside the sandbox, loopback is the sandbox itself (always allowed)"),
+            "to reach a service on the host's 127.0.0.1:PORT, allow `100.64.0.1:PORT` (gate_addr)",
+        ));
+    }
+    if ip.is_unspecified() {
+        return Err(bad(format!("`{whole}`: the unspecified address reaches nothing"), "write a real address"));
+    }
+    Ok(Allow::Net(net, ports))
+}
+
+/// Strict `inet_aton` spellings (`0x7f.1`, `017700000001`, `2130706433`): refused, because the
+/// gate's resolver and a human would read them differently.
+fn looks_like_odd_ipv4(host: &str) -> bool {
+    let parts: Vec<&str> = host.split('.').collect();
+    parts.len() <= 4
+        && parts.iter().all(|p| {
+            let p = p.to_ascii_lowercase();
+            !p.is_empty()
+                && (p.chars().all(|c| c.is_ascii_digit())
+                    || (p.starts_with("0x") && p[2..].chars().all(|c| c.is_ascii_hexdigit())))
+        })
+}
+
+fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad> {
+    let (wild, name) = match host.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, host),
+    };
+    if name.contains('*') {
+        return Err(bad(
+            format!("`{whole}`: `*` may only start the entry, as `*.example.com`"),
+            "write `*.example.com` (subdomains) or the exact name",
+        ));
+    }
+    if !name.is_ascii() {
+        return Err(bad(
+            format!("`{whole}`: internationalised names are not accepted as written"),
+            "write the punycode form (`xn--...`), which is what the gate compares",
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    let name = lower.strip_suffix('.').unwrap_or(&lower);
+    if looks_like_odd_ipv4(name) {
+        return Err(bad(
+            format!("`{whole}` is an IPv4 address in an unusual spelling"),
+            "write IPv4 addresses in dotted decimal, e.g. `127.0.0.1` → `1.2.3.4`",
+        ));
+    }
+    if name.len() > 253 {
+        return Err(bad(format!("`{whole}`: name longer than 253 characters"), "check the name"));
+    }
+    let labels: Vec<&str> = name.split('.').collect();
+    for l in &labels {
+        let ok = !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !l.starts_with('-')
+            && !l.ends_with('-');
+        if !ok {
+            return Err(bad(
+                format!("`{whole}`: `{l}` is not a valid DNS label"),
+                "labels are letters, digits and `-`, 1-63 characters, separated by single dots",
+            ));
+        }
+    }
+    if labels.last().is_some_and(|l| l.chars().all(|c| c.is_ascii_digit())) {
+        return Err(bad(
+            format!("`{whole}`: a numeric last label is neither a name nor an IPv4 address"),
+            "write a full IPv4 address (`1.2.3.4`) or a hostname",
+        ));
+    }
+    if name == "localhost" || name.ends_with(".localhost") {
+        return Err(bad(
+            format!("`{whole}`: localhost inside the sandbox is the sandbox itself"),
+            "to reach a service on the host's 127.0.0.1:PORT, allow `100.64.0.1:PORT` (gate_addr)",
+        ));
+    }
+    if wild && (labels.len() < 2 || PUBLIC_SUFFIXES.contains(&name)) {
+        return Err(bad(
+            format!("`{whole}` covers a public suffix: hosts of unrelated owners"),
+            format!("allow the names you need under it, e.g. `*.myproject.{name}`"),
+        ));
+    }
+    if labels.len() < 2 {
+        return Err(bad(
+            format!("`{whole}`: single-label names are ambiguous (search domains)"),
+            "write the fully qualified name, e.g. `api.example.com`",
+        ));
+    }
+    let pattern = if wild {
+        HostPattern::Suffix(name.to_string())
+    } else {
+        HostPattern::Exact(name.to_string())
+    };
+    Ok(Allow::Host(pattern, ports))
+}

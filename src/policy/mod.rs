@@ -1,0 +1,301 @@
+//! Policy: every value the user gave (config lines, flags, environment), validated and
+//! normalised into one structure that later stages read without re-checking.
+//!
+//! All problems are collected with their origin so a user sees every bad line at once;
+//! a `Policy` exists only when there were none (nothing starts on bad input).
+
+pub mod allow;
+pub mod env;
+pub mod netset;
+
+use crate::config::Config;
+use crate::error::{Diagnostic, Origin};
+use allow::{Allow, HostPattern, IpNet, Ports};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+pub const DEFAULT_GATE_PORT: u16 = 18081;
+/// Ports the gate relays for hostname entries without an explicit port.
+pub const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
+/// Where pasta forwards DNS inside the namespace (podman passes `--dns-forward 169.254.1.1`).
+pub const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetMode {
+    /// Allowlist enforced by nftables (and the gate for hostnames).
+    Allow,
+    /// No network interface at all, only loopback.
+    None,
+    /// No policy: the container reaches whatever the host reaches.
+    Full,
+}
+
+impl NetMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            NetMode::Allow => "allow",
+            NetMode::None => "none",
+            NetMode::Full => "full",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Image {
+    /// The host's own /usr, /etc, /opt read-only on a skeleton rootfs.
+    Host,
+    /// A local OCI image.
+    Named(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// An interactive shell.
+    Shell,
+    Argv(Vec<String>),
+}
+
+/// A published port: host 127.0.0.1:`host` → container `container`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publish {
+    pub host: u16,
+    pub container: u16,
+}
+
+/// What the command line (and environment) contributed, as raw strings.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub net: Option<NetMode>,
+    pub allow: Vec<String>,
+    pub publish: Vec<String>,
+    pub no_gate: bool,
+    pub shell: bool,
+    pub image: Option<String>,
+    pub env: Vec<String>,
+    pub command: Vec<String>,
+    /// `AISB_EXTRA_ARGS`, if set.
+    pub extra_args_env: Option<String>,
+}
+
+/// The validated, normalised policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub project: PathBuf,
+    pub net: NetMode,
+    /// True when hostnames are enforced by the gate (net allow without `--no-gate`).
+    pub gate: bool,
+    pub hosts: Vec<(HostPattern, Option<Ports>)>,
+    /// IP/CIDR entries as written (normalised), in order, deduplicated.
+    pub nets: Vec<(IpNet, Ports)>,
+    pub publish: Vec<Publish>,
+    pub gate_addr: Ipv4Addr,
+    pub gate_port: u16,
+    pub image: Image,
+    pub command: Command,
+    /// User environment, in order, NO_PROXY entries removed (merged into `no_proxy`).
+    pub env: Vec<(String, String)>,
+    /// The one NO_PROXY value (only meaningful with the gate).
+    pub no_proxy: Vec<String>,
+    pub extra_args: Vec<String>,
+}
+
+struct Collector(Vec<Diagnostic>);
+
+impl Collector {
+    fn bad(&mut self, at: Origin, msg: impl Into<String>, hint: impl Into<String>) {
+        self.0.push(Diagnostic::new(at, msg).hint(hint));
+    }
+}
+
+/// Builds the policy from the parsed config and the command line.
+pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Policy, Vec<Diagnostic>> {
+    let mut c = Collector(Vec::new());
+
+    let net = match inputs.net {
+        Some(n) => n,
+        None => match config.one("net") {
+            None => NetMode::Allow,
+            Some((v, at)) => match v {
+                "allow" => NetMode::Allow,
+                "none" => NetMode::None,
+                "full" => NetMode::Full,
+                _ => {
+                    c.bad(at, format!("unknown net mode `{v}`"), "use `allow`, `none` or `full`");
+                    NetMode::Allow
+                }
+            },
+        },
+    };
+    if inputs.no_gate && net != NetMode::Allow {
+        c.bad(
+            Origin::Flag("--no-gate"),
+            format!("--no-gate has no meaning with --net {}", net.name()),
+            "drop --no-gate, or use it with --net allow",
+        );
+    }
+    let gate = net == NetMode::Allow && !inputs.no_gate;
+
+    // allow: config lines first, then --allow flags.
+    let mut hosts = Vec::new();
+    let mut nets: Vec<(IpNet, Ports)> = Vec::new();
+    let flag_allow = inputs.allow.iter().map(|v| (v.as_str(), Origin::Flag("--allow")));
+    for (value, at) in config.all("allow").chain(flag_allow) {
+        match allow::parse(value) {
+            Ok(Allow::Host(p, ports)) => {
+                if net == NetMode::Allow && !gate {
+                    c.bad(
+                        at,
+                        format!("`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"),
+                        "use IP/CIDR entries with --no-gate, or drop --no-gate",
+                    );
+                } else if !hosts.contains(&(p.clone(), ports)) {
+                    hosts.push((p, ports));
+                }
+            }
+            Ok(Allow::Net(n, ports)) => {
+                let entry = (n, ports.unwrap_or(Ports::ALL));
+                if !nets.contains(&entry) {
+                    nets.push(entry);
+                }
+            }
+            Err(b) => c.bad(at, format!("bad allow entry: {}", b.reason), b.hint),
+        }
+    }
+    if net != NetMode::Allow && !inputs.allow.is_empty() {
+        c.bad(
+            Origin::Flag("--allow"),
+            format!("--allow has no effect with --net {}", net.name()),
+            "drop --allow, or use --net allow",
+        );
+    }
+
+    let gate_addr = match config.one("gate_addr") {
+        None => DEFAULT_GATE_ADDR,
+        Some((v, at)) => match v.parse::<Ipv4Addr>() {
+            Ok(a) if !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast()) => a,
+            Ok(a) => {
+                c.bad(at, format!("gate_addr {a} cannot carry the host mapping"), "use an unused address such as 100.64.0.1");
+                DEFAULT_GATE_ADDR
+            }
+            Err(_) => {
+                c.bad(at, format!("gate_addr `{v}` is not an IPv4 address"), "e.g. `gate_addr = 100.64.0.1`");
+                DEFAULT_GATE_ADDR
+            }
+        },
+    };
+    let gate_port = match config.one("gate_port") {
+        None => DEFAULT_GATE_PORT,
+        Some((v, at)) => match v.parse::<u16>() {
+            Ok(p) if p >= 1024 => p,
+            _ => {
+                c.bad(at, format!("gate_port `{v}` is not a port from 1024 to 65535"), "e.g. `gate_port = 18081`");
+                DEFAULT_GATE_PORT
+            }
+        },
+    };
+
+    let publish = publishes(config, inputs, net, &mut c);
+    let image = image(config, inputs, &mut c);
+    let command = command(config, inputs, &mut c);
+    let (env, user_no_proxy) = env::user_env(config, inputs, net, &mut c.0);
+    let extra_args = env::extra_args(config, inputs, net, &mut c.0);
+
+    if !c.0.is_empty() {
+        return Err(c.0);
+    }
+    let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets);
+    Ok(Policy {
+        project,
+        net,
+        gate,
+        hosts,
+        nets,
+        publish,
+        gate_addr,
+        gate_port,
+        image,
+        command,
+        env,
+        no_proxy,
+        extra_args,
+    })
+}
+
+fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) -> Vec<Publish> {
+    let mut out: Vec<Publish> = Vec::new();
+    let flags = inputs.publish.iter().map(|v| (v.as_str(), Origin::Flag("--publish")));
+    for (v, at) in config.all("publish").chain(flags) {
+        let parsed = match v.split_once(':') {
+            None => allow::parse_ports(v).map(|p| (p, p)),
+            Some((h, ct)) => allow::parse_ports(h).and_then(|h| allow::parse_ports(ct).map(|ct| (h, ct))),
+        };
+        match parsed {
+            Ok((h, ct)) if h.lo == h.hi && ct.lo == ct.hi => {
+                let p = Publish { host: h.lo, container: ct.lo };
+                if let Some(prev) = out.iter().find(|o| o.host == p.host) {
+                    c.bad(at, format!("host port {} is already published (to {})", p.host, prev.container), "publish each host port once");
+                } else {
+                    out.push(p);
+                }
+            }
+            Ok(_) => c.bad(at, format!("publish `{v}`: ranges are not supported"), "write one `publish` per port"),
+            Err(b) => c.bad(at, format!("bad publish `{v}`: {}", b.reason), "write `PORT` or `HOSTPORT:CONTAINERPORT`, e.g. `8000` or `8080:3000`"),
+        }
+    }
+    if net == NetMode::None && !out.is_empty() {
+        c.bad(Origin::Flag("--publish"), "nothing can be published with --net none (no interface)", "use --net allow (the default) to publish with the egress policy");
+    }
+    out
+}
+
+fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
+    let (v, at) = match &inputs.image {
+        Some(v) => (v.as_str(), Origin::Flag("--image")),
+        None => match config.one("image") {
+            Some(x) => x,
+            None => return Image::Host,
+        },
+    };
+    if v == "host" {
+        Image::Host
+    } else if v.starts_with('-') || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+        c.bad(at, format!("`{v}` is not an image name"), "write `host` or a local image name such as `localhost/dev:latest`");
+        Image::Host
+    } else {
+        Image::Named(v.to_string())
+    }
+}
+
+fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
+    if !inputs.command.is_empty() {
+        if inputs.shell {
+            c.bad(Origin::Flag("--shell"), "--shell and a command after `--` both say what to run", "drop one of them");
+        }
+        return Command::Argv(inputs.command.clone());
+    }
+    if inputs.shell {
+        return Command::Shell;
+    }
+    match config.one("cmd") {
+        None => Command::Shell,
+        Some((v, at)) => match shlex::split(v) {
+            Some(argv) if !argv.is_empty() => Command::Argv(argv),
+            _ => {
+                c.bad(at, format!("cmd `{v}` has unbalanced quotes"), "quote as in a POSIX shell, e.g. `cmd = claude --model 'x y'`");
+                Command::Shell
+            }
+        },
+    }
+}
+
+/// Whether an IP allow entry covers `addr` on a port the gate does not relay
+/// (then clients must bypass the proxy for `addr`: it goes into NO_PROXY).
+pub fn targets_beyond_gate(nets: &[(IpNet, Ports)], addr: IpAddr) -> bool {
+    nets.iter().any(|(n, p)| {
+        n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo))
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,50 @@
+//! Which directory is the project: the nearest ancestor of the working directory holding
+//! `.ai-sandbox/`, else the nearest holding `.git`, else the working directory itself.
+//! Pure over an `exists` predicate so the walk is tested without a filesystem.
+
+use std::path::{Path, PathBuf};
+
+pub const CONFIG_DIR: &str = ".ai-sandbox";
+pub const CONFIG_FILE: &str = "config";
+
+pub fn find(cwd: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
+    for marker in [CONFIG_DIR, ".git"] {
+        if let Some(dir) = cwd.ancestors().find(|d| exists(&d.join(marker))) {
+            return dir.to_path_buf();
+        }
+    }
+    cwd.to_path_buf()
+}
+
+/// Refuses project directories whose read-write mount would expose far more than a project.
+pub fn check(project: &Path, home: &Path) -> Result<(), String> {
+    if project == Path::new("/") {
+        return Err("the project directory is `/`: the whole filesystem would be mounted read-write\n  hint: cd into a project, or pass --project DIR".into());
+    }
+    if project == home {
+        return Err(format!("the project directory is your home directory ({}): your keys and dotfiles would be mounted read-write\n  hint: cd into a project, or pass --project DIR", home.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefers_config_dir_then_git_then_cwd() {
+        let cwd = Path::new("/w/repo/sub/deep");
+        let both = |p: &Path| p == Path::new("/w/repo/.git") || p == Path::new("/w/repo/sub/.ai-sandbox");
+        assert_eq!(find(cwd, both), PathBuf::from("/w/repo/sub"));
+        let git = |p: &Path| p == Path::new("/w/repo/.git");
+        assert_eq!(find(cwd, git), PathBuf::from("/w/repo"));
+        assert_eq!(find(cwd, |_| false), PathBuf::from("/w/repo/sub/deep"));
+    }
+
+    #[test]
+    fn refuses_root_and_home() {
+        assert!(check(Path::new("/"), Path::new("/home/u")).is_err());
+        assert!(check(Path::new("/home/u"), Path::new("/home/u")).is_err());
+        assert!(check(Path::new("/home/u/p"), Path::new("/home/u")).is_ok());
+    }
+}
