@@ -29,8 +29,11 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
         Err(_) => cfg_path.display().to_string(),
     };
     let text = host.read_file(&cfg_path)?.unwrap_or_default();
-    let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
-    let cfg = config::parse(&text).map_err(reject)?;
+    let reject = |diagnostics: Vec<Diagnostic>| Rejected {
+        config_path: display.clone(),
+        diagnostics,
+    };
+    let (cfg, mut problems) = config::parse(&text);
     let inputs = Inputs {
         net: args.net,
         allow: args.allow.clone(),
@@ -42,12 +45,26 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
         command: args.command.clone(),
         extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
     };
-    Ok(policy::build(project, &cfg, &inputs).map_err(reject)?)
+    match policy::build(project, &cfg, &inputs) {
+        Ok(p) if problems.is_empty() => Ok(p),
+        Ok(_) => Err(reject(problems).into()),
+        Err(more) => {
+            problems.extend(more);
+            // Config-line problems first, in line order; then flags and environment.
+            problems.sort_by_key(|d| match d.origin {
+                Origin::Config(l) => (0, l),
+                _ => (1, 0),
+            });
+            Err(reject(problems).into())
+        }
+    }
 }
 
 /// FNV-1a, to name per-project directories stably without a crypto dependency.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
@@ -65,10 +82,16 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
         _ => PathBuf::from(format!("/tmp/ai-sandbox-{}", host.uid())),
     };
-    let name = p.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = p
+        .project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let nft = match host.env("AISB_NFT") {
         Some(v) => PathBuf::from(v),
-        None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
+        None => host
+            .which("nft")
+            .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
     };
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
@@ -81,9 +104,17 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
             .join(format!("{name}-{:016x}", fnv(&p.project.display().to_string()))),
         rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
         home,
-        host_dirs: ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect(),
+        host_dirs: ["/usr", "/etc", "/opt"]
+            .iter()
+            .map(PathBuf::from)
+            .filter(|d| host.exists(d))
+            .collect(),
         tty: host.stdio_is_tty(),
-        token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
+        token: if launching {
+            host.random_hex(16)?
+        } else {
+            TOKEN_PLACEHOLDER.into()
+        },
         gate_port: p.gate_port,
     })
 }
@@ -115,7 +146,10 @@ pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
         None => {
-            let d = Diagnostic::new(Origin::General, format!("--net {} applies no nftables ruleset", policy.net.name()));
+            let d = Diagnostic::new(
+                Origin::General,
+                format!("--net {} applies no nftables ruleset", policy.net.name()),
+            );
             bail!("{}", d.render(""));
         }
     }

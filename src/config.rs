@@ -48,8 +48,10 @@ impl Config {
     }
 }
 
-/// Parses the whole file. Tolerates a UTF-8 BOM and CRLF line ends.
-pub fn parse(text: &str) -> Result<Config, Vec<Diagnostic>> {
+/// Parses the whole file. Tolerates a UTF-8 BOM and CRLF line ends. Returns the good
+/// entries and a diagnostic per bad line, so later stages can still check the good ones
+/// and the user sees every problem in one run.
+pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut entries: Vec<Entry> = Vec::new();
     let mut errors = Vec::new();
@@ -84,17 +86,15 @@ pub fn parse(text: &str) -> Result<Config, Vec<Diagnostic>> {
             );
             continue;
         }
-        if !repeatable {
-            if let Some(first) = entries.iter().find(|e| e.key == key) {
-                errors.push(
-                    Diagnostic::new(
-                        at,
-                        format!("duplicate `{key}` (already set on line {})", first.line),
-                    )
-                    .hint(format!("`{key}` takes one value: keep one of the two lines")),
-                );
-                continue;
-            }
+        if let Some(first) = entries.iter().find(|e| !repeatable && e.key == key) {
+            errors.push(
+                Diagnostic::new(
+                    at,
+                    format!("duplicate `{key}` (already set on line {})", first.line),
+                )
+                .hint(format!("`{key}` takes one value: keep one of the two lines")),
+            );
+            continue;
         }
         entries.push(Entry {
             key: key.to_string(),
@@ -102,11 +102,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<Diagnostic>> {
             line,
         });
     }
-    if errors.is_empty() {
-        Ok(Config { entries })
-    } else {
-        Err(errors)
-    }
+    (Config { entries }, errors)
 }
 
 /// `#` starts a comment at the beginning of a line or after whitespace; elsewhere it is
@@ -158,9 +154,15 @@ mod tests {
 
     #[test]
     fn parses_repeated_keys_comments_crlf_and_bom() {
-        let text = "\u{feff}# top\r\nallow = github.com   # inline\r\nallow = *.npmjs.org\n\nenv = COLOR=#fff\n";
-        let c = parse(text).unwrap();
-        let got: Vec<_> = c.entries.iter().map(|e| (e.key.as_str(), e.value.as_str(), e.line)).collect();
+        let text =
+            "\u{feff}# top\r\nallow = github.com   # inline\r\nallow = *.npmjs.org\n\nenv = COLOR=#fff\n";
+        let (c, errs) = parse(text);
+        assert!(errs.is_empty(), "{errs:?}");
+        let got: Vec<_> = c
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str(), e.line))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -173,7 +175,8 @@ mod tests {
 
     #[test]
     fn reports_every_bad_line_with_hints() {
-        let errs = parse("alow = x\nnet = allow\nnet = none\njunk\nimage =\n").unwrap_err();
+        let (cfg, errs) = parse("alow = x\nnet = allow\nnet = none\njunk\nimage =\n");
+        assert_eq!(cfg.entries.len(), 1, "the good line is kept");
         let text: Vec<String> = errs.iter().map(|d| d.render(".ai-sandbox/config")).collect();
         assert_eq!(errs.len(), 4, "{text:#?}");
         assert!(text[0].starts_with(".ai-sandbox/config:1: unknown key `alow`"));

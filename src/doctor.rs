@@ -11,16 +11,26 @@ struct Check {
 }
 
 fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
     } else {
-        Err(format!("`{cmd} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "`{cmd} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
 fn user_name() -> Option<String> {
-    nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name)
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
 }
 
 fn has_subids(file: &str) -> Result<String, String> {
@@ -36,7 +46,11 @@ fn has_subids(file: &str) -> Result<String, String> {
 pub fn run() -> anyhow::Result<i32> {
     let mut checks = vec![Check {
         name: "not running as root",
-        result: if nix::unistd::getuid().is_root() { Err("you are root; rootless podman cannot use pasta as root".into()) } else { Ok("uid ok".into()) },
+        result: if nix::unistd::getuid().is_root() {
+            Err("you are root; rootless podman cannot use pasta as root".into())
+        } else {
+            Ok("uid ok".into())
+        },
         fix: "run as a regular user; from a root shell: scripts/as-user ai-sandbox doctor",
     }];
     checks.push(Check {
@@ -53,24 +67,42 @@ pub fn run() -> anyhow::Result<i32> {
     checks.push(Check {
         name: "pasta with --map-host-loopback",
         result: output("pasta", &["--help"]).and_then(|h| {
-            if h.contains("--map-host-loopback") { Ok("pasta ok".into()) } else { Err("this pasta lacks --map-host-loopback (needs passt >= 2024-08)".into()) }
+            if h.contains("--map-host-loopback") {
+                Ok("pasta ok".into())
+            } else {
+                Err("this pasta lacks --map-host-loopback (needs passt >= 2024-08)".into())
+            }
         }),
         fix: "sudo scripts/install-deps   (passt from Debian trixie)",
     });
-    let nft = ["/usr/sbin/nft", "/sbin/nft"].into_iter().map(PathBuf::from).find(|p| p.exists());
+    let nft = ["/usr/sbin/nft", "/sbin/nft"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
     checks.push(Check {
         name: "nft",
-        result: nft.map(|p| format!("{}", p.display())).ok_or_else(|| "nft not found in /usr/sbin or /sbin".into()),
+        result: nft
+            .map(|p| format!("{}", p.display()))
+            .ok_or_else(|| "nft not found in /usr/sbin or /sbin".into()),
         fix: "sudo apt-get install -y nftables",
     });
     checks.push(Check {
         name: "/dev/net/tun usable",
-        result: std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun").map(|_| "ok".into()).map_err(|e| format!("/dev/net/tun: {e}")),
+        result: std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .map(|_| "ok".into())
+            .map_err(|e| format!("/dev/net/tun: {e}")),
         fix: "sudo chmod 666 /dev/net/tun",
     });
     for file in ["/etc/subuid", "/etc/subgid"] {
         checks.push(Check {
-            name: if file.ends_with("uid") { "subordinate uids" } else { "subordinate gids" },
+            name: if file.ends_with("uid") {
+                "subordinate uids"
+            } else {
+                "subordinate gids"
+            },
             result: has_subids(file),
             fix: "echo \"$USER:100000:65536\" | sudo tee -a /etc/subuid /etc/subgid",
         });
@@ -102,6 +134,19 @@ fn runtime_works() -> Result<String, String> {
     let rootfs = cache.join("ai-sandbox/rootfs-v1");
     crate::launch::ensure_rootfs(&rootfs).map_err(|e| format!("{e:#}"))?;
     let root = rootfs.display().to_string();
-    output("podman", &["run", "--rm", "--network", "none", "-v", "/usr:/usr:ro", "--rootfs", &root, "/bin/true"])
-        .map(|_| "podman run --rootfs ... /bin/true works".into())
+    output(
+        "podman",
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            "/usr:/usr:ro",
+            "--rootfs",
+            &root,
+            "/bin/true",
+        ],
+    )
+    .map(|_| "podman run --rootfs ... /bin/true works".into())
 }

@@ -41,7 +41,10 @@ impl Host for RealHost {
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         match std::fs::read(path) {
             Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
-                anyhow::anyhow!("{}: not valid UTF-8\n  hint: save the file as UTF-8", path.display())
+                anyhow::anyhow!(
+                    "{}: not valid UTF-8\n  hint: save the file as UTF-8",
+                    path.display()
+                )
             })?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
@@ -49,7 +52,10 @@ impl Host for RealHost {
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         // sbin is often missing from a user's PATH, and nft lives there.
-        let path = format!("{}:/usr/local/sbin:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/sbin:/sbin",
+            std::env::var("PATH").unwrap_or_default()
+        );
         which::which_in(name, Some(path), "/").ok()
     }
     fn current_exe(&self) -> anyhow::Result<PathBuf> {
@@ -101,7 +107,8 @@ impl Host for FakeHost {
         Ok(self.cwd.clone())
     }
     fn exists(&self, path: &Path) -> bool {
-        self.files.iter().any(|(p, _)| p.starts_with(path)) || ["/usr", "/etc", "/opt"].iter().any(|d| path == Path::new(d))
+        self.files.iter().any(|(p, _)| p.starts_with(path))
+            || ["/usr", "/etc", "/opt"].iter().any(|d| path == Path::new(d))
     }
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         Ok(self.files.iter().find(|(p, _)| p == path).map(|(_, t)| t.clone()))

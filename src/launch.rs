@@ -16,8 +16,15 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 
-const SKELETON_DIRS: &[&str] = &["usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt"];
-const SKELETON_LINKS: &[(&str, &str)] = &[("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")];
+const SKELETON_DIRS: &[&str] = &[
+    "usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt",
+];
+const SKELETON_LINKS: &[(&str, &str)] = &[
+    ("bin", "usr/bin"),
+    ("sbin", "usr/sbin"),
+    ("lib", "usr/lib"),
+    ("lib64", "usr/lib64"),
+];
 
 /// Builds the skeleton rootfs once (atomically: in a temporary dir, then renamed).
 pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
@@ -47,9 +54,13 @@ pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
 
 /// Removes session directories whose launcher is gone (killed with SIGKILL, say).
 fn sweep_sessions(sessions: &Path) {
-    let Ok(entries) = fs::read_dir(sessions) else { return };
+    let Ok(entries) = fs::read_dir(sessions) else {
+        return;
+    };
     for e in entries.flatten() {
-        let pid = fs::read_to_string(e.path().join("pid")).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        let pid = fs::read_to_string(e.path().join("pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
         let alive = pid.is_some_and(|p| kill(Pid::from_raw(p), None).is_ok());
         if !alive {
             let _ = fs::remove_dir_all(e.path());
@@ -60,10 +71,16 @@ fn sweep_sessions(sessions: &Path) {
 fn write_session(plan: &Plan) -> anyhow::Result<()> {
     let dir = &plan.session_dir;
     if let Some(sessions) = dir.parent() {
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(sessions)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(sessions)?;
         sweep_sessions(sessions);
     }
-    fs::DirBuilder::new().mode(0o700).create(dir).with_context(|| format!("creating session dir {}", dir.display()))?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating session dir {}", dir.display()))?;
     fs::write(dir.join("pid"), std::process::id().to_string())?;
     if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
         fs::write(&hook.ruleset_file, rs.to_json_string())?;
@@ -139,7 +156,9 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
     forward_signals(child.id(), set);
     let status = child.wait().context("waiting for podman")?;
     match (status.code(), status.signal()) {

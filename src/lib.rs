@@ -5,16 +5,16 @@
 //! Data flows one way: config text + CLI + env → `policy::Policy` → `plan::Plan` → launch.
 //! Everything up to the Plan is pure; `host` is the one module with side effects.
 
+pub mod app;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod error;
+pub mod hook;
+pub mod host;
+pub mod launch;
 pub mod plan;
 pub mod podman;
 pub mod policy;
 pub mod project;
 pub mod ruleset;
-pub mod app;
-pub mod doctor;
-pub mod hook;
-pub mod host;
-pub mod launch;

@@ -119,7 +119,9 @@ fn notices(p: &Policy) -> Vec<String> {
 
 /// Shell-quotes one argument so the printed command can be pasted into a shell.
 pub fn quote(arg: &str) -> String {
-    shlex::try_quote(arg).map(|c| c.into_owned()).unwrap_or_else(|_| format!("'{}'", arg.replace('\'', "'\\''")))
+    shlex::try_quote(arg)
+        .map(|c| c.into_owned())
+        .unwrap_or_else(|_| format!("'{}'", arg.replace('\'', "'\\''")))
 }
 
 /// What `--dry-run` prints.

@@ -77,7 +77,12 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         }
         push(&["--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777"]);
     }
-    push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
+    push(&[
+        "-v",
+        &format!("{}:{home}", f.sandbox_home.display()),
+        "--env",
+        &format!("HOME={home}"),
+    ]);
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }

@@ -22,7 +22,10 @@ pub fn check(project: &Path, home: &Path) -> Result<(), String> {
         return Err("the project directory is `/`: the whole filesystem would be mounted read-write\n  hint: cd into a project, or pass --project DIR".into());
     }
     if project == home {
-        return Err(format!("the project directory is your home directory ({}): your keys and dotfiles would be mounted read-write\n  hint: cd into a project, or pass --project DIR", home.display()));
+        return Err(format!(
+            "the project directory is your home directory ({}): your keys and dotfiles would be mounted read-write\n  hint: cd into a project, or pass --project DIR",
+            home.display()
+        ));
     }
     Ok(())
 }

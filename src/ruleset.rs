@@ -11,8 +11,12 @@
 use crate::policy::allow::IpNet;
 use crate::policy::netset::{Box2, disjoint};
 use crate::policy::{NetMode, PASTA_DNS, Policy};
-use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField, Prefix, Range, SetItem, CT};
-use nftables::schema::{Chain, NfListObject, NfObject, Nftables, Rule, Set, SetFlag, SetType, SetTypeValue, Table};
+use nftables::expr::{
+    CT, Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField, Prefix, Range, SetItem,
+};
+use nftables::schema::{
+    Chain, NfListObject, NfObject, Nftables, Rule, Set, SetFlag, SetType, SetTypeValue, Table,
+};
 use nftables::stmt::{Accept, Match, Operator, Reject, RejectType, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
 use std::borrow::Cow;
@@ -53,7 +57,11 @@ pub fn build(p: &Policy) -> Option<Ruleset> {
     let boxes = disjoint(&p.nets);
     let (v4, v6): (Vec<Box2>, Vec<Box2>) = boxes.into_iter().partition(|b| b.net.is_v4());
     let mut output = vec![make_iface_accept("oif", MetaKey::Oif), make_established()];
-    output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
+    output.push(make_icmpv6_nd(&[
+        "nd-neighbor-solicit",
+        "nd-neighbor-advert",
+        "nd-router-solicit",
+    ]));
     if p.gate {
         // ip daddr GATE_ADDR tcp dport GATE_PORT accept
         output.push(make_dest_accept(p.gate_addr, "tcp", p.gate_port));
@@ -68,14 +76,26 @@ pub fn build(p: &Policy) -> Option<Ruleset> {
     output.push(make_reject_rest());
 
     let mut input = vec![make_iface_accept("iif", MetaKey::Iif), make_established()];
-    input.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-advert"]));
+    input.push(make_icmpv6_nd(&[
+        "nd-neighbor-solicit",
+        "nd-neighbor-advert",
+        "nd-router-advert",
+    ]));
     for publ in &p.publish {
         input.push(make_port_accept(publ.container));
     }
     Some(Ruleset {
         sets: vec![
-            SetSpec { name: SET_V4, v4: true, elements: v4 },
-            SetSpec { name: SET_V6, v4: false, elements: v6 },
+            SetSpec {
+                name: SET_V4,
+                v4: true,
+                elements: v4,
+            },
+            SetSpec {
+                name: SET_V6,
+                v4: false,
+                elements: v6,
+            },
         ],
         output,
         input,
@@ -94,7 +114,11 @@ fn payload(protocol: &str, field: &str) -> Expression<'static> {
 }
 
 fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
-    Statement::Match(Match { left, right, op: Operator::EQ })
+    Statement::Match(Match {
+        left,
+        right,
+        op: Operator::EQ,
+    })
 }
 
 fn accept() -> Statement<'static> {
@@ -105,13 +129,20 @@ fn accept() -> Statement<'static> {
 fn make_iface_accept(word: &str, key: MetaKey) -> RuleSpec {
     RuleSpec {
         text: format!("{word} \"lo\" accept"),
-        expr: vec![eq(Expression::Named(NamedExpression::Meta(Meta { key })), s("lo")), accept()],
+        expr: vec![
+            eq(Expression::Named(NamedExpression::Meta(Meta { key })), s("lo")),
+            accept(),
+        ],
     }
 }
 
 /// `ct state established,related accept`
 fn make_established() -> RuleSpec {
-    let ct = Expression::Named(NamedExpression::CT(CT { key: "state".into(), family: None, dir: None }));
+    let ct = Expression::Named(NamedExpression::CT(CT {
+        key: "state".into(),
+        family: None,
+        dir: None,
+    }));
     RuleSpec {
         text: "ct state established,related accept".into(),
         expr: vec![
@@ -130,7 +161,13 @@ fn make_icmpv6_nd(types: &[&str]) -> RuleSpec {
     let set = types.iter().map(|t| SetItem::Element(s(*t))).collect();
     RuleSpec {
         text: format!("icmpv6 type {{ {} }} accept", types.join(", ")),
-        expr: vec![eq(payload("icmpv6", "type"), Expression::Named(NamedExpression::Set(set))), accept()],
+        expr: vec![
+            eq(
+                payload("icmpv6", "type"),
+                Expression::Named(NamedExpression::Set(set)),
+            ),
+            accept(),
+        ],
     }
 }
 
@@ -149,7 +186,10 @@ fn make_dest_accept(addr: Ipv4Addr, proto: &str, port: u16) -> RuleSpec {
 /// `ip daddr . tcp dport @allow_v4 accept` (and the ip6 twin)
 fn make_set_accept(v4: bool) -> RuleSpec {
     let (fam, set) = if v4 { ("ip", SET_V4) } else { ("ip6", SET_V6) };
-    let key = Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]));
+    let key = Expression::Named(NamedExpression::Concat(vec![
+        payload(fam, "daddr"),
+        payload("tcp", "dport"),
+    ]));
     RuleSpec {
         text: format!("{fam} daddr . tcp dport @{set} accept"),
         expr: vec![eq(key, s(format!("@{set}"))), accept()],
@@ -161,7 +201,12 @@ fn make_reject_tcp() -> RuleSpec {
     RuleSpec {
         text: "meta l4proto tcp reject with tcp reset".into(),
         expr: vec![
-            eq(Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto })), s("tcp")),
+            eq(
+                Expression::Named(NamedExpression::Meta(Meta {
+                    key: MetaKey::L4proto,
+                })),
+                s("tcp"),
+            ),
             Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
         ],
     }
@@ -171,7 +216,10 @@ fn make_reject_tcp() -> RuleSpec {
 fn make_reject_rest() -> RuleSpec {
     RuleSpec {
         text: "reject with icmpx admin-prohibited".into(),
-        expr: vec![Statement::Reject(Some(Reject::new(Some(RejectType::ICMPX), Some(RejectCode::AdminProhibited))))],
+        expr: vec![Statement::Reject(Some(Reject::new(
+            Some(RejectType::ICMPX),
+            Some(RejectCode::AdminProhibited),
+        )))],
     }
 }
 
@@ -179,7 +227,10 @@ fn make_reject_rest() -> RuleSpec {
 fn make_port_accept(port: u16) -> RuleSpec {
     RuleSpec {
         text: format!("tcp dport {port} accept"),
-        expr: vec![eq(payload("tcp", "dport"), Expression::Number(u32::from(port))), accept()],
+        expr: vec![
+            eq(payload("tcp", "dport"), Expression::Number(u32::from(port))),
+            accept(),
+        ],
     }
 }
 
@@ -187,13 +238,19 @@ fn element(b: &Box2) -> Expression<'static> {
     let addr = if b.net.len == IpNet::max_len(&b.net.addr) {
         s(b.net.addr.to_string())
     } else {
-        Expression::Named(NamedExpression::Prefix(Prefix { addr: Box::new(s(b.net.addr.to_string())), len: u32::from(b.net.len) }))
+        Expression::Named(NamedExpression::Prefix(Prefix {
+            addr: Box::new(s(b.net.addr.to_string())),
+            len: u32::from(b.net.len),
+        }))
     };
     let port = if b.ports.lo == b.ports.hi {
         Expression::Number(u32::from(b.ports.lo))
     } else {
         Expression::Range(Box::new(Range {
-            range: [Expression::Number(u32::from(b.ports.lo)), Expression::Number(u32::from(b.ports.hi))],
+            range: [
+                Expression::Number(u32::from(b.ports.lo)),
+                Expression::Number(u32::from(b.ports.hi)),
+            ],
         }))
     };
     Expression::Named(NamedExpression::Concat(vec![addr, port]))
@@ -203,20 +260,32 @@ impl Ruleset {
     /// The JSON document the hook loads with `nft -j -f`.
     pub fn to_json(&self) -> Nftables<'static> {
         let fam = NfFamily::INet;
-        let mut objs = vec![NfListObject::Table(Table { family: fam, name: TABLE.into(), handle: None })];
+        let mut objs = vec![NfListObject::Table(Table {
+            family: fam,
+            name: TABLE.into(),
+            handle: None,
+        })];
         for set in &self.sets {
-            let addr = if set.v4 { SetType::Ipv4Addr } else { SetType::Ipv6Addr };
+            let addr = if set.v4 {
+                SetType::Ipv4Addr
+            } else {
+                SetType::Ipv6Addr
+            };
             objs.push(NfListObject::Set(Box::new(Set {
                 family: fam,
                 table: TABLE.into(),
                 name: set.name.into(),
                 set_type: SetTypeValue::Concatenated(vec![addr, SetType::InetService].into()),
                 flags: Some(HashSet::from([SetFlag::Interval])),
-                elem: (!set.elements.is_empty()).then(|| set.elements.iter().map(element).collect::<Vec<_>>().into()),
+                elem: (!set.elements.is_empty())
+                    .then(|| set.elements.iter().map(element).collect::<Vec<_>>().into()),
                 ..Set::default()
             })));
         }
-        for (name, hook, rules) in [("output", NfHook::Output, &self.output), ("input", NfHook::Input, &self.input)] {
+        for (name, hook, rules) in [
+            ("output", NfHook::Output, &self.output),
+            ("input", NfHook::Input, &self.input),
+        ] {
             objs.push(NfListObject::Chain(Chain {
                 family: fam,
                 table: TABLE.into(),
@@ -237,7 +306,13 @@ impl Ruleset {
                 }));
             }
         }
-        Nftables { objects: objs.into_iter().map(NfObject::ListObject).collect::<Vec<_>>().into() }
+        Nftables {
+            objects: objs
+                .into_iter()
+                .map(NfObject::ListObject)
+                .collect::<Vec<_>>()
+                .into(),
+        }
     }
 
     pub fn to_json_string(&self) -> String {
@@ -249,9 +324,16 @@ impl Ruleset {
         let mut t = format!("table inet {TABLE} {{\n");
         for set in &self.sets {
             let addr = if set.v4 { "ipv4_addr" } else { "ipv6_addr" };
-            t += &format!("\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n", set.name);
+            t += &format!(
+                "\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n",
+                set.name
+            );
             if !set.elements.is_empty() {
-                let els: Vec<String> = set.elements.iter().map(|b| format!("{} . {}", b.net, b.ports)).collect();
+                let els: Vec<String> = set
+                    .elements
+                    .iter()
+                    .map(|b| format!("{} . {}", b.net, b.ports))
+                    .collect();
                 t += &format!("\t\telements = {{ {} }}\n", els.join(",\n\t\t\t     "));
             }
             t += "\t}\n\n";

@@ -57,11 +57,19 @@ impl IpNet {
     pub fn masked(addr: IpAddr, len: u8) -> IpNet {
         let addr = match addr {
             IpAddr::V4(a) => {
-                let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+                let m = if len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(len))
+                };
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
             }
             IpAddr::V6(a) => {
-                let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+                let m = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                };
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
             }
         };
@@ -135,22 +143,81 @@ fn bad(reason: impl Into<String>, hint: impl Into<String>) -> Bad {
 /// Second-level public suffixes under which `*.x.y` would cover unrelated owners. Single-label
 /// suffixes (`*.com`) are refused by rule; this list catches the common two-label ones.
 const PUBLIC_SUFFIXES: &[&str] = &[
-    "co.uk", "org.uk", "ac.uk", "gov.uk", "me.uk", "ltd.uk", "plc.uk", "com.au", "net.au",
-    "org.au", "edu.au", "gov.au", "co.nz", "org.nz", "co.jp", "ne.jp", "or.jp", "ac.jp",
-    "com.br", "net.br", "org.br", "com.cn", "net.cn", "org.cn", "co.in", "net.in", "org.in",
-    "co.za", "org.za", "com.mx", "com.ar", "com.tr", "com.tw", "com.hk", "com.sg", "co.kr",
-    "or.kr", "co.il", "com.ua", "com.pl", "github.io", "gitlab.io", "herokuapp.com",
-    "vercel.app", "netlify.app", "pages.dev", "workers.dev", "appspot.com", "blogspot.com",
-    "cloudfront.net", "amazonaws.com", "azurewebsites.net", "web.app", "firebaseapp.com",
-    "s3.amazonaws.com", "fly.dev", "onrender.com", "repl.co", "glitch.me", "ngrok.io",
-    "ngrok-free.app", "trycloudflare.com", "duckdns.org", "no-ip.org", "dyndns.org",
+    "co.uk",
+    "org.uk",
+    "ac.uk",
+    "gov.uk",
+    "me.uk",
+    "ltd.uk",
+    "plc.uk",
+    "com.au",
+    "net.au",
+    "org.au",
+    "edu.au",
+    "gov.au",
+    "co.nz",
+    "org.nz",
+    "co.jp",
+    "ne.jp",
+    "or.jp",
+    "ac.jp",
+    "com.br",
+    "net.br",
+    "org.br",
+    "com.cn",
+    "net.cn",
+    "org.cn",
+    "co.in",
+    "net.in",
+    "org.in",
+    "co.za",
+    "org.za",
+    "com.mx",
+    "com.ar",
+    "com.tr",
+    "com.tw",
+    "com.hk",
+    "com.sg",
+    "co.kr",
+    "or.kr",
+    "co.il",
+    "com.ua",
+    "com.pl",
+    "github.io",
+    "gitlab.io",
+    "herokuapp.com",
+    "vercel.app",
+    "netlify.app",
+    "pages.dev",
+    "workers.dev",
+    "appspot.com",
+    "blogspot.com",
+    "cloudfront.net",
+    "amazonaws.com",
+    "azurewebsites.net",
+    "web.app",
+    "firebaseapp.com",
+    "s3.amazonaws.com",
+    "fly.dev",
+    "onrender.com",
+    "repl.co",
+    "glitch.me",
+    "ngrok.io",
+    "ngrok-free.app",
+    "trycloudflare.com",
+    "duckdns.org",
+    "no-ip.org",
+    "dyndns.org",
 ];
 
 /// Parses one allow entry as written by the user.
 pub fn parse(input: &str) -> Result<Allow, Bad> {
     let s = input.trim();
     if s.is_empty() {
-        return Err(bad("empty allow entry", "write a hostname or an IP, e.g. `allow = github.com`"));
+        return Err(bad(
+            "empty allow entry",
+            "write a hostname or an IP, e.g. `allow = github.com`",
+        ));
     }
     if let Some((scheme, rest)) = s.split_once("://") {
         let host = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -166,7 +233,10 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         ));
     }
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad(format!("`{s}` contains whitespace"), "one entry per `allow` line"));
+        return Err(bad(
+            format!("`{s}` contains whitespace"),
+            "one entry per `allow` line",
+        ));
     }
     if s == "*" || s == "*.*" {
         return Err(bad(
@@ -182,7 +252,10 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         let ports = match after {
             "" => None,
             p => Some(parse_ports(p.strip_prefix(':').ok_or_else(|| {
-                bad(format!("`{s}`: expected `:PORT` after `]`"), "write `[2001:db8::1]:443`")
+                bad(
+                    format!("`{s}`: expected `:PORT` after `]`"),
+                    "write `[2001:db8::1]:443`",
+                )
             })?)?),
         };
         return net_entry(inside, ports, s);
@@ -236,7 +309,10 @@ pub fn parse_ports(p: &str) -> Result<Ports, Bad> {
         Some((a, b)) => {
             let (lo, hi) = (parse_port(a, p)?, parse_port(b, p)?);
             if lo > hi {
-                return Err(bad(format!("port range `{p}` is backwards"), format!("write `{hi}-{lo}`")));
+                return Err(bad(
+                    format!("port range `{p}` is backwards"),
+                    format!("write `{hi}-{lo}`"),
+                ));
             }
             Ok(Ports { lo, hi })
         }
@@ -272,7 +348,7 @@ fn net_entry(addr: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad
             _ => {
                 return Err(bad(
                     format!("`{whole}`: prefix length `/{l}` is out of range"),
-                    format!("IPv4 prefixes are /0 to /32, IPv6 /0 to /128"),
+                    "IPv4 prefixes are /0 to /32, IPv6 /0 to /128",
                 ));
             }
         },
@@ -298,7 +374,10 @@ fn net_entry(addr: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad
         ));
     }
     if ip.is_unspecified() {
-        return Err(bad(format!("`{whole}`: the unspecified address reaches nothing"), "write a real address"));
+        return Err(bad(
+            format!("`{whole}`: the unspecified address reaches nothing"),
+            "write a real address",
+        ));
     }
     Ok(Allow::Net(net, ports))
 }
@@ -337,18 +416,24 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
     let name = lower.strip_suffix('.').unwrap_or(&lower);
     if looks_like_odd_ipv4(name) {
         return Err(bad(
-            format!("`{whole}` is an IPv4 address in an unusual spelling"),
-            "write IPv4 addresses in dotted decimal, e.g. `127.0.0.1` → `1.2.3.4`",
+            format!(
+                "`{whole}` looks like an IPv4 address but is not plain dotted decimal (an unusual spelling, or out of range)"
+            ),
+            "write IPv4 addresses as four decimal numbers 0-255, e.g. `192.0.2.10`",
         ));
     }
     if name.len() > 253 {
-        return Err(bad(format!("`{whole}`: name longer than 253 characters"), "check the name"));
+        return Err(bad(
+            format!("`{whole}`: name longer than 253 characters"),
+            "check the name",
+        ));
     }
     let labels: Vec<&str> = name.split('.').collect();
     for l in &labels {
         let ok = !l.is_empty()
             && l.len() <= 63
-            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && l.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             && !l.starts_with('-')
             && !l.ends_with('-');
         if !ok {
@@ -358,7 +443,10 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
             ));
         }
     }
-    if labels.last().is_some_and(|l| l.chars().all(|c| c.is_ascii_digit())) {
+    if labels
+        .last()
+        .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()))
+    {
         return Err(bad(
             format!("`{whole}`: a numeric last label is neither a name nor an IPv4 address"),
             "write a full IPv4 address (`1.2.3.4`) or a hostname",

@@ -18,10 +18,31 @@ pub const NO_PROXY_DEFAULTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// Podman options that would undo the sandbox (network, capabilities, hooks, user namespace,
 /// OCI runtime, publishing outside the input-chain rules). Refused in `allow`/`none` modes.
 const GUARDED_FLAGS: &[&str] = &[
-    "--network", "--net", "--privileged", "--cap-add", "--security-opt", "--userns",
-    "--uidmap", "--gidmap", "--subuidname", "--subgidname", "--pod", "--rootfs", "--http-proxy",
-    "--env-host", "--publish", "--publish-all", "--pid", "--ipc", "--runtime", "--runtime-flag",
-    "--hooks-dir", "--device", "--sysctl", "--cgroupns", "--uts",
+    "--network",
+    "--net",
+    "--privileged",
+    "--cap-add",
+    "--security-opt",
+    "--userns",
+    "--uidmap",
+    "--gidmap",
+    "--subuidname",
+    "--subgidname",
+    "--pod",
+    "--rootfs",
+    "--http-proxy",
+    "--env-host",
+    "--publish",
+    "--publish-all",
+    "--pid",
+    "--ipc",
+    "--runtime",
+    "--runtime-flag",
+    "--hooks-dir",
+    "--device",
+    "--sysctl",
+    "--cgroupns",
+    "--uts",
 ];
 
 fn valid_name(n: &str) -> bool {
@@ -44,10 +65,9 @@ pub fn user_env(
     let flags = inputs.env.iter().map(|v| (v.as_str(), Origin::Flag("-e")));
     for (v, at) in config.all("env").chain(flags) {
         let Some((name, value)) = v.split_once('=') else {
-            diags.push(
-                Diagnostic::new(at, format!("env `{v}` has no `=`"))
-                    .hint(format!("write `NAME=VALUE`, e.g. `{v}=1`; host values are not copied implicitly")),
-            );
+            diags.push(Diagnostic::new(at, format!("env `{v}` has no `=`")).hint(format!(
+                "write `NAME=VALUE`, e.g. `{v}=1`; host values are not copied implicitly"
+            )));
             continue;
         };
         let name = name.trim();
@@ -60,7 +80,13 @@ pub fn user_env(
         }
         let lower = name.to_ascii_lowercase();
         if gate && lower == "no_proxy" {
-            no_proxy.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
+            no_proxy.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            );
             continue;
         }
         if gate && PROXY_VARS.contains(&lower.as_str()) {
@@ -80,9 +106,9 @@ pub fn user_env(
                     Diagnostic::new(at, format!("{name} is already set on line {first}"))
                         .hint("keep one of the two lines"),
                 ),
-                _ => diags.push(
-                    Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"),
-                ),
+                _ => {
+                    diags.push(Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"))
+                }
             }
             continue;
         }
@@ -92,9 +118,17 @@ pub fn user_env(
 }
 
 /// `extra_args` lines (shell-split) then `AISB_EXTRA_ARGS`.
-pub fn extra_args(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<Diagnostic>) -> Vec<String> {
+pub fn extra_args(
+    config: &Config,
+    inputs: &Inputs,
+    net: NetMode,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<String> {
     let mut out = Vec::new();
-    let from_env = inputs.extra_args_env.as_deref().map(|v| (v, Origin::Env("AISB_EXTRA_ARGS")));
+    let from_env = inputs
+        .extra_args_env
+        .as_deref()
+        .map(|v| (v, Origin::Env("AISB_EXTRA_ARGS")));
     for (v, at) in config.all("extra_args").chain(from_env) {
         let Some(args) = shlex::split(v) else {
             diags.push(
@@ -107,11 +141,18 @@ pub fn extra_args(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Ve
             for a in &args {
                 if let Some(flag) = guarded(a) {
                     diags.push(
-                        Diagnostic::new(at.clone(), format!("extra argument `{a}` would bypass the sandbox's {flag} setting"))
-                            .hint(match flag {
-                                "--publish" | "--publish-all" => "use `--publish PORT` (bound to 127.0.0.1, with an input rule)",
-                                _ => "remove it, or run with `--net full` (no egress policy) if you really mean it",
-                            }),
+                        Diagnostic::new(
+                            at.clone(),
+                            format!("extra argument `{a}` would bypass the sandbox's {flag} setting"),
+                        )
+                        .hint(match flag {
+                            "--publish" | "--publish-all" => {
+                                "use `--publish PORT` (bound to 127.0.0.1, with an input rule)"
+                            }
+                            _ => {
+                                "remove it, or run with `--net full` (no egress policy) if you really mean it"
+                            }
+                        }),
                     );
                 }
             }
@@ -139,7 +180,12 @@ pub fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Po
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
     let extra = super::targets_beyond_gate(nets, IpAddr::V4(gate_addr)).then_some(gate.as_str());
-    for item in NO_PROXY_DEFAULTS.iter().copied().chain(user.iter().map(String::as_str)).chain(extra) {
+    for item in NO_PROXY_DEFAULTS
+        .iter()
+        .copied()
+        .chain(user.iter().map(String::as_str))
+        .chain(extra)
+    {
         if !out.iter().any(|o| o.eq_ignore_ascii_case(item)) {
             out.push(item.to_string());
         }

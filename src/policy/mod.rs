@@ -121,7 +121,11 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                 "none" => NetMode::None,
                 "full" => NetMode::Full,
                 _ => {
-                    c.bad(at, format!("unknown net mode `{v}`"), "use `allow`, `none` or `full`");
+                    c.bad(
+                        at,
+                        format!("unknown net mode `{v}`"),
+                        "use `allow`, `none` or `full`",
+                    );
                     NetMode::Allow
                 }
             },
@@ -146,7 +150,9 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                 if net == NetMode::Allow && !gate {
                     c.bad(
                         at,
-                        format!("`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"),
+                        format!(
+                            "`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"
+                        ),
                         "use IP/CIDR entries with --no-gate, or drop --no-gate",
                     );
                 } else if !hosts.contains(&(p.clone(), ports)) {
@@ -175,11 +181,19 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         Some((v, at)) => match v.parse::<Ipv4Addr>() {
             Ok(a) if !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast()) => a,
             Ok(a) => {
-                c.bad(at, format!("gate_addr {a} cannot carry the host mapping"), "use an unused address such as 100.64.0.1");
+                c.bad(
+                    at,
+                    format!("gate_addr {a} cannot carry the host mapping"),
+                    "use an unused address such as 100.64.0.1",
+                );
                 DEFAULT_GATE_ADDR
             }
             Err(_) => {
-                c.bad(at, format!("gate_addr `{v}` is not an IPv4 address"), "e.g. `gate_addr = 100.64.0.1`");
+                c.bad(
+                    at,
+                    format!("gate_addr `{v}` is not an IPv4 address"),
+                    "e.g. `gate_addr = 100.64.0.1`",
+                );
                 DEFAULT_GATE_ADDR
             }
         },
@@ -189,7 +203,11 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         Some((v, at)) => match v.parse::<u16>() {
             Ok(p) if p >= 1024 => p,
             _ => {
-                c.bad(at, format!("gate_port `{v}` is not a port from 1024 to 65535"), "e.g. `gate_port = 18081`");
+                c.bad(
+                    at,
+                    format!("gate_port `{v}` is not a port from 1024 to 65535"),
+                    "e.g. `gate_port = 18081`",
+                );
                 DEFAULT_GATE_PORT
             }
         },
@@ -224,7 +242,10 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
 
 fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) -> Vec<Publish> {
     let mut out: Vec<Publish> = Vec::new();
-    let flags = inputs.publish.iter().map(|v| (v.as_str(), Origin::Flag("--publish")));
+    let flags = inputs
+        .publish
+        .iter()
+        .map(|v| (v.as_str(), Origin::Flag("--publish")));
     for (v, at) in config.all("publish").chain(flags) {
         let parsed = match v.split_once(':') {
             None => allow::parse_ports(v).map(|p| (p, p)),
@@ -232,19 +253,41 @@ fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) 
         };
         match parsed {
             Ok((h, ct)) if h.lo == h.hi && ct.lo == ct.hi => {
-                let p = Publish { host: h.lo, container: ct.lo };
+                let p = Publish {
+                    host: h.lo,
+                    container: ct.lo,
+                };
                 if let Some(prev) = out.iter().find(|o| o.host == p.host) {
-                    c.bad(at, format!("host port {} is already published (to {})", p.host, prev.container), "publish each host port once");
+                    c.bad(
+                        at,
+                        format!(
+                            "host port {} is already published (to {})",
+                            p.host, prev.container
+                        ),
+                        "publish each host port once",
+                    );
                 } else {
                     out.push(p);
                 }
             }
-            Ok(_) => c.bad(at, format!("publish `{v}`: ranges are not supported"), "write one `publish` per port"),
-            Err(b) => c.bad(at, format!("bad publish `{v}`: {}", b.reason), "write `PORT` or `HOSTPORT:CONTAINERPORT`, e.g. `8000` or `8080:3000`"),
+            Ok(_) => c.bad(
+                at,
+                format!("publish `{v}`: ranges are not supported"),
+                "write one `publish` per port",
+            ),
+            Err(b) => c.bad(
+                at,
+                format!("bad publish `{v}`: {}", b.reason),
+                "write `PORT` or `HOSTPORT:CONTAINERPORT`, e.g. `8000` or `8080:3000`",
+            ),
         }
     }
     if net == NetMode::None && !out.is_empty() {
-        c.bad(Origin::Flag("--publish"), "nothing can be published with --net none (no interface)", "use --net allow (the default) to publish with the egress policy");
+        c.bad(
+            Origin::Flag("--publish"),
+            "nothing can be published with --net none (no interface)",
+            "use --net allow (the default) to publish with the egress policy",
+        );
     }
     out
 }
@@ -260,7 +303,11 @@ fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
     if v == "host" {
         Image::Host
     } else if v.starts_with('-') || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
-        c.bad(at, format!("`{v}` is not an image name"), "write `host` or a local image name such as `localhost/dev:latest`");
+        c.bad(
+            at,
+            format!("`{v}` is not an image name"),
+            "write `host` or a local image name such as `localhost/dev:latest`",
+        );
         Image::Host
     } else {
         Image::Named(v.to_string())
@@ -270,7 +317,11 @@ fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
 fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
     if !inputs.command.is_empty() {
         if inputs.shell {
-            c.bad(Origin::Flag("--shell"), "--shell and a command after `--` both say what to run", "drop one of them");
+            c.bad(
+                Origin::Flag("--shell"),
+                "--shell and a command after `--` both say what to run",
+                "drop one of them",
+            );
         }
         return Command::Argv(inputs.command.clone());
     }
@@ -282,7 +333,11 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
         Some((v, at)) => match shlex::split(v) {
             Some(argv) if !argv.is_empty() => Command::Argv(argv),
             _ => {
-                c.bad(at, format!("cmd `{v}` has unbalanced quotes"), "quote as in a POSIX shell, e.g. `cmd = claude --model 'x y'`");
+                c.bad(
+                    at,
+                    format!("cmd `{v}` has unbalanced quotes"),
+                    "quote as in a POSIX shell, e.g. `cmd = claude --model 'x y'`",
+                );
                 Command::Shell
             }
         },
@@ -292,9 +347,8 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
 /// Whether an IP allow entry covers `addr` on a port the gate does not relay
 /// (then clients must bypass the proxy for `addr`: it goes into NO_PROXY).
 pub fn targets_beyond_gate(nets: &[(IpNet, Ports)], addr: IpAddr) -> bool {
-    nets.iter().any(|(n, p)| {
-        n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo))
-    })
+    nets.iter()
+        .any(|(n, p)| n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo)))
 }
 
 #[cfg(test)]

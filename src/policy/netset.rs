@@ -25,43 +25,39 @@ pub fn disjoint(entries: &[(IpNet, Ports)]) -> Vec<Box2> {
         cuts.insert(u32::from(p.hi) + 1);
     }
     let cuts: Vec<u32> = cuts.into_iter().collect();
-    // (port interval, outermost prefixes covering it)
-    let mut spans: Vec<(u32, u32, Vec<IpNet>)> = Vec::new();
+    // For each elementary port interval, the outermost prefixes covering it. Within one
+    // interval those prefixes are pairwise disjoint.
+    let mut pieces: Vec<Box2> = Vec::new();
     for w in cuts.windows(2) {
         let (lo, hi) = (w[0], w[1] - 1);
-        let mut nets: Vec<IpNet> = entries
+        let nets: Vec<IpNet> = entries
             .iter()
             .filter(|(_, p)| u32::from(p.lo) <= lo && hi <= u32::from(p.hi))
             .map(|(n, _)| *n)
             .collect();
-        if nets.is_empty() {
-            continue;
-        }
-        nets.sort();
-        nets.dedup();
-        let outer: Vec<IpNet> = nets
-            .iter()
-            .filter(|n| !nets.iter().any(|m| m != *n && m.contains_net(n)))
-            .copied()
-            .collect();
-        match spans.last_mut() {
-            Some((_, prev_hi, prev)) if *prev_hi + 1 == lo && *prev == outer => *prev_hi = hi,
-            _ => spans.push((lo, hi, outer)),
-        }
-    }
-    let mut out: Vec<Box2> = spans
-        .into_iter()
-        .flat_map(|(lo, hi, nets)| {
-            nets.into_iter().map(move |net| Box2 {
-                net,
-                ports: Ports {
+        for n in &nets {
+            if !nets.iter().any(|m| m != n && m.contains_net(n)) {
+                let ports = Ports {
                     lo: lo as u16,
                     hi: hi as u16,
-                },
-            })
-        })
-        .collect();
-    out.sort();
+                };
+                pieces.push(Box2 { net: *n, ports });
+            }
+        }
+    }
+    // Coalesce port-adjacent pieces of the same prefix. Where a prefix is outermost nothing
+    // else overlaps it, so the merged box stays disjoint from every other box.
+    pieces.sort();
+    pieces.dedup();
+    let mut out: Vec<Box2> = Vec::new();
+    for b in pieces {
+        match out.last_mut() {
+            Some(prev) if prev.net == b.net && u32::from(prev.ports.hi) + 1 == u32::from(b.ports.lo) => {
+                prev.ports.hi = b.ports.hi;
+            }
+            _ => out.push(b),
+        }
+    }
     out
 }
 
@@ -78,8 +74,17 @@ mod tests {
 
     #[test]
     fn nested_entries_collapse_to_the_outer_one() {
-        let got = disjoint(&[(net("10.0.0.0/8"), Ports::ALL), (net("10.1.2.3"), Ports::one(5432))]);
-        assert_eq!(got, vec![Box2 { net: net("10.0.0.0/8"), ports: Ports::ALL }]);
+        let got = disjoint(&[
+            (net("10.0.0.0/8"), Ports::ALL),
+            (net("10.1.2.3"), Ports::one(5432)),
+        ]);
+        assert_eq!(
+            got,
+            vec![Box2 {
+                net: net("10.0.0.0/8"),
+                ports: Ports::ALL
+            }]
+        );
     }
 
     #[test]
@@ -89,14 +94,33 @@ mod tests {
             (net("10.1.2.3"), Ports { lo: 50, hi: 200 }),
         ]);
         let want = vec![
-            Box2 { net: net("10.0.0.0/8"), ports: Ports { lo: 1, hi: 100 } },
-            Box2 { net: net("10.1.2.3"), ports: Ports { lo: 101, hi: 200 } },
+            Box2 {
+                net: net("10.0.0.0/8"),
+                ports: Ports { lo: 1, hi: 100 },
+            },
+            Box2 {
+                net: net("10.1.2.3"),
+                ports: Ports { lo: 101, hi: 200 },
+            },
         ];
         assert_eq!(got, want);
     }
 
     fn covered(boxes: &[Box2], ip: IpAddr, port: u16) -> usize {
-        boxes.iter().filter(|b| b.net.contains(ip) && b.ports.contains(&Ports::one(port))).count()
+        boxes
+            .iter()
+            .filter(|b| b.net.contains(ip) && b.ports.contains(&Ports::one(port)))
+            .count()
+    }
+
+    #[test]
+    fn unrelated_entries_do_not_fragment_a_prefix() {
+        let got = disjoint(&[
+            (net("10.0.0.0/8"), Ports::ALL),
+            (net("100.64.0.1"), Ports::one(5432)),
+            (net("192.0.2.0/24"), Ports::one(443)),
+        ]);
+        assert_eq!(got.len(), 3, "{got:?}");
     }
 
     proptest! {

@@ -1,0 +1,165 @@
+//! Snapshot tests of the whole pure pipeline (config + CLI + env → Plan → `--dry-run` text),
+//! driven through `FakeHost`, which also proves that a dry run asks for no side effect.
+
+use ai_sandbox::app;
+use ai_sandbox::cli::Cli;
+use ai_sandbox::host::FakeHost;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// The seed-style config from DESIGN.md, every example line.
+const DESIGN_CONFIG: &str = "\
+# comment
+allow = github.com            # hostname: enforced by the gate (ports 80, 443, 8443)
+allow = *.npmjs.org           # suffix wildcard
+allow = 100.64.0.1:5432       # IP[:port] / CIDR: a direct netfilter rule
+env = DATABASE_URL=postgresql://dev@100.64.0.1:5432/app_dev
+env = NO_PROXY=100.64.0.1,localhost,127.0.0.1,::1
+extra_args = -v /data:/data:ro
+gate_addr = 100.64.0.1        # default
+gate_port = 18081             # first free port at or above
+";
+
+fn host(config: &str, vars: &[(&str, &str)]) -> FakeHost {
+    let mut h = FakeHost {
+        cwd: PathBuf::from("/home/dev/app"),
+        uid: 1000,
+        ..FakeHost::default()
+    };
+    h.vars.push(("HOME".into(), "/home/dev".into()));
+    h.vars.push(("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()));
+    h.vars
+        .extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    h.files
+        .push(("/home/dev/app/.ai-sandbox/config".into(), config.into()));
+    h
+}
+
+/// The podman argv printed by `--dry-run`, parsed back as a shell would.
+fn argv_of(out: &str) -> Vec<String> {
+    let cmd: Vec<&str> = out
+        .lines()
+        .skip_while(|l| l.starts_with('#'))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("the printed command parses as shell words")
+}
+
+fn dry_run(h: &mut FakeHost, args: &[&str]) -> String {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run"].iter().chain(args)).unwrap();
+    let code = app::run(h, &cli.run).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(code, 0);
+    assert!(
+        h.effects.is_empty(),
+        "--dry-run caused side effects: {:?}",
+        h.effects
+    );
+    h.stdout.clone()
+}
+
+#[test]
+fn design_config() {
+    let mut h = host(DESIGN_CONFIG, &[]);
+    insta::assert_snapshot!(dry_run(&mut h, &[]));
+}
+
+#[test]
+fn allow_host_postgres_from_cli() {
+    let mut h = host("", &[]);
+    insta::assert_snapshot!(dry_run(
+        &mut h,
+        &["--allow", "100.64.0.1:5432", "--", "psql", "-h", "100.64.0.1"]
+    ));
+}
+
+#[test]
+fn net_none() {
+    let mut h = host("allow = github.com\n", &[]);
+    insta::assert_snapshot!(dry_run(
+        &mut h,
+        &["--net", "none", "--", "cargo", "test", "--offline"]
+    ));
+}
+
+#[test]
+fn net_full_with_extra_publish_args() {
+    let mut h = host("", &[("AISB_EXTRA_ARGS", "-p 8000:8000")]);
+    insta::assert_snapshot!(dry_run(&mut h, &["--net", "full", "--", "npm", "run", "dev"]));
+}
+
+#[test]
+fn two_published_ports() {
+    let mut h = host("publish = 8000\n", &[]);
+    insta::assert_snapshot!(dry_run(
+        &mut h,
+        &["--publish", "8080:3000", "--", "npm", "run", "dev"]
+    ));
+}
+
+#[test]
+fn user_no_proxy_is_merged() {
+    let mut h = host(
+        "env = NO_PROXY=internal.example,10.1.2.3\nallow = 10.1.2.3:8080\n",
+        &[],
+    );
+    insta::assert_snapshot!(dry_run(&mut h, &["-e", "no_proxy=other.example"]));
+}
+
+#[test]
+fn aisb_extra_args_follow_config_extra_args() {
+    let mut h = host(
+        "extra_args = --memory 2g\n",
+        &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")],
+    );
+    let out = dry_run(&mut h, &["--", "true"]);
+    let args = argv_of(&out);
+    let pos = |a: &str| {
+        args.iter()
+            .position(|x| x == a)
+            .unwrap_or_else(|| panic!("{a} missing"))
+    };
+    assert!(pos("--http-proxy=false") < pos("--memory"), "ours first");
+    assert!(
+        pos("2g") < pos("/cache:/cache:ro"),
+        "config before AISB_EXTRA_ARGS"
+    );
+    assert!(
+        pos("512") < pos("--rootfs"),
+        "all options before the rootfs positional"
+    );
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn no_gate_allows_dns_to_the_pasta_resolver_only() {
+    let mut h = host("allow = 192.0.2.0/24:443\n", &[]);
+    insta::assert_snapshot!(dry_run(&mut h, &["--no-gate", "--", "true"]));
+}
+
+#[test]
+fn launch_goes_through_the_host_and_root_is_refused() {
+    let mut h = host("", &[]);
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    h.exit_code = 7;
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 7, "exit code passed through");
+    assert_eq!(h.effects.len(), 1);
+    assert!(h.effects[0].contains("run --rm -i"));
+
+    let mut root = host("", &[]);
+    root.uid = 0;
+    let err = app::run(&mut root, &cli.run).unwrap_err().to_string();
+    assert!(
+        err.contains("rootless") && err.contains("scripts/as-user"),
+        "{err}"
+    );
+    assert!(root.effects.is_empty());
+}
+
+#[test]
+fn tty_adds_t_and_shell_is_the_default_command() {
+    let mut h = host("", &[]);
+    h.tty = true;
+    let out = dry_run(&mut h, &[]);
+    assert!(out.contains("\n  -t \\\n"));
+    assert!(out.contains("/bin/bash\n"));
+}
