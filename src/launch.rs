@@ -52,17 +52,24 @@ pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes session directories whose launcher is gone (killed with SIGKILL, say).
+/// Removes session directories whose launcher is gone (killed with SIGKILL, say). A dir with
+/// no pid file yet may belong to a launch that is starting right now: left alone for a minute.
 fn sweep_sessions(sessions: &Path) {
     let Ok(entries) = fs::read_dir(sessions) else {
         return;
     };
     for e in entries.flatten() {
-        let pid = fs::read_to_string(e.path().join("pid"))
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok());
-        let alive = pid.is_some_and(|p| kill(Pid::from_raw(p), None).is_ok());
-        if !alive {
+        let stale = match fs::read_to_string(e.path().join("pid")) {
+            Ok(pid) => match pid.trim().parse::<i32>() {
+                Ok(p) => kill(Pid::from_raw(p), None).is_err(),
+                Err(_) => true,
+            },
+            Err(_) => e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 60)),
+        };
+        if stale {
             let _ = fs::remove_dir_all(e.path());
         }
     }

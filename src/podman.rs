@@ -56,6 +56,8 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         &format!("aisb-{}", f.session_id),
         "--label",
         &format!("ai-sandbox.session={}", f.session_id),
+        "--label",
+        &format!("ai-sandbox.project={project}"),
         "--network",
         &network_arg(p),
         "--http-proxy=false",

@@ -163,3 +163,13 @@ fn tty_adds_t_and_shell_is_the_default_command() {
     assert!(out.contains("\n  -t \\\n"));
     assert!(out.contains("/bin/bash\n"));
 }
+
+#[test]
+fn config_example_parses_and_dry_runs() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.example")).unwrap();
+    let mut h = host(&text, &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    assert!(out.contains("100.64.0.1 . 5432"), "{out}");
+    assert!(out.contains("DATABASE_URL=postgresql://dev@100.64.0.1:5432/app_dev"));
+    assert!(out.contains("NO_PROXY=localhost,127.0.0.1,::1,internal.example,100.64.0.1"));
+}

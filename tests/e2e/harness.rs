@@ -1,0 +1,375 @@
+//! Shared e2e machinery. The suite runs as root (CI's shell) and drops to an unprivileged
+//! user (AISB_E2E_USER, default `aisb`, made by scripts/install-deps) for every ai-sandbox
+//! and podman call, exactly like a user would run them. Root is used only for what a test
+//! host needs: network namespaces with veth pairs, and looking into a container from outside.
+//!
+//! Nothing here skips: a missing prerequisite is a panic naming the fix.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub user: String,
+    pub uid: u32,
+    pub home: PathBuf,
+    /// A directory the test user can read: the binary, probe.py, fixtures, projects.
+    pub root: PathBuf,
+    pub bin: PathBuf,
+    pub probe: PathBuf,
+}
+
+static ENV: OnceLock<Env> = OnceLock::new();
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+pub fn env() -> &'static Env {
+    ENV.get_or_init(|| {
+        assert!(
+            nix::unistd::getuid().is_root(),
+            "the e2e suite runs as root and drops to the test user for podman; run scripts/test"
+        );
+        let user = std::env::var("AISB_E2E_USER").unwrap_or_else(|_| "aisb".into());
+        let pw = nix::unistd::User::from_name(&user)
+            .unwrap()
+            .unwrap_or_else(|| panic!("test user {user} does not exist: run scripts/install-deps"));
+        let root = PathBuf::from(format!("/var/tmp/aisb-e2e-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::create_dir_all(root.join("projects")).unwrap();
+        let bin = root.join("bin/ai-sandbox");
+        std::fs::copy(env!("CARGO_BIN_EXE_ai-sandbox"), &bin).unwrap();
+        let probe = root.join("bin/probe.py");
+        std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/probe.py"), &probe).unwrap();
+        let failing = root.join("bin/failing-nft");
+        std::fs::write(
+            &failing,
+            "#!/bin/sh\necho 'failing-nft: refusing to load (test double)' >&2\nexit 3\n",
+        )
+        .unwrap();
+        for p in [
+            &root,
+            &root.join("bin"),
+            &root.join("projects"),
+            &bin,
+            &probe,
+            &failing,
+        ] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let run_dir = PathBuf::from(format!("/run/user/{}", pw.uid));
+        if !run_dir.exists() {
+            std::fs::create_dir_all(&run_dir).unwrap();
+            std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            nix::unistd::chown(&run_dir, Some(pw.uid), Some(pw.gid)).unwrap();
+        }
+        Env {
+            user,
+            uid: pw.uid.as_raw(),
+            home: pw.dir,
+            root,
+            bin,
+            probe,
+        }
+    })
+}
+
+/// A project directory owned by the test user.
+pub struct Project {
+    pub dir: PathBuf,
+}
+
+impl Project {
+    pub fn new(name: &str) -> Project {
+        let e = env();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = e.root.join("projects").join(format!("{name}-{n}"));
+        std::fs::create_dir_all(dir.join(".ai-sandbox")).unwrap();
+        // The probe must be inside the project: nothing else of this host is mounted.
+        std::fs::copy(&e.probe, dir.join("probe.py")).unwrap();
+        for p in [&dir, &dir.join(".ai-sandbox"), &dir.join("probe.py")] {
+            chown_user(p);
+        }
+        Project { dir }
+    }
+    pub fn config(&self, text: &str) -> &Self {
+        let f = self.dir.join(".ai-sandbox/config");
+        std::fs::write(&f, text).unwrap();
+        chown_user(&f);
+        self
+    }
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+pub fn chown_user(p: &Path) {
+    let pw = nix::unistd::User::from_name(&env().user).unwrap().unwrap();
+    nix::unistd::chown(p, Some(pw.uid), Some(pw.gid)).unwrap();
+}
+
+/// `runuser -u USER -- env -i ... PROGRAM ARGS` in `dir`, with a clean user environment.
+pub fn user_command(dir: &Path, program: &Path, args: &[&str], vars: &[(&str, &str)]) -> Command {
+    let e = env();
+    let mut c = Command::new("timeout");
+    c.args([
+        "--kill-after=10",
+        "240",
+        "runuser",
+        "-u",
+        &e.user,
+        "--",
+        "env",
+        "-i",
+    ]);
+    c.arg("PATH=/usr/local/bin:/usr/bin:/bin");
+    c.arg(format!("HOME={}", e.home.display()));
+    c.arg(format!("USER={}", e.user));
+    c.arg(format!("XDG_RUNTIME_DIR=/run/user/{}", e.uid));
+    c.arg("PODMAN_IGNORE_CGROUPSV1_WARNING=1");
+    for (k, v) in vars {
+        c.arg(format!("{k}={v}"));
+    }
+    c.arg(program).args(args).current_dir(dir).stdin(Stdio::null());
+    c
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+    /// The result word the probe printed for `spec`.
+    pub fn probe(&self, spec: &str) -> &str {
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(spec).and_then(|r| r.strip_prefix(' ')))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no probe result for {spec}; stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            })
+    }
+    pub fn ok(&self) -> &Self {
+        assert_eq!(
+            self.code, 0,
+            "exit {}; stdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// Runs `ai-sandbox ARGS` as the test user in the project.
+pub fn sandbox(p: &Project, args: &[&str], vars: &[(&str, &str)]) -> Run {
+    Run::from(user_command(&p.dir, &env().bin, args, vars).output().unwrap())
+}
+
+pub fn spawn_sandbox(p: &Project, args: &[&str]) -> Child {
+    user_command(&p.dir, &env().bin, args, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs any program as the test user (podman ps, say).
+pub fn as_user(program: &str, args: &[&str]) -> Run {
+    let dir = env().home.clone();
+    Run::from(
+        user_command(&dir, Path::new(program), args, &[])
+            .output()
+            .unwrap(),
+    )
+}
+
+/// `-- python3 probe.py SPEC...` arguments for a sandbox run in the project.
+pub fn probe_args<'a>(specs: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--", "/usr/bin/python3", "probe.py"];
+    v.extend_from_slice(specs);
+    v
+}
+
+/// A TCP server on the host's 127.0.0.1 that greets every connection (a stand-in for sshd,
+/// postgres...). Counts connections.
+pub struct Banner {
+    pub port: u16,
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl Banner {
+    pub fn start(greeting: &'static str) -> Banner {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                h.fetch_add(1, Ordering::SeqCst);
+                let _ = s.write_all(greeting.as_bytes());
+            }
+        });
+        Banner { port, hits }
+    }
+}
+
+/// A host in its own network namespace, reached over a veth pair from the root namespace:
+/// TCP greeter and UDP echo on the same port, IPv4 and IPv6. Each instance has its own /30
+/// (and /64) so tests can run in parallel. Removed on drop.
+pub struct TestHost {
+    pub ns: String,
+    veth: String,
+    pub v4: String,
+    pub v6: String,
+    pub port: u16,
+    pub udp_hits: Arc<AtomicUsize>,
+}
+
+fn sh(args: &[&str]) {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl TestHost {
+    pub fn new() -> TestHost {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst) % 60 + 1;
+        let pid = std::process::id() % 10000;
+        let ns = format!("aisbe2e-{pid}-{n}");
+        let (veth, peer) = (format!("aisbh{pid}x{n}"), format!("aisbn{pid}x{n}"));
+        let (h4, v4) = (
+            format!("198.51.100.{}", 4 * n + 1),
+            format!("198.51.100.{}", 4 * n + 2),
+        );
+        let (h6, v6) = (format!("fd99:a15b:0:{n}::1"), format!("fd99:a15b:0:{n}::2"));
+        sh(&["ip", "netns", "add", &ns]);
+        sh(&[
+            "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &ns,
+        ]);
+        sh(&["ip", "addr", "add", &format!("{h4}/30"), "dev", &veth]);
+        sh(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{h6}/64"),
+            "dev",
+            &veth,
+            "nodad",
+        ]);
+        sh(&["ip", "link", "set", &veth, "up"]);
+        sh(&["ip", "-n", &ns, "addr", "add", &format!("{v4}/30"), "dev", &peer]);
+        sh(&[
+            "ip",
+            "-n",
+            &ns,
+            "-6",
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            &peer,
+            "nodad",
+        ]);
+        sh(&["ip", "-n", &ns, "link", "set", &peer, "up"]);
+        sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let udp_hits = Arc::new(AtomicUsize::new(0));
+        let hits = udp_hits.clone();
+        let ns_path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            // This thread lives in the test host's namespace; its sockets stay there.
+            let f = std::fs::File::open(&ns_path).unwrap();
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let tcp = TcpListener::bind("[::]:0").unwrap();
+            let port = tcp.local_addr().unwrap().port();
+            let udp = UdpSocket::bind(format!("[::]:{port}")).unwrap();
+            tx.send(port).unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1500];
+                while let Ok((n, from)) = udp.recv_from(&mut buf) {
+                    hits.fetch_add(1, Ordering::SeqCst);
+                    let _ = udp.send_to(&buf[..n], from);
+                }
+            });
+            for mut s in tcp.incoming().flatten() {
+                let _ = s.write_all(b"TESTHOST\n");
+            }
+        });
+        let port = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        TestHost {
+            ns,
+            veth,
+            v4,
+            v6,
+            port,
+            udp_hits,
+        }
+    }
+    pub fn tcp4(&self) -> String {
+        format!("tcp:{}:{}", self.v4, self.port)
+    }
+    pub fn tcp6(&self) -> String {
+        format!("tcp:[{}]:{}", self.v6, self.port)
+    }
+    pub fn udp4(&self) -> String {
+        format!("udp:{}:{}", self.v4, self.port)
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// Polls `f` until it returns true or `secs` pass.
+pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+/// Containers of the test user that belong to `project` (by the label ai-sandbox sets).
+pub fn containers_of(p: &Project) -> Vec<String> {
+    let filter = format!("label=ai-sandbox.project={}", p.dir.display());
+    let r = as_user(
+        "/usr/bin/podman",
+        &["ps", "-a", "--filter", &filter, "--format", "{{.Names}} {{.Pid}}"],
+    );
+    assert_eq!(r.code, 0, "podman ps failed: {}", r.stderr);
+    r.stdout.lines().map(str::to_string).collect()
+}
+
+/// Reads a connection's greeting from the host side.
+pub fn greet(port: u16) -> Option<String> {
+    let mut s =
+        std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(3)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    Some(buf)
+}
