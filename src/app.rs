@@ -77,7 +77,7 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 /// Observes what the plan needs from this machine. `launching` picks a real token.
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let session_id = host.random_hex(6)?;
+    let session_id = host.random_hex(6).context("reading /dev/urandom")?;
     let runtime = match host.env("XDG_RUNTIME_DIR") {
         Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
         _ => PathBuf::from(format!("/tmp/ai-sandbox-{}", host.uid())),
@@ -96,7 +96,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
         nft,
-        self_exe: host.current_exe()?,
+        self_exe: host
+            .current_exe()
+            .context("finding this program's path (it is also the OCI hook)")?,
         session_dir: runtime.join("sessions").join(&session_id),
         session_id,
         sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
@@ -127,7 +129,12 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
             "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)\n  hint: run it as a regular user; from a root shell: scripts/as-user ai-sandbox ..."
         );
     }
-    let facts = gather_facts(host, &policy, !args.dry_run)?;
+    let mut facts = gather_facts(host, &policy, !args.dry_run)?;
+    if policy.gate && !args.dry_run {
+        // The gate's real port (first free at or above gate_port) goes into the ruleset and
+        // the proxy URL; the registration lasts as long as this process.
+        facts.gate_port = host.register_gate(&policy, &facts)?;
+    }
     let plan: Plan = plan::build(&policy, &facts);
     if args.dry_run {
         host.print(&plan::render(&plan));
@@ -142,7 +149,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
 /// `ai-sandbox rules [--json|--nft]`
 pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<i32> {
     let policy = load_policy(host, args)?;
-    match crate::ruleset::build(&policy) {
+    match crate::ruleset::build(&policy, policy.gate_port) {
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
         None => {

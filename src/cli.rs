@@ -71,6 +71,11 @@ pub enum Sub {
     },
     /// Check that this machine can run sandboxes; print the fix for each failed check.
     Doctor,
+    /// The egress gate: status, logs, stop.
+    Gate {
+        #[command(subcommand)]
+        cmd: GateCmd,
+    },
     /// OCI createRuntime hook (run by podman, not by hand).
     #[command(hide = true)]
     Hook {
@@ -78,5 +83,31 @@ pub enum Sub {
         nft: PathBuf,
         #[arg(long)]
         ruleset: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GateCmd {
+    /// The running gate: port, sessions, per-session counters.
+    Status,
+    /// Every decision the gate made.
+    Logs {
+        /// Keep printing new decisions.
+        #[arg(short, long)]
+        follow: bool,
+        /// Raw JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the gate (running sandboxes lose egress: fail closed).
+    Stop,
+    /// Run the gate (started by ai-sandbox itself).
+    #[command(hide = true)]
+    Serve {
+        #[arg(long, default_value_t = crate::policy::DEFAULT_GATE_PORT)]
+        port_from: u16,
+        /// Exit after this many seconds without sessions.
+        #[arg(long, default_value_t = 30)]
+        idle_exit: u64,
     },
 }

@@ -12,6 +12,8 @@ pub const KEYS: &[(&str, bool)] = &[
     ("env", true),
     ("extra_args", true),
     ("publish", true),
+    ("resolve", true),
+    ("gate_ports", false),
     ("gate_addr", false),
     ("gate_port", false),
     ("image", false),

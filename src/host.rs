@@ -4,7 +4,8 @@
 //! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
-use crate::plan::Plan;
+use crate::plan::{Facts, Plan};
+use crate::policy::Policy;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -22,11 +23,17 @@ pub trait Host {
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
     fn print(&mut self, text: &str);
     fn eprint(&mut self, text: &str);
+    /// Registers the session with the user's gate (starting one if needed) for the life of
+    /// this process; returns the gate's port.
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
 }
 
-pub struct RealHost;
+#[derive(Default)]
+pub struct RealHost {
+    lease: Option<crate::gate::control::Lease>,
+}
 
 impl Host for RealHost {
     fn env(&self, key: &str) -> Option<String> {
@@ -78,6 +85,33 @@ impl Host for RealHost {
     }
     fn eprint(&mut self, text: &str) {
         eprint!("{text}");
+    }
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16> {
+        use crate::gate::control;
+        let req = control::Request::Register {
+            session: facts.session_id.clone(),
+            project: policy.project.display().to_string(),
+            token: facts.token.clone(),
+            policy: crate::gate::decide::SessionPolicy {
+                hosts: policy.hosts.clone(),
+                nets: policy.nets.clone(),
+                gate_ports: policy.gate_ports.clone(),
+                resolve: policy.resolve.clone(),
+                config_path: policy.project.join(".ai-sandbox/config").display().to_string(),
+                gate_addr: policy.gate_addr,
+            },
+        };
+        crate::launch::block_forwarded_signals()?;
+        let lease = control::register(&control::runtime_dir(), &facts.self_exe, policy.gate_port, &req)?;
+        lease.watch(|| {
+            eprintln!(
+                "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed). \
+                 Restart the sandbox to start a new gate."
+            )
+        })?;
+        let port = lease.port;
+        self.lease = Some(lease);
+        Ok(port)
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(plan)
@@ -136,6 +170,11 @@ impl Host for FakeHost {
     }
     fn eprint(&mut self, text: &str) {
         self.stderr += text;
+    }
+    fn register_gate(&mut self, policy: &Policy, _facts: &Facts) -> anyhow::Result<u16> {
+        self.effects
+            .push(format!("register gate from port {}", policy.gate_port));
+        Ok(policy.gate_port + 1)
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effects.push(format!("launch {}", plan.argv.join(" ")));

@@ -33,7 +33,10 @@ pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
     }
     let parent = dir.parent().context("rootfs path has no parent")?;
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = tempfile::Builder::new().prefix(".rootfs-").tempdir_in(parent)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".rootfs-")
+        .tempdir_in(parent)
+        .with_context(|| format!("creating the rootfs skeleton in {}", parent.display()))?;
     for d in SKELETON_DIRS {
         fs::create_dir(tmp.path().join(d))?;
     }
@@ -81,18 +84,22 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(sessions)?;
+            .create(sessions)
+            .with_context(|| format!("creating {}", sessions.display()))?;
         sweep_sessions(sessions);
     }
     fs::DirBuilder::new()
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("creating session dir {}", dir.display()))?;
-    fs::write(dir.join("pid"), std::process::id().to_string())?;
+    let write = |path: &Path, text: &str| {
+        fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write(&dir.join("pid"), &std::process::id().to_string())?;
     if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
-        fs::write(&hook.ruleset_file, rs.to_json_string())?;
-        fs::create_dir(&hook.hooks_dir)?;
-        fs::write(&hook.hook_file, &hook.hook_json)?;
+        write(&hook.ruleset_file, &rs.to_json_string())?;
+        fs::create_dir(&hook.hooks_dir).with_context(|| format!("creating {}", hook.hooks_dir.display()))?;
+        write(&hook.hook_file, &hook.hook_json)?;
     }
     Ok(())
 }
@@ -142,13 +149,25 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
     }
 }
 
-fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
+/// The signals forwarded to podman. Blocked in the launcher before it starts any thread
+/// (threads inherit the mask), so none of them can take the default action and kill the
+/// launcher instead of reaching the container.
+pub fn forwarded_signals() -> SigSet {
     let mut set = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
         set.add(s);
     }
+    set
+}
+
+pub fn block_forwarded_signals() -> anyhow::Result<()> {
+    forwarded_signals().thread_block().context("blocking signals")
+}
+
+fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
+    let set = forwarded_signals();
     // Block before spawning so no signal is lost; the child unblocks its own mask.
-    set.thread_block().context("blocking signals")?;
+    block_forwarded_signals()?;
     let mut cmd = Command::new(&plan.argv[0]);
     cmd.args(&plan.argv[1..]);
     // Podman 5 warns on every run about cgroup v1 hosts; the user can do nothing about it here.

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod error;
+pub mod gate;
 pub mod hook;
 pub mod host;
 pub mod launch;

@@ -7,12 +7,13 @@ use clap::Parser;
 
 fn main() {
     let cli = Cli::parse();
-    let mut host = RealHost;
+    let mut host = RealHost::default();
     let result = match &cli.sub {
         None => app::run(&mut host, &cli.run),
         Some(Sub::Rules { run, json, nft: _ }) => app::rules(&mut host, run, *json),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
+        Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
     };
     match result {
         Ok(code) => std::process::exit(code),

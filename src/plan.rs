@@ -57,7 +57,7 @@ pub const HOOK_FILE: &str = "ai-sandbox.json";
 pub const RULESET_FILE: &str = "ruleset.json";
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
-    let ruleset = ruleset::build(p);
+    let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(f));
     Plan {
         argv: podman::argv(p, f),
@@ -106,13 +106,6 @@ fn notices(p: &Policy) -> Vec<String> {
             if entries == 1 { "y" } else { "ies" }
         )),
         _ => {}
-    }
-    if p.gate && !p.hosts.is_empty() {
-        let names: Vec<String> = p.hosts.iter().map(|(h, _)| h.to_string()).collect();
-        n.push(format!(
-            "hostname entries are enforced by the egress gate, which this version does not run yet: {} will be refused",
-            names.join(", ")
-        ));
     }
     n
 }

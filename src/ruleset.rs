@@ -50,7 +50,9 @@ pub struct Ruleset {
 }
 
 /// The ruleset for `--net allow`; `None` for `none` (no interface) and `full` (no policy).
-pub fn build(p: &Policy) -> Option<Ruleset> {
+/// `gate_port` is the port the gate actually listens on (the configured one is where the
+/// search for a free port starts).
+pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     if p.net != NetMode::Allow {
         return None;
     }
@@ -64,7 +66,7 @@ pub fn build(p: &Policy) -> Option<Ruleset> {
     ]));
     if p.gate {
         // ip daddr GATE_ADDR tcp dport GATE_PORT accept
-        output.push(make_dest_accept(p.gate_addr, "tcp", p.gate_port));
+        output.push(make_dest_accept(p.gate_addr, "tcp", gate_port));
     } else {
         // --no-gate: DNS, and only to the resolver pasta provides.
         output.push(make_dest_accept(PASTA_DNS, "udp", 53));

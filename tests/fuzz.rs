@@ -63,10 +63,47 @@ proptest! {
             prop_assert!(matches!(e.origin, ai_sandbox::error::Origin::Config(l) if l >= 1));
         }
         if let Ok(p) = policy::build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
-            && let Some(rs) = ai_sandbox::ruleset::build(&p)
+            && let Some(rs) = ai_sandbox::ruleset::build(&p, p.gate_port)
         {
             prop_assert!(rs.to_text().starts_with("table inet ai_sandbox "), "text form");
             prop_assert!(rs.to_json_string().contains("\"policy\": \"drop\""), "json form");
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// The gate's request parser never panics, and anything it accepts has a sane target.
+    #[test]
+    fn gate_request_parser_never_panics(
+        line in prop_oneof![
+            "(CONNECT|GET|POST|connect) [ -~]{0,40} HTTP/1\\.[01]",
+            any::<String>(),
+        ],
+        headers in prop::collection::vec("[A-Za-z-]{1,12}:[ -~\t]{0,30}", 0..6),
+        sep in prop::sample::select(vec!["\r\n", "\n", "\r", "\r\n "]),
+        body in any::<Vec<u8>>(),
+    ) {
+        let mut raw = line.into_bytes();
+        for h in &headers {
+            raw.extend_from_slice(sep.as_bytes());
+            raw.extend_from_slice(h.as_bytes());
+        }
+        raw.extend_from_slice(b"\r\n\r\n");
+        raw.extend_from_slice(&body);
+        if let Ok(r) = ai_sandbox::gate::request::parse(&raw) {
+            prop_assert!(r.port > 0 && !r.host.is_empty() && r.head_len <= raw.len());
+            let _ = ai_sandbox::gate::decide::normalise(&r.host);
+        }
+    }
+
+    #[test]
+    fn sni_parser_never_panics(mut bytes in any::<Vec<u8>>(), tls in any::<bool>()) {
+        if tls && bytes.len() > 5 {
+            bytes[0] = 0x16;
+            bytes[1] = 3;
+        }
+        let _ = ai_sandbox::gate::tls::parse_client_hello(&bytes);
     }
 }

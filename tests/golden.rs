@@ -46,7 +46,7 @@ fn ruleset_for(cfg: &str, inputs: Inputs) -> Ruleset {
     let (cfg, errs) = config::parse(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     let p = policy::build(PathBuf::from("/w/p"), &cfg, &inputs).expect("policy");
-    ruleset::build(&p).expect("allow mode has a ruleset")
+    ruleset::build(&p, p.gate_port).expect("allow mode has a ruleset")
 }
 
 /// Loads both forms and checks they agree; returns the listing.
@@ -134,6 +134,6 @@ fn other_modes_have_no_ruleset() {
             },
         )
         .unwrap();
-        assert!(ruleset::build(&p).is_none());
+        assert!(ruleset::build(&p, p.gate_port).is_none());
     }
 }

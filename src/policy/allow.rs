@@ -10,7 +10,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// An inclusive port range; a single port has `lo == hi`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Ports {
     pub lo: u16,
     pub hi: u16,
@@ -37,7 +37,7 @@ impl fmt::Display for Ports {
 }
 
 /// An address with a prefix length; host bits are always zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct IpNet {
     pub addr: IpAddr,
     pub len: u8,
@@ -100,7 +100,7 @@ impl fmt::Display for IpNet {
 }
 
 /// A hostname pattern enforced by the gate.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum HostPattern {
     /// `github.com`: this name only.
     Exact(String),
@@ -393,6 +393,16 @@ fn looks_like_odd_ipv4(host: &str) -> bool {
                 && (p.chars().all(|c| c.is_ascii_digit())
                     || (p.starts_with("0x") && p[2..].chars().all(|c| c.is_ascii_hexdigit())))
         })
+}
+
+/// A DNS label as the gate accepts it: letters, digits, `-` (not at either end) and `_`.
+pub fn valid_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
 }
 
 fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad> {

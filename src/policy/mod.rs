@@ -98,6 +98,10 @@ pub struct Policy {
     /// The one NO_PROXY value (only meaningful with the gate).
     pub no_proxy: Vec<String>,
     pub extra_args: Vec<String>,
+    /// `resolve = NAME=IP` pins for the gate.
+    pub resolve: Vec<(String, IpAddr)>,
+    /// Ports the gate relays for hostname entries without a port.
+    pub gate_ports: Vec<u16>,
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -213,6 +217,39 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         },
     };
 
+    let resolve = resolves(config, &mut c);
+    let gate_ports = match config.one("gate_ports") {
+        None => GATE_DEFAULT_PORTS.to_vec(),
+        Some((v, at)) => {
+            let ports: Result<Vec<u16>, _> = v
+                .split(',')
+                .map(|p| allow::parse_ports(p.trim()))
+                .map(|r| {
+                    r.and_then(|p| {
+                        if p.lo == p.hi {
+                            Ok(p.lo)
+                        } else {
+                            Err(allow::Bad {
+                                reason: "ranges".into(),
+                                hint: String::new(),
+                            })
+                        }
+                    })
+                })
+                .collect();
+            match ports {
+                Ok(p) => p,
+                Err(_) => {
+                    c.bad(
+                        at,
+                        format!("gate_ports `{v}` is not a comma-separated list of ports"),
+                        "e.g. `gate_ports = 80,443,8443`",
+                    );
+                    GATE_DEFAULT_PORTS.to_vec()
+                }
+            }
+        }
+    };
     let publish = publishes(config, inputs, net, &mut c);
     let image = image(config, inputs, &mut c);
     let command = command(config, inputs, &mut c);
@@ -237,7 +274,41 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         env,
         no_proxy,
         extra_args,
+        resolve,
+        gate_ports,
     })
+}
+
+fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
+    let mut out: Vec<(String, IpAddr)> = Vec::new();
+    for (v, at) in config.all("resolve") {
+        let hint = "write `resolve = NAME=IP`, e.g. `resolve = api.internal.example=192.0.2.10`";
+        let Some((name, ip)) = v.split_once('=') else {
+            c.bad(at, format!("resolve `{v}` has no `=`"), hint);
+            continue;
+        };
+        let name = match allow::parse(name.trim()) {
+            Ok(Allow::Host(HostPattern::Exact(n), None)) => n,
+            _ => {
+                c.bad(at, format!("resolve: `{}` is not a hostname", name.trim()), hint);
+                continue;
+            }
+        };
+        let Ok(ip) = ip.trim().parse::<IpAddr>() else {
+            c.bad(at, format!("resolve: `{}` is not an IP address", ip.trim()), hint);
+            continue;
+        };
+        if out.iter().any(|(n, _)| *n == name) {
+            c.bad(
+                at,
+                format!("resolve: {name} is pinned twice"),
+                "keep one line per name",
+            );
+            continue;
+        }
+        out.push((name, crate::gate::decide::canonical(ip)));
+    }
+    out
 }
 
 fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) -> Vec<Publish> {

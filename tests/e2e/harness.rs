@@ -26,6 +26,9 @@ pub struct Env {
 
 static ENV: OnceLock<Env> = OnceLock::new();
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
+/// The gate is one per user and shared by parallel tests; the test that kills it takes this
+/// exclusively, the others that rely on it take it shared.
+pub static GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 pub fn env() -> &'static Env {
     ENV.get_or_init(|| {
@@ -233,6 +236,7 @@ impl Banner {
 pub struct TestHost {
     pub ns: String,
     veth: String,
+    tls: Option<Child>,
     pub v4: String,
     pub v6: String,
     pub port: u16,
@@ -301,7 +305,33 @@ impl TestHost {
             let tcp = TcpListener::bind("[::]:0").unwrap();
             let port = tcp.local_addr().unwrap().port();
             let udp = UdpSocket::bind(format!("[::]:{port}")).unwrap();
+            // HTTP on 80 and a TCP echo on 7000, for the gate's tests.
+            let http = TcpListener::bind("[::]:80").unwrap();
+            let echo = TcpListener::bind("[::]:7000").unwrap();
             tx.send(port).unwrap();
+            std::thread::spawn(move || {
+                for mut s in http.incoming().flatten() {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 4096];
+                        let _ = s.read(&mut buf);
+                        let body = "TESTHOST-HTTP\n";
+                        let _ = write!(
+                            s,
+                            "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    });
+                }
+            });
+            std::thread::spawn(move || {
+                for s in echo.incoming().flatten() {
+                    std::thread::spawn(move || {
+                        let mut r = s.try_clone().unwrap();
+                        let mut w = s;
+                        let _ = std::io::copy(&mut r, &mut w);
+                    });
+                }
+            });
             std::thread::spawn(move || {
                 let mut buf = [0u8; 1500];
                 while let Ok((n, from)) = udp.recv_from(&mut buf) {
@@ -317,11 +347,60 @@ impl TestHost {
         TestHost {
             ns,
             veth,
+            tls: None,
             v4,
             v6,
             port,
             udp_hits,
         }
+    }
+
+    /// Adds a TLS server on 443 (self-signed, `openssl s_server -www`).
+    pub fn with_tls(mut self) -> TestHost {
+        let dir = env().root.join(format!("tls-{}", self.ns));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        sh(&[
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=allowed.test",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ]);
+        let child = Command::new("ip")
+            .args([
+                "netns", "exec", &self.ns, "openssl", "s_server", "-quiet", "-accept", "443", "-www",
+            ])
+            .arg("-cert")
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.tls = Some(child);
+        let ns = self.ns.clone();
+        let up = wait_for(10, || {
+            Command::new("ip")
+                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :443"])
+                .output()
+                .is_ok_and(|o| !o.stdout.is_empty())
+        });
+        assert!(up, "s_server did not start");
+        self
     }
     pub fn tcp4(&self) -> String {
         format!("tcp:{}:{}", self.v4, self.port)
@@ -336,6 +415,10 @@ impl TestHost {
 
 impl Drop for TestHost {
     fn drop(&mut self) {
+        if let Some(mut c) = self.tls.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
     }
@@ -372,4 +455,9 @@ pub fn greet(port: u16) -> Option<String> {
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
     Some(buf)
+}
+
+/// The gate's decision log of the test user.
+pub fn gate_log() -> String {
+    std::fs::read_to_string(format!("/run/user/{}/ai-sandbox/gate.log", env().uid)).unwrap_or_default()
 }

@@ -3,6 +3,7 @@
 //! all" can never pass for "blocked". Ignored by a plain `cargo test` (they need root and the
 //! machine set-up); `scripts/test` runs them with `--ignored`, and any failure fails CI.
 
+mod gate;
 mod harness;
 
 use harness::*;

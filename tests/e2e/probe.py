@@ -6,6 +6,9 @@ visible through image = host). One line per probe: `SPEC RESULT`.
   udp:HOST:PORT   reply | rejected | timeout | error:...    (sends one datagram, waits for an echo)
   dns:HOST        answer | rejected | timeout | error:...   (one A query for example.invalid)
   raw             eperm | opened | error:...                (raw ICMP socket)
+  sni:HOST:PORT:SNI   tls-ok | closed | http-NNN | error:... (CONNECT via $HTTPS_PROXY, then TLS with SNI)
+  tunnels:HOST:PORT:N all-N | partial-K | error:...       (N CONNECT tunnels open at once, each echoed)
+  token:HOST:PORT:TOKEN http-NNN                           (CONNECT with the given proxy token)
 IPv6 hosts are written in brackets: tcp:[fd99::2]:80.
 """
 import errno, socket, sys
@@ -65,7 +68,76 @@ def raw():
     except OSError as e:
         return "error:%s" % e
 
+import base64, os, ssl, urllib.parse
+
+def proxy():
+    u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+    return u.hostname, u.port, u.password
+
+def connect(host, port, token):
+    ph, pp, _ = proxy()
+    s = socket.create_connection((ph, pp), timeout=10)
+    cred = base64.b64encode(("aisb:%s" % token).encode()).decode()
+    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\nProxy-Authorization: Basic %s\r\n\r\n"
+               % (host, port, host, port, cred)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    return s, int(head.split(b" ")[1]) if head else 0
+
+def sni(host, port, name):
+    s, status = connect(host, port, proxy()[2])
+    if status != 200:
+        return "http-%d" % status
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        t = ctx.wrap_socket(s, server_hostname=name)
+        t.close()
+        return "tls-ok"
+    except (ssl.SSLError, OSError):
+        return "closed"
+
+def tunnels(host, port, n):
+    socks = []
+    for _ in range(n):
+        s, status = connect(host, port, proxy()[2])
+        if status != 200:
+            return "error:http-%d after %d" % (status, len(socks))
+        socks.append(s)
+    ok = 0
+    for i, s in enumerate(socks):
+        msg = ("tunnel-%d\n" % i).encode()
+        s.sendall(msg)
+        got = b""
+        while len(got) < len(msg):
+            c = s.recv(64)
+            if not c:
+                break
+            got += c
+        ok += got == msg
+    for s in socks:
+        s.close()
+    return "all-%d" % n if ok == n else "partial-%d" % ok
+
 for spec in sys.argv[1:]:
+    if spec.startswith(("sni:", "tunnels:", "token:")):
+        kind, host, port, arg = spec.split(":", 3)
+        try:
+            if kind == "sni":
+                res = sni(host, int(port), arg)
+            elif kind == "tunnels":
+                res = tunnels(host, int(port), int(arg))
+            else:
+                res = "http-%d" % connect(host, int(port), arg)[1]
+        except OSError as e:
+            res = "error:%s" % e
+        print(spec, res, flush=True)
+        continue
     if spec == "raw":
         res = raw()
     else:

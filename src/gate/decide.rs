@@ -1,0 +1,296 @@
+//! The gate's decisions (pure): who is asking (token), what they ask for (the target in one
+//! spelling), whether the allowlist permits it, and which resolved addresses may be dialled.
+//!
+//! Order matters and is fixed: authenticate → normalise → match the allowlist (before any DNS
+//! lookup, so a denied name is never resolved) → resolve (elsewhere) → refuse address classes
+//! that must never be reached through the gate → dial only what passed.
+
+use crate::policy::allow::{HostPattern, IpNet, Ports, valid_label};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What a session registered: its allowlist and where its config lives (for hints).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPolicy {
+    pub hosts: Vec<(HostPattern, Option<Ports>)>,
+    pub nets: Vec<(IpNet, Ports)>,
+    /// Ports relayed for host entries without a port.
+    pub gate_ports: Vec<u16>,
+    /// `resolve = NAME=IP` pins.
+    pub resolve: Vec<(String, IpAddr)>,
+    /// For hints: the config file to edit.
+    pub config_path: String,
+    /// The sandbox-side address of the host's loopback: never dialled by the gate.
+    pub gate_addr: Ipv4Addr,
+}
+
+/// A target in its one normal spelling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Name(String),
+    Ip(IpAddr),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Name(n) => write!(f, "{n}"),
+            Target::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
+            Target::Ip(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// A refusal: the HTTP status, a reason for the log, and the hint for the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub status: u16,
+    pub reason: String,
+    pub hint: String,
+}
+
+fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
+    Denial {
+        status,
+        reason: reason.into(),
+        hint: hint.into(),
+    }
+}
+
+/// Constant-time equality (the token must not leak through timing).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Index of the session whose token matches; every token is compared (no early exit).
+pub fn authenticate(tokens: &[&str], presented: Option<&str>) -> Option<usize> {
+    let p = presented?;
+    let mut found = None;
+    for (i, t) in tokens.iter().enumerate() {
+        if ct_eq(t.as_bytes(), p.as_bytes()) && found.is_none() {
+            found = Some(i);
+        }
+    }
+    found
+}
+
+/// One part of an `inet_aton` address: decimal, `0`-prefixed octal, or `0x` hex.
+fn aton_part(p: &str) -> Option<u64> {
+    if p.is_empty() || p.len() > 12 {
+        return None;
+    }
+    let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+        (h, 16)
+    } else if p.len() > 1 && p.starts_with('0') {
+        (&p[1..], 8)
+    } else {
+        (p, 10)
+    };
+    if digits.is_empty() {
+        return if radix == 16 { None } else { Some(0) };
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
+/// Every spelling `inet_aton` accepts (`127.1`, `0x7f.0.0.1`, `017700000001`, `2130706433`).
+/// `Some(Err)` when the text is all-numeric but not a valid address (`1.2.3.256`).
+fn inet_aton(s: &str) -> Option<Result<Ipv4Addr, ()>> {
+    let parts: Vec<&str> = s.split('.').collect();
+    let numeric = |p: &&str| {
+        let l = p.to_ascii_lowercase();
+        !l.is_empty()
+            && (l.bytes().all(|b| b.is_ascii_digit())
+                || (l.starts_with("0x") && l[2..].bytes().all(|b| b.is_ascii_hexdigit())))
+    };
+    if parts.len() > 4 || !parts.iter().all(numeric) {
+        return None;
+    }
+    let vals: Option<Vec<u64>> = parts.iter().map(|p| aton_part(p)).collect();
+    let Some(v) = vals else { return Some(Err(())) };
+    let (init, last) = v.split_at(v.len() - 1);
+    let last_bits = 32 - 8 * init.len() as u32;
+    if init.iter().any(|x| *x > 255) || last[0] >= (1u64 << last_bits) {
+        return Some(Err(()));
+    }
+    let mut n: u64 = 0;
+    for (i, x) in init.iter().enumerate() {
+        n |= x << (24 - 8 * i);
+    }
+    Some(Ok(Ipv4Addr::from((n | last[0]) as u32)))
+}
+
+/// IPv4-mapped and IPv4-compatible... only the mapped form is an IPv4 destination.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+/// Normalises a target host: lowercase, no trailing dot, IP literals in every spelling.
+pub fn normalise(raw: &str) -> Result<Target, Denial> {
+    let bad = |why: &str| {
+        deny(
+            400,
+            format!("bad target host `{raw}`: {why}"),
+            "use a hostname or a plain IP address",
+        )
+    };
+    if let Ok(v6) = raw.parse::<Ipv6Addr>() {
+        return Ok(Target::Ip(canonical(IpAddr::V6(v6))));
+    }
+    if !raw.is_ascii() {
+        return Err(bad("non-ASCII; use the punycode (xn--) form"));
+    }
+    let lower = raw.to_ascii_lowercase();
+    let name = lower.strip_suffix('.').unwrap_or(&lower);
+    match inet_aton(name) {
+        Some(Ok(v4)) => return Ok(Target::Ip(IpAddr::V4(v4))),
+        Some(Err(())) => return Err(bad("not a valid IPv4 address")),
+        None => {}
+    }
+    if name.len() > 253 || !name.split('.').all(valid_label) {
+        return Err(bad("not a valid hostname"));
+    }
+    if name
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad("a numeric last label is neither a name nor an IPv4 address"));
+    }
+    Ok(Target::Name(name.to_string()))
+}
+
+fn pattern_matches(p: &HostPattern, name: &str) -> bool {
+    match p {
+        HostPattern::Exact(h) => name == h,
+        // Strictly below the suffix, at a label boundary: `evilnpmjs.org` does not match.
+        HostPattern::Suffix(s) => {
+            name.len() > s.len() + 1
+                && name.ends_with(s.as_str())
+                && name.as_bytes()[name.len() - s.len() - 1] == b'.'
+        }
+    }
+}
+
+fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
+    match t {
+        Target::Name(n) if gate_ports.contains(&port) => n.clone(),
+        Target::Name(n) => format!("{n}:{port}"),
+        Target::Ip(IpAddr::V6(a)) => format!("[{a}]:{port}"),
+        Target::Ip(a) => format!("{a}:{port}"),
+    }
+}
+
+/// The allowlist check, before any DNS lookup.
+pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
+    let allowed = match t {
+        Target::Name(n) => p.hosts.iter().any(|(pat, ports)| {
+            pattern_matches(pat, n)
+                && match ports {
+                    Some(r) => r.contains(&Ports::one(port)),
+                    None => p.gate_ports.contains(&port),
+                }
+        }),
+        Target::Ip(ip) => p
+            .nets
+            .iter()
+            .any(|(n, r)| n.contains(*ip) && r.contains(&Ports::one(port))),
+    };
+    if allowed {
+        return Ok(());
+    }
+    let line = suggestion(t, port, &p.gate_ports);
+    Err(deny(
+        403,
+        format!("{t}:{port} is not in the allowlist"),
+        format!(
+            "blocked by ai-sandbox: add \"allow = {line}\" to {}",
+            p.config_path
+        ),
+    ))
+}
+
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
+    let m = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    u32::from(ip) & m == u32::from(Ipv4Addr::from(net)) & m
+}
+
+/// Address classes never reached through the gate, and private ones reached only when an
+/// IP/CIDR entry allows that address and port explicitly.
+pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
+    let ip = canonical(ip);
+    let never = |what: &str| {
+        deny(
+            403,
+            format!("resolves to {ip}, {what}, which the gate never dials"),
+            format!("blocked by ai-sandbox: {what} addresses are not reachable through the gate"),
+        )
+    };
+    let private = match ip {
+        IpAddr::V4(a) => {
+            if a == Ipv4Addr::new(169, 254, 169, 254) {
+                return Err(never("the cloud metadata service"));
+            }
+            if a.is_loopback() {
+                return Err(never("loopback"));
+            }
+            if a.is_link_local() {
+                return Err(never("link-local"));
+            }
+            if a.is_unspecified() || in_v4(a, [0, 0, 0, 0], 8) {
+                return Err(never("unspecified"));
+            }
+            if a.is_multicast() || a.is_broadcast() || in_v4(a, [240, 0, 0, 0], 4) {
+                return Err(never("multicast/broadcast/reserved"));
+            }
+            a.is_private() || in_v4(a, [100, 64, 0, 0], 10)
+        }
+        IpAddr::V6(a) => {
+            let seg0 = a.segments()[0];
+            if a.is_loopback() {
+                return Err(never("loopback"));
+            }
+            if a.is_unspecified() {
+                return Err(never("unspecified"));
+            }
+            if (seg0 & 0xffc0) == 0xfe80 {
+                return Err(never("link-local"));
+            }
+            if a.is_multicast() {
+                return Err(never("multicast"));
+            }
+            // fc00::/7 unique-local; 64:ff9b::/96 NAT64 (embeds an IPv4 we cannot vet here).
+            (seg0 & 0xfe00) == 0xfc00 || a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        }
+    };
+    if private
+        && !p
+            .nets
+            .iter()
+            .any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
+    {
+        let line = match ip {
+            IpAddr::V6(a) => format!("[{a}]:{port}"),
+            a => format!("{a}:{port}"),
+        };
+        return Err(deny(
+            403,
+            format!("resolves to the private address {ip}"),
+            format!(
+                "blocked by ai-sandbox: {ip} is a private address; if that is intended, add \"allow = {line}\" to {}",
+                p.config_path
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A pinned address for `name`, if the session has one.
+pub fn pinned(p: &SessionPolicy, name: &str) -> Option<IpAddr> {
+    p.resolve.iter().find(|(n, _)| n == name).map(|(_, ip)| *ip)
+}

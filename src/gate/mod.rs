@@ -1,0 +1,17 @@
+//! The egress gate: a loopback-bound, token-gated HTTP CONNECT/forward proxy that enforces the
+//! hostname allowlist. The container has no DNS and no route out except the gate's port, so
+//! every HTTP(S) client that honours the proxy variables comes through here.
+//!
+//! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
+//! does the I/O; `control` is the per-user control socket the launcher registers sessions on.
+
+pub mod commands;
+pub mod control;
+pub mod decide;
+pub mod log;
+pub mod request;
+pub mod server;
+pub mod tls;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,340 @@
+//! The gate's pure stages over the threat classes of DESIGN.md: smuggling shapes and header
+//! abuse, name tricks, IP spellings, ports, SSRF ranges, tokens, and SNI.
+
+use super::decide::{self, SessionPolicy, Target};
+use super::request::{self, HeadError, Kind};
+use super::tls::{Hello, parse_client_hello};
+use crate::policy::allow::{self, Allow, IpNet, Ports};
+use base64::Engine;
+use std::net::{IpAddr, Ipv4Addr};
+
+fn auth(token: &str) -> String {
+    format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        base64::engine::general_purpose::STANDARD.encode(format!("aisb:{token}"))
+    )
+}
+
+#[test]
+fn request_heads_table() {
+    use HeadError::*;
+    let a = auth("tok");
+    let bad = |why: &'static str| Err::<(), HeadError>(Bad(why));
+    let cases: Vec<(String, Result<(), HeadError>)> = vec![
+        (format!("CONNECT github.com:443 HTTP/1.1\r\nHost: github.com:443\r\n{a}\r\n"), Ok(())),
+        (format!("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n{a}\r\n"), Ok(())),
+        (format!("GET http://example.com/x?y=1 HTTP/1.1\r\nHost: example.com\r\n{a}\r\n"), Ok(())),
+        (format!("POST http://example.com:8080/ HTTP/1.1\r\nHost: example.com:8080\r\nContent-Length: 3\r\n{a}\r\nabc"), Ok(())),
+        ("CONNECT github.com:443 HTTP/1.1\nHost: github.com\n\n".into(), bad("bare LF")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nHost: github.com\n\r\n".into(), bad("bare LF")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nX: a\rb\r\n\r\n".into(), bad("bare CR")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nX: a\0b\r\n\r\n".into(), bad("NUL byte in the request head")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nX: a\r\n b\r\n\r\n".into(), bad("obs-fold (a header line starting with whitespace)")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx".into(), bad("two Content-Length headers")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n".into(), bad("Content-Length with Transfer-Encoding")),
+        ("POST http://e.com/ HTTP/1.1\r\nHost: e.com\r\nTransfer-Encoding: chunked\r\n\r\n".into(), Err(LengthRequired)),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: -1\r\n\r\n".into(), bad("bad Content-Length")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1 2\r\n\r\n".into(), bad("bad Content-Length")),
+        ("GET /index.html HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("origin-form request: this is a proxy, send an absolute URI")),
+        ("GET https://e.com/ HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("only http:// URIs are forwarded (use CONNECT for https)")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: other.com\r\n\r\n".into(), bad("Host header does not match the URI")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com:81\r\n\r\n".into(), bad("Host header does not match the URI")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nHost: e.com\r\n\r\n".into(), bad("two Host headers")),
+        ("GET http://e.com/ HTTP/1.1\r\n\r\n".into(), bad("no Host header")),
+        ("GET http://user:pw@e.com/ HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("bad authority (empty, or contains userinfo)")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nHost: evil.com:443\r\n\r\n".into(), bad("Host header does not match the CONNECT target")),
+        ("CONNECT github.com HTTP/1.1\r\n\r\n".into(), bad("CONNECT target needs a port")),
+        ("CONNECT github.com:0 HTTP/1.1\r\n\r\n".into(), bad("bad port")),
+        ("CONNECT github.com:99999 HTTP/1.1\r\n\r\n".into(), bad("bad port")),
+        ("CONNECT github.com:+443 HTTP/1.1\r\n\r\n".into(), bad("bad port")),
+        ("CONNECT 2001:db8::1:443 HTTP/1.1\r\n\r\n".into(), bad("IPv6 literals must be in brackets")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\n".into(), bad("CONNECT with a body")),
+        ("CONNECT github.com:443 HTTP/2.0\r\n\r\n".into(), bad("malformed request head")),
+        ("CONNECT github.com:443 HTTP/1.1\r\nBad Header: x\r\n\r\n".into(), bad("malformed request head")),
+        (format!("CONNECT a.com:443 HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(65)), Err(TooLarge)),
+        (format!("CONNECT a.com:443 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(17000)), Err(TooLarge)),
+        ("CONNECT a.com:443 HTTP/1.1\r\nHost: a.com".into(), Err(Incomplete)),
+    ];
+    for (input, want) in cases {
+        let got = request::parse(input.as_bytes()).map(|_| ());
+        assert_eq!(got, want, "input {input:?}");
+    }
+}
+
+#[test]
+fn tokens_come_from_basic_proxy_authorization_only() {
+    let parse = |h: &str| {
+        request::parse(format!("CONNECT a.com:443 HTTP/1.1\r\n{h}\r\n").as_bytes())
+            .unwrap()
+            .token
+    };
+    assert_eq!(parse(&auth("s3cret")), Some("s3cret".into()));
+    assert_eq!(parse("Proxy-Authorization: Bearer s3cret\r\n"), None);
+    assert_eq!(parse("Proxy-Authorization: Basic !!!notbase64\r\n"), None);
+    assert_eq!(
+        parse("Authorization: Basic YWlzYjpzM2NyZXQ=\r\n"),
+        None,
+        "origin credentials are not proxy credentials"
+    );
+    assert_eq!(parse(""), None);
+}
+
+#[test]
+fn forwarded_requests_are_rewritten_to_origin_form() {
+    let raw = format!(
+        "GET http://Example.com/a/b?q=1#frag HTTP/1.1\r\nHost: example.com\r\n{}Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+        auth("t")
+    );
+    let r = request::parse(raw.as_bytes()).unwrap();
+    assert_eq!(
+        (r.kind, r.host.as_str(), r.port),
+        (Kind::Forward, "Example.com", 80)
+    );
+    let up = String::from_utf8(r.upstream_head).unwrap();
+    assert_eq!(
+        up,
+        "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn targets_normalise_to_one_spelling() {
+    let ip = |s: &str| Ok(Target::Ip(s.parse().unwrap()));
+    let name = |s: &str| Ok(Target::Name(s.into()));
+    let cases: Vec<(&str, Result<Target, ()>)> = vec![
+        ("GitHub.COM.", name("github.com")),
+        ("api.github.com", name("api.github.com")),
+        ("xn--bcher-kva.example", name("xn--bcher-kva.example")),
+        ("127.0.0.1", ip("127.0.0.1")),
+        ("127.1", ip("127.0.0.1")),
+        ("0x7f.1", ip("127.0.0.1")),
+        ("0x7F000001", ip("127.0.0.1")),
+        ("017700000001", ip("127.0.0.1")),
+        ("2130706433", ip("127.0.0.1")),
+        ("0177.0.0.1", ip("127.0.0.1")),
+        ("127.0.1", ip("127.0.0.1")),
+        ("0251.0376.0251.0376", ip("169.254.169.254")),
+        ("::ffff:127.0.0.1", ip("127.0.0.1")),
+        ("::ffff:7f00:1", ip("127.0.0.1")),
+        ("2001:DB8::1", ip("2001:db8::1")),
+        ("1.2.3.256", Err(())),
+        ("4294967296", Err(())),
+        ("1.2.3.4.5", Err(())),
+        ("0x", Err(())),
+        ("bücher.example", Err(())),
+        ("a..b", Err(())),
+        ("evil.com%00.github.com", Err(())),
+        ("exa mple.com", Err(())),
+        ("-lead.example", Err(())),
+    ];
+    for (input, want) in cases {
+        assert_eq!(decide::normalise(input).map_err(|_| ()), want, "input {input:?}");
+    }
+}
+
+fn policy(lines: &[&str]) -> SessionPolicy {
+    let mut p = SessionPolicy {
+        hosts: vec![],
+        nets: vec![],
+        gate_ports: vec![80, 443, 8443],
+        resolve: vec![],
+        config_path: "/p/.ai-sandbox/config".into(),
+        gate_addr: Ipv4Addr::new(100, 64, 0, 1),
+    };
+    for l in lines {
+        match allow::parse(l).unwrap() {
+            Allow::Host(h, ports) => p.hosts.push((h, ports)),
+            Allow::Net(n, ports) => p.nets.push((n, ports.unwrap_or(Ports::ALL))),
+        }
+    }
+    p
+}
+
+#[test]
+fn allowlist_matching_table() {
+    let p = policy(&[
+        "github.com",
+        "*.npmjs.org",
+        "api.example.com:8080",
+        "192.0.2.0/24:443",
+    ]);
+    let cases: Vec<(&str, u16, bool)> = vec![
+        ("github.com", 443, true),
+        ("GITHUB.com.", 443, true),
+        ("github.com", 80, true),
+        ("github.com", 8443, true),
+        ("github.com", 22, false),
+        ("github.com", 8080, false),
+        ("api.github.com", 443, false),
+        ("github.com.evil.com", 443, false),
+        ("evilgithub.com", 443, false),
+        ("registry.npmjs.org", 443, true),
+        ("a.b.npmjs.org", 443, true),
+        ("npmjs.org", 443, false),
+        ("evilnpmjs.org", 443, false),
+        ("npmjs.org.evil.com", 443, false),
+        ("api.example.com", 8080, true),
+        ("api.example.com", 443, false),
+        ("192.0.2.7", 443, true),
+        ("192.0.2.7", 80, false),
+        ("192.0.3.7", 443, false),
+        ("3221225991", 443, true),
+    ];
+    for (host, port, want) in cases {
+        let t = decide::normalise(host).unwrap();
+        assert_eq!(decide::check_target(&p, &t, port).is_ok(), want, "{host}:{port}");
+    }
+}
+
+#[test]
+fn denials_name_the_config_line_that_would_allow_them() {
+    let p = policy(&[]);
+    let t = decide::normalise("api.example.com").unwrap();
+    let d = decide::check_target(&p, &t, 443).unwrap_err();
+    assert_eq!(d.status, 403);
+    assert_eq!(
+        d.hint,
+        "blocked by ai-sandbox: add \"allow = api.example.com\" to /p/.ai-sandbox/config"
+    );
+    let d = decide::check_target(&p, &t, 22).unwrap_err();
+    assert!(d.hint.contains("\"allow = api.example.com:22\""), "{}", d.hint);
+}
+
+#[test]
+fn address_classes_table() {
+    let p = policy(&["10.1.2.3:443", "[fd00:1::/64]:443"]);
+    let cases: Vec<(&str, u16, bool)> = vec![
+        ("127.0.0.1", 443, false),
+        ("127.255.0.9", 443, false),
+        ("::1", 443, false),
+        ("::ffff:127.0.0.1", 443, false),
+        ("169.254.169.254", 80, false),
+        ("169.254.1.2", 443, false),
+        ("fe80::1", 443, false),
+        ("0.0.0.0", 443, false),
+        ("0.1.2.3", 443, false),
+        ("::", 443, false),
+        ("224.0.0.1", 443, false),
+        ("255.255.255.255", 443, false),
+        ("240.0.0.1", 443, false),
+        ("ff02::1", 443, false),
+        ("10.0.0.1", 443, false),
+        ("10.1.2.3", 443, true),
+        ("10.1.2.3", 80, false),
+        ("172.16.0.1", 443, false),
+        ("172.31.255.255", 443, false),
+        ("172.32.0.1", 443, true),
+        ("192.168.1.1", 443, false),
+        ("100.64.0.1", 443, false),
+        ("100.127.255.255", 443, false),
+        ("fc00::1", 443, false),
+        ("fd00:1::5", 443, true),
+        ("64:ff9b::a00:1", 443, false),
+        ("198.51.100.7", 443, true),
+        ("2001:db8::1", 443, true),
+    ];
+    for (ip, port, want) in cases {
+        let addr: IpAddr = ip.parse().unwrap();
+        assert_eq!(decide::check_address(&p, addr, port).is_ok(), want, "{ip}:{port}");
+    }
+}
+
+#[test]
+fn tokens_are_compared_in_constant_time_and_exactly() {
+    let tokens = ["aaaa1111", "bbbb2222"];
+    assert_eq!(decide::authenticate(&tokens, Some("bbbb2222")), Some(1));
+    assert_eq!(decide::authenticate(&tokens, Some("aaaa1111")), Some(0));
+    assert_eq!(
+        decide::authenticate(&tokens, Some("aaaa111")),
+        None,
+        "a prefix is not the token"
+    );
+    assert_eq!(decide::authenticate(&tokens, Some("aaaa11111")), None);
+    assert_eq!(decide::authenticate(&tokens, Some("")), None);
+    assert_eq!(decide::authenticate(&tokens, None), None);
+    assert_eq!(decide::authenticate(&[], Some("x")), None);
+    assert!(decide::ct_eq(b"abc", b"abc") && !decide::ct_eq(b"abc", b"abd"));
+}
+
+/// A minimal TLS 1.2-style ClientHello with optional SNI entries.
+pub fn client_hello(snis: &[&str]) -> Vec<u8> {
+    let mut body = vec![3, 3];
+    body.extend([7u8; 32]);
+    body.push(0); // session id
+    body.extend([0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend([1, 0]); // null compression
+    let mut exts = Vec::new();
+    for sni in snis {
+        let name = sni.as_bytes();
+        let mut list = vec![0u8];
+        list.extend((name.len() as u16).to_be_bytes());
+        list.extend(name);
+        let mut data = (list.len() as u16).to_be_bytes().to_vec();
+        data.extend(list);
+        exts.extend([0, 0]);
+        exts.extend((data.len() as u16).to_be_bytes());
+        exts.extend(data);
+    }
+    exts.extend([0, 0x2b, 0, 3, 2, 3, 4]); // supported_versions
+    body.extend((exts.len() as u16).to_be_bytes());
+    body.extend(exts);
+    let mut hs = vec![1];
+    hs.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    hs.extend(body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend((hs.len() as u16).to_be_bytes());
+    rec.extend(hs);
+    rec
+}
+
+#[test]
+fn sni_is_read_from_the_client_hello() {
+    assert_eq!(
+        parse_client_hello(&client_hello(&["GitHub.com"])),
+        Hello::Sni(Some("github.com".into()))
+    );
+    assert_eq!(parse_client_hello(&client_hello(&[])), Hello::Sni(None));
+    assert!(
+        matches!(
+            parse_client_hello(&client_hello(&["a.com", "b.com"])),
+            Hello::NotTls(_)
+        ),
+        "two SNI are ambiguous"
+    );
+    let full = client_hello(&["github.com"]);
+    assert!(matches!(parse_client_hello(&full[..20]), Hello::NeedMore(n) if n == full.len()));
+    assert!(matches!(parse_client_hello(&full[..3]), Hello::NeedMore(5)));
+    assert!(matches!(
+        parse_client_hello(b"GET / HTTP/1.1\r\n\r\n"),
+        Hello::NotTls(_)
+    ));
+    // The same handshake split over two records.
+    let hs = &full[5..];
+    let (a, b) = hs.split_at(30);
+    let mut two = vec![0x16, 3, 1];
+    two.extend((a.len() as u16).to_be_bytes());
+    two.extend(a);
+    two.extend([0x16, 3, 1]);
+    two.extend((b.len() as u16).to_be_bytes());
+    two.extend(b);
+    assert_eq!(parse_client_hello(&two), Hello::Sni(Some("github.com".into())));
+}
+
+#[test]
+fn pinned_names_and_net_entries_serialise_for_the_control_socket() {
+    let mut p = policy(&["allowed.test", "10.0.0.0/8:443"]);
+    p.resolve
+        .push(("allowed.test".into(), "198.51.100.6".parse().unwrap()));
+    let json = serde_json::to_string(&p).unwrap();
+    let back: SessionPolicy = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, p);
+    assert_eq!(
+        decide::pinned(&back, "allowed.test"),
+        Some("198.51.100.6".parse().unwrap())
+    );
+    assert!(
+        back.nets
+            .iter()
+            .any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8))
+    );
+}

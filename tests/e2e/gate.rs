@@ -1,0 +1,203 @@
+//! E2E for the egress gate: real sandbox, test servers (HTTP, HTTPS with a self-signed
+//! certificate, TCP echo) in a network namespace the test creates, names pinned with `resolve`.
+
+use crate::harness::*;
+
+fn gate_config(th: &TestHost, extra: &str) -> String {
+    format!(
+        "allow = allowed.test\nresolve = allowed.test={v4}\nallow = loop.test\nresolve = loop.test=127.0.0.1\n\
+         allow = echo.test:7000\nresolve = echo.test={v4}\n{extra}",
+        v4 = th.v4
+    )
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn gate_relays_allowed_names_and_refuses_the_rest() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new().with_tls();
+    let p = Project::new("gate");
+    p.config(&gate_config(&th, ""));
+    let script = "set +e; \
+        echo \"http=$(curl -sS -m 10 http://allowed.test/)\"; \
+        curl -sS -k -m 10 -o /dev/null https://allowed.test/; echo \"https-rc=$?\"; \
+        echo \"denied=$(curl -sS -m 10 -w ' %{http_code}' http://denied.test/)\"; \
+        echo \"loop=$(curl -sS -m 10 -w ' %{http_code}' http://loop.test/)\"; \
+        echo \"port=$(curl -sS -m 10 -w ' %{http_code}' http://allowed.test:8080/)\"; \
+        /usr/bin/python3 probe.py sni:allowed.test:443:allowed.test sni:allowed.test:443:evil.test \
+            token:allowed.test:80:wrong-token token:allowed.test:80:";
+    let r = sandbox(&p, &["--", "sh", "-c", script], &[]);
+    r.ok();
+    let out = &r.stdout;
+    let cfg = p.path(".ai-sandbox/config").display().to_string();
+    assert!(
+        out.contains("http=TESTHOST-HTTP"),
+        "positive control over HTTP: {out}\n{}",
+        r.stderr
+    );
+    assert!(out.contains("https-rc=0"), "positive control over HTTPS: {out}");
+    assert!(
+        out.contains(&format!(
+            "denied=blocked by ai-sandbox: add \"allow = denied.test\" to {cfg}\n 403"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "loop=blocked by ai-sandbox: loopback addresses are not reachable through the gate\n 403"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("add \"allow = allowed.test:8080\""),
+        "ports outside the gate's set: {out}"
+    );
+    assert_eq!(r.probe("sni:allowed.test:443:allowed.test"), "tls-ok");
+    assert_eq!(
+        r.probe("sni:allowed.test:443:evil.test"),
+        "closed",
+        "SNI differing from the CONNECT host"
+    );
+    assert_eq!(r.probe("token:allowed.test:80:wrong-token"), "http-407");
+    assert_eq!(r.probe("token:allowed.test:80:"), "http-407");
+    let log = gate_log();
+    let has = |host: &str, reason: &str| {
+        log.lines().any(|l| {
+            l.contains(&format!("\"host\":\"{host}\""))
+                && l.contains("\"decision\":\"deny\"")
+                && l.contains(reason)
+        })
+    };
+    assert!(
+        has("denied.test", "is not in the allowlist"),
+        "no log line for the denial"
+    );
+    assert!(has("loop.test", "loopback"));
+    assert!(has("allowed.test", "TLS SNI `evil.test` differs"));
+    assert!(!log.contains("wrong-token"), "tokens must never be logged");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_finished_sessions_token_is_refused() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("stale");
+    p.config(&gate_config(&th, ""));
+    let first = sandbox(&p, &["--", "sh", "-c", "echo \"$HTTPS_PROXY\""], &[]);
+    let url = first.ok().stdout.trim().to_string();
+    let old = url
+        .split(['@', ':'])
+        .nth(2)
+        .expect("token in the proxy URL")
+        .to_string();
+    assert_eq!(old.len(), 32, "{url}");
+    let spec = format!("token:allowed.test:80:{old}");
+    let script =
+        format!("echo \"http=$(curl -sS -m 10 http://allowed.test/)\"; /usr/bin/python3 probe.py {spec}");
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    r.ok();
+    assert!(
+        r.stdout.contains("http=TESTHOST-HTTP"),
+        "positive control with this session's token: {}",
+        r.stdout
+    );
+    assert_eq!(
+        r.probe(&spec),
+        "http-407",
+        "the previous session's token still worked"
+    );
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("tunnels");
+    p.config(&gate_config(&th, ""));
+    let script = "/usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; \
+                  for i in $(seq 600); do [ -e done ] && exit 0; sleep 0.1; done; exit 9";
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
+    assert!(
+        wait_for(120, || p.path("ready").exists()),
+        "tunnels did not finish"
+    );
+    let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
+    std::fs::write(p.path("done"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("tunnels:echo.test:7000:500 all-500"), "{stdout}");
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let line = status
+        .stdout
+        .lines()
+        .find(|l| l.contains(&p.dir.display().to_string()))
+        .unwrap_or_else(|| panic!("session missing from status:\n{}", status.stdout));
+    let allowed: u64 = line
+        .split("allowed ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(allowed >= 500, "{line}");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn killing_the_gate_leaves_the_sandbox_without_egress() {
+    let _g = GATE.write().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("gatekill");
+    p.config(&gate_config(&th, &format!("allow = {}:{}\n", th.v4, th.port)));
+    let direct = th.tcp4();
+    let script = format!(
+        "echo \"before=$(curl -sS -m 10 http://allowed.test/)\"; touch ready; \
+         for i in $(seq 600); do [ -e killed ] && break; sleep 0.1; done; \
+         echo \"after=$(curl -sS -m 10 http://allowed.test/ 2>&1)\"; \
+         /usr/bin/python3 probe.py tcp:{}:80 {direct}",
+        th.v4
+    );
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
+    assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
+    let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
+    let pid: i32 = status
+        .stdout
+        .split_whitespace()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{}", status.stdout));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(p.path("killed"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("before=TESTHOST-HTTP"),
+        "positive control before the kill: {stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("after="), "{stdout}");
+    assert!(
+        !stdout.contains("after=TESTHOST-HTTP"),
+        "egress through the gate survived its death: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("tcp:{}:80 refused", th.v4)),
+        "no direct path opened: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{direct} open")),
+        "the allowed IP entry still works (netfilter, not the gate): {stdout}"
+    );
+    assert!(
+        stderr.contains("egress gate stopped"),
+        "the launcher must say so: {stderr}"
+    );
+}
