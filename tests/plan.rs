@@ -142,8 +142,15 @@ fn launch_goes_through_the_host_and_root_is_refused() {
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     h.exit_code = 7;
     assert_eq!(app::run(&mut h, &cli.run).unwrap(), 7, "exit code passed through");
-    assert_eq!(h.effects.len(), 1);
-    assert!(h.effects[0].contains("run --rm -i"));
+    assert_eq!(h.effects.len(), 2, "{:?}", h.effects);
+    assert_eq!(
+        h.effects[0], "register gate from port 18081",
+        "the gate is registered before the plan is built"
+    );
+    assert!(h.effects[1].contains("run --rm -i"));
+    // The fake gate answers on 18082: the proxy URL must carry the port the gate really uses.
+    assert!(h.effects[1].contains("@100.64.0.1:18082 "), "{}", h.effects[1]);
+    assert!(!h.effects[1].contains(":18081"), "{}", h.effects[1]);
 
     let mut root = host("", &[]);
     root.uid = 0;
@@ -172,4 +179,26 @@ fn config_example_parses_and_dry_runs() {
     assert!(out.contains("100.64.0.1 . 5432"), "{out}");
     assert!(out.contains("DATABASE_URL=postgresql://dev@100.64.0.1:5432/app_dev"));
     assert!(out.contains("NO_PROXY=localhost,127.0.0.1,::1,internal.example,100.64.0.1"));
+}
+
+#[test]
+fn ruleset_and_proxy_url_use_the_gates_actual_port() {
+    let (cfg, errs) = ai_sandbox::config::parse("gate_port = 18081\n");
+    assert!(errs.is_empty());
+    let p = ai_sandbox::policy::build("/w/p".into(), &cfg, &ai_sandbox::policy::Inputs::default()).unwrap();
+    let mut h = host("", &[]);
+    let mut facts = app::gather_facts(&mut h, &p, false).unwrap();
+    facts.gate_port = 20000;
+    let plan = ai_sandbox::plan::build(&p, &facts);
+    let text = plan.ruleset.unwrap().to_text();
+    assert!(
+        text.contains("ip daddr 100.64.0.1 tcp dport 20000 accept"),
+        "{text}"
+    );
+    assert!(!text.contains("18081"), "{text}");
+    assert!(
+        plan.argv.iter().any(|a| a.ends_with("@100.64.0.1:20000")),
+        "{:?}",
+        plan.argv
+    );
 }
