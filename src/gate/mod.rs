@@ -11,6 +11,7 @@ pub mod decide;
 pub mod log;
 pub mod request;
 pub mod server;
+pub mod splice;
 pub mod tls;
 
 #[cfg(test)]

@@ -10,12 +10,10 @@ use super::tls::{Hello, MAX_HELLO, parse_client_hello};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,7 +22,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Concurrent connections per session; past it, 503.
 pub const SESSION_CAP: usize = 2048;
 pub const TLS_PORTS: [u16; 2] = [443, 8443];
-const RELAY_BUF: usize = 64 * 1024;
+pub const LOG_FLUSH: Duration = Duration::from_millis(100);
 
 struct Session {
     id: String,
@@ -42,7 +40,9 @@ struct Session {
 struct State {
     port: u16,
     sessions: RwLock<Vec<Arc<Session>>>,
-    log: Mutex<std::fs::File>,
+    /// Decision lines, flushed to the log file by a writer thread every LOG_FLUSH: no file I/O
+    /// and no thread wake-up on the connection path.
+    log: Arc<Mutex<String>>,
     /// When the session count last changed (for idle exit).
     changed: Mutex<Instant>,
     stop: tokio::sync::Notify,
@@ -61,9 +61,10 @@ impl State {
             reason: reason.to_string(),
         };
         if let Ok(line) = serde_json::to_string(&e)
-            && let Ok(mut f) = self.log.lock()
+            && let Ok(mut buf) = self.log.lock()
         {
-            let _ = writeln!(f, "{line}");
+            buf.push_str(&line);
+            buf.push('\n');
         }
     }
 }
@@ -78,8 +79,7 @@ pub fn serve(port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
         return Ok(0);
     };
     raise_fd_limit();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(run(dir, port_from, idle_exit))
@@ -110,14 +110,25 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
     let ctl = UnixListener::bind(&sock)?;
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let listener = bind_from(port_from).await?;
-    let log = std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(control::log_path(&dir))?;
+    let log = Arc::new(Mutex::new(String::new()));
+    let pending = log.clone();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(LOG_FLUSH);
+            let batch = std::mem::take(&mut *pending.lock().unwrap());
+            if !batch.is_empty() {
+                let _ = file.write_all(batch.as_bytes());
+            }
+        }
+    });
     let state = Arc::new(State {
         port: listener.local_addr()?.port(),
         sessions: RwLock::new(Vec::new()),
-        log: Mutex::new(log),
+        log,
         changed: Mutex::new(Instant::now()),
         stop: tokio::sync::Notify::new(),
     });
@@ -157,6 +168,7 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
         }
     }
     let _ = std::fs::remove_file(&sock);
+    std::thread::sleep(LOG_FLUSH * 2);
     Ok(0)
 }
 
@@ -304,7 +316,8 @@ impl Drop for Active {
 }
 
 async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<request::Request, HeadError> {
-    let mut chunk = [0u8; 4096];
+    // On the heap, not in the future's state: a long-lived tunnel's task must stay small.
+    let mut chunk = vec![0u8; 4096];
     loop {
         match request::parse(buf) {
             Err(HeadError::Incomplete) => {}
@@ -402,7 +415,9 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             session.allowed.fetch_add(1, Ordering::Relaxed);
             let host = target.to_string();
             state.log(&session.id, &req.method, &host, req.port, 200, "allowed");
-            let leftover = buf.split_off(req.head_len);
+            // Only the bytes after the head are kept; the head buffer is freed now.
+            let leftover = buf[req.head_len..].to_vec();
+            drop(buf);
             let result = match req.kind {
                 Kind::Connect => tunnel(&state, &session, &req, &target, client, upstream, leftover).await,
                 Kind::Forward => forward(&req, client, upstream, leftover).await,
@@ -500,7 +515,7 @@ async fn tunnel(
         .await?;
     if TLS_PORTS.contains(&req.port) {
         let hello = tokio::time::timeout(HEADER_TIMEOUT, async {
-            let mut chunk = [0u8; 4096];
+            let mut chunk = vec![0u8; 4096];
             loop {
                 match parse_client_hello(&first) {
                     Hello::NeedMore(n) if n <= MAX_HELLO + 5 => {}
@@ -532,7 +547,7 @@ async fn tunnel(
         }
     }
     upstream.write_all(&first).await?;
-    relay(client, upstream)
+    super::splice::relay(&client, &upstream, IDLE_TIMEOUT)
         .await
         .map(|(a, b)| (a + first.len() as u64, b))
 }
@@ -552,72 +567,6 @@ async fn forward(
         return Ok((in_buf as u64 + sent, 0));
     }
     // One request per connection: anything else the client sends is not relayed.
-    let down = tokio::time::timeout(IDLE_TIMEOUT, tokio::io::copy(&mut upstream, &mut client))
-        .await
-        .unwrap_or(Ok(0))?;
-    let _ = client.shutdown().await;
+    let down = super::splice::copy(&upstream, &client, IDLE_TIMEOUT).await?;
     Ok((req.upstream_head.len() as u64 + req.body_len, down))
-}
-
-/// Counts activity for the idle watchdog.
-struct Watched<S> {
-    inner: S,
-    last: Arc<AtomicU64>,
-    epoch: Instant,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            let ms = self.epoch.elapsed().as_millis() as u64;
-            self.last.store(ms, Ordering::Relaxed);
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-async fn relay(client: TcpStream, upstream: TcpStream) -> std::io::Result<(u64, u64)> {
-    let epoch = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    let mut a = Watched {
-        inner: client,
-        last: last.clone(),
-        epoch,
-    };
-    let mut b = Watched {
-        inner: upstream,
-        last: last.clone(),
-        epoch,
-    };
-    let idle = async {
-        loop {
-            tokio::time::sleep(IDLE_TIMEOUT / 4).await;
-            let quiet = epoch.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-            if quiet >= IDLE_TIMEOUT.as_millis() as u64 {
-                return;
-            }
-        }
-    };
-    tokio::select! {
-        r = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, RELAY_BUF, RELAY_BUF) => r,
-        _ = idle => Ok((0, 0)),
-    }
 }

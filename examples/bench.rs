@@ -1,0 +1,317 @@
+//! Measurements for `bench/run` (issue: benchmarks). Not a test: it prints figures, each next to
+//! its baseline from the same run. Built by every `cargo test`, so it cannot rot.
+//!
+//!   bench serve ADDR                      load server: `D<u64>` streams that many bytes,
+//!                                         `E` echoes, `GET ` answers HTTP with ?bytes=N zeros
+//!   bench relay   GATE --target A --tinyproxy A --bytes N
+//!   bench connect GATE --target A --count N
+//!   bench tunnels GATE --count N
+//!   bench rules --nft PATH
+//! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
+//! (NAME:P pinned to IP), registered with the user's gate like a launcher does.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+fn need(args: &[String], name: &str) -> String {
+    arg(args, name).unwrap_or_else(|| panic!("missing {name}"))
+}
+
+fn serve(addr: &str) {
+    let l = TcpListener::bind(addr).expect("bind");
+    for s in l.incoming().flatten() {
+        std::thread::spawn(move || {
+            let _ = s.set_nodelay(true);
+            let _ = handle(s);
+        });
+    }
+}
+
+fn handle(mut s: TcpStream) -> std::io::Result<()> {
+    let mut first = [0u8; 1];
+    s.read_exact(&mut first)?;
+    let zeros = vec![0u8; 256 * 1024];
+    let stream = |s: &mut TcpStream, mut n: u64| -> std::io::Result<()> {
+        while n > 0 {
+            let k = n.min(zeros.len() as u64) as usize;
+            s.write_all(&zeros[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    };
+    match first[0] {
+        b'D' => {
+            let mut len = [0u8; 8];
+            s.read_exact(&mut len)?;
+            stream(&mut s, u64::from_be_bytes(len))
+        }
+        b'E' => {
+            s.write_all(&first)?;
+            let mut r = s.try_clone()?;
+            std::io::copy(&mut r, &mut s).map(|_| ())
+        }
+        b'G' => {
+            let mut head = vec![b'G'];
+            let mut r = BufReader::new(s.try_clone()?);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line)? == 0 || line == "\r\n" {
+                    break;
+                }
+                head.extend_from_slice(line.as_bytes());
+            }
+            let text = String::from_utf8_lossy(&head);
+            let n: u64 = text
+                .split("bytes=")
+                .nth(1)
+                .and_then(|v| v.split([' ', '&']).next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
+            )?;
+            stream(&mut s, n)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Opens a stream to `target` directly (`proxy` None) or through an HTTP CONNECT proxy.
+fn open(proxy: Option<(SocketAddr, Option<&str>)>, target: &str) -> TcpStream {
+    match proxy {
+        None => {
+            let s = TcpStream::connect(target).expect("direct connect");
+            s.set_nodelay(true).unwrap();
+            s
+        }
+        Some((p, token)) => {
+            let mut s = TcpStream::connect(p).expect("proxy connect");
+            s.set_nodelay(true).unwrap();
+            let auth = token
+                .map(|t| format!("Proxy-Authorization: Basic {}\r\n", b64(&format!("aisb:{t}"))))
+                .unwrap_or_default();
+            write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n").unwrap();
+            // The far end sends nothing before we do, so reading whole chunks cannot
+            // swallow tunnel bytes.
+            let mut head = Vec::new();
+            let mut b = [0u8; 512];
+            while !head.ends_with(b"\r\n\r\n") {
+                let n = s.read(&mut b).expect("proxy reply");
+                assert!(n > 0, "proxy closed");
+                head.extend_from_slice(&b[..n]);
+            }
+            assert!(
+                head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+            s
+        }
+    }
+}
+
+/// Registers `n` gate sessions allowing HOST:PORT pinned to ADDR (starting the gate with
+/// `--gate-exe` if none runs); the leases keep them registered while the measurement runs.
+fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>, Vec<String>, u16) {
+    use ai_sandbox::gate::{control, decide::SessionPolicy};
+    use ai_sandbox::policy::allow::{HostPattern, Ports};
+    let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
+    let host = need(args, "--host");
+    let port: u16 = need(args, "--port").parse().unwrap();
+    let addr = need(args, "--addr").parse().unwrap();
+    let dir = control::runtime_dir();
+    let mut leases = Vec::new();
+    let mut tokens = Vec::new();
+    for i in 0..n {
+        let token = format!(
+            "{:032x}",
+            (std::process::id() as u128) << 64 | i as u128 | 0xbe7c_0000
+        );
+        let req = control::Request::Register {
+            session: format!("bench-{i}"),
+            project: "bench".into(),
+            token: token.clone(),
+            policy: SessionPolicy {
+                hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(port)))],
+                nets: vec![],
+                gate_ports: vec![80, 443, 8443],
+                resolve: vec![(host.clone(), addr)],
+                config_path: "bench".into(),
+                gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+            },
+        };
+        leases.push(control::register(&dir, &exe, 18181, &req).expect("register with the gate"));
+        tokens.push(token);
+    }
+    let gate_port = leases[0].port;
+    (leases, tokens, gate_port)
+}
+
+fn gate_pid() -> String {
+    let dir = ai_sandbox::gate::control::runtime_dir();
+    let r = ai_sandbox::gate::control::ask(&dir, &ai_sandbox::gate::control::Request::Status)
+        .unwrap()
+        .expect("gate running");
+    r.pid.to_string()
+}
+
+fn relay(args: &[String]) {
+    let bytes: u64 = need(args, "--bytes").parse().unwrap();
+    let target = need(args, "--target");
+    let (_leases, tokens, gport) = sessions(args, 1);
+    let gate: SocketAddr = ([127, 0, 0, 1], gport).into();
+    let tiny: SocketAddr = need(args, "--tinyproxy").parse().unwrap();
+    let token = tokens[0].clone();
+    let host = need(args, "--host");
+    let port = target.rsplit(':').next().unwrap();
+    let named = format!("{host}:{port}");
+    let run = |name: &str, proxy: Option<(SocketAddr, Option<&str>)>, t: &str| -> f64 {
+        let mut s = open(proxy, t);
+        let start = Instant::now();
+        s.write_all(b"D").unwrap();
+        s.write_all(&bytes.to_be_bytes()).unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0u64;
+        while got < bytes {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "{name}: stream ended at {got} bytes");
+            got += n as u64;
+        }
+        bytes as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9
+    };
+    // Three interleaved rounds; the median of each path (single streams are noisy here).
+    let mut g: [Vec<f64>; 3] = Default::default();
+    for _ in 0..3 {
+        g[0].push(run("direct", None, &target));
+        g[1].push(run("gate", Some((gate, Some(&token))), &named));
+        g[2].push(run("tinyproxy", Some((tiny, None)), &target));
+    }
+    for (name, v) in ["direct", "gate", "tinyproxy"].iter().zip(g.iter_mut()) {
+        println!("relay {name} {:.2}", pct(v, 0.5));
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn connect(args: &[String]) {
+    let count: usize = need(args, "--count").parse().unwrap();
+    let target = need(args, "--target");
+    let (_leases, tokens, gport) = sessions(args, 1);
+    let gate: SocketAddr = ([127, 0, 0, 1], gport).into();
+    let token = tokens[0].clone();
+    let named = format!("{}:{}", need(args, "--host"), target.rsplit(':').next().unwrap());
+    let measure = |name: &str, proxy: Option<(SocketAddr, Option<&str>)>, t: &str| {
+        let mut v: Vec<f64> = (0..count)
+            .map(|_| {
+                let start = Instant::now();
+                let mut s = open(proxy, t);
+                s.write_all(b"E").unwrap();
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b).unwrap();
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        println!("connect {name} {:.3} {:.3}", pct(&mut v, 0.5), pct(&mut v, 0.99));
+    };
+    measure("direct", None, &target);
+    measure("gate", Some((gate, Some(&token))), &named);
+}
+
+fn rss_kib(pid: &str, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn tunnels(args: &[String]) {
+    let count: usize = need(args, "--count").parse().unwrap();
+    // The per-session cap is 2,048 connections: spread the tunnels over enough sessions.
+    let (_leases, tokens, gport) = sessions(args, count.div_ceil(2000));
+    let gate: SocketAddr = ([127, 0, 0, 1], gport).into();
+    let target = format!("{}:{}", need(args, "--host"), need(args, "--port"));
+    let pid = gate_pid();
+    let idle = rss_kib(&pid, "VmRSS:");
+    let start = Instant::now();
+    let mut held: Vec<TcpStream> = (0..count)
+        .map(|i| open(Some((gate, Some(&tokens[i % tokens.len()]))), &target))
+        .collect();
+    let mut ok = 0;
+    for s in held.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"E").unwrap();
+        let mut b = [0u8; 1];
+        if s.read_exact(&mut b).is_ok() && b[0] == b'E' {
+            ok += 1;
+        }
+    }
+    let peak = rss_kib(&pid, "VmHWM:");
+    drop(held);
+    println!(
+        "tunnels {ok} {count} {:.2} {} {}",
+        start.elapsed().as_secs_f64(),
+        idle,
+        peak
+    );
+}
+
+fn rules(args: &[String]) {
+    use ai_sandbox::policy::{self, Inputs};
+    let nft = need(args, "--nft");
+    let load = |n: usize| -> (f64, usize) {
+        let cfg: String = (0..n)
+            .map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255))
+            .collect();
+        let (cfg, _) = ai_sandbox::config::parse(&cfg);
+        let p = policy::build("/bench".into(), &cfg, &Inputs::default()).unwrap();
+        let rs = ai_sandbox::ruleset::build(&p, p.gate_port).unwrap();
+        let json = rs.to_json_string();
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let mut c = std::process::Command::new("unshare")
+                .args(["-rn", &nft, "-j", "-f", "-"])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let start = Instant::now();
+            c.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
+            assert!(c.wait().unwrap().success());
+            best = best.min(start.elapsed().as_secs_f64() * 1e3);
+        }
+        (best, rs.rule_count())
+    };
+    for n in [0, 10, 100, 1000, 10_000] {
+        let (ms, rules) = load(n);
+        println!("rules {n} {ms:.1} {rules}");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => serve(&args[1]),
+        Some("relay") => relay(&args),
+        Some("connect") => connect(&args),
+        Some("tunnels") => tunnels(&args),
+        Some("rules") => rules(&args),
+        _ => eprintln!("usage: see the module doc of examples/bench.rs"),
+    }
+}

@@ -1,0 +1,198 @@
+//! Zero-copy relaying with splice(2): socket → pipe → socket, so tunnel bytes never enter
+//! user space. Readiness comes from tokio (`readable`/`writable` + `try_io`, which clears
+//! readiness on EAGAIN), so thousands of tunnels share two worker threads.
+//!
+//! Each direction drains its pipe completely before reading more, so an EAGAIN on the way in
+//! always means "source not readable" and on the way out "destination not writable". A pipe
+//! lives only for one burst of bulk data (created when a plain read fills its buffer, dropped
+//! when the source would block), so thousands of idle tunnels hold two sockets each, not six
+//! fds and two pipe buffers; if no pipe can be had (fd limit), the burst is copied instead.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+const PIPE_SIZE: i32 = 1 << 20;
+const CHUNK: usize = 1 << 20;
+
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+}
+
+fn pipe() -> io::Result<Pipe> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded; both fds are fresh and owned here.
+    let p = unsafe {
+        Pipe {
+            r: OwnedFd::from_raw_fd(fds[0]),
+            w: OwnedFd::from_raw_fd(fds[1]),
+        }
+    };
+    // A larger pipe means fewer round trips; the default (64 KiB) still works if refused.
+    // SAFETY: fcntl on an fd we own.
+    unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    Ok(p)
+}
+
+fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: plain fds, null offsets (sockets and pipes have none).
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Writes all of `buf` to `dst` (userspace fallback path).
+async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        dst.writable().await?;
+        match dst.try_write(buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Moves one burst (until `src` would block) through a pipe; `Ok(None)` at EOF.
+async fn burst(src: &TcpStream, dst: &TcpStream, p: &Pipe, activity: &Activity) -> io::Result<Option<u64>> {
+    let mut moved = 0u64;
+    loop {
+        let n = match src.try_io(Interest::READABLE, || {
+            splice(src.as_raw_fd(), p.w.as_raw_fd(), CHUNK)
+        }) {
+            Ok(0) => return if moved == 0 { Ok(None) } else { Ok(Some(moved)) },
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(moved)),
+            Err(e) => return Err(e),
+        };
+        let mut pending = n;
+        while pending > 0 {
+            dst.writable().await?;
+            match dst.try_io(Interest::WRITABLE, || {
+                splice(p.r.as_raw_fd(), dst.as_raw_fd(), pending)
+            }) {
+                Ok(m) => pending -= m,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        activity.touch();
+        moved += n as u64;
+    }
+}
+
+/// Bursts start with a plain read of up to this many bytes; a read that fills it means bulk
+/// data, and the rest of the burst goes through a pipe. Small messages (handshakes, RPCs)
+/// then cost one read and one write instead of pipe set-up and two splices.
+const PROBE: usize = 16 * 1024;
+
+/// Moves bytes `src` → `dst` until EOF on `src`, then half-closes `dst`. Returns bytes moved.
+async fn one_way(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        src.readable().await?;
+        // Allocated per read and dropped after it: an idle tunnel holds no buffer.
+        let mut buf = Vec::with_capacity(PROBE);
+        let n = match src.try_read_buf(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        write_all(dst, &buf[..n]).await?;
+        activity.touch();
+        total += n as u64;
+        if n < PROBE {
+            continue;
+        }
+        // Bulk: splice the rest of this burst; without a pipe (fd limit) keep copying.
+        if let Ok(p) = pipe() {
+            match burst(src, dst, &p, activity).await? {
+                None => break,
+                Some(m) => total += m,
+            }
+        }
+    }
+    // SAFETY: shutdown(2) on a socket fd we borrow; the stream stays owned by the caller.
+    unsafe { libc::shutdown(dst.as_raw_fd(), libc::SHUT_WR) };
+    Ok(total)
+}
+
+/// Last time any byte moved, for the idle watchdog.
+pub struct Activity {
+    epoch: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            epoch: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+    fn touch(&self) {
+        self.last_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn quiet_for(&self) -> Duration {
+        Duration::from_millis(self.epoch.elapsed().as_millis() as u64 - self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// Relays both directions until both have ended, or until nothing moved for `idle`.
+/// Returns (client → upstream, upstream → client) byte counts.
+pub async fn relay(client: &TcpStream, upstream: &TcpStream, idle: Duration) -> io::Result<(u64, u64)> {
+    let act = Activity::new();
+    let watchdog = async {
+        loop {
+            tokio::time::sleep(idle / 4).await;
+            if act.quiet_for() >= idle {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        r = async { tokio::try_join!(one_way(client, upstream, &act), one_way(upstream, client, &act)) } => r,
+        _ = watchdog => Ok((0, 0)),
+    }
+}
+
+/// One direction only (a forwarded request's response), with the same idle limit.
+pub async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Result<u64> {
+    let act = Activity::new();
+    let watchdog = async {
+        loop {
+            tokio::time::sleep(idle / 4).await;
+            if act.quiet_for() >= idle {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        r = one_way(src, dst, &act) => r,
+        _ = watchdog => Ok(0),
+    }
+}
