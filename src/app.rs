@@ -143,6 +143,12 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     for n in &plan.notices {
         host.eprint(&format!("ai-sandbox: {n}\n"));
     }
+    for c in crate::loopback::applicable(&policy) {
+        let reply = host.probe_loopback(c.port, c.ask);
+        if let Some(w) = crate::loopback::warning(c, policy.gate_addr, &reply) {
+            host.eprint(&format!("ai-sandbox: {w}\n"));
+        }
+    }
     host.launch(&plan)
 }
 
@@ -160,5 +166,31 @@ pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<
             bail!("{}", d.render(""));
         }
     }
+    Ok(0)
+}
+
+/// `ai-sandbox init`: writes the config from presets; never overwrites without `--force`.
+pub fn init(
+    host: &mut dyn Host,
+    presets: &[String],
+    force: bool,
+    project: Option<&Path>,
+) -> anyhow::Result<i32> {
+    let cwd = host.cwd()?;
+    let dir = match project {
+        Some(p) if p.is_absolute() => p.to_path_buf(),
+        Some(p) => cwd.join(p),
+        None => cwd,
+    };
+    let path = dir.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
+    if !force && host.read_file(&path)?.is_some() {
+        bail!(
+            "{} already exists; nothing was written\n  hint: edit it, or pass --force to replace it",
+            path.display()
+        );
+    }
+    let text = crate::init::render(presets).map_err(anyhow::Error::msg)?;
+    host.write_file(&path, &text)?;
+    host.print(&format!("wrote {}\n", path.display()));
     Ok(0)
 }

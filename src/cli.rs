@@ -71,6 +71,25 @@ pub enum Sub {
     },
     /// Check that this machine can run sandboxes; print the fix for each failed check.
     Doctor,
+    /// Write .ai-sandbox/config from presets (claude, codex, aider, npm, pypi, cargo, github).
+    Init {
+        /// A preset to include; repeat for several.
+        #[arg(long = "preset", value_name = "NAME")]
+        presets: Vec<String>,
+        /// Overwrite an existing config.
+        #[arg(long)]
+        force: bool,
+        /// Project directory (default: the current one).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
     /// The egress gate: status, logs, stop.
     Gate {
         #[command(subcommand)]

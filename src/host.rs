@@ -15,6 +15,8 @@ pub trait Host {
     fn exists(&self, path: &Path) -> bool;
     /// `Ok(None)` when the file does not exist.
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>>;
+    /// Creates parent directories as needed.
+    fn write_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()>;
     fn which(&self, name: &str) -> Option<PathBuf>;
     fn current_exe(&self) -> anyhow::Result<PathBuf>;
     fn uid(&self) -> u32;
@@ -26,6 +28,9 @@ pub trait Host {
     /// Registers the session with the user's gate (starting one if needed) for the life of
     /// this process; returns the gate's port.
     fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16>;
+    /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
+    /// time (empty when nothing listens or nothing answers).
+    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
 }
@@ -56,6 +61,13 @@ impl Host for RealHost {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         }
+    }
+    fn write_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
+        use anyhow::Context;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         // sbin is often missing from a user's PATH, and nft lives there.
@@ -113,6 +125,18 @@ impl Host for RealHost {
         self.lease = Some(lease);
         Ok(port)
     }
+    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let t = std::time::Duration::from_millis(300);
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), t) else {
+            return Vec::new();
+        };
+        let _ = s.set_read_timeout(Some(t));
+        let _ = s.write_all(ask);
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        buf[..n].to_vec()
+    }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(plan)
     }
@@ -131,6 +155,8 @@ pub struct FakeHost {
     /// Every side effect requested, in order.
     pub effects: Vec<String>,
     pub exit_code: i32,
+    /// Replies of host loopback services, by port.
+    pub loopback: Vec<(u16, Vec<u8>)>,
 }
 
 impl Host for FakeHost {
@@ -146,6 +172,12 @@ impl Host for FakeHost {
     }
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         Ok(self.files.iter().find(|(p, _)| p == path).map(|(_, t)| t.clone()))
+    }
+    fn write_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
+        self.effects.push(format!("write {}", path.display()));
+        self.files.retain(|(p, _)| p != path);
+        self.files.push((path.to_path_buf(), text.to_string()));
+        Ok(())
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         Some(PathBuf::from(match name {
@@ -175,6 +207,14 @@ impl Host for FakeHost {
         self.effects
             .push(format!("register gate from port {}", policy.gate_port));
         Ok(policy.gate_port + 1)
+    }
+    fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
+        self.effects.push(format!("probe 127.0.0.1:{port}"));
+        self.loopback
+            .iter()
+            .find(|(p, _)| *p == port)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effects.push(format!("launch {}", plan.argv.join(" ")));

@@ -202,3 +202,77 @@ fn ruleset_and_proxy_url_use_the_gates_actual_port() {
         plan.argv
     );
 }
+
+#[test]
+fn init_writes_the_config_and_never_overwrites_without_force() {
+    let mut h = host("", &[]);
+    h.files.clear();
+    let presets = vec!["claude".to_string(), "npm".to_string()];
+    assert_eq!(app::init(&mut h, &presets, false, None).unwrap(), 0);
+    assert_eq!(h.effects, ["write /home/dev/app/.ai-sandbox/config"]);
+    let written = h.files[0].1.clone();
+    assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
+    let err = app::init(&mut h, &["pypi".to_string()], false, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("already exists") && err.contains("--force"), "{err}");
+    assert_eq!(h.effects.len(), 1, "nothing written the second time");
+    assert_eq!(h.files[0].1, written, "the existing config is untouched");
+    app::init(&mut h, &["pypi".to_string()], true, None).unwrap();
+    assert!(h.files[0].1.contains("allow = pypi.org"));
+}
+
+#[test]
+fn an_unauthenticated_redis_on_an_allowed_host_port_is_warned_about() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--allow", "100.64.0.1:6379", "--", "true"]).unwrap();
+    let mut h = host("", &[]);
+    h.loopback.push((6379, b"+PONG\r\n".to_vec()));
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(
+        h.stderr
+            .contains("127.0.0.1:6379, where redis answers without authentication"),
+        "{}",
+        h.stderr
+    );
+    assert!(h.stderr.contains("requirepass"));
+    // Positive control: a redis that wants a password gets no warning, and is still probed.
+    let mut h = host("", &[]);
+    h.loopback
+        .push((6379, b"-NOAUTH Authentication required.\r\n".to_vec()));
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(h.effects.iter().any(|e| e == "probe 127.0.0.1:6379"));
+    assert!(!h.stderr.contains("warning"), "{}", h.stderr);
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_cli_definition() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let bash = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("--publish") && bash.contains("--no-gate") && bash.contains("init"),
+        "bash completion"
+    );
+    assert!(run(&["completions", "zsh"]).contains("--dry-run"));
+    let man = run(&["man"]);
+    assert!(man.starts_with(".ie") || man.contains(".TH"), "roff");
+    assert!(
+        man.contains("allow") && man.contains("Examples:"),
+        "the man page carries the examples"
+    );
+    let help = run(&["--help"]);
+    assert!(
+        help.contains("Examples:") && help.contains("ai-sandbox --publish 8000"),
+        "{help}"
+    );
+}

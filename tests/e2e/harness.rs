@@ -129,7 +129,11 @@ pub fn user_command(dir: &Path, program: &Path, args: &[&str], vars: &[(&str, &s
         "env",
         "-i",
     ]);
-    c.arg("PATH=/usr/local/bin:/usr/bin:/bin");
+    // This build's ai-sandbox first: commands from the docs call it by name.
+    c.arg(format!(
+        "PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/sbin",
+        e.root.join("bin").display()
+    ));
     c.arg(format!("HOME={}", e.home.display()));
     c.arg(format!("USER={}", e.user));
     c.arg(format!("XDG_RUNTIME_DIR=/run/user/{}", e.uid));
@@ -216,7 +220,12 @@ pub struct Banner {
 
 impl Banner {
     pub fn start(greeting: &'static str) -> Banner {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on(0, greeting)
+    }
+
+    /// On a fixed port (the docs name real ports, e.g. 5432).
+    pub fn start_on(port: u16, greeting: &'static str) -> Banner {
+        let l = TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| panic!("127.0.0.1:{port}: {e}"));
         let port = l.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();

@@ -3,6 +3,7 @@
 //! all" can never pass for "blocked". Ignored by a plain `cargo test` (they need root and the
 //! machine set-up); `scripts/test` runs them with `--ignored`, and any failure fails CI.
 
+mod docs;
 mod gate;
 mod harness;
 
@@ -475,5 +476,37 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
         stdout.trim_end(),
         launched.stdout.trim_end(),
         "by hand and launched differ"
+    );
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn an_allowed_redis_without_a_password_is_warned_about_at_launch() {
+    let _redis = Banner::start_on(6379, "+PONG\r\n");
+    let _memcached = Banner::start_on(11211, "ERROR\r\n");
+    let p = Project::new("redis");
+    let r = sandbox(
+        &p,
+        &[
+            "--allow",
+            "100.64.0.1:6379",
+            "--allow",
+            "100.64.0.1:11211",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("127.0.0.1:6379, where redis answers without authentication"),
+        "no warning for an open redis: {}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("memcached answers"),
+        "a memcached that did not answer VERSION is not flagged: {}",
+        r.stderr
     );
 }

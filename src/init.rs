@@ -1,0 +1,159 @@
+//! `ai-sandbox init [--preset NAME]...`: writes a starting `.ai-sandbox/config` from presets.
+//! Rendering is pure (snapshot-tested); the command refuses to overwrite without `--force`.
+
+/// (name, what it is for, config lines)
+pub const PRESETS: &[(&str, &str, &[&str])] = &[
+    (
+        "claude",
+        "Claude Code",
+        &[
+            "allow = api.anthropic.com",
+            "allow = statsig.anthropic.com",
+            "cmd = claude",
+        ],
+    ),
+    (
+        "codex",
+        "OpenAI Codex CLI",
+        &["allow = api.openai.com", "allow = chatgpt.com", "cmd = codex"],
+    ),
+    (
+        "aider",
+        "aider",
+        &[
+            "allow = api.openai.com",
+            "allow = api.anthropic.com",
+            "cmd = aider",
+        ],
+    ),
+    (
+        "npm",
+        "the npm registry",
+        &["allow = registry.npmjs.org", "allow = registry.yarnpkg.com"],
+    ),
+    (
+        "pypi",
+        "PyPI",
+        &["allow = pypi.org", "allow = files.pythonhosted.org"],
+    ),
+    (
+        "cargo",
+        "crates.io",
+        &[
+            "allow = crates.io",
+            "allow = index.crates.io",
+            "allow = static.crates.io",
+        ],
+    ),
+    (
+        "github",
+        "GitHub (git over HTTPS, API, downloads)",
+        &[
+            "allow = github.com",
+            "allow = api.github.com",
+            "allow = codeload.github.com",
+            "allow = objects.githubusercontent.com",
+            "allow = raw.githubusercontent.com",
+        ],
+    ),
+];
+
+pub fn names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(n, _, _)| *n).collect()
+}
+
+/// The config text for these presets (in the order given, duplicates merged).
+pub fn render(presets: &[String]) -> Result<String, String> {
+    let mut out = String::from(
+        "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
+         # Written by `ai-sandbox init`; see config.example in the ai-sandbox repository for every key.\n\
+         # Check what it allows with `ai-sandbox --dry-run`; refusals name the line that would allow them.\n",
+    );
+    let mut seen: Vec<&str> = Vec::new();
+    let mut cmd: Option<(&str, &str)> = None;
+    for name in presets {
+        let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| n == name) else {
+            return Err(format!(
+                "unknown preset `{name}`\n  hint: presets are {}",
+                names().join(", ")
+            ));
+        };
+        out += &format!("\n# {n}: {what}\n");
+        for l in lines.iter() {
+            if let Some(c) = l.strip_prefix("cmd = ") {
+                if let Some((other, prev)) = cmd {
+                    return Err(format!(
+                        "presets `{other}` and `{n}` both set the command (`{prev}`, `{c}`)\n  hint: keep one agent preset"
+                    ));
+                }
+                cmd = Some((n, c));
+            }
+            if seen.contains(l) {
+                out += &format!("# {l}   (already above)\n");
+            } else {
+                seen.push(l);
+                out += &format!("{l}\n");
+            }
+        }
+    }
+    if presets.is_empty() {
+        out += "\n# Nothing is allowed yet: add `allow = HOST` lines, or re-run with --preset NAME\n";
+        out += &format!("# (presets: {}).\n", names().join(", "));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_render_and_parse_as_a_valid_config() {
+        let all: Vec<String> = ["claude", "npm", "pypi", "cargo", "github"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let text = render(&all).unwrap();
+        insta::assert_snapshot!(text);
+        let (cfg, errs) = crate::config::parse(&text);
+        assert!(errs.is_empty(), "{errs:?}");
+        crate::policy::build("/p".into(), &cfg, &Default::default()).unwrap();
+    }
+
+    #[test]
+    fn every_preset_alone_is_valid() {
+        for n in names() {
+            let text = render(&[n.to_string()]).unwrap();
+            let (cfg, errs) = crate::config::parse(&text);
+            assert!(errs.is_empty(), "{n}: {errs:?}");
+            crate::policy::build("/p".into(), &cfg, &Default::default())
+                .unwrap_or_else(|e| panic!("{n}: {e:?}"));
+        }
+    }
+
+    #[test]
+    fn two_agents_and_unknown_presets_are_refused() {
+        let err = render(&["claude".into(), "codex".into()]).unwrap_err();
+        assert!(err.contains("both set the command"), "{err}");
+        let err = render(&["nmp".into()]).unwrap_err();
+        assert!(
+            err.contains("unknown preset `nmp`") && err.contains("npm"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn shared_hosts_are_written_once() {
+        let text = render(&["claude".into(), "npm".into(), "npm".into()]).unwrap();
+        assert_eq!(
+            text.matches("\nallow = registry.npmjs.org\n").count(),
+            1,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_preset_says_what_to_do() {
+        insta::assert_snapshot!(render(&[]).unwrap());
+    }
+}
