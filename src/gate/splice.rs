@@ -162,37 +162,31 @@ impl Activity {
     }
 }
 
+/// Resolves once nothing has moved for `idle`.
+async fn idle_expired(act: &Activity, idle: Duration) {
+    loop {
+        tokio::time::sleep(idle / 4).await;
+        if act.quiet_for() >= idle {
+            return;
+        }
+    }
+}
+
 /// Relays both directions until both have ended, or until nothing moved for `idle`.
 /// Returns (client → upstream, upstream → client) byte counts.
 pub async fn relay(client: &TcpStream, upstream: &TcpStream, idle: Duration) -> io::Result<(u64, u64)> {
     let act = Activity::new();
-    let watchdog = async {
-        loop {
-            tokio::time::sleep(idle / 4).await;
-            if act.quiet_for() >= idle {
-                return;
-            }
-        }
-    };
     tokio::select! {
         r = async { tokio::try_join!(one_way(client, upstream, &act), one_way(upstream, client, &act)) } => r,
-        _ = watchdog => Ok((0, 0)),
+        _ = idle_expired(&act, idle) => Ok((0, 0)),
     }
 }
 
 /// One direction only (a forwarded request's response), with the same idle limit.
 pub async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Result<u64> {
     let act = Activity::new();
-    let watchdog = async {
-        loop {
-            tokio::time::sleep(idle / 4).await;
-            if act.quiet_for() >= idle {
-                return;
-            }
-        }
-    };
     tokio::select! {
         r = one_way(src, dst, &act) => r,
-        _ = watchdog => Ok(0),
+        _ = idle_expired(&act, idle) => Ok(0),
     }
 }

@@ -116,22 +116,14 @@ fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
     let th = TestHost::new();
     let p = Project::new("tunnels");
     p.config(&gate_config(&th, ""));
-    let script = "/usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; \
-                  for i in $(seq 600); do [ -e done ] && exit 0; sleep 0.1; done; exit 9";
-    let child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
+    let script = format!("/usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; {UNTIL_DONE}");
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(
         wait_for(120, || p.path("ready").exists()),
         "tunnels did not finish"
     );
     let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
-    std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = finish(&p, child);
     assert!(stdout.contains("tunnels:echo.test:7000:500 all-500"), "{stdout}");
     assert_eq!(status.code, 0, "{}", status.stderr);
     let line = status

@@ -470,3 +470,19 @@ pub fn greet(port: u16) -> Option<String> {
 pub fn gate_log() -> String {
     std::fs::read_to_string(format!("/run/user/{}/ai-sandbox/gate.log", env().uid)).unwrap_or_default()
 }
+
+/// Shell tail for a long-running sandbox: wait until the test writes `done` (at most 60 s).
+pub const UNTIL_DONE: &str = "for i in $(seq 600); do [ -e done ] && exit 0; sleep 0.1; done; exit 9";
+
+/// Tells a sandbox started with UNTIL_DONE to finish, waits, requires success; its stdout.
+pub fn finish(p: &Project, child: Child) -> String {
+    std::fs::write(p.path("done"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -133,8 +133,7 @@ fn the_agent_cannot_change_the_rules() {
     let a = format!("tcp:100.64.0.1:{}", allowed.port);
     let script = format!(
         "nft flush ruleset; echo nft=$?; ip link set eth0 down; echo ip=$?; \
-         /usr/bin/python3 probe.py raw {a}; touch ready; \
-         for i in $(seq 600); do [ -e done ] && exit 0; sleep 0.1; done; exit 9"
+         /usr/bin/python3 probe.py raw {a}; touch ready; {UNTIL_DONE}"
     );
     let child = spawn_sandbox(&p, &["--allow", &allow, "--", "sh", "-c", &script]);
     assert!(
@@ -153,14 +152,7 @@ fn the_agent_cannot_change_the_rules() {
         ])
         .output()
         .unwrap();
-    std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = finish(&p, child);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(stdout.contains("nft=1"), "nft flush must fail inside: {stdout}");
     assert!(stdout.contains("ip=2"), "ip link set must fail inside: {stdout}");
