@@ -15,10 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
 fn need(args: &[String], name: &str) -> String {
     arg(args, name).unwrap_or_else(|| panic!("missing {name}"))
@@ -74,10 +71,7 @@ fn handle(mut s: TcpStream) -> std::io::Result<()> {
                 .and_then(|v| v.split([' ', '&']).next())
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
-            )?;
+            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n")?;
             stream(&mut s, n)
         }
         _ => Ok(()),
@@ -136,10 +130,7 @@ fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>
     let mut leases = Vec::new();
     let mut tokens = Vec::new();
     for i in 0..n {
-        let token = format!(
-            "{:032x}",
-            (std::process::id() as u128) << 64 | i as u128 | 0xbe7c_0000
-        );
+        let token = format!("{:032x}", (std::process::id() as u128) << 64 | i as u128 | 0xbe7c_0000);
         let req = control::Request::Register {
             session: format!("bench-{i}"),
             project: "bench".into(),
@@ -251,9 +242,8 @@ fn tunnels(args: &[String]) {
     let pid = gate_pid();
     let idle = rss_kib(&pid, "VmRSS:");
     let start = Instant::now();
-    let mut held: Vec<TcpStream> = (0..count)
-        .map(|i| open(Some((gate, Some(&tokens[i % tokens.len()]))), &target))
-        .collect();
+    let mut held: Vec<TcpStream> =
+        (0..count).map(|i| open(Some((gate, Some(&tokens[i % tokens.len()]))), &target)).collect();
     let mut ok = 0;
     for s in held.iter_mut() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -265,21 +255,15 @@ fn tunnels(args: &[String]) {
     }
     let peak = rss_kib(&pid, "VmHWM:");
     drop(held);
-    println!(
-        "tunnels {ok} {count} {:.2} {} {}",
-        start.elapsed().as_secs_f64(),
-        idle,
-        peak
-    );
+    println!("tunnels {ok} {count} {:.2} {} {}", start.elapsed().as_secs_f64(), idle, peak);
 }
 
 fn rules(args: &[String]) {
     use ai_sandbox::policy::{self, Inputs};
     let nft = need(args, "--nft");
     let load = |n: usize| -> (f64, usize) {
-        let cfg: String = (0..n)
-            .map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255))
-            .collect();
+        let cfg: String =
+            (0..n).map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255)).collect();
         let (cfg, _) = ai_sandbox::config::parse(&cfg);
         let p = policy::build("/bench".into(), &cfg, &Inputs::default()).unwrap();
         let rs = ai_sandbox::ruleset::build(&p, p.gate_port).unwrap();

@@ -29,10 +29,7 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
         Err(_) => cfg_path.display().to_string(),
     };
     let text = host.read_file(&cfg_path)?.unwrap_or_default();
-    let reject = |diagnostics: Vec<Diagnostic>| Rejected {
-        config_path: display.clone(),
-        diagnostics,
-    };
+    let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
     let (cfg, mut problems) = config::parse(&text);
     let inputs = Inputs {
         net: args.net,
@@ -62,9 +59,7 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
 
 /// FNV-1a, to name per-project directories stably without a crypto dependency.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
+    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
 }
 
 fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
@@ -78,27 +73,16 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
     let session_id = host.random_hex(6).context("reading /dev/urandom")?;
-    let runtime = match host.env("XDG_RUNTIME_DIR") {
-        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
-        _ => PathBuf::from(format!("/tmp/ai-sandbox-{}", host.uid())),
-    };
-    let name = p
-        .project
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let runtime = crate::gate::control::runtime_dir_for(host.env("XDG_RUNTIME_DIR").as_deref(), host.uid());
+    let name = p.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let nft = match host.env("AISB_NFT") {
         Some(v) => PathBuf::from(v),
-        None => host
-            .which("nft")
-            .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
+        None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
     };
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
         nft,
-        self_exe: host
-            .current_exe()
-            .context("finding this program's path (it is also the OCI hook)")?,
+        self_exe: host.current_exe().context("finding this program's path (it is also the OCI hook)")?,
         session_dir: runtime.join("sessions").join(&session_id),
         session_id,
         sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
@@ -106,17 +90,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
             .join(format!("{name}-{:016x}", fnv(&p.project.display().to_string()))),
         rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
         home,
-        host_dirs: ["/usr", "/etc", "/opt"]
-            .iter()
-            .map(PathBuf::from)
-            .filter(|d| host.exists(d))
-            .collect(),
+        host_dirs: ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect(),
         tty: host.stdio_is_tty(),
-        token: if launching {
-            host.random_hex(16)?
-        } else {
-            TOKEN_PLACEHOLDER.into()
-        },
+        token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
     })
 }

@@ -38,10 +38,7 @@ pub struct Config {
 impl Config {
     /// Values of a repeatable key, with their origin.
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
-        self.entries
-            .iter()
-            .filter(move |e| e.key == key)
-            .map(|e| (e.value.as_str(), Origin::Config(e.line)))
+        self.entries.iter().filter(move |e| e.key == key).map(|e| (e.value.as_str(), Origin::Config(e.line)))
     }
 
     /// The value of a single-valued key (duplicates were rejected by `parse`).
@@ -90,19 +87,12 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         }
         if let Some(first) = entries.iter().find(|e| !repeatable && e.key == key) {
             errors.push(
-                Diagnostic::new(
-                    at,
-                    format!("duplicate `{key}` (already set on line {})", first.line),
-                )
-                .hint(format!("`{key}` takes one value: keep one of the two lines")),
+                Diagnostic::new(at, format!("duplicate `{key}` (already set on line {})", first.line))
+                    .hint(format!("`{key}` takes one value: keep one of the two lines")),
             );
             continue;
         }
-        entries.push(Entry {
-            key: key.to_string(),
-            value: value.to_string(),
-            line,
-        });
+        entries.push(Entry { key: key.to_string(), value: value.to_string(), line });
     }
     (Config { entries }, errors)
 }
@@ -122,11 +112,7 @@ fn strip_comment(line: &str) -> &str {
 
 fn unknown_key(at: Origin, key: &str) -> Diagnostic {
     let d = Diagnostic::new(at, format!("unknown key `{key}`"));
-    match KEYS
-        .iter()
-        .map(|(k, _)| (*k, edit_distance(key, k)))
-        .min_by_key(|(_, d)| *d)
-    {
+    match KEYS.iter().map(|(k, _)| (*k, edit_distance(key, k))).min_by_key(|(_, d)| *d) {
         Some((k, dist)) if dist <= 2 || k.starts_with(key) => d.hint(format!("did you mean `{k}`?")),
         _ => {
             let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
@@ -160,18 +146,10 @@ mod tests {
             "\u{feff}# top\r\nallow = github.com   # inline\r\nallow = *.npmjs.org\n\nenv = COLOR=#fff\n";
         let (c, errs) = parse(text);
         assert!(errs.is_empty(), "{errs:?}");
-        let got: Vec<_> = c
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str(), e.line))
-            .collect();
+        let got: Vec<_> = c.entries.iter().map(|e| (e.key.as_str(), e.value.as_str(), e.line)).collect();
         assert_eq!(
             got,
-            vec![
-                ("allow", "github.com", 2),
-                ("allow", "*.npmjs.org", 3),
-                ("env", "COLOR=#fff", 5)
-            ]
+            vec![("allow", "github.com", 2), ("allow", "*.npmjs.org", 3), ("env", "COLOR=#fff", 5)]
         );
     }
 

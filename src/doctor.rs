@@ -11,26 +11,16 @@ struct Check {
 }
 
 fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
     } else {
-        Err(format!(
-            "`{cmd} {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("`{cmd} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
 fn user_name() -> Option<String> {
-    nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
+    nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name)
 }
 
 fn has_subids(file: &str) -> Result<String, String> {
@@ -75,10 +65,7 @@ pub fn run() -> anyhow::Result<i32> {
         }),
         fix: "sudo scripts/install-deps   (passt from Debian trixie)",
     });
-    let nft = ["/usr/sbin/nft", "/sbin/nft"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
+    let nft = ["/usr/sbin/nft", "/sbin/nft"].into_iter().map(PathBuf::from).find(|p| p.exists());
     checks.push(Check {
         name: "nft",
         result: nft
@@ -98,11 +85,7 @@ pub fn run() -> anyhow::Result<i32> {
     });
     for file in ["/etc/subuid", "/etc/subgid"] {
         checks.push(Check {
-            name: if file.ends_with("uid") {
-                "subordinate uids"
-            } else {
-                "subordinate gids"
-            },
+            name: if file.ends_with("uid") { "subordinate uids" } else { "subordinate gids" },
             result: has_subids(file),
             fix: "echo \"$USER:100000:65536\" | sudo tee -a /etc/subuid /etc/subgid",
         });
@@ -136,17 +119,7 @@ fn runtime_works() -> Result<String, String> {
     let root = rootfs.display().to_string();
     output(
         "podman",
-        &[
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "-v",
-            "/usr:/usr:ro",
-            "--rootfs",
-            &root,
-            "/bin/true",
-        ],
+        &["run", "--rm", "--network", "none", "-v", "/usr:/usr:ro", "--rootfs", &root, "/bin/true"],
     )
     .map(|_| "podman run --rootfs ... /bin/true works".into())
 }

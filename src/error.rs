@@ -28,11 +28,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(origin: Origin, message: impl Into<String>) -> Self {
-        Diagnostic {
-            origin,
-            message: message.into(),
-            hint: None,
-        }
+        Diagnostic { origin, message: message.into(), hint: None }
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
@@ -68,11 +64,7 @@ impl fmt::Display for Rejected {
             writeln!(f, "{}", d.render(&self.config_path))?;
         }
         let n = self.diagnostics.len();
-        write!(
-            f,
-            "{n} problem{} found; nothing was started",
-            if n == 1 { "" } else { "s" }
-        )
+        write!(f, "{n} problem{} found; nothing was started", if n == 1 { "" } else { "s" })
     }
 }
 

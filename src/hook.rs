@@ -16,21 +16,13 @@ use std::process::Command;
 /// Reads the OCI state JSON from stdin and returns the container's pid.
 pub fn state_pid(state: &str) -> anyhow::Result<u32> {
     let v: serde_json::Value = serde_json::from_str(state).context("the OCI state on stdin is not JSON")?;
-    let pid = v
-        .get("pid")
-        .and_then(|p| p.as_u64())
-        .context("the OCI state has no `pid`")?;
-    u32::try_from(pid)
-        .ok()
-        .filter(|p| *p > 0)
-        .context("the OCI state has an invalid `pid`")
+    let pid = v.get("pid").and_then(|p| p.as_u64()).context("the OCI state has no `pid`")?;
+    u32::try_from(pid).ok().filter(|p| *p > 0).context("the OCI state has an invalid `pid`")
 }
 
 pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
     let mut state = String::new();
-    std::io::stdin()
-        .read_to_string(&mut state)
-        .context("reading the OCI state from stdin")?;
+    std::io::stdin().read_to_string(&mut state).context("reading the OCI state from stdin")?;
     let pid = state_pid(&state)?;
     let ns_path = format!("/proc/{pid}/ns/net");
     let ns = std::fs::File::open(&ns_path).with_context(|| format!("opening {ns_path}"))?;
@@ -52,9 +44,7 @@ pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
         );
     }
     // Confirm the table is there before letting the container run.
-    let check = Command::new(nft)
-        .args(["list", "table", "inet", TABLE])
-        .output()?;
+    let check = Command::new(nft).args(["list", "table", "inet", TABLE]).output()?;
     if !check.status.success() {
         bail!(
             "the ruleset was loaded but `nft list table inet {TABLE}` failed: {}",

@@ -53,10 +53,7 @@ impl Host for RealHost {
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         match std::fs::read(path) {
             Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
-                anyhow::anyhow!(
-                    "{}: not valid UTF-8\n  hint: save the file as UTF-8",
-                    path.display()
-                )
+                anyhow::anyhow!("{}: not valid UTF-8\n  hint: save the file as UTF-8", path.display())
             })?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
@@ -71,10 +68,7 @@ impl Host for RealHost {
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         // sbin is often missing from a user's PATH, and nft lives there.
-        let path = format!(
-            "{}:/usr/local/sbin:/usr/sbin:/sbin",
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = format!("{}:/usr/local/sbin:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default());
         which::which_in(name, Some(path), "/").ok()
     }
     fn current_exe(&self) -> anyhow::Result<PathBuf> {
@@ -204,17 +198,12 @@ impl Host for FakeHost {
         self.stderr += text;
     }
     fn register_gate(&mut self, policy: &Policy, _facts: &Facts) -> anyhow::Result<u16> {
-        self.effects
-            .push(format!("register gate from port {}", policy.gate_port));
+        self.effects.push(format!("register gate from port {}", policy.gate_port));
         Ok(policy.gate_port + 1)
     }
     fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
         self.effects.push(format!("probe 127.0.0.1:{port}"));
-        self.loopback
-            .iter()
-            .find(|(p, _)| *p == port)
-            .map(|(_, r)| r.clone())
-            .unwrap_or_default()
+        self.loopback.iter().find(|(p, _)| *p == port).map(|(_, r)| r.clone()).unwrap_or_default()
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effects.push(format!("launch {}", plan.argv.join(" ")));

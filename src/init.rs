@@ -6,45 +6,13 @@ pub const PRESETS: &[(&str, &str, &[&str])] = &[
     (
         "claude",
         "Claude Code",
-        &[
-            "allow = api.anthropic.com",
-            "allow = statsig.anthropic.com",
-            "cmd = claude",
-        ],
+        &["allow = api.anthropic.com", "allow = statsig.anthropic.com", "cmd = claude"],
     ),
-    (
-        "codex",
-        "OpenAI Codex CLI",
-        &["allow = api.openai.com", "allow = chatgpt.com", "cmd = codex"],
-    ),
-    (
-        "aider",
-        "aider",
-        &[
-            "allow = api.openai.com",
-            "allow = api.anthropic.com",
-            "cmd = aider",
-        ],
-    ),
-    (
-        "npm",
-        "the npm registry",
-        &["allow = registry.npmjs.org", "allow = registry.yarnpkg.com"],
-    ),
-    (
-        "pypi",
-        "PyPI",
-        &["allow = pypi.org", "allow = files.pythonhosted.org"],
-    ),
-    (
-        "cargo",
-        "crates.io",
-        &[
-            "allow = crates.io",
-            "allow = index.crates.io",
-            "allow = static.crates.io",
-        ],
-    ),
+    ("codex", "OpenAI Codex CLI", &["allow = api.openai.com", "allow = chatgpt.com", "cmd = codex"]),
+    ("aider", "aider", &["allow = api.openai.com", "allow = api.anthropic.com", "cmd = aider"]),
+    ("npm", "the npm registry", &["allow = registry.npmjs.org", "allow = registry.yarnpkg.com"]),
+    ("pypi", "PyPI", &["allow = pypi.org", "allow = files.pythonhosted.org"]),
+    ("cargo", "crates.io", &["allow = crates.io", "allow = index.crates.io", "allow = static.crates.io"]),
     (
         "github",
         "GitHub (git over HTTPS, API, downloads)",
@@ -73,10 +41,7 @@ pub fn render(presets: &[String]) -> Result<String, String> {
     let mut cmd: Option<(&str, &str)> = None;
     for name in presets {
         let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| n == name) else {
-            return Err(format!(
-                "unknown preset `{name}`\n  hint: presets are {}",
-                names().join(", ")
-            ));
+            return Err(format!("unknown preset `{name}`\n  hint: presets are {}", names().join(", ")));
         };
         out += &format!("\n# {n}: {what}\n");
         for l in lines.iter() {
@@ -109,10 +74,8 @@ mod tests {
 
     #[test]
     fn presets_render_and_parse_as_a_valid_config() {
-        let all: Vec<String> = ["claude", "npm", "pypi", "cargo", "github"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let all: Vec<String> =
+            ["claude", "npm", "pypi", "cargo", "github"].iter().map(|s| s.to_string()).collect();
         let text = render(&all).unwrap();
         insta::assert_snapshot!(text);
         let (cfg, errs) = crate::config::parse(&text);
@@ -136,20 +99,13 @@ mod tests {
         let err = render(&["claude".into(), "codex".into()]).unwrap_err();
         assert!(err.contains("both set the command"), "{err}");
         let err = render(&["nmp".into()]).unwrap_err();
-        assert!(
-            err.contains("unknown preset `nmp`") && err.contains("npm"),
-            "{err}"
-        );
+        assert!(err.contains("unknown preset `nmp`") && err.contains("npm"), "{err}");
     }
 
     #[test]
     fn shared_hosts_are_written_once() {
         let text = render(&["claude".into(), "npm".into(), "npm".into()]).unwrap();
-        assert_eq!(
-            text.matches("\nallow = registry.npmjs.org\n").count(),
-            1,
-            "{text}"
-        );
+        assert_eq!(text.matches("\nallow = registry.npmjs.org\n").count(), 1, "{text}");
     }
 
     #[test]

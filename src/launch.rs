@@ -16,15 +16,10 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 
-const SKELETON_DIRS: &[&str] = &[
-    "usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt",
-];
-const SKELETON_LINKS: &[(&str, &str)] = &[
-    ("bin", "usr/bin"),
-    ("sbin", "usr/sbin"),
-    ("lib", "usr/lib"),
-    ("lib64", "usr/lib64"),
-];
+const SKELETON_DIRS: &[&str] =
+    &["usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt"];
+const SKELETON_LINKS: &[(&str, &str)] =
+    &[("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")];
 
 /// Builds the skeleton rootfs once (atomically: in a temporary dir, then renamed).
 pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
@@ -81,11 +76,10 @@ fn sweep_sessions(sessions: &Path) {
 fn write_session(plan: &Plan) -> anyhow::Result<()> {
     let dir = &plan.session_dir;
     if let Some(sessions) = dir.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(sessions)
-            .with_context(|| format!("creating {}", sessions.display()))?;
+        if let Some(runtime) = sessions.parent() {
+            crate::gate::control::private_dir(runtime)?;
+        }
+        crate::gate::control::private_dir(sessions)?;
         sweep_sessions(sessions);
     }
     fs::DirBuilder::new()
@@ -182,9 +176,8 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
+    let mut child =
+        cmd.spawn().with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
     forward_signals(child.id(), set);
     let status = child.wait().context("waiting for podman")?;
     match (status.code(), status.signal()) {

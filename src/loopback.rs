@@ -80,24 +80,11 @@ mod tests {
 
     #[test]
     fn only_allowed_host_loopback_ports_are_checked() {
-        let ports = |cfg: &str| {
-            applicable(&policy(cfg))
-                .iter()
-                .map(|c| c.port)
-                .collect::<Vec<_>>()
-        };
+        let ports = |cfg: &str| applicable(&policy(cfg)).iter().map(|c| c.port).collect::<Vec<_>>();
         assert_eq!(ports("allow = 100.64.0.1:6379\n"), [6379]);
         assert_eq!(ports("allow = 100.64.0.1:5432\n"), Vec::<u16>::new());
-        assert_eq!(
-            ports("allow = 100.64.0.1\n"),
-            [6379, 11211, 2375],
-            "all ports allowed: all checks"
-        );
-        assert_eq!(
-            ports("allow = 192.0.2.10:6379\n"),
-            Vec::<u16>::new(),
-            "not the host loopback"
-        );
+        assert_eq!(ports("allow = 100.64.0.1\n"), [6379, 11211, 2375], "all ports allowed: all checks");
+        assert_eq!(ports("allow = 192.0.2.10:6379\n"), Vec::<u16>::new(), "not the host loopback");
     }
 
     #[test]
@@ -107,10 +94,6 @@ mod tests {
         assert!(warning(redis, gw, b"+PONG\r\n").unwrap().contains("requirepass"));
         assert!(warning(redis, gw, b"-NOAUTH Authentication required.\r\n").is_none());
         assert!(warning(redis, gw, b"").is_none());
-        assert!(
-            warning(&CHECKS[2], gw, b"HTTP/1.0 200 OK\r\n\r\nOK")
-                .unwrap()
-                .contains("root on the host")
-        );
+        assert!(warning(&CHECKS[2], gw, b"HTTP/1.0 200 OK\r\n\r\nOK").unwrap().contains("root on the host"));
     }
 }

@@ -14,11 +14,9 @@ fn main() {
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
-        Some(Sub::Init {
-            presets,
-            force,
-            project,
-        }) => app::init(&mut host, presets, *force, project.as_deref()),
+        Some(Sub::Init { presets, force, project }) => {
+            app::init(&mut host, presets, *force, project.as_deref())
+        }
         Some(Sub::Completions { shell }) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut cmd, "ai-sandbox", &mut std::io::stdout());
@@ -26,10 +24,7 @@ fn main() {
         }
         Some(Sub::Man) => {
             let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd)
-                .render(&mut std::io::stdout())
-                .map(|_| 0)
-                .map_err(Into::into)
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout()).map(|_| 0).map_err(Into::into)
         }
     };
     match result {

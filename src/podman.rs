@@ -17,12 +17,9 @@ pub fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
     let no_proxy = p.no_proxy.join(",");
     let mut out = Vec::new();
-    for (name, value) in [
-        ("HTTP_PROXY", &url),
-        ("HTTPS_PROXY", &url),
-        ("ALL_PROXY", &url),
-        ("NO_PROXY", &no_proxy),
-    ] {
+    for (name, value) in
+        [("HTTP_PROXY", &url), ("HTTPS_PROXY", &url), ("ALL_PROXY", &url), ("NO_PROXY", &no_proxy)]
+    {
         out.push((name.to_string(), value.clone()));
         out.push((name.to_ascii_lowercase(), value.clone()));
     }
@@ -79,12 +76,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         }
         push(&["--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777"]);
     }
-    push(&[
-        "-v",
-        &format!("{}:{home}", f.sandbox_home.display()),
-        "--env",
-        &format!("HOME={home}"),
-    ]);
+    push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }

@@ -59,11 +59,7 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     let boxes = disjoint(&p.nets);
     let (v4, v6): (Vec<Box2>, Vec<Box2>) = boxes.into_iter().partition(|b| b.net.is_v4());
     let mut output = vec![make_iface_accept("oif", MetaKey::Oif), make_established()];
-    output.push(make_icmpv6_nd(&[
-        "nd-neighbor-solicit",
-        "nd-neighbor-advert",
-        "nd-router-solicit",
-    ]));
+    output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
     if p.gate {
         // ip daddr GATE_ADDR tcp dport GATE_PORT accept
         output.push(make_dest_accept(p.gate_addr, "tcp", gate_port));
@@ -78,26 +74,14 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     output.push(make_reject_rest());
 
     let mut input = vec![make_iface_accept("iif", MetaKey::Iif), make_established()];
-    input.push(make_icmpv6_nd(&[
-        "nd-neighbor-solicit",
-        "nd-neighbor-advert",
-        "nd-router-advert",
-    ]));
+    input.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-advert"]));
     for publ in &p.publish {
         input.push(make_port_accept(publ.container));
     }
     Some(Ruleset {
         sets: vec![
-            SetSpec {
-                name: SET_V4,
-                v4: true,
-                elements: v4,
-            },
-            SetSpec {
-                name: SET_V6,
-                v4: false,
-                elements: v6,
-            },
+            SetSpec { name: SET_V4, v4: true, elements: v4 },
+            SetSpec { name: SET_V6, v4: false, elements: v6 },
         ],
         output,
         input,
@@ -116,11 +100,7 @@ fn payload(protocol: &str, field: &str) -> Expression<'static> {
 }
 
 fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
-    Statement::Match(Match {
-        left,
-        right,
-        op: Operator::EQ,
-    })
+    Statement::Match(Match { left, right, op: Operator::EQ })
 }
 
 fn accept() -> Statement<'static> {
@@ -131,20 +111,13 @@ fn accept() -> Statement<'static> {
 fn make_iface_accept(word: &str, key: MetaKey) -> RuleSpec {
     RuleSpec {
         text: format!("{word} \"lo\" accept"),
-        expr: vec![
-            eq(Expression::Named(NamedExpression::Meta(Meta { key })), s("lo")),
-            accept(),
-        ],
+        expr: vec![eq(Expression::Named(NamedExpression::Meta(Meta { key })), s("lo")), accept()],
     }
 }
 
 /// `ct state established,related accept`
 fn make_established() -> RuleSpec {
-    let ct = Expression::Named(NamedExpression::CT(CT {
-        key: "state".into(),
-        family: None,
-        dir: None,
-    }));
+    let ct = Expression::Named(NamedExpression::CT(CT { key: "state".into(), family: None, dir: None }));
     RuleSpec {
         text: "ct state established,related accept".into(),
         expr: vec![
@@ -163,13 +136,7 @@ fn make_icmpv6_nd(types: &[&str]) -> RuleSpec {
     let set = types.iter().map(|t| SetItem::Element(s(*t))).collect();
     RuleSpec {
         text: format!("icmpv6 type {{ {} }} accept", types.join(", ")),
-        expr: vec![
-            eq(
-                payload("icmpv6", "type"),
-                Expression::Named(NamedExpression::Set(set)),
-            ),
-            accept(),
-        ],
+        expr: vec![eq(payload("icmpv6", "type"), Expression::Named(NamedExpression::Set(set))), accept()],
     }
 }
 
@@ -188,10 +155,8 @@ fn make_dest_accept(addr: Ipv4Addr, proto: &str, port: u16) -> RuleSpec {
 /// `ip daddr . tcp dport @allow_v4 accept` (and the ip6 twin)
 fn make_set_accept(v4: bool) -> RuleSpec {
     let (fam, set) = if v4 { ("ip", SET_V4) } else { ("ip6", SET_V6) };
-    let key = Expression::Named(NamedExpression::Concat(vec![
-        payload(fam, "daddr"),
-        payload("tcp", "dport"),
-    ]));
+    let key =
+        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]));
     RuleSpec {
         text: format!("{fam} daddr . tcp dport @{set} accept"),
         expr: vec![eq(key, s(format!("@{set}"))), accept()],
@@ -203,12 +168,7 @@ fn make_reject_tcp() -> RuleSpec {
     RuleSpec {
         text: "meta l4proto tcp reject with tcp reset".into(),
         expr: vec![
-            eq(
-                Expression::Named(NamedExpression::Meta(Meta {
-                    key: MetaKey::L4proto,
-                })),
-                s("tcp"),
-            ),
+            eq(Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto })), s("tcp")),
             Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
         ],
     }
@@ -229,10 +189,7 @@ fn make_reject_rest() -> RuleSpec {
 fn make_port_accept(port: u16) -> RuleSpec {
     RuleSpec {
         text: format!("tcp dport {port} accept"),
-        expr: vec![
-            eq(payload("tcp", "dport"), Expression::Number(u32::from(port))),
-            accept(),
-        ],
+        expr: vec![eq(payload("tcp", "dport"), Expression::Number(u32::from(port))), accept()],
     }
 }
 
@@ -249,10 +206,7 @@ fn element(b: &Box2) -> Expression<'static> {
         Expression::Number(u32::from(b.ports.lo))
     } else {
         Expression::Range(Box::new(Range {
-            range: [
-                Expression::Number(u32::from(b.ports.lo)),
-                Expression::Number(u32::from(b.ports.hi)),
-            ],
+            range: [Expression::Number(u32::from(b.ports.lo)), Expression::Number(u32::from(b.ports.hi))],
         }))
     };
     Expression::Named(NamedExpression::Concat(vec![addr, port]))
@@ -262,17 +216,9 @@ impl Ruleset {
     /// The JSON document the hook loads with `nft -j -f`.
     pub fn to_json(&self) -> Nftables<'static> {
         let fam = NfFamily::INet;
-        let mut objs = vec![NfListObject::Table(Table {
-            family: fam,
-            name: TABLE.into(),
-            handle: None,
-        })];
+        let mut objs = vec![NfListObject::Table(Table { family: fam, name: TABLE.into(), handle: None })];
         for set in &self.sets {
-            let addr = if set.v4 {
-                SetType::Ipv4Addr
-            } else {
-                SetType::Ipv6Addr
-            };
+            let addr = if set.v4 { SetType::Ipv4Addr } else { SetType::Ipv6Addr };
             objs.push(NfListObject::Set(Box::new(Set {
                 family: fam,
                 table: TABLE.into(),
@@ -284,10 +230,9 @@ impl Ruleset {
                 ..Set::default()
             })));
         }
-        for (name, hook, rules) in [
-            ("output", NfHook::Output, &self.output),
-            ("input", NfHook::Input, &self.input),
-        ] {
+        for (name, hook, rules) in
+            [("output", NfHook::Output, &self.output), ("input", NfHook::Input, &self.input)]
+        {
             objs.push(NfListObject::Chain(Chain {
                 family: fam,
                 table: TABLE.into(),
@@ -308,13 +253,7 @@ impl Ruleset {
                 }));
             }
         }
-        Nftables {
-            objects: objs
-                .into_iter()
-                .map(NfObject::ListObject)
-                .collect::<Vec<_>>()
-                .into(),
-        }
+        Nftables { objects: objs.into_iter().map(NfObject::ListObject).collect::<Vec<_>>().into() }
     }
 
     pub fn to_json_string(&self) -> String {
@@ -326,16 +265,10 @@ impl Ruleset {
         let mut t = format!("table inet {TABLE} {{\n");
         for set in &self.sets {
             let addr = if set.v4 { "ipv4_addr" } else { "ipv6_addr" };
-            t += &format!(
-                "\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n",
-                set.name
-            );
+            t += &format!("\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n", set.name);
             if !set.elements.is_empty() {
-                let els: Vec<String> = set
-                    .elements
-                    .iter()
-                    .map(|b| format!("{} . {}", b.net, b.ports))
-                    .collect();
+                let els: Vec<String> =
+                    set.elements.iter().map(|b| format!("{} . {}", b.net, b.ports)).collect();
                 t += &format!("\t\telements = {{ {} }}\n", els.join(",\n\t\t\t     "));
             }
             t += "\t}\n\n";

@@ -65,10 +65,7 @@ fn each_bad_line_is_reported_with_its_line_number_and_nothing_starts() {
         let out = run_with_config(&dir, &format!("# project\n{line}\n"), &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{line:?} was accepted");
-        assert!(
-            stderr.contains(".ai-sandbox/config:2: "),
-            "{line:?}: stderr was {stderr}"
-        );
+        assert!(stderr.contains(".ai-sandbox/config:2: "), "{line:?}: stderr was {stderr}");
         assert!(stderr.contains("hint: "), "{line:?}: no hint in {stderr}");
         assert!(out.stdout.is_empty(), "{line:?}: something was planned");
     }
@@ -105,10 +102,7 @@ fn every_bad_line_is_reported_in_one_run() {
     ] {
         assert!(stderr.contains(want), "missing {want:?} in {stderr}");
     }
-    assert!(
-        !stderr.contains("config:2:"),
-        "a good line was reported: {stderr}"
-    );
+    assert!(!stderr.contains("config:2:"), "a good line was reported: {stderr}");
 }
 
 #[test]

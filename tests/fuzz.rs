@@ -9,10 +9,7 @@ use proptest::prelude::*;
 use std::path::PathBuf;
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000)
 }
 
 /// Strings biased toward the characters that matter to the parsers.
@@ -32,10 +29,7 @@ fn config_like() -> impl Strategy<Value = String> {
     let tail = prop::sample::select(vec!["", " # c", "\r"]);
     let line = (key, "[ \t]{0,2}=?[ \t]{0,2}", entry_like(), tail)
         .prop_map(|(k, eq, v, tail)| format!("{k}{eq}{v}{tail}"));
-    prop_oneof![
-        prop::collection::vec(line, 0..12).prop_map(|l| l.join("\n")),
-        any::<String>(),
-    ]
+    prop_oneof![prop::collection::vec(line, 0..12).prop_map(|l| l.join("\n")), any::<String>(),]
 }
 
 proptest! {

@@ -21,10 +21,7 @@ fn nft_path() -> String {
 /// Loads `input` with `nft [-j] -f -` in a new user+network namespace; returns `nft list ruleset`.
 fn load_and_list(input: &str, json: bool) -> String {
     let nft = nft_path();
-    let script = format!(
-        "{nft} {} -f - && {nft} list ruleset",
-        if json { "-j" } else { "" }
-    );
+    let script = format!("{nft} {} -f - && {nft} list ruleset", if json { "-j" } else { "" });
     let mut child = Command::new("unshare")
         .args(["-rn", "sh", "-c", &script])
         .stdin(Stdio::piped())
@@ -53,10 +50,7 @@ fn ruleset_for(cfg: &str, inputs: Inputs) -> Ruleset {
 fn round_trip(rs: &Ruleset) -> String {
     let from_json = load_and_list(&rs.to_json_string(), true);
     let from_text = load_and_list(&rs.to_text(), false);
-    assert_eq!(
-        from_json, from_text,
-        "the printed nft text and the JSON the hook loads differ"
-    );
+    assert_eq!(from_json, from_text, "the printed nft text and the JSON the hook loads differ");
     from_json
 }
 
@@ -64,35 +58,21 @@ fn round_trip(rs: &Ruleset) -> String {
 fn base_ruleset_matches_the_reviewed_file() {
     let listed = round_trip(&ruleset_for("", Inputs::default()));
     let reviewed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/base.nft")).unwrap();
-    assert_eq!(
-        listed, reviewed,
-        "generated base ruleset differs from rules/base.nft"
-    );
+    assert_eq!(listed, reviewed, "generated base ruleset differs from rules/base.nft");
 }
 
 #[test]
 fn design_example_with_publish_round_trips() {
     let cfg = "allow = github.com\nallow = 100.64.0.1:5432\nallow = 10.0.0.0/8\nallow = 10.1.2.3:5432\n\
                allow = 192.0.2.0/24:8000-8100\nallow = 192.0.2.7:8050-9000\nallow = [2001:db8::/32]:443\n";
-    let rs = ruleset_for(
-        cfg,
-        Inputs {
-            publish: vec!["8000".into(), "8080:3000".into()],
-            ..Inputs::default()
-        },
-    );
+    let rs =
+        ruleset_for(cfg, Inputs { publish: vec!["8000".into(), "8080:3000".into()], ..Inputs::default() });
     insta::assert_snapshot!(round_trip(&rs));
 }
 
 #[test]
 fn no_gate_ruleset_round_trips() {
-    let rs = ruleset_for(
-        "allow = 192.0.2.10:443\n",
-        Inputs {
-            no_gate: true,
-            ..Inputs::default()
-        },
-    );
+    let rs = ruleset_for("allow = 192.0.2.10:443\n", Inputs { no_gate: true, ..Inputs::default() });
     insta::assert_snapshot!(round_trip(&rs));
 }
 
@@ -103,17 +83,10 @@ fn ten_thousand_entries_load_as_set_elements_with_a_constant_rule_count() {
         .map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255))
         .collect();
     let big = ruleset_for(&cfg, Inputs::default());
-    assert_eq!(
-        big.rule_count(),
-        small.rule_count(),
-        "entries must be set elements, not rules"
-    );
+    assert_eq!(big.rule_count(), small.rule_count(), "entries must be set elements, not rules");
     assert_eq!(big.sets[0].elements.len(), 10_000);
     let listed = load_and_list(&big.to_json_string(), true);
-    assert!(
-        listed.contains("10.0.39.15 . 443"),
-        "last element missing from the loaded set"
-    );
+    assert!(listed.contains("10.0.39.15 . 443"), "last element missing from the loaded set");
     assert_eq!(
         listed.matches(" accept\n").count(),
         small.rule_count() - 2,
@@ -125,15 +98,8 @@ fn ten_thousand_entries_load_as_set_elements_with_a_constant_rule_count() {
 fn other_modes_have_no_ruleset() {
     for net in [NetMode::None, NetMode::Full] {
         let (cfg, _) = config::parse("");
-        let p = policy::build(
-            PathBuf::from("/w/p"),
-            &cfg,
-            &Inputs {
-                net: Some(net),
-                ..Inputs::default()
-            },
-        )
-        .unwrap();
+        let p = policy::build(PathBuf::from("/w/p"), &cfg, &Inputs { net: Some(net), ..Inputs::default() })
+            .unwrap();
         assert!(ruleset::build(&p, p.gate_port).is_none());
     }
 }

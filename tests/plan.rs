@@ -21,27 +21,18 @@ gate_port = 18081             # first free port at or above
 ";
 
 fn host(config: &str, vars: &[(&str, &str)]) -> FakeHost {
-    let mut h = FakeHost {
-        cwd: PathBuf::from("/home/dev/app"),
-        uid: 1000,
-        ..FakeHost::default()
-    };
+    let mut h = FakeHost { cwd: PathBuf::from("/home/dev/app"), uid: 1000, ..FakeHost::default() };
     h.vars.push(("HOME".into(), "/home/dev".into()));
     h.vars.push(("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()));
-    h.vars
-        .extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    h.files
-        .push(("/home/dev/app/.ai-sandbox/config".into(), config.into()));
+    h.vars.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    h.files.push(("/home/dev/app/.ai-sandbox/config".into(), config.into()));
     h
 }
 
 /// The podman argv printed by `--dry-run`, parsed back as a shell would.
 fn argv_of(out: &str) -> Vec<String> {
-    let cmd: Vec<&str> = out
-        .lines()
-        .skip_while(|l| l.starts_with('#'))
-        .take_while(|l| !l.is_empty())
-        .collect();
+    let cmd: Vec<&str> =
+        out.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
     shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("the printed command parses as shell words")
 }
 
@@ -49,11 +40,7 @@ fn dry_run(h: &mut FakeHost, args: &[&str]) -> String {
     let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run"].iter().chain(args)).unwrap();
     let code = app::run(h, &cli.run).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(code, 0);
-    assert!(
-        h.effects.is_empty(),
-        "--dry-run caused side effects: {:?}",
-        h.effects
-    );
+    assert!(h.effects.is_empty(), "--dry-run caused side effects: {:?}", h.effects);
     h.stdout.clone()
 }
 
@@ -75,10 +62,7 @@ fn allow_host_postgres_from_cli() {
 #[test]
 fn net_none() {
     let mut h = host("allow = github.com\n", &[]);
-    insta::assert_snapshot!(dry_run(
-        &mut h,
-        &["--net", "none", "--", "cargo", "test", "--offline"]
-    ));
+    insta::assert_snapshot!(dry_run(&mut h, &["--net", "none", "--", "cargo", "test", "--offline"]));
 }
 
 #[test]
@@ -90,43 +74,25 @@ fn net_full_with_extra_publish_args() {
 #[test]
 fn two_published_ports() {
     let mut h = host("publish = 8000\n", &[]);
-    insta::assert_snapshot!(dry_run(
-        &mut h,
-        &["--publish", "8080:3000", "--", "npm", "run", "dev"]
-    ));
+    insta::assert_snapshot!(dry_run(&mut h, &["--publish", "8080:3000", "--", "npm", "run", "dev"]));
 }
 
 #[test]
 fn user_no_proxy_is_merged() {
-    let mut h = host(
-        "env = NO_PROXY=internal.example,10.1.2.3\nallow = 10.1.2.3:8080\n",
-        &[],
-    );
+    let mut h = host("env = NO_PROXY=internal.example,10.1.2.3\nallow = 10.1.2.3:8080\n", &[]);
     insta::assert_snapshot!(dry_run(&mut h, &["-e", "no_proxy=other.example"]));
 }
 
 #[test]
 fn aisb_extra_args_follow_config_extra_args() {
-    let mut h = host(
-        "extra_args = --memory 2g\n",
-        &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")],
-    );
+    let mut h =
+        host("extra_args = --memory 2g\n", &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")]);
     let out = dry_run(&mut h, &["--", "true"]);
     let args = argv_of(&out);
-    let pos = |a: &str| {
-        args.iter()
-            .position(|x| x == a)
-            .unwrap_or_else(|| panic!("{a} missing"))
-    };
+    let pos = |a: &str| args.iter().position(|x| x == a).unwrap_or_else(|| panic!("{a} missing"));
     assert!(pos("--http-proxy=false") < pos("--memory"), "ours first");
-    assert!(
-        pos("2g") < pos("/cache:/cache:ro"),
-        "config before AISB_EXTRA_ARGS"
-    );
-    assert!(
-        pos("512") < pos("--rootfs"),
-        "all options before the rootfs positional"
-    );
+    assert!(pos("2g") < pos("/cache:/cache:ro"), "config before AISB_EXTRA_ARGS");
+    assert!(pos("512") < pos("--rootfs"), "all options before the rootfs positional");
     insta::assert_snapshot!(out);
 }
 
@@ -155,10 +121,7 @@ fn launch_goes_through_the_host_and_root_is_refused() {
     let mut root = host("", &[]);
     root.uid = 0;
     let err = app::run(&mut root, &cli.run).unwrap_err().to_string();
-    assert!(
-        err.contains("rootless") && err.contains("scripts/as-user"),
-        "{err}"
-    );
+    assert!(err.contains("rootless") && err.contains("scripts/as-user"), "{err}");
     assert!(root.effects.is_empty());
 }
 
@@ -191,16 +154,9 @@ fn ruleset_and_proxy_url_use_the_gates_actual_port() {
     facts.gate_port = 20000;
     let plan = ai_sandbox::plan::build(&p, &facts);
     let text = plan.ruleset.unwrap().to_text();
-    assert!(
-        text.contains("ip daddr 100.64.0.1 tcp dport 20000 accept"),
-        "{text}"
-    );
+    assert!(text.contains("ip daddr 100.64.0.1 tcp dport 20000 accept"), "{text}");
     assert!(!text.contains("18081"), "{text}");
-    assert!(
-        plan.argv.iter().any(|a| a.ends_with("@100.64.0.1:20000")),
-        "{:?}",
-        plan.argv
-    );
+    assert!(plan.argv.iter().any(|a| a.ends_with("@100.64.0.1:20000")), "{:?}", plan.argv);
 }
 
 #[test]
@@ -212,9 +168,7 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     assert_eq!(h.effects, ["write /home/dev/app/.ai-sandbox/config"]);
     let written = h.files[0].1.clone();
     assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
-    let err = app::init(&mut h, &["pypi".to_string()], false, None)
-        .unwrap_err()
-        .to_string();
+    let err = app::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
     assert!(err.contains("already exists") && err.contains("--force"), "{err}");
     assert_eq!(h.effects.len(), 1, "nothing written the second time");
     assert_eq!(h.files[0].1, written, "the existing config is untouched");
@@ -228,17 +182,11 @@ fn an_unauthenticated_redis_on_an_allowed_host_port_is_warned_about() {
     let mut h = host("", &[]);
     h.loopback.push((6379, b"+PONG\r\n".to_vec()));
     app::run(&mut h, &cli.run).unwrap();
-    assert!(
-        h.stderr
-            .contains("127.0.0.1:6379, where redis answers without authentication"),
-        "{}",
-        h.stderr
-    );
+    assert!(h.stderr.contains("127.0.0.1:6379, where redis answers without authentication"), "{}", h.stderr);
     assert!(h.stderr.contains("requirepass"));
     // Positive control: a redis that wants a password gets no warning, and is still probed.
     let mut h = host("", &[]);
-    h.loopback
-        .push((6379, b"-NOAUTH Authentication required.\r\n".to_vec()));
+    h.loopback.push((6379, b"-NOAUTH Authentication required.\r\n".to_vec()));
     app::run(&mut h, &cli.run).unwrap();
     assert!(h.effects.iter().any(|e| e == "probe 127.0.0.1:6379"));
     assert!(!h.stderr.contains("warning"), "{}", h.stderr);
@@ -247,15 +195,8 @@ fn an_unauthenticated_redis_on_an_allowed_host_port_is_warned_about() {
 #[test]
 fn completions_and_man_page_come_from_the_cli_definition() {
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
     let bash = run(&["completions", "bash"]);
@@ -266,13 +207,7 @@ fn completions_and_man_page_come_from_the_cli_definition() {
     assert!(run(&["completions", "zsh"]).contains("--dry-run"));
     let man = run(&["man"]);
     assert!(man.starts_with(".ie") || man.contains(".TH"), "roff");
-    assert!(
-        man.contains("allow") && man.contains("Examples:"),
-        "the man page carries the examples"
-    );
+    assert!(man.contains("allow") && man.contains("Examples:"), "the man page carries the examples");
     let help = run(&["--help"]);
-    assert!(
-        help.contains("Examples:") && help.contains("ai-sandbox --publish 8000"),
-        "{help}"
-    );
+    assert!(help.contains("Examples:") && help.contains("ai-sandbox --publish 8000"), "{help}");
 }

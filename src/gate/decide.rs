@@ -50,11 +50,7 @@ pub struct Denial {
 }
 
 fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
-    Denial {
-        status,
-        reason: reason.into(),
-        hint: hint.into(),
-    }
+    Denial { status, reason: reason.into(), hint: hint.into() }
 }
 
 /// Constant-time equality (the token must not leak through timing).
@@ -133,11 +129,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// Normalises a target host: lowercase, no trailing dot, IP literals in every spelling.
 pub fn normalise(raw: &str) -> Result<Target, Denial> {
     let bad = |why: &str| {
-        deny(
-            400,
-            format!("bad target host `{raw}`: {why}"),
-            "use a hostname or a plain IP address",
-        )
+        deny(400, format!("bad target host `{raw}`: {why}"), "use a hostname or a plain IP address")
     };
     if let Ok(v6) = raw.parse::<Ipv6Addr>() {
         return Ok(Target::Ip(canonical(IpAddr::V6(v6))));
@@ -155,11 +147,7 @@ pub fn normalise(raw: &str) -> Result<Target, Denial> {
     if name.len() > 253 || !name.split('.').all(valid_label) {
         return Err(bad("not a valid hostname"));
     }
-    if name
-        .rsplit('.')
-        .next()
-        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
-    {
+    if name.rsplit('.').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit())) {
         return Err(bad("a numeric last label is neither a name nor an IPv4 address"));
     }
     Ok(Target::Name(name.to_string()))
@@ -196,10 +184,7 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
                     None => p.gate_ports.contains(&port),
                 }
         }),
-        Target::Ip(ip) => p
-            .nets
-            .iter()
-            .any(|(n, r)| n.contains(*ip) && r.contains(&Ports::one(port))),
+        Target::Ip(ip) => p.nets.iter().any(|(n, r)| n.contains(*ip) && r.contains(&Ports::one(port))),
     };
     if allowed {
         return Ok(());
@@ -208,10 +193,7 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
     Err(deny(
         403,
         format!("{t}:{port} is not in the allowlist"),
-        format!(
-            "blocked by ai-sandbox: add \"allow = {line}\" to {}",
-            p.config_path
-        ),
+        format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
     ))
 }
 
@@ -268,12 +250,7 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
             (seg0 & 0xfe00) == 0xfc00 || a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
         }
     };
-    if private
-        && !p
-            .nets
-            .iter()
-            .any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
-    {
+    if private && !p.nets.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port))) {
         let line = match ip {
             IpAddr::V6(a) => format!("[{a}]:{port}"),
             a => format!("{a}:{port}"),

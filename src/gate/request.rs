@@ -58,15 +58,10 @@ pub fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16)
         return Err(HeadError::Bad("bad authority (empty, or contains userinfo)"));
     }
     let (host, port) = if let Some(rest) = auth.strip_prefix('[') {
-        let (h, after) = rest
-            .split_once(']')
-            .ok_or(HeadError::Bad("unterminated IPv6 literal"))?;
+        let (h, after) = rest.split_once(']').ok_or(HeadError::Bad("unterminated IPv6 literal"))?;
         match after {
             "" => (h, None),
-            p => (
-                h,
-                Some(p.strip_prefix(':').ok_or(HeadError::Bad("bad authority"))?),
-            ),
+            p => (h, Some(p.strip_prefix(':').ok_or(HeadError::Bad("bad authority"))?)),
         }
     } else {
         match auth.rsplit_once(':') {
@@ -76,11 +71,9 @@ pub fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16)
         }
     };
     let port = match port {
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or(HeadError::Bad("bad port"))?,
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            p.parse::<u16>().ok().filter(|p| *p > 0).ok_or(HeadError::Bad("bad port"))?
+        }
         Some(_) => return Err(HeadError::Bad("bad port")),
         None => default.ok_or(HeadError::Bad("CONNECT target needs a port"))?,
     };
@@ -101,9 +94,7 @@ fn token_of(value: &[u8]) -> Option<String> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .ok()?;
+    let raw = base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?;
     let text = String::from_utf8(raw).ok()?;
     Some(text.split_once(':')?.1.to_string())
 }
@@ -130,9 +121,7 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
             b'\n' if i == 0 || scan[i - 1] != b'\r' => return Err(HeadError::Bad("bare LF")),
             b'\r' if i + 1 < scan.len() && scan[i + 1] != b'\n' => return Err(HeadError::Bad("bare CR")),
             b'\n' if i + 1 < scan.len() && matches!(scan[i + 1], b' ' | b'\t') => {
-                return Err(HeadError::Bad(
-                    "obs-fold (a header line starting with whitespace)",
-                ));
+                return Err(HeadError::Bad("obs-fold (a header line starting with whitespace)"));
             }
             _ => {}
         }
@@ -164,9 +153,8 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
         match name.as_str() {
             "content-length" => {
                 n_cl += 1;
-                let v = std::str::from_utf8(h.value)
-                    .map_err(|_| HeadError::Bad("bad Content-Length"))?
-                    .trim();
+                let v =
+                    std::str::from_utf8(h.value).map_err(|_| HeadError::Bad("bad Content-Length"))?.trim();
                 if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || v.len() > 15 {
                     return Err(HeadError::Bad("bad Content-Length"));
                 }
@@ -177,11 +165,7 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
                 if host_hdr.is_some() {
                     return Err(HeadError::Bad("two Host headers"));
                 }
-                host_hdr = Some(
-                    std::str::from_utf8(h.value)
-                        .map_err(|_| HeadError::Bad("bad Host"))?
-                        .trim(),
-                );
+                host_hdr = Some(std::str::from_utf8(h.value).map_err(|_| HeadError::Bad("bad Host"))?.trim());
             }
             "proxy-authorization" => token = token_of(h.value),
             _ => {}
@@ -218,16 +202,12 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
     }
 
     if target.starts_with('/') || target == "*" {
-        return Err(HeadError::Bad(
-            "origin-form request: this is a proxy, send an absolute URI",
-        ));
+        return Err(HeadError::Bad("origin-form request: this is a proxy, send an absolute URI"));
     }
     let rest = if target.len() > 7 && target[..7].eq_ignore_ascii_case("http://") {
         &target[7..]
     } else {
-        return Err(HeadError::Bad(
-            "only http:// URIs are forwarded (use CONNECT for https)",
-        ));
+        return Err(HeadError::Bad("only http:// URIs are forwarded (use CONNECT for https)"));
     };
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = (&rest[..split], &rest[split..]);

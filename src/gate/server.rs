@@ -71,7 +71,7 @@ impl State {
 
 pub fn serve(port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
     let dir = control::runtime_dir();
-    std::fs::create_dir_all(&dir)?;
+    control::private_dir(&dir)?;
     // One gate per user: whoever holds the lock serves; a second starter leaves quietly.
     let lock = std::fs::File::create(dir.join("gate.lock"))?;
     // The guard is held until this function returns: the lock lives as long as the gate.
@@ -79,9 +79,7 @@ pub fn serve(port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
         return Ok(0);
     };
     raise_fd_limit();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(run(dir, port_from, idle_exit))
 }
 
@@ -98,10 +96,7 @@ async fn bind_from(port_from: u16) -> anyhow::Result<TcpListener> {
             return Ok(l);
         }
     }
-    anyhow::bail!(
-        "no free port on 127.0.0.1 from {port_from} to {}",
-        port_from.saturating_add(200)
-    )
+    anyhow::bail!("no free port on 127.0.0.1 from {port_from} to {}", port_from.saturating_add(200))
 }
 
 async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
@@ -110,10 +105,7 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
     let ctl = UnixListener::bind(&sock)?;
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let listener = bind_from(port_from).await?;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(control::log_path(&dir))?;
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(control::log_path(&dir))?;
     let log = Arc::new(Mutex::new(String::new()));
     let pending = log.clone();
     std::thread::spawn(move || {
@@ -179,14 +171,12 @@ async fn control_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
         return;
     }
-    let reply = |r: Reply| serde_json::to_string(&r).unwrap_or_default() + "\n";
+    async fn send(wr: &mut tokio::net::unix::OwnedWriteHalf, r: Reply) {
+        let _ = wr.write_all((serde_json::to_string(&r).unwrap_or_default() + "\n").as_bytes()).await;
+    }
+    let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
     match serde_json::from_str::<Ctl>(&line) {
-        Ok(Ctl::Register {
-            session,
-            project,
-            token,
-            policy,
-        }) => {
+        Ok(Ctl::Register { session, project, token, policy }) => {
             let s = Arc::new(Session {
                 id: session,
                 project,
@@ -203,17 +193,7 @@ async fn control_conn(state: Arc<State>, s: tokio::net::UnixStream) {
                 all.push(s.clone());
             }
             *state.changed.lock().unwrap() = Instant::now();
-            let _ = wr
-                .write_all(
-                    reply(Reply {
-                        ok: true,
-                        port: state.port,
-                        pid: std::process::id(),
-                        ..Reply::default()
-                    })
-                    .as_bytes(),
-                )
-                .await;
+            send(&mut wr, ok).await;
             // The session lives as long as this connection.
             let mut sink = Vec::new();
             let _ = rd.read_to_end(&mut sink).await;
@@ -241,39 +221,13 @@ async fn control_conn(state: Arc<State>, s: tokio::net::UnixStream) {
                         .collect()
                 })
                 .unwrap_or_default();
-            let r = Reply {
-                ok: true,
-                port: state.port,
-                pid: std::process::id(),
-                sessions,
-                ..Reply::default()
-            };
-            let _ = wr.write_all(reply(r).as_bytes()).await;
+            send(&mut wr, Reply { sessions, ..ok }).await;
         }
         Ok(Ctl::Stop) => {
-            let _ = wr
-                .write_all(
-                    reply(Reply {
-                        ok: true,
-                        port: state.port,
-                        ..Reply::default()
-                    })
-                    .as_bytes(),
-                )
-                .await;
+            send(&mut wr, ok).await;
             state.stop.notify_one();
         }
-        Err(e) => {
-            let _ = wr
-                .write_all(
-                    reply(Reply {
-                        error: Some(format!("bad request: {e}")),
-                        ..Reply::default()
-                    })
-                    .as_bytes(),
-                )
-                .await;
-        }
+        Err(e) => send(&mut wr, Reply { error: Some(format!("bad request: {e}")), ..Reply::default() }).await,
     }
 }
 
@@ -293,11 +247,7 @@ fn phrase(status: u16) -> &'static str {
 }
 
 async fn respond(s: &mut TcpStream, status: u16, body: &str) {
-    let extra = if status == 407 {
-        "Proxy-Authenticate: Basic realm=\"ai-sandbox\"\r\n"
-    } else {
-        ""
-    };
+    let extra = if status == 407 { "Proxy-Authenticate: Basic realm=\"ai-sandbox\"\r\n" } else { "" };
     let msg = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
         phrase(status),
@@ -323,10 +273,7 @@ async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<request::Requ
             Err(HeadError::Incomplete) => {}
             other => return other,
         }
-        let n = s
-            .read(&mut chunk)
-            .await
-            .map_err(|_| HeadError::Bad("read error"))?;
+        let n = s.read(&mut chunk).await.map_err(|_| HeadError::Bad("read error"))?;
         if n == 0 {
             return Err(HeadError::Bad("connection closed mid-request"));
         }
@@ -341,14 +288,7 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let mut buf = Vec::with_capacity(4096);
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
-            state.log(
-                "-",
-                "-",
-                "-",
-                0,
-                408,
-                "request head not received within the header timeout",
-            );
+            state.log("-", "-", "-", 0, 408, "request head not received within the header timeout");
             return respond(&mut client, 408, "ai-sandbox gate: request head timeout\n").await;
         }
         Ok(Err(e)) => {
@@ -372,31 +312,12 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         decide::authenticate(&tokens, req.token.as_deref()).map(|i| all[i].clone())
     };
     let Some(session) = session else {
-        state.log(
-            "-",
-            &req.method,
-            &req.host,
-            req.port,
-            407,
-            "missing or wrong session token",
-        );
-        return respond(
-            &mut client,
-            407,
-            "ai-sandbox gate: proxy authentication required\n",
-        )
-        .await;
+        state.log("-", &req.method, &req.host, req.port, 407, "missing or wrong session token");
+        return respond(&mut client, 407, "ai-sandbox gate: proxy authentication required\n").await;
     };
     if session.active.fetch_add(1, Ordering::SeqCst) >= SESSION_CAP {
         session.active.fetch_sub(1, Ordering::SeqCst);
-        state.log(
-            &session.id,
-            &req.method,
-            &req.host,
-            req.port,
-            503,
-            "session connection cap reached",
-        );
+        state.log(&session.id, &req.method, &req.host, req.port, 503, "session connection cap reached");
         return respond(
             &mut client,
             503,
@@ -437,11 +358,7 @@ async fn decide_and_dial(
     req: &request::Request,
 ) -> Result<(Target, TcpStream), Denial> {
     let target = decide::normalise(&req.host)?;
-    let d = |status, reason: String, hint: &str| Denial {
-        status,
-        reason,
-        hint: hint.to_string(),
-    };
+    let d = |status, reason: String, hint: &str| Denial { status, reason, hint: hint.to_string() };
     if let Target::Ip(ip) = &target
         && (*ip == IpAddr::V4(s.policy.gate_addr) || (ip.is_loopback() && req.port == state.port))
     {
@@ -510,9 +427,7 @@ async fn tunnel(
     mut upstream: TcpStream,
     mut first: Vec<u8>,
 ) -> std::io::Result<(u64, u64)> {
-    client
-        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .await?;
+    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
     if TLS_PORTS.contains(&req.port) {
         let hello = tokio::time::timeout(HEADER_TIMEOUT, async {
             let mut chunk = vec![0u8; 4096];
@@ -547,9 +462,7 @@ async fn tunnel(
         }
     }
     upstream.write_all(&first).await?;
-    super::splice::relay(&client, &upstream, IDLE_TIMEOUT)
-        .await
-        .map(|(a, b)| (a + first.len() as u64, b))
+    super::splice::relay(&client, &upstream, IDLE_TIMEOUT).await.map(|(a, b)| (a + first.len() as u64, b))
 }
 
 async fn forward(

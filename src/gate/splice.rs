@@ -31,12 +31,7 @@ fn pipe() -> io::Result<Pipe> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: pipe2 succeeded; both fds are fresh and owned here.
-    let p = unsafe {
-        Pipe {
-            r: OwnedFd::from_raw_fd(fds[0]),
-            w: OwnedFd::from_raw_fd(fds[1]),
-        }
-    };
+    let p = unsafe { Pipe { r: OwnedFd::from_raw_fd(fds[0]), w: OwnedFd::from_raw_fd(fds[1]) } };
     // A larger pipe means fewer round trips; the default (64 KiB) still works if refused.
     // SAFETY: fcntl on an fd we own.
     unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
@@ -55,11 +50,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
             libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 
 /// Writes all of `buf` to `dst` (userspace fallback path).
@@ -79,9 +70,7 @@ async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
 async fn burst(src: &TcpStream, dst: &TcpStream, p: &Pipe, activity: &Activity) -> io::Result<Option<u64>> {
     let mut moved = 0u64;
     loop {
-        let n = match src.try_io(Interest::READABLE, || {
-            splice(src.as_raw_fd(), p.w.as_raw_fd(), CHUNK)
-        }) {
+        let n = match src.try_io(Interest::READABLE, || splice(src.as_raw_fd(), p.w.as_raw_fd(), CHUNK)) {
             Ok(0) => return if moved == 0 { Ok(None) } else { Ok(Some(moved)) },
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(moved)),
@@ -90,9 +79,7 @@ async fn burst(src: &TcpStream, dst: &TcpStream, p: &Pipe, activity: &Activity) 
         let mut pending = n;
         while pending > 0 {
             dst.writable().await?;
-            match dst.try_io(Interest::WRITABLE, || {
-                splice(p.r.as_raw_fd(), dst.as_raw_fd(), pending)
-            }) {
+            match dst.try_io(Interest::WRITABLE, || splice(p.r.as_raw_fd(), dst.as_raw_fd(), pending)) {
                 Ok(m) => pending -= m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -148,14 +135,10 @@ pub struct Activity {
 
 impl Activity {
     pub fn new() -> Arc<Activity> {
-        Arc::new(Activity {
-            epoch: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        })
+        Arc::new(Activity { epoch: Instant::now(), last_ms: AtomicU64::new(0) })
     }
     fn touch(&self) {
-        self.last_ms
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
     fn quiet_for(&self) -> Duration {
         Duration::from_millis(self.epoch.elapsed().as_millis() as u64 - self.last_ms.load(Ordering::Relaxed))

@@ -63,11 +63,8 @@ fn request_heads_table() {
 
 #[test]
 fn tokens_come_from_basic_proxy_authorization_only() {
-    let parse = |h: &str| {
-        request::parse(format!("CONNECT a.com:443 HTTP/1.1\r\n{h}\r\n").as_bytes())
-            .unwrap()
-            .token
-    };
+    let parse =
+        |h: &str| request::parse(format!("CONNECT a.com:443 HTTP/1.1\r\n{h}\r\n").as_bytes()).unwrap().token;
     assert_eq!(parse(&auth("s3cret")), Some("s3cret".into()));
     assert_eq!(parse("Proxy-Authorization: Bearer s3cret\r\n"), None);
     assert_eq!(parse("Proxy-Authorization: Basic !!!notbase64\r\n"), None);
@@ -86,15 +83,9 @@ fn forwarded_requests_are_rewritten_to_origin_form() {
         auth("t")
     );
     let r = request::parse(raw.as_bytes()).unwrap();
-    assert_eq!(
-        (r.kind, r.host.as_str(), r.port),
-        (Kind::Forward, "Example.com", 80)
-    );
+    assert_eq!((r.kind, r.host.as_str(), r.port), (Kind::Forward, "Example.com", 80));
     let up = String::from_utf8(r.upstream_head).unwrap();
-    assert_eq!(
-        up,
-        "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-    );
+    assert_eq!(up, "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n");
 }
 
 #[test]
@@ -152,12 +143,7 @@ fn policy(lines: &[&str]) -> SessionPolicy {
 
 #[test]
 fn allowlist_matching_table() {
-    let p = policy(&[
-        "github.com",
-        "*.npmjs.org",
-        "api.example.com:8080",
-        "192.0.2.0/24:443",
-    ]);
+    let p = policy(&["github.com", "*.npmjs.org", "api.example.com:8080", "192.0.2.0/24:443"]);
     let cases: Vec<(&str, u16, bool)> = vec![
         ("github.com", 443, true),
         ("GITHUB.com.", 443, true),
@@ -192,10 +178,7 @@ fn denials_name_the_config_line_that_would_allow_them() {
     let t = decide::normalise("api.example.com").unwrap();
     let d = decide::check_target(&p, &t, 443).unwrap_err();
     assert_eq!(d.status, 403);
-    assert_eq!(
-        d.hint,
-        "blocked by ai-sandbox: add \"allow = api.example.com\" to /p/.ai-sandbox/config"
-    );
+    assert_eq!(d.hint, "blocked by ai-sandbox: add \"allow = api.example.com\" to /p/.ai-sandbox/config");
     let d = decide::check_target(&p, &t, 22).unwrap_err();
     assert!(d.hint.contains("\"allow = api.example.com:22\""), "{}", d.hint);
 }
@@ -244,11 +227,7 @@ fn tokens_are_compared_in_constant_time_and_exactly() {
     let tokens = ["aaaa1111", "bbbb2222"];
     assert_eq!(decide::authenticate(&tokens, Some("bbbb2222")), Some(1));
     assert_eq!(decide::authenticate(&tokens, Some("aaaa1111")), Some(0));
-    assert_eq!(
-        decide::authenticate(&tokens, Some("aaaa111")),
-        None,
-        "a prefix is not the token"
-    );
+    assert_eq!(decide::authenticate(&tokens, Some("aaaa111")), None, "a prefix is not the token");
     assert_eq!(decide::authenticate(&tokens, Some("aaaa11111")), None);
     assert_eq!(decide::authenticate(&tokens, Some("")), None);
     assert_eq!(decide::authenticate(&tokens, None), None);
@@ -289,25 +268,16 @@ pub fn client_hello(snis: &[&str]) -> Vec<u8> {
 
 #[test]
 fn sni_is_read_from_the_client_hello() {
-    assert_eq!(
-        parse_client_hello(&client_hello(&["GitHub.com"])),
-        Hello::Sni(Some("github.com".into()))
-    );
+    assert_eq!(parse_client_hello(&client_hello(&["GitHub.com"])), Hello::Sni(Some("github.com".into())));
     assert_eq!(parse_client_hello(&client_hello(&[])), Hello::Sni(None));
     assert!(
-        matches!(
-            parse_client_hello(&client_hello(&["a.com", "b.com"])),
-            Hello::NotTls(_)
-        ),
+        matches!(parse_client_hello(&client_hello(&["a.com", "b.com"])), Hello::NotTls(_)),
         "two SNI are ambiguous"
     );
     let full = client_hello(&["github.com"]);
     assert!(matches!(parse_client_hello(&full[..20]), Hello::NeedMore(n) if n == full.len()));
     assert!(matches!(parse_client_hello(&full[..3]), Hello::NeedMore(5)));
-    assert!(matches!(
-        parse_client_hello(b"GET / HTTP/1.1\r\n\r\n"),
-        Hello::NotTls(_)
-    ));
+    assert!(matches!(parse_client_hello(b"GET / HTTP/1.1\r\n\r\n"), Hello::NotTls(_)));
     // The same handshake split over two records.
     let hs = &full[5..];
     let (a, b) = hs.split_at(30);
@@ -323,18 +293,10 @@ fn sni_is_read_from_the_client_hello() {
 #[test]
 fn pinned_names_and_net_entries_serialise_for_the_control_socket() {
     let mut p = policy(&["allowed.test", "10.0.0.0/8:443"]);
-    p.resolve
-        .push(("allowed.test".into(), "198.51.100.6".parse().unwrap()));
+    p.resolve.push(("allowed.test".into(), "198.51.100.6".parse().unwrap()));
     let json = serde_json::to_string(&p).unwrap();
     let back: SessionPolicy = serde_json::from_str(&json).unwrap();
     assert_eq!(back, p);
-    assert_eq!(
-        decide::pinned(&back, "allowed.test"),
-        Some("198.51.100.6".parse().unwrap())
-    );
-    assert!(
-        back.nets
-            .iter()
-            .any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8))
-    );
+    assert_eq!(decide::pinned(&back, "allowed.test"), Some("198.51.100.6".parse().unwrap()));
+    assert!(back.nets.iter().any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8)));
 }

@@ -28,11 +28,7 @@ impl Ports {
 
 impl fmt::Display for Ports {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.lo == self.hi {
-            write!(f, "{}", self.lo)
-        } else {
-            write!(f, "{}-{}", self.lo, self.hi)
-        }
+        if self.lo == self.hi { write!(f, "{}", self.lo) } else { write!(f, "{}-{}", self.lo, self.hi) }
     }
 }
 
@@ -48,28 +44,17 @@ impl IpNet {
         if addr.is_ipv4() { 32 } else { 128 }
     }
     pub fn host(addr: IpAddr) -> IpNet {
-        IpNet {
-            addr,
-            len: Self::max_len(&addr),
-        }
+        IpNet { addr, len: Self::max_len(&addr) }
     }
     /// The network of `addr/len` (host bits cleared).
     pub fn masked(addr: IpAddr, len: u8) -> IpNet {
         let addr = match addr {
             IpAddr::V4(a) => {
-                let m = if len == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - u32::from(len))
-                };
+                let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
             }
             IpAddr::V6(a) => {
-                let m = if len == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - u32::from(len))
-                };
+                let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
             }
         };
@@ -134,10 +119,7 @@ pub struct Bad {
 }
 
 fn bad(reason: impl Into<String>, hint: impl Into<String>) -> Bad {
-    Bad {
-        reason: reason.into(),
-        hint: hint.into(),
-    }
+    Bad { reason: reason.into(), hint: hint.into() }
 }
 
 /// Second-level public suffixes under which `*.x.y` would cover unrelated owners. Single-label
@@ -214,10 +196,7 @@ const PUBLIC_SUFFIXES: &[&str] = &[
 pub fn parse(input: &str) -> Result<Allow, Bad> {
     let s = input.trim();
     if s.is_empty() {
-        return Err(bad(
-            "empty allow entry",
-            "write a hostname or an IP, e.g. `allow = github.com`",
-        ));
+        return Err(bad("empty allow entry", "write a hostname or an IP, e.g. `allow = github.com`"));
     }
     if let Some((scheme, rest)) = s.split_once("://") {
         let host = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -233,10 +212,7 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         ));
     }
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad(
-            format!("`{s}` contains whitespace"),
-            "one entry per `allow` line",
-        ));
+        return Err(bad(format!("`{s}` contains whitespace"), "one entry per `allow` line"));
     }
     if s == "*" || s == "*.*" {
         return Err(bad(
@@ -252,10 +228,7 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         let ports = match after {
             "" => None,
             p => Some(parse_ports(p.strip_prefix(':').ok_or_else(|| {
-                bad(
-                    format!("`{s}`: expected `:PORT` after `]`"),
-                    "write `[2001:db8::1]:443`",
-                )
+                bad(format!("`{s}`: expected `:PORT` after `]`"), "write `[2001:db8::1]:443`")
             })?)?),
         };
         return net_entry(inside, ports, s);
@@ -309,10 +282,7 @@ pub fn parse_ports(p: &str) -> Result<Ports, Bad> {
         Some((a, b)) => {
             let (lo, hi) = (parse_port(a, p)?, parse_port(b, p)?);
             if lo > hi {
-                return Err(bad(
-                    format!("port range `{p}` is backwards"),
-                    format!("write `{hi}-{lo}`"),
-                ));
+                return Err(bad(format!("port range `{p}` is backwards"), format!("write `{hi}-{lo}`")));
             }
             Ok(Ports { lo, hi })
         }
@@ -399,8 +369,7 @@ fn looks_like_odd_ipv4(host: &str) -> bool {
 pub fn valid_label(l: &str) -> bool {
     !l.is_empty()
         && l.len() <= 63
-        && l.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         && !l.starts_with('-')
         && !l.ends_with('-')
 }
@@ -433,17 +402,13 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
         ));
     }
     if name.len() > 253 {
-        return Err(bad(
-            format!("`{whole}`: name longer than 253 characters"),
-            "check the name",
-        ));
+        return Err(bad(format!("`{whole}`: name longer than 253 characters"), "check the name"));
     }
     let labels: Vec<&str> = name.split('.').collect();
     for l in &labels {
         let ok = !l.is_empty()
             && l.len() <= 63
-            && l.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             && !l.starts_with('-')
             && !l.ends_with('-');
         if !ok {
@@ -453,10 +418,7 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
             ));
         }
     }
-    if labels
-        .last()
-        .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()))
-    {
+    if labels.last().is_some_and(|l| l.chars().all(|c| c.is_ascii_digit())) {
         return Err(bad(
             format!("`{whole}`: a numeric last label is neither a name nor an IPv4 address"),
             "write a full IPv4 address (`1.2.3.4`) or a hostname",
@@ -480,10 +442,7 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
             "write the fully qualified name, e.g. `api.example.com`",
         ));
     }
-    let pattern = if wild {
-        HostPattern::Suffix(name.to_string())
-    } else {
-        HostPattern::Exact(name.to_string())
-    };
+    let pattern =
+        if wild { HostPattern::Suffix(name.to_string()) } else { HostPattern::Exact(name.to_string()) };
     Ok(Allow::Host(pattern, ports))
 }

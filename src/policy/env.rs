@@ -65,9 +65,10 @@ pub fn user_env(
     let flags = inputs.env.iter().map(|v| (v.as_str(), Origin::Flag("-e")));
     for (v, at) in config.all("env").chain(flags) {
         let Some((name, value)) = v.split_once('=') else {
-            diags.push(Diagnostic::new(at, format!("env `{v}` has no `=`")).hint(format!(
-                "write `NAME=VALUE`, e.g. `{v}=1`; host values are not copied implicitly"
-            )));
+            diags
+                .push(Diagnostic::new(at, format!("env `{v}` has no `=`")).hint(format!(
+                    "write `NAME=VALUE`, e.g. `{v}=1`; host values are not copied implicitly"
+                )));
             continue;
         };
         let name = name.trim();
@@ -80,13 +81,7 @@ pub fn user_env(
         }
         let lower = name.to_ascii_lowercase();
         if gate && lower == "no_proxy" {
-            no_proxy.extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from),
-            );
+            no_proxy.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
             continue;
         }
         if gate && PROXY_VARS.contains(&lower.as_str()) {
@@ -125,10 +120,7 @@ pub fn extra_args(
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    let from_env = inputs
-        .extra_args_env
-        .as_deref()
-        .map(|v| (v, Origin::Env("AISB_EXTRA_ARGS")));
+    let from_env = inputs.extra_args_env.as_deref().map(|v| (v, Origin::Env("AISB_EXTRA_ARGS")));
     for (v, at) in config.all("extra_args").chain(from_env) {
         let Some(args) = shlex::split(v) else {
             diags.push(
@@ -180,12 +172,7 @@ pub fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Po
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
     let extra = super::targets_beyond_gate(nets, IpAddr::V4(gate_addr)).then_some(gate.as_str());
-    for item in NO_PROXY_DEFAULTS
-        .iter()
-        .copied()
-        .chain(user.iter().map(String::as_str))
-        .chain(extra)
-    {
+    for item in NO_PROXY_DEFAULTS.iter().copied().chain(user.iter().map(String::as_str)).chain(extra) {
         if !out.iter().any(|o| o.eq_ignore_ascii_case(item)) {
             out.push(item.to_string());
         }

@@ -125,11 +125,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                 "none" => NetMode::None,
                 "full" => NetMode::Full,
                 _ => {
-                    c.bad(
-                        at,
-                        format!("unknown net mode `{v}`"),
-                        "use `allow`, `none` or `full`",
-                    );
+                    c.bad(at, format!("unknown net mode `{v}`"), "use `allow`, `none` or `full`");
                     NetMode::Allow
                 }
             },
@@ -193,11 +189,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                 DEFAULT_GATE_ADDR
             }
             Err(_) => {
-                c.bad(
-                    at,
-                    format!("gate_addr `{v}` is not an IPv4 address"),
-                    "e.g. `gate_addr = 100.64.0.1`",
-                );
+                c.bad(at, format!("gate_addr `{v}` is not an IPv4 address"), "e.g. `gate_addr = 100.64.0.1`");
                 DEFAULT_GATE_ADDR
             }
         },
@@ -229,10 +221,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                         if p.lo == p.hi {
                             Ok(p.lo)
                         } else {
-                            Err(allow::Bad {
-                                reason: "ranges".into(),
-                                hint: String::new(),
-                            })
+                            Err(allow::Bad { reason: "ranges".into(), hint: String::new() })
                         }
                     })
                 })
@@ -299,11 +288,7 @@ fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
             continue;
         };
         if out.iter().any(|(n, _)| *n == name) {
-            c.bad(
-                at,
-                format!("resolve: {name} is pinned twice"),
-                "keep one line per name",
-            );
+            c.bad(at, format!("resolve: {name} is pinned twice"), "keep one line per name");
             continue;
         }
         out.push((name, crate::gate::decide::canonical(ip)));
@@ -313,10 +298,7 @@ fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
 
 fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) -> Vec<Publish> {
     let mut out: Vec<Publish> = Vec::new();
-    let flags = inputs
-        .publish
-        .iter()
-        .map(|v| (v.as_str(), Origin::Flag("--publish")));
+    let flags = inputs.publish.iter().map(|v| (v.as_str(), Origin::Flag("--publish")));
     for (v, at) in config.all("publish").chain(flags) {
         let parsed = match v.split_once(':') {
             None => allow::parse_ports(v).map(|p| (p, p)),
@@ -324,28 +306,20 @@ fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) 
         };
         match parsed {
             Ok((h, ct)) if h.lo == h.hi && ct.lo == ct.hi => {
-                let p = Publish {
-                    host: h.lo,
-                    container: ct.lo,
-                };
+                let p = Publish { host: h.lo, container: ct.lo };
                 if let Some(prev) = out.iter().find(|o| o.host == p.host) {
                     c.bad(
                         at,
-                        format!(
-                            "host port {} is already published (to {})",
-                            p.host, prev.container
-                        ),
+                        format!("host port {} is already published (to {})", p.host, prev.container),
                         "publish each host port once",
                     );
                 } else {
                     out.push(p);
                 }
             }
-            Ok(_) => c.bad(
-                at,
-                format!("publish `{v}`: ranges are not supported"),
-                "write one `publish` per port",
-            ),
+            Ok(_) => {
+                c.bad(at, format!("publish `{v}`: ranges are not supported"), "write one `publish` per port")
+            }
             Err(b) => c.bad(
                 at,
                 format!("bad publish `{v}`: {}", b.reason),
@@ -418,8 +392,7 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
 /// Whether an IP allow entry covers `addr` on a port the gate does not relay
 /// (then clients must bypass the proxy for `addr`: it goes into NO_PROXY).
 pub fn targets_beyond_gate(nets: &[(IpNet, Ports)], addr: IpAddr) -> bool {
-    nets.iter()
-        .any(|(n, p)| n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo)))
+    nets.iter().any(|(n, p)| n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo)))
 }
 
 #[cfg(test)]

@@ -37,10 +37,7 @@ pub fn disjoint(entries: &[(IpNet, Ports)]) -> Vec<Box2> {
             .collect();
         for n in &nets {
             if !nets.iter().any(|m| m != n && m.contains_net(n)) {
-                let ports = Ports {
-                    lo: lo as u16,
-                    hi: hi as u16,
-                };
+                let ports = Ports { lo: lo as u16, hi: hi as u16 };
                 pieces.push(Box2 { net: *n, ports });
             }
         }
@@ -74,17 +71,8 @@ mod tests {
 
     #[test]
     fn nested_entries_collapse_to_the_outer_one() {
-        let got = disjoint(&[
-            (net("10.0.0.0/8"), Ports::ALL),
-            (net("10.1.2.3"), Ports::one(5432)),
-        ]);
-        assert_eq!(
-            got,
-            vec![Box2 {
-                net: net("10.0.0.0/8"),
-                ports: Ports::ALL
-            }]
-        );
+        let got = disjoint(&[(net("10.0.0.0/8"), Ports::ALL), (net("10.1.2.3"), Ports::one(5432))]);
+        assert_eq!(got, vec![Box2 { net: net("10.0.0.0/8"), ports: Ports::ALL }]);
     }
 
     #[test]
@@ -94,23 +82,14 @@ mod tests {
             (net("10.1.2.3"), Ports { lo: 50, hi: 200 }),
         ]);
         let want = vec![
-            Box2 {
-                net: net("10.0.0.0/8"),
-                ports: Ports { lo: 1, hi: 100 },
-            },
-            Box2 {
-                net: net("10.1.2.3"),
-                ports: Ports { lo: 101, hi: 200 },
-            },
+            Box2 { net: net("10.0.0.0/8"), ports: Ports { lo: 1, hi: 100 } },
+            Box2 { net: net("10.1.2.3"), ports: Ports { lo: 101, hi: 200 } },
         ];
         assert_eq!(got, want);
     }
 
     fn covered(boxes: &[Box2], ip: IpAddr, port: u16) -> usize {
-        boxes
-            .iter()
-            .filter(|b| b.net.contains(ip) && b.ports.contains(&Ports::one(port)))
-            .count()
+        boxes.iter().filter(|b| b.net.contains(ip) && b.ports.contains(&Ports::one(port))).count()
     }
 
     #[test]

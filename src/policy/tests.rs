@@ -11,11 +11,7 @@ fn host(s: &str) -> Allow {
 fn net(s: &str, ports: Option<Ports>) -> Allow {
     let (a, l) = s.split_once('/').unwrap_or((s, ""));
     let addr: IpAddr = a.parse().unwrap();
-    let len = if l.is_empty() {
-        IpNet::max_len(&addr)
-    } else {
-        l.parse().unwrap()
-    };
+    let len = if l.is_empty() { IpNet::max_len(&addr) } else { l.parse().unwrap() };
     Allow::Net(IpNet::masked(addr, len), ports)
 }
 
@@ -26,35 +22,20 @@ fn allow_entries_normalise_to_one_spelling() {
         ("GitHub.COM.", host("github.com")),
         (
             "api.example.com:8443",
-            Allow::Host(
-                HostPattern::Exact("api.example.com".into()),
-                Some(Ports::one(8443)),
-            ),
+            Allow::Host(HostPattern::Exact("api.example.com".into()), Some(Ports::one(8443))),
         ),
-        (
-            "*.npmjs.org",
-            Allow::Host(HostPattern::Suffix("npmjs.org".into()), None),
-        ),
-        (
-            "*.NPMJS.org.",
-            Allow::Host(HostPattern::Suffix("npmjs.org".into()), None),
-        ),
+        ("*.npmjs.org", Allow::Host(HostPattern::Suffix("npmjs.org".into()), None)),
+        ("*.NPMJS.org.", Allow::Host(HostPattern::Suffix("npmjs.org".into()), None)),
         ("xn--bcher-kva.example", host("xn--bcher-kva.example")),
         ("100.64.0.1:5432", net("100.64.0.1", Some(Ports::one(5432)))),
         ("10.0.0.0/8", net("10.0.0.0/8", None)),
-        (
-            "10.0.0.0/8:8000-8100",
-            net("10.0.0.0/8", Some(Ports { lo: 8000, hi: 8100 })),
-        ),
+        ("10.0.0.0/8:8000-8100", net("10.0.0.0/8", Some(Ports { lo: 8000, hi: 8100 }))),
         ("2001:db8::1", net("2001:db8::1", None)),
         ("[2001:db8::1]:443", net("2001:db8::1", Some(Ports::one(443)))),
         ("[2001:db8::/32]:443", net("2001:db8::/32", Some(Ports::one(443)))),
         ("2001:DB8::/32", net("2001:db8::/32", None)),
         ("::ffff:192.0.2.7", net("192.0.2.7", None)),
-        (
-            "[::ffff:192.0.2.0/120]:22",
-            net("192.0.2.0/24", Some(Ports::one(22))),
-        ),
+        ("[::ffff:192.0.2.0/120]:22", net("192.0.2.0/24", Some(Ports::one(22)))),
     ];
     for (input, want) in cases {
         assert_eq!(allow::parse(input), Ok(want), "input {input:?}");
@@ -115,28 +96,14 @@ fn policy(cfg: &str, inputs: Inputs) -> Result<Policy, Vec<crate::error::Diagnos
 fn no_proxy_is_composed_once_with_user_values_and_gate_addr() {
     let p = policy(
         "env = NO_PROXY=internal.example, 127.0.0.1\nallow = 100.64.0.1:5432\n",
-        Inputs {
-            env: vec!["no_proxy=other.example".into()],
-            ..Inputs::default()
-        },
+        Inputs { env: vec!["no_proxy=other.example".into()], ..Inputs::default() },
     )
     .unwrap();
     assert_eq!(
         p.no_proxy,
-        [
-            "localhost",
-            "127.0.0.1",
-            "::1",
-            "internal.example",
-            "other.example",
-            "100.64.0.1"
-        ]
+        ["localhost", "127.0.0.1", "::1", "internal.example", "other.example", "100.64.0.1"]
     );
-    assert!(
-        p.env.is_empty(),
-        "NO_PROXY lines are merged, not passed twice: {:?}",
-        p.env
-    );
+    assert!(p.env.is_empty(), "NO_PROXY lines are merged, not passed twice: {:?}", p.env);
 
     // gate_addr is not added when allow entries only target ports the gate relays.
     let p = policy("allow = 100.64.0.1:443\n", Inputs::default()).unwrap();
@@ -151,28 +118,15 @@ fn proxy_variables_belong_to_the_gate() {
     // Without the gate they are ordinary variables.
     let p = policy(
         "env = HTTPS_PROXY=http://elsewhere:3128\n",
-        Inputs {
-            net: Some(NetMode::Full),
-            ..Inputs::default()
-        },
+        Inputs { net: Some(NetMode::Full), ..Inputs::default() },
     )
     .unwrap();
-    assert_eq!(
-        p.env,
-        [("HTTPS_PROXY".to_string(), "http://elsewhere:3128".to_string())]
-    );
+    assert_eq!(p.env, [("HTTPS_PROXY".to_string(), "http://elsewhere:3128".to_string())]);
 }
 
 #[test]
 fn cli_env_overrides_config_but_duplicates_in_one_place_are_errors() {
-    let p = policy(
-        "env = A=1\n",
-        Inputs {
-            env: vec!["A=2".into()],
-            ..Inputs::default()
-        },
-    )
-    .unwrap();
+    let p = policy("env = A=1\n", Inputs { env: vec!["A=2".into()], ..Inputs::default() }).unwrap();
     assert_eq!(p.env, [("A".to_string(), "2".to_string())]);
     let errs = policy("env = A=1\nenv = A=3\n", Inputs::default()).unwrap_err();
     assert!(errs[0].message.contains("already set on line 1"), "{errs:?}");
@@ -188,25 +142,14 @@ fn extra_args_that_undo_the_sandbox_are_refused_unless_net_full() {
         "--runtime crun",
         "--security-opt seccomp=unconfined",
     ] {
-        let errs = policy(
-            "",
-            Inputs {
-                extra_args_env: Some(bad.into()),
-                ..Inputs::default()
-            },
-        )
-        .unwrap_err();
+        let errs = policy("", Inputs { extra_args_env: Some(bad.into()), ..Inputs::default() }).unwrap_err();
         assert_eq!(errs[0].origin, Origin::Env("AISB_EXTRA_ARGS"), "{bad}");
     }
     let ok = policy("extra_args = -v /data:/data:ro --memory 2g\n", Inputs::default()).unwrap();
     assert_eq!(ok.extra_args, ["-v", "/data:/data:ro", "--memory", "2g"]);
     let full = policy(
         "",
-        Inputs {
-            net: Some(NetMode::Full),
-            extra_args_env: Some("-p 8000:8000".into()),
-            ..Inputs::default()
-        },
+        Inputs { net: Some(NetMode::Full), extra_args_env: Some("-p 8000:8000".into()), ..Inputs::default() },
     )
     .unwrap();
     assert_eq!(full.extra_args, ["-p", "8000:8000"]);
@@ -214,34 +157,15 @@ fn extra_args_that_undo_the_sandbox_are_refused_unless_net_full() {
 
 #[test]
 fn hostnames_need_the_gate_and_flags_must_fit_the_mode() {
-    let errs = policy(
-        "allow = github.com\n",
-        Inputs {
-            no_gate: true,
-            ..Inputs::default()
-        },
-    )
-    .unwrap_err();
+    let errs = policy("allow = github.com\n", Inputs { no_gate: true, ..Inputs::default() }).unwrap_err();
     assert!(errs[0].message.contains("--no-gate"));
-    let errs = policy(
-        "",
-        Inputs {
-            net: Some(NetMode::None),
-            publish: vec!["8000".into()],
-            ..Inputs::default()
-        },
-    )
-    .unwrap_err();
+    let errs =
+        policy("", Inputs { net: Some(NetMode::None), publish: vec!["8000".into()], ..Inputs::default() })
+            .unwrap_err();
     assert!(errs[0].message.contains("--net none"));
-    let errs = policy(
-        "",
-        Inputs {
-            net: Some(NetMode::Full),
-            allow: vec!["1.2.3.4".into()],
-            ..Inputs::default()
-        },
-    )
-    .unwrap_err();
+    let errs =
+        policy("", Inputs { net: Some(NetMode::Full), allow: vec!["1.2.3.4".into()], ..Inputs::default() })
+            .unwrap_err();
     assert!(errs[0].message.contains("no effect"));
 }
 
@@ -249,11 +173,7 @@ fn hostnames_need_the_gate_and_flags_must_fit_the_mode() {
 fn cli_flags_win_over_config_and_entries_are_deduplicated() {
     let p = policy(
         "net = none\nallow = 10.0.0.1\nallow = 10.0.0.1\n",
-        Inputs {
-            net: Some(NetMode::Allow),
-            allow: vec!["10.0.0.1".into()],
-            ..Inputs::default()
-        },
+        Inputs { net: Some(NetMode::Allow), allow: vec!["10.0.0.1".into()], ..Inputs::default() },
     )
     .unwrap();
     assert_eq!(p.net, NetMode::Allow);

@@ -17,11 +17,9 @@ fn console_blocks(md: &str) -> Vec<Vec<Cmd>> {
         match (&mut cur, l.trim_end()) {
             (None, "```console") => cur = Some(Vec::new()),
             (Some(_), "```") => blocks.push(cur.take().unwrap()),
-            (Some(cmds), l) if l.starts_with("$ ") => cmds.push(Cmd {
-                line: l[2..].to_string(),
-                expect: vec![],
-                exit: 0,
-            }),
+            (Some(cmds), l) if l.starts_with("$ ") => {
+                cmds.push(Cmd { line: l[2..].to_string(), expect: vec![], exit: 0 })
+            }
             (Some(cmds), l) => {
                 let c = cmds.last_mut().expect("output before any command");
                 match l.strip_prefix("[exit ").and_then(|r| r.strip_suffix(']')) {
@@ -42,11 +40,7 @@ fn every_command_in_the_networking_guide_does_what_the_guide_says() {
     let _g = GATE.read().unwrap();
     let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/networking.md")).unwrap();
     let blocks = console_blocks(&md);
-    assert!(
-        blocks.len() >= 8,
-        "the guide lost its examples ({} blocks)",
-        blocks.len()
-    );
+    assert!(blocks.len() >= 8, "the guide lost its examples ({} blocks)", blocks.len());
     let _pg = Banner::start_on(5432, "hello from the host's 127.0.0.1:5432\n");
     for (i, block) in blocks.iter().enumerate() {
         let p = Project::new(&format!("doc{i}"));
@@ -64,24 +58,12 @@ fn every_command_in_the_networking_guide_does_what_the_guide_says() {
         .unwrap();
         let out = String::from_utf8_lossy(&r.stdout).to_string();
         let parts: Vec<&str> = out.split("@@@rc=").collect();
-        assert_eq!(
-            parts.len(),
-            block.len() + 1,
-            "block {i} did not run to the end:\n{out}"
-        );
+        assert_eq!(parts.len(), block.len() + 1, "block {i} did not run to the end:\n{out}");
         for (k, c) in block.iter().enumerate() {
             // Part k holds command k's output (after the previous marker's rc line).
-            let text = if k == 0 {
-                parts[0]
-            } else {
-                parts[k].split_once('\n').map(|x| x.1).unwrap_or("")
-            };
+            let text = if k == 0 { parts[0] } else { parts[k].split_once('\n').map(|x| x.1).unwrap_or("") };
             let rc: i32 = parts[k + 1].lines().next().unwrap().trim().parse().unwrap();
-            assert_eq!(
-                rc, c.exit,
-                "`{}` exited {rc}, the guide says {}:\n{text}",
-                c.line, c.exit
-            );
+            assert_eq!(rc, c.exit, "`{}` exited {rc}, the guide says {}:\n{text}", c.line, c.exit);
             for e in &c.expect {
                 assert!(
                     text.lines().any(|l| l.contains(e.trim())),

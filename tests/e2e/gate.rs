@@ -30,16 +30,10 @@ fn gate_relays_allowed_names_and_refuses_the_rest() {
     r.ok();
     let out = &r.stdout;
     let cfg = p.path(".ai-sandbox/config").display().to_string();
-    assert!(
-        out.contains("http=TESTHOST-HTTP"),
-        "positive control over HTTP: {out}\n{}",
-        r.stderr
-    );
+    assert!(out.contains("http=TESTHOST-HTTP"), "positive control over HTTP: {out}\n{}", r.stderr);
     assert!(out.contains("https-rc=0"), "positive control over HTTPS: {out}");
     assert!(
-        out.contains(&format!(
-            "denied=blocked by ai-sandbox: add \"allow = denied.test\" to {cfg}\n 403"
-        )),
+        out.contains(&format!("denied=blocked by ai-sandbox: add \"allow = denied.test\" to {cfg}\n 403")),
         "{out}"
     );
     assert!(
@@ -48,16 +42,9 @@ fn gate_relays_allowed_names_and_refuses_the_rest() {
         ),
         "{out}"
     );
-    assert!(
-        out.contains("add \"allow = allowed.test:8080\""),
-        "ports outside the gate's set: {out}"
-    );
+    assert!(out.contains("add \"allow = allowed.test:8080\""), "ports outside the gate's set: {out}");
     assert_eq!(r.probe("sni:allowed.test:443:allowed.test"), "tls-ok");
-    assert_eq!(
-        r.probe("sni:allowed.test:443:evil.test"),
-        "closed",
-        "SNI differing from the CONNECT host"
-    );
+    assert_eq!(r.probe("sni:allowed.test:443:evil.test"), "closed", "SNI differing from the CONNECT host");
     assert_eq!(r.probe("token:allowed.test:80:wrong-token"), "http-407");
     assert_eq!(r.probe("token:allowed.test:80:"), "http-407");
     let log = gate_log();
@@ -68,10 +55,7 @@ fn gate_relays_allowed_names_and_refuses_the_rest() {
                 && l.contains(reason)
         })
     };
-    assert!(
-        has("denied.test", "is not in the allowlist"),
-        "no log line for the denial"
-    );
+    assert!(has("denied.test", "is not in the allowlist"), "no log line for the denial");
     assert!(has("loop.test", "loopback"));
     assert!(has("allowed.test", "TLS SNI `evil.test` differs"));
     assert!(!log.contains("wrong-token"), "tokens must never be logged");
@@ -86,11 +70,7 @@ fn a_finished_sessions_token_is_refused() {
     p.config(&gate_config(&th, ""));
     let first = sandbox(&p, &["--", "sh", "-c", "echo \"$HTTPS_PROXY\""], &[]);
     let url = first.ok().stdout.trim().to_string();
-    let old = url
-        .split(['@', ':'])
-        .nth(2)
-        .expect("token in the proxy URL")
-        .to_string();
+    let old = url.split(['@', ':']).nth(2).expect("token in the proxy URL").to_string();
     assert_eq!(old.len(), 32, "{url}");
     let spec = format!("token:allowed.test:80:{old}");
     let script =
@@ -102,11 +82,7 @@ fn a_finished_sessions_token_is_refused() {
         "positive control with this session's token: {}",
         r.stdout
     );
-    assert_eq!(
-        r.probe(&spec),
-        "http-407",
-        "the previous session's token still worked"
-    );
+    assert_eq!(r.probe(&spec), "http-407", "the previous session's token still worked");
 }
 
 #[test]
@@ -118,10 +94,7 @@ fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
     p.config(&gate_config(&th, ""));
     let script = format!("/usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; {UNTIL_DONE}");
     let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
-    assert!(
-        wait_for(120, || p.path("ready").exists()),
-        "tunnels did not finish"
-    );
+    assert!(wait_for(120, || p.path("ready").exists()), "tunnels did not finish");
     let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
     let stdout = finish(&p, child);
     assert!(stdout.contains("tunnels:echo.test:7000:500 all-500"), "{stdout}");
@@ -131,13 +104,8 @@ fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
         .lines()
         .find(|l| l.contains(&p.dir.display().to_string()))
         .unwrap_or_else(|| panic!("session missing from status:\n{}", status.stdout));
-    let allowed: u64 = line
-        .split("allowed ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap()
-        .parse()
-        .unwrap();
+    let allowed: u64 =
+        line.split("allowed ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap();
     assert!(allowed >= 500, "{line}");
 }
 
@@ -171,25 +139,13 @@ fn killing_the_gate_leaves_the_sandbox_without_egress() {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stdout.contains("before=TESTHOST-HTTP"),
-        "positive control before the kill: {stdout}\n{stderr}"
-    );
+    assert!(stdout.contains("before=TESTHOST-HTTP"), "positive control before the kill: {stdout}\n{stderr}");
     assert!(stdout.contains("after="), "{stdout}");
-    assert!(
-        !stdout.contains("after=TESTHOST-HTTP"),
-        "egress through the gate survived its death: {stdout}"
-    );
-    assert!(
-        stdout.contains(&format!("tcp:{}:80 refused", th.v4)),
-        "no direct path opened: {stdout}"
-    );
+    assert!(!stdout.contains("after=TESTHOST-HTTP"), "egress through the gate survived its death: {stdout}");
+    assert!(stdout.contains(&format!("tcp:{}:80 refused", th.v4)), "no direct path opened: {stdout}");
     assert!(
         stdout.contains(&format!("{direct} open")),
         "the allowed IP entry still works (netfilter, not the gate): {stdout}"
     );
-    assert!(
-        stderr.contains("egress gate stopped"),
-        "the launcher must say so: {stderr}"
-    );
+    assert!(stderr.contains("egress gate stopped"), "the launcher must say so: {stderr}");
 }

@@ -54,14 +54,7 @@ pub fn env() -> &'static Env {
             "#!/bin/sh\necho 'failing-nft: refusing to load (test double)' >&2\nexit 3\n",
         )
         .unwrap();
-        for p in [
-            &root,
-            &root.join("bin"),
-            &root.join("projects"),
-            &bin,
-            &probe,
-            &failing,
-        ] {
+        for p in [&root, &root.join("bin"), &root.join("projects"), &bin, &probe, &failing] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let run_dir = PathBuf::from(format!("/run/user/{}", pw.uid));
@@ -70,14 +63,7 @@ pub fn env() -> &'static Env {
             std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
             nix::unistd::chown(&run_dir, Some(pw.uid), Some(pw.gid)).unwrap();
         }
-        Env {
-            user,
-            uid: pw.uid.as_raw(),
-            home: pw.dir,
-            root,
-            bin,
-            probe,
-        }
+        Env { user, uid: pw.uid.as_raw(), home: pw.dir, root, bin, probe }
     })
 }
 
@@ -119,21 +105,9 @@ pub fn chown_user(p: &Path) {
 pub fn user_command(dir: &Path, program: &Path, args: &[&str], vars: &[(&str, &str)]) -> Command {
     let e = env();
     let mut c = Command::new("timeout");
-    c.args([
-        "--kill-after=10",
-        "240",
-        "runuser",
-        "-u",
-        &e.user,
-        "--",
-        "env",
-        "-i",
-    ]);
+    c.args(["--kill-after=10", "240", "runuser", "-u", &e.user, "--", "env", "-i"]);
     // This build's ai-sandbox first: commands from the docs call it by name.
-    c.arg(format!(
-        "PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/sbin",
-        e.root.join("bin").display()
-    ));
+    c.arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/sbin", e.root.join("bin").display()));
     c.arg(format!("HOME={}", e.home.display()));
     c.arg(format!("USER={}", e.user));
     c.arg(format!("XDG_RUNTIME_DIR=/run/user/{}", e.uid));
@@ -165,18 +139,11 @@ impl Run {
             .lines()
             .find_map(|l| l.strip_prefix(spec).and_then(|r| r.strip_prefix(' ')))
             .unwrap_or_else(|| {
-                panic!(
-                    "no probe result for {spec}; stdout:\n{}\nstderr:\n{}",
-                    self.stdout, self.stderr
-                )
+                panic!("no probe result for {spec}; stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr)
             })
     }
     pub fn ok(&self) -> &Self {
-        assert_eq!(
-            self.code, 0,
-            "exit {}; stdout:\n{}\nstderr:\n{}",
-            self.code, self.stdout, self.stderr
-        );
+        assert_eq!(self.code, 0, "exit {}; stdout:\n{}\nstderr:\n{}", self.code, self.stdout, self.stderr);
         self
     }
 }
@@ -187,21 +154,13 @@ pub fn sandbox(p: &Project, args: &[&str], vars: &[(&str, &str)]) -> Run {
 }
 
 pub fn spawn_sandbox(p: &Project, args: &[&str]) -> Child {
-    user_command(&p.dir, &env().bin, args, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    user_command(&p.dir, &env().bin, args, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
 /// Runs any program as the test user (podman ps, say).
 pub fn as_user(program: &str, args: &[&str]) -> Run {
     let dir = env().home.clone();
-    Run::from(
-        user_command(&dir, Path::new(program), args, &[])
-            .output()
-            .unwrap(),
-    )
+    Run::from(user_command(&dir, Path::new(program), args, &[]).output().unwrap())
 }
 
 /// `-- python3 probe.py SPEC...` arguments for a sandbox run in the project.
@@ -254,11 +213,7 @@ pub struct TestHost {
 
 fn sh(args: &[&str]) {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 impl TestHost {
@@ -267,40 +222,15 @@ impl TestHost {
         let pid = std::process::id() % 10000;
         let ns = format!("aisbe2e-{pid}-{n}");
         let (veth, peer) = (format!("aisbh{pid}x{n}"), format!("aisbn{pid}x{n}"));
-        let (h4, v4) = (
-            format!("198.51.100.{}", 4 * n + 1),
-            format!("198.51.100.{}", 4 * n + 2),
-        );
+        let (h4, v4) = (format!("198.51.100.{}", 4 * n + 1), format!("198.51.100.{}", 4 * n + 2));
         let (h6, v6) = (format!("fd99:a15b:0:{n}::1"), format!("fd99:a15b:0:{n}::2"));
         sh(&["ip", "netns", "add", &ns]);
-        sh(&[
-            "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &ns,
-        ]);
+        sh(&["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &ns]);
         sh(&["ip", "addr", "add", &format!("{h4}/30"), "dev", &veth]);
-        sh(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{h6}/64"),
-            "dev",
-            &veth,
-            "nodad",
-        ]);
+        sh(&["ip", "-6", "addr", "add", &format!("{h6}/64"), "dev", &veth, "nodad"]);
         sh(&["ip", "link", "set", &veth, "up"]);
         sh(&["ip", "-n", &ns, "addr", "add", &format!("{v4}/30"), "dev", &peer]);
-        sh(&[
-            "ip",
-            "-n",
-            &ns,
-            "-6",
-            "addr",
-            "add",
-            &format!("{v6}/64"),
-            "dev",
-            &peer,
-            "nodad",
-        ]);
+        sh(&["ip", "-n", &ns, "-6", "addr", "add", &format!("{v6}/64"), "dev", &peer, "nodad"]);
         sh(&["ip", "-n", &ns, "link", "set", &peer, "up"]);
         sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -324,11 +254,7 @@ impl TestHost {
                         let mut buf = [0u8; 4096];
                         let _ = s.read(&mut buf);
                         let body = "TESTHOST-HTTP\n";
-                        let _ = write!(
-                            s,
-                            "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
+                        let _ = write!(s, "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
                     });
                 }
             });
@@ -353,15 +279,7 @@ impl TestHost {
             }
         });
         let port = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        TestHost {
-            ns,
-            veth,
-            tls: None,
-            v4,
-            v6,
-            port,
-            udp_hits,
-        }
+        TestHost { ns, veth, tls: None, v4, v6, port, udp_hits }
     }
 
     /// Adds a TLS server on 443 (self-signed, `openssl s_server -www`).
@@ -388,9 +306,7 @@ impl TestHost {
             cert.to_str().unwrap(),
         ]);
         let child = Command::new("ip")
-            .args([
-                "netns", "exec", &self.ns, "openssl", "s_server", "-quiet", "-accept", "443", "-www",
-            ])
+            .args(["netns", "exec", &self.ns, "openssl", "s_server", "-quiet", "-accept", "443", "-www"])
             .arg("-cert")
             .arg(&cert)
             .arg("-key")
@@ -448,10 +364,7 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 /// Containers of the test user that belong to `project` (by the label ai-sandbox sets).
 pub fn containers_of(p: &Project) -> Vec<String> {
     let filter = format!("label=ai-sandbox.project={}", p.dir.display());
-    let r = as_user(
-        "/usr/bin/podman",
-        &["ps", "-a", "--filter", &filter, "--format", "{{.Names}} {{.Pid}}"],
-    );
+    let r = as_user("/usr/bin/podman", &["ps", "-a", "--filter", &filter, "--format", "{{.Names}} {{.Pid}}"]);
     assert_eq!(r.code, 0, "podman ps failed: {}", r.stderr);
     r.stdout.lines().map(str::to_string).collect()
 }
@@ -479,10 +392,6 @@ pub fn finish(p: &Project, child: Child) -> String {
     std::fs::write(p.path("done"), "").unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
 }

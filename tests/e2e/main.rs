@@ -20,49 +20,21 @@ fn host_loopback_reaches_the_allowed_port_only() {
     let sshd = Banner::start("SSH-2.0-OpenSSH_9.2 standin\n");
     let p = Project::new("loopback");
     let allow = format!("100.64.0.1:{}", allowed.port);
-    let (a, b) = (
-        format!("tcp:100.64.0.1:{}", allowed.port),
-        format!("tcp:100.64.0.1:{}", sshd.port),
-    );
+    let (a, b) = (format!("tcp:100.64.0.1:{}", allowed.port), format!("tcp:100.64.0.1:{}", sshd.port));
     let mapped = format!("tcp:169.254.1.2:{}", sshd.port);
     let dns_addr = format!("tcp:169.254.1.1:{}", sshd.port);
     let own_lo_allowed = format!("tcp:127.0.0.1:{}", allowed.port);
     let mut args = vec!["--allow", allow.as_str()];
-    args.extend(probe_args(&[
-        &a,
-        &b,
-        &mapped,
-        &dns_addr,
-        "tcp:127.0.0.1:22",
-        &own_lo_allowed,
-    ]));
+    args.extend(probe_args(&[&a, &b, &mapped, &dns_addr, "tcp:127.0.0.1:22", &own_lo_allowed]));
     let r = sandbox(&p, &args, &[]);
     r.ok();
     assert_eq!(r.probe(&a), "open", "positive control: the allowed host port");
     assert!(allowed.hits.load(std::sync::atomic::Ordering::SeqCst) >= 1);
-    for spec in [
-        &b,
-        &mapped,
-        &dns_addr,
-        &"tcp:127.0.0.1:22".to_string(),
-        &own_lo_allowed,
-    ] {
-        assert!(
-            not_open(r.probe(spec)),
-            "{spec} must not connect: {}",
-            r.probe(spec)
-        );
+    for spec in [&b, &mapped, &dns_addr, &"tcp:127.0.0.1:22".to_string(), &own_lo_allowed] {
+        assert!(not_open(r.probe(spec)), "{spec} must not connect: {}", r.probe(spec));
     }
-    assert_eq!(
-        r.probe(&b),
-        "refused",
-        "refused fast (tcp reset), not left to time out"
-    );
-    assert_eq!(
-        sshd.hits.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "the sshd stand-in saw a connection"
-    );
+    assert_eq!(r.probe(&b), "refused", "refused fast (tcp reset), not left to time out");
+    assert_eq!(sshd.hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the sshd stand-in saw a connection");
 }
 
 #[test]
@@ -77,51 +49,23 @@ fn ipv6_udp_and_dns_are_dropped_while_allowed_tcp_works() {
     args.extend(probe_args(&[&t4, &t6, &u4, "dns:169.254.1.1", &dns_host]));
     let r = sandbox(&p, &args, &[]);
     r.ok();
-    assert_eq!(
-        r.probe(&t4),
-        "open",
-        "positive control: allowed TCP to the test host"
-    );
+    assert_eq!(r.probe(&t4), "open", "positive control: allowed TCP to the test host");
     assert!(not_open(r.probe(&t6)), "IPv6 to the same host must be dropped");
-    assert_eq!(
-        r.probe(&u4),
-        "rejected",
-        "UDP to an allowed host:port must be refused"
-    );
-    assert_eq!(
-        r.probe("dns:169.254.1.1"),
-        "rejected",
-        "DNS to pasta's resolver with the gate in use"
-    );
+    assert_eq!(r.probe(&u4), "rejected", "UDP to an allowed host:port must be refused");
+    assert_eq!(r.probe("dns:169.254.1.1"), "rejected", "DNS to pasta's resolver with the gate in use");
     assert_eq!(r.probe(&dns_host), "rejected", "DNS to any resolver");
-    assert_eq!(
-        th.udp_hits.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "a datagram left the sandbox"
-    );
+    assert_eq!(th.udp_hits.load(std::sync::atomic::Ordering::SeqCst), 0, "a datagram left the sandbox");
 
     // Positive controls for the probes themselves: IPv6 when allowed, UDP without policy.
     let allow6 = format!("[{}]:{}", th.v6, th.port);
     let mut args = vec!["--allow", allow6.as_str()];
     args.extend(probe_args(&[&t6]));
-    assert_eq!(
-        sandbox(&p, &args, &[]).ok().probe(&t6),
-        "open",
-        "allowed IPv6 works"
-    );
+    assert_eq!(sandbox(&p, &args, &[]).ok().probe(&t6), "open", "allowed IPv6 works");
     let mut args = vec!["--net", "full"];
     args.extend(probe_args(&[&u4]));
     let full = sandbox(&p, &args, &[]);
-    assert_eq!(
-        full.ok().probe(&u4),
-        "reply",
-        "the UDP probe works when no policy applies"
-    );
-    assert!(
-        full.stderr.contains("NO egress policy"),
-        "--net full says so: {}",
-        full.stderr
-    );
+    assert_eq!(full.ok().probe(&u4), "reply", "the UDP probe works when no policy applies");
+    assert!(full.stderr.contains("NO egress policy"), "--net full says so: {}", full.stderr);
 }
 
 #[test]
@@ -136,39 +80,22 @@ fn the_agent_cannot_change_the_rules() {
          /usr/bin/python3 probe.py raw {a}; touch ready; {UNTIL_DONE}"
     );
     let child = spawn_sandbox(&p, &["--allow", &allow, "--", "sh", "-c", &script]);
-    assert!(
-        wait_for(60, || p.path("ready").exists()),
-        "sandbox did not get ready"
-    );
+    assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not get ready");
     let cs = containers_of(&p);
     assert_eq!(cs.len(), 1, "{cs:?}");
     let pid = cs[0].split_whitespace().nth(1).unwrap().to_string();
     let listed = std::process::Command::new("nsenter")
-        .args([
-            &format!("--net=/proc/{pid}/ns/net"),
-            "/usr/sbin/nft",
-            "list",
-            "ruleset",
-        ])
+        .args([&format!("--net=/proc/{pid}/ns/net"), "/usr/sbin/nft", "list", "ruleset"])
         .output()
         .unwrap();
     let stdout = finish(&p, child);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(stdout.contains("nft=1"), "nft flush must fail inside: {stdout}");
     assert!(stdout.contains("ip=2"), "ip link set must fail inside: {stdout}");
-    assert!(
-        stdout.contains("raw eperm"),
-        "raw sockets must be refused: {stdout}"
-    );
-    assert!(
-        stdout.contains(&format!("{a} open")),
-        "positive control after the attempts: {stdout}"
-    );
+    assert!(stdout.contains("raw eperm"), "raw sockets must be refused: {stdout}");
+    assert!(stdout.contains(&format!("{a} open")), "positive control after the attempts: {stdout}");
     assert!(listed.contains("table inet ai_sandbox"), "ruleset gone: {listed}");
-    assert!(
-        listed.contains(&format!("100.64.0.1 . {}", allowed.port)),
-        "allow set changed: {listed}"
-    );
+    assert!(listed.contains(&format!("100.64.0.1 . {}", allowed.port)), "allow set changed: {listed}");
     assert!(listed.contains("policy drop;"), "{listed}");
 }
 
@@ -177,11 +104,7 @@ fn the_agent_cannot_change_the_rules() {
 fn a_failing_hook_stops_the_container_before_the_command_runs() {
     let p = Project::new("hookfail");
     let failing = env().root.join("bin/failing-nft");
-    let r = sandbox(
-        &p,
-        &["--", "touch", "ran"],
-        &[("AISB_NFT", failing.to_str().unwrap())],
-    );
+    let r = sandbox(&p, &["--", "touch", "ran"], &[("AISB_NFT", failing.to_str().unwrap())]);
     assert_ne!(r.code, 0, "launch must fail");
     assert!(!p.path("ran").exists(), "the command ran without its ruleset");
     assert!(
@@ -207,33 +130,14 @@ fn net_none_has_only_loopback_and_offline_work_runs() {
     );
     let r = sandbox(&p, &["--net", "none", "--", "sh", "-c", &script], &[]);
     r.ok();
-    let links: Vec<&str> = r
-        .stdout
-        .lines()
-        .take_while(|l| !l.contains("built"))
-        .map(str::trim)
-        .collect();
+    let links: Vec<&str> = r.stdout.lines().take_while(|l| !l.contains("built")).map(str::trim).collect();
     assert_eq!(links, ["lo"], "only loopback: {}", r.stdout);
-    assert!(
-        r.stdout.contains("built-and-ran"),
-        "offline build+run: {}\n{}",
-        r.stdout,
-        r.stderr
-    );
-    assert!(
-        r.stdout
-            .contains(&format!("tcp:100.64.0.1:{} unreachable", b.port)),
-        "{}",
-        r.stdout
-    );
+    assert!(r.stdout.contains("built-and-ran"), "offline build+run: {}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(&format!("tcp:100.64.0.1:{} unreachable", b.port)), "{}", r.stdout);
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[test]
@@ -250,10 +154,7 @@ fn publish_binds_host_loopback_only() {
     );
     std::fs::write(p.path("server.py"), server).unwrap();
     let publish = published.to_string();
-    let child = spawn_sandbox(
-        &p,
-        &["--publish", &publish, "--", "/usr/bin/python3", "server.py"],
-    );
+    let child = spawn_sandbox(&p, &["--publish", &publish, "--", "/usr/bin/python3", "server.py"]);
     assert!(wait_for(60, || p.path("ready").exists()), "server did not start");
     let ok = wait_for(20, || greet(published).is_some_and(|g| g.contains("INSIDE")));
     let ss = std::process::Command::new("ss").args(["-ltnH"]).output().unwrap();
@@ -268,14 +169,8 @@ fn publish_binds_host_loopback_only() {
         .filter(|a| a.ends_with(&format!(":{published}")))
         .collect();
     assert!(!binds.is_empty(), "nothing listens for {published}: {ss}");
-    assert!(
-        binds.iter().all(|a| *a == format!("127.0.0.1:{published}")),
-        "bound beyond loopback: {binds:?}"
-    );
-    assert!(
-        !hidden_reply.is_some_and(|g| g.contains("INSIDE")),
-        "the unpublished server was reachable"
-    );
+    assert!(binds.iter().all(|a| *a == format!("127.0.0.1:{published}")), "bound beyond loopback: {binds:?}");
+    assert!(!hidden_reply.is_some_and(|g| g.contains("INSIDE")), "the unpublished server was reachable");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -297,10 +192,7 @@ fn sessions_dir() -> std::path::PathBuf {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn sigkill_of_the_launcher_leaves_files_intact_and_nothing_running() {
     let p = Project::new("sigkill");
-    let child = spawn_sandbox(
-        &p,
-        &["--", "sh", "-c", "echo data > out.txt; touch ready; sleep 600"],
-    );
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", "echo data > out.txt; touch ready; sleep 600"]);
     assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
     let pid = pid_of_launcher(&p).expect("launcher pid");
     let session = std::fs::read_dir(sessions_dir())
@@ -311,27 +203,15 @@ fn sigkill_of_the_launcher_leaves_files_intact_and_nothing_running() {
         .expect("the launcher's session dir");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     let _ = child.wait_with_output();
-    assert!(
-        wait_for(60, || containers_of(&p).is_empty()),
-        "container left: {:?}",
-        containers_of(&p)
-    );
+    assert!(wait_for(60, || containers_of(&p).is_empty()), "container left: {:?}", containers_of(&p));
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(p.path("out.txt")).unwrap();
     assert_eq!(std::fs::read_to_string(p.path("out.txt")).unwrap(), "data\n");
     assert_eq!(meta.uid(), env().uid, "file must be owned by the user");
-    assert_eq!(
-        std::fs::metadata(&p.dir).unwrap().uid(),
-        env().uid,
-        "project dir must stay the user's"
-    );
+    assert_eq!(std::fs::metadata(&p.dir).unwrap().uid(), env().uid, "project dir must stay the user's");
     // The orphaned session dir is swept by the next launch.
     sandbox(&p, &["--", "true"], &[]).ok();
-    assert!(
-        !session.exists(),
-        "stale session dir {} was not swept",
-        session.display()
-    );
+    assert!(!session.exists(), "stale session dir {} was not swept", session.display());
 }
 
 #[test]
@@ -344,15 +224,8 @@ fn sigterm_is_forwarded_to_the_command() {
     let pid = pid_of_launcher(&p).expect("launcher pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        wait_for(10, || p.path("term.txt").exists()),
-        "the command never saw SIGTERM"
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "the trap's exit code is passed through"
-    );
+    assert!(wait_for(10, || p.path("term.txt").exists()), "the command never saw SIGTERM");
+    assert_eq!(out.status.code(), Some(0), "the trap's exit code is passed through");
     assert!(wait_for(30, || containers_of(&p).is_empty()));
 }
 
@@ -364,32 +237,16 @@ fn exit_codes_cmd_from_config_extra_args_and_home() {
     p.config("cmd = sh -c 'echo from-config HOME=$HOME; touch $HOME/persist; id -u'\n");
     let r = sandbox(&p, &[], &[("AISB_EXTRA_ARGS", "--env FROM_EXTRA=yes")]);
     r.ok();
-    assert!(
-        r.stdout
-            .contains(&format!("from-config HOME={}", env().home.display())),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout.contains(&env().uid.to_string()),
-        "runs as the user: {}",
-        r.stdout
-    );
-    assert!(
-        !env().home.join("persist").exists(),
-        "the real HOME must not be written"
-    );
+    assert!(r.stdout.contains(&format!("from-config HOME={}", env().home.display())), "{}", r.stdout);
+    assert!(r.stdout.contains(&env().uid.to_string()), "runs as the user: {}", r.stdout);
+    assert!(!env().home.join("persist").exists(), "the real HOME must not be written");
     let r = sandbox(
         &p,
         &["--", "sh", "-c", "echo $FROM_EXTRA; ls $HOME/persist"],
         &[("AISB_EXTRA_ARGS", "--env FROM_EXTRA=yes")],
     );
     assert!(r.ok().stdout.contains("yes"), "extra args applied: {}", r.stdout);
-    assert!(
-        r.stdout.contains("persist"),
-        "the sandbox HOME persists per project: {}",
-        r.stdout
-    );
+    assert!(r.stdout.contains("persist"), "the sandbox HOME persists per project: {}", r.stdout);
     let r = sandbox(&p, &["--", "sh", "-c", "touch /usr/x"], &[]);
     assert_ne!(r.code, 0, "host /usr must be read-only");
 }
@@ -401,47 +258,30 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
     let other = Banner::start("NO\n");
     let p = Project::new("dryrun");
     p.config(&format!("allow = 100.64.0.1:{}\n", allowed.port));
-    let (a, b) = (
-        format!("tcp:100.64.0.1:{}", allowed.port),
-        format!("tcp:100.64.0.1:{}", other.port),
-    );
+    let (a, b) = (format!("tcp:100.64.0.1:{}", allowed.port), format!("tcp:100.64.0.1:{}", other.port));
     let launched = sandbox(&p, &probe_args(&[&a, &b]), &[]);
     launched.ok();
     let mut args = vec!["--dry-run"];
     args.extend(probe_args(&[&a, &b]));
     let dry = sandbox(&p, &args, &[]);
     dry.ok();
-    let cmd: Vec<&str> = dry
-        .stdout
-        .lines()
-        .skip_while(|l| l.starts_with('#'))
-        .take_while(|l| !l.is_empty())
-        .collect();
+    let cmd: Vec<&str> =
+        dry.stdout.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
     let argv = shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("shell words");
     // Write the session files the plan names: the hook JSON as printed, the ruleset as JSON.
     let hooks_dir =
         std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--hooks-dir").unwrap() + 1]);
     let hook_file = hooks_dir.join("ai-sandbox.json");
     let marker = format!("# {}", hook_file.display());
-    let hook_json: String = dry
-        .stdout
-        .lines()
-        .skip_while(|l| *l != marker)
-        .skip(1)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let hook_json: String =
+        dry.stdout.lines().skip_while(|l| *l != marker).skip(1).collect::<Vec<_>>().join("\n");
     let rules = sandbox(&p, &["rules", "--json"], &[]);
     rules.ok();
     let session = hooks_dir.parent().unwrap();
     std::fs::create_dir_all(&hooks_dir).unwrap();
     std::fs::write(&hook_file, hook_json).unwrap();
     std::fs::write(session.join("ruleset.json"), &rules.stdout).unwrap();
-    for f in [
-        session,
-        hooks_dir.as_path(),
-        hook_file.as_path(),
-        &session.join("ruleset.json"),
-    ] {
+    for f in [session, hooks_dir.as_path(), hook_file.as_path(), &session.join("ruleset.json")] {
         chown_user(f);
     }
     let by_hand = {
@@ -457,18 +297,10 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
         r
     };
     let stdout = String::from_utf8_lossy(&by_hand.stdout);
-    assert!(
-        by_hand.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&by_hand.stderr)
-    );
+    assert!(by_hand.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&by_hand.stderr));
     assert_eq!(launched.probe(&a), "open");
     assert_eq!(launched.probe(&b), "refused");
-    assert_eq!(
-        stdout.trim_end(),
-        launched.stdout.trim_end(),
-        "by hand and launched differ"
-    );
+    assert_eq!(stdout.trim_end(), launched.stdout.trim_end(), "by hand and launched differ");
 }
 
 #[test]
@@ -477,22 +309,10 @@ fn an_allowed_redis_without_a_password_is_warned_about_at_launch() {
     let _redis = Banner::start_on(6379, "+PONG\r\n");
     let _memcached = Banner::start_on(11211, "ERROR\r\n");
     let p = Project::new("redis");
-    let r = sandbox(
-        &p,
-        &[
-            "--allow",
-            "100.64.0.1:6379",
-            "--allow",
-            "100.64.0.1:11211",
-            "--",
-            "true",
-        ],
-        &[],
-    );
+    let r = sandbox(&p, &["--allow", "100.64.0.1:6379", "--allow", "100.64.0.1:11211", "--", "true"], &[]);
     r.ok();
     assert!(
-        r.stderr
-            .contains("127.0.0.1:6379, where redis answers without authentication"),
+        r.stderr.contains("127.0.0.1:6379, where redis answers without authentication"),
         "no warning for an open redis: {}",
         r.stderr
     );
