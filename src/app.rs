@@ -134,13 +134,7 @@ pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<
     match crate::ruleset::build(&policy, policy.gate_port) {
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
-        None => {
-            let d = Diagnostic::new(
-                Origin::General,
-                format!("--net {} applies no nftables ruleset", policy.net.name()),
-            );
-            bail!("{}", d.render(""));
-        }
+        None => bail!("--net {} applies no nftables ruleset", policy.net.name()),
     }
     Ok(0)
 }
