@@ -5,6 +5,7 @@
 
 mod docs;
 mod gate;
+mod gate_limits;
 mod harness;
 
 use harness::*;

@@ -1,0 +1,157 @@
+//! The gate under abuse: slow clients, a session at its connection cap, fd exhaustion. Each
+//! test runs its own gate process (private XDG_RUNTIME_DIR, optionally a tiny fd limit) and
+//! pairs every refusal with a request that is served at the same time.
+
+use crate::harness::*;
+use ai_sandbox::gate::control::{self, Lease, Request};
+use ai_sandbox::gate::decide::SessionPolicy;
+use ai_sandbox::policy::allow::{HostPattern, Ports};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Gate {
+    child: Child,
+    _dir: tempfile::TempDir,
+    port: u16,
+    token: String,
+    _lease: Lease,
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `ai-sandbox gate serve` (under `prlimit --nofile=N:N` if given) and registers one
+/// session allowing echo.test:7000 pinned to the test host.
+fn gate(th: &TestHost, port_from: u16, nofile: Option<u32>) -> Gate {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}")).arg(&env().bin);
+            c
+        }
+        None => Command::new(&env().bin),
+    };
+    let child = cmd
+        .args(["gate", "serve", "--port-from", &port_from.to_string(), "--idle-exit", "600"])
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = dir.path().join("ai-sandbox");
+    assert!(wait_for(10, || control::socket_path(&rt).exists()), "gate did not start");
+    let token = format!("{:032x}", 0x5eed_u128 + u128::from(port_from));
+    let req = Request::Register {
+        session: "limits".into(),
+        project: "limits".into(),
+        token: token.clone(),
+        policy: SessionPolicy {
+            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
+            nets: vec![],
+            gate_ports: vec![80, 443, 8443],
+            resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
+            config_path: "limits".into(),
+            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+        },
+    };
+    let lease = control::register(&rt, &env().bin, port_from, &req).unwrap();
+    Gate { child, port: lease.port, _dir: dir, token, _lease: lease }
+}
+
+/// CONNECT echo.test:7000 through the gate; returns the stream and the status code.
+fn tunnel(g: &Gate) -> std::io::Result<(TcpStream, u16)> {
+    use base64::Engine;
+    let mut s = TcpStream::connect(("127.0.0.1", g.port))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    let cred = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{}", g.token));
+    write!(s, "CONNECT echo.test:7000 HTTP/1.1\r\nProxy-Authorization: Basic {cred}\r\n\r\n")?;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b)? == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    let status = String::from_utf8_lossy(&head).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((s, status))
+}
+
+fn echoes(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 4];
+    s.write_all(b"ping").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"ping"
+}
+
+fn raise_nofile() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_slow_client_is_closed_at_the_header_timeout_while_others_are_served() {
+    let th = TestHost::new();
+    let g = gate(&th, 19181, None);
+    let mut slow = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+    slow.write_all(b"CONNECT echo.test:7000 HTTP/1.1\r\nX-Slow: ").unwrap();
+    let started = Instant::now();
+    let (mut ok, status) = tunnel(&g).unwrap();
+    assert_eq!(status, 200, "positive control while a slow client is pending");
+    assert!(echoes(&mut ok));
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut reply = String::new();
+    let _ = slow.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(9), "closed after {waited:?}, before the header timeout");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_session_at_its_connection_cap_gets_503_and_recovers() {
+    raise_nofile();
+    let th = TestHost::new();
+    let g = gate(&th, 19281, None);
+    let cap = ai_sandbox::gate::server::SESSION_CAP;
+    let mut held = Vec::with_capacity(cap);
+    for i in 0..cap {
+        let (s, status) = tunnel(&g).unwrap();
+        assert_eq!(status, 200, "tunnel {i} of {cap}");
+        held.push(s);
+    }
+    let (_, status) = tunnel(&g).unwrap();
+    assert_eq!(status, 503, "one past the cap");
+    held.truncate(cap - 10);
+    let ok = wait_for(10, || tunnel(&g).is_ok_and(|(mut s, st)| st == 200 && echoes(&mut s)));
+    assert!(ok, "after closing some tunnels the session is served again");
+    assert!(echoes(&mut held[0]), "existing tunnels kept working");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn the_gate_survives_fd_exhaustion() {
+    let th = TestHost::new();
+    let g = gate(&th, 19381, Some(64));
+    // Far more connections than 64 fds allow, each holding its fd with an unfinished head.
+    let flood: Vec<TcpStream> = (0..80)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", g.port)).ok()?;
+            s.write_all(b"CONNECT echo.test:7000 HTTP/1.1\r\n").ok()?;
+            Some(s)
+        })
+        .collect();
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", g.child.id())).map(|d| d.count()).unwrap_or(0);
+    assert!(wait_for(10, || fds() >= 62), "the flood did not exhaust the gate's fds ({} open)", fds());
+    drop(flood);
+    let served = wait_for(20, || tunnel(&g).is_ok_and(|(mut s, st)| st == 200 && echoes(&mut s)));
+    assert!(served, "the gate did not serve again after fd exhaustion");
+    let mut gate = g;
+    assert!(gate.child.try_wait().unwrap().is_none(), "the gate process died");
+}
