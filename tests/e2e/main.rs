@@ -323,3 +323,45 @@ fn an_allowed_redis_without_a_password_is_warned_about_at_launch() {
         r.stderr
     );
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_local_image_runs_under_the_same_enforcement() {
+    let allowed = Banner::start("OK\n");
+    let other = Banner::start("NO\n");
+    let e = env();
+    let dir = e.root.join("image");
+    std::fs::create_dir_all(&dir).unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(dir.join("probe"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/probe.c"))
+        .status()
+        .unwrap();
+    assert!(built.success(), "gcc -static failed");
+    let tar = e.root.join("image.tar");
+    assert!(
+        std::process::Command::new("tar")
+            .arg("-C")
+            .arg(&dir)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("probe")
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::set_permissions(&tar, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let image = "localhost/aisb-e2e-probe:latest";
+    as_user("/usr/bin/podman", &["import", tar.to_str().unwrap(), image]).ok();
+    let p = Project::new("image");
+    p.config(&format!("image = {image}\n"));
+    let allow = format!("100.64.0.1:{}", allowed.port);
+    let a = sandbox(&p, &["--allow", &allow, "--", "/probe", "100.64.0.1", &allowed.port.to_string()], &[]);
+    let b = sandbox(&p, &["--allow", &allow, "--", "/probe", "100.64.0.1", &other.port.to_string()], &[]);
+    as_user("/usr/bin/podman", &["rmi", image]);
+    assert_eq!(a.code, 0, "positive control through the image: {}\n{}", a.stdout, a.stderr);
+    assert!(a.stdout.contains(&format!("100.64.0.1:{} open", allowed.port)), "{}", a.stdout);
+    assert_eq!(b.code, 1, "{}\n{}", b.stdout, b.stderr);
+    assert!(b.stdout.contains(&format!("100.64.0.1:{} refused", other.port)), "{}", b.stdout);
+}

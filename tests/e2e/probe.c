@@ -1,0 +1,20 @@
+/* A static TCP probe, packed by the e2e suite into a local OCI image (no registry is reachable):
+ * it proves `image = NAME` runs under the same enforcement as `image = host`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+int main(int argc, char **argv) {
+    if (argc != 3) { fprintf(stderr, "usage: probe IPV4 PORT\n"); return 2; }
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
+    if (inet_pton(AF_INET, argv[1], &a.sin_addr) != 1) return 2;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = { .tv_sec = 3 };
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) { printf("%s:%s open\n", argv[1], argv[2]); return 0; }
+    printf("%s:%s %s\n", argv[1], argv[2], errno == ECONNREFUSED ? "refused" : strerror(errno));
+    return 1;
+}
