@@ -119,6 +119,11 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     for n in &plan.notices {
         host.eprint(&format!("ai-sandbox: {n}\n"));
     }
+    if let Some(nft) = host.env("AISB_NFT") {
+        host.eprint(&format!(
+            "ai-sandbox: AISB_NFT={nft}: the hook loads the ruleset with this program, not the system nft\n"
+        ));
+    }
     for c in crate::loopback::applicable(&policy) {
         let reply = host.probe_loopback(c.port, c.ask);
         if let Some(w) = crate::loopback::warning(c, policy.gate_addr, &reply) {

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
@@ -90,6 +90,16 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     };
     write(&dir.join("pid"), &std::process::id().to_string())?;
+    if let Some((path, text)) = &plan.env_file {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
         write(&hook.ruleset_file, &rs.to_json_string())?;
         fs::create_dir(&hook.hooks_dir).with_context(|| format!("creating {}", hook.hooks_dir.display()))?;

@@ -47,6 +47,8 @@ pub struct Plan {
     pub hook: Option<HookSpec>,
     /// Lines said to the user before the command starts.
     pub notices: Vec<String>,
+    /// The proxy variables' env file (path, text): holds the token, so never on argv.
+    pub env_file: Option<(PathBuf, String)>,
     /// Skeleton rootfs to create before launch (`image = host`).
     pub rootfs: Option<PathBuf>,
     pub sandbox_home: PathBuf,
@@ -64,6 +66,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         ruleset,
         hook,
         notices: notices(p),
+        env_file: podman::env_file(p, f).map(|t| (f.session_dir.join(podman::ENV_FILE), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         session_dir: f.session_dir.clone(),
@@ -129,6 +132,9 @@ pub fn render(plan: &Plan) -> String {
         let indent = if i == 0 { "" } else { "  " };
         let cont = if i == last { "" } else { " \\" };
         out += &format!("{indent}{}{cont}\n", quote(a));
+    }
+    if let Some((path, text)) = &plan.env_file {
+        out += &format!("\n# {} (mode 0600: it holds the session token)\n{text}", path.display());
     }
     match (&plan.ruleset, &plan.hook) {
         (Some(rs), Some(h)) => {

@@ -26,6 +26,13 @@ pub fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     out
 }
 
+pub const ENV_FILE: &str = "proxy.env";
+
+/// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it.
+pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
+    p.gate.then(|| proxy_env(p, f).iter().map(|(k, v)| format!("{k}={v}\n")).collect())
+}
+
 pub fn network_arg(p: &Policy) -> String {
     match p.net {
         NetMode::Allow => format!("pasta:--map-host-loopback,{}", p.gate_addr),
@@ -80,7 +87,12 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }
-    for (k, v) in proxy_env(p, f).iter().chain(&p.env) {
+    // The proxy variables carry the session token: they go in a 0600 file in the private
+    // session dir, never on the command line (any local user can read /proc/PID/cmdline).
+    if p.gate {
+        push(&["--env-file", &f.session_dir.join(ENV_FILE).display().to_string()]);
+    }
+    for (k, v) in &p.env {
         push(&["--env", &format!("{k}={v}")]);
     }
     a.extend(p.extra_args.iter().cloned());

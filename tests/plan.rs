@@ -114,9 +114,10 @@ fn launch_goes_through_the_host_and_root_is_refused() {
         "the gate is registered before the plan is built"
     );
     assert!(h.effects[1].contains("run --rm -i"));
-    // The fake gate answers on 18082: the proxy URL must carry the port the gate really uses.
-    assert!(h.effects[1].contains("@100.64.0.1:18082 "), "{}", h.effects[1]);
-    assert!(!h.effects[1].contains(":18081"), "{}", h.effects[1]);
+    // The proxy URL (with the token) is not on the command line: `ps` would show it.
+    let token = "ab".repeat(16);
+    assert!(!h.effects[1].contains(&token), "token on argv: {}", h.effects[1]);
+    assert!(h.effects[1].contains("--env-file /run/user/1000/ai-sandbox/sessions/abababababab/proxy.env"));
 
     let mut root = host("", &[]);
     root.uid = 0;
@@ -156,7 +157,9 @@ fn ruleset_and_proxy_url_use_the_gates_actual_port() {
     let text = plan.ruleset.unwrap().to_text();
     assert!(text.contains("ip daddr 100.64.0.1 tcp dport 20000 accept"), "{text}");
     assert!(!text.contains("18081"), "{text}");
-    assert!(plan.argv.iter().any(|a| a.ends_with("@100.64.0.1:20000")), "{:?}", plan.argv);
+    let (_, env) = plan.env_file.expect("proxy env file");
+    assert!(env.contains("HTTPS_PROXY=http://aisb:SESSION-TOKEN@100.64.0.1:20000\n"), "{env}");
+    assert!(!plan.argv.iter().any(|a| a.contains("SESSION-TOKEN")), "{:?}", plan.argv);
 }
 
 #[test]

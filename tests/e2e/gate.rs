@@ -92,10 +92,24 @@ fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
     let th = TestHost::new();
     let p = Project::new("tunnels");
     p.config(&gate_config(&th, ""));
-    let script = format!("/usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; {UNTIL_DONE}");
+    let script = format!(
+        "echo \"$HTTPS_PROXY\" > proxy-url; /usr/bin/python3 probe.py tunnels:echo.test:7000:500; touch ready; {UNTIL_DONE}"
+    );
     let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(wait_for(120, || p.path("ready").exists()), "tunnels did not finish");
     let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
+    // While the sandbox runs, no process on the host shows its token on a command line.
+    let url = std::fs::read_to_string(p.path("proxy-url")).unwrap();
+    let token = url.trim().split(['@', ':']).nth(2).unwrap().to_string();
+    assert_eq!(token.len(), 32, "{url}");
+    let leaks: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok().map(|c| (e.path(), c)))
+        .filter(|(_, c)| c.windows(token.len()).any(|w| w == token.as_bytes()))
+        .map(|(p, c)| format!("{}: {}", p.display(), String::from_utf8_lossy(&c).replace('\0', " ")))
+        .collect();
+    assert!(leaks.is_empty(), "the session token is visible in ps: {leaks:?}");
     let stdout = finish(&p, child);
     assert!(stdout.contains("tunnels:echo.test:7000:500 all-500"), "{stdout}");
     assert_eq!(status.code, 0, "{}", status.stderr);

@@ -276,13 +276,27 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
     let marker = format!("# {}", hook_file.display());
     let hook_json: String =
         dry.stdout.lines().skip_while(|l| *l != marker).skip(1).collect::<Vec<_>>().join("\n");
+    let env_file = std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--env-file").unwrap() + 1]);
+    let env_marker = format!("# {} (mode 0600: it holds the session token)", env_file.display());
+    let env_text: String = dry
+        .stdout
+        .lines()
+        .skip_while(|l| *l != env_marker)
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(env_text.contains("HTTPS_PROXY="), "env file not printed:\n{}", dry.stdout);
     let rules = sandbox(&p, &["rules", "--json"], &[]);
     rules.ok();
     let session = hooks_dir.parent().unwrap();
     std::fs::create_dir_all(&hooks_dir).unwrap();
     std::fs::write(&hook_file, hook_json).unwrap();
     std::fs::write(session.join("ruleset.json"), &rules.stdout).unwrap();
-    for f in [session, hooks_dir.as_path(), hook_file.as_path(), &session.join("ruleset.json")] {
+    std::fs::write(&env_file, env_text).unwrap();
+    for f in
+        [session, hooks_dir.as_path(), hook_file.as_path(), &session.join("ruleset.json"), env_file.as_path()]
+    {
         chown_user(f);
     }
     let by_hand = {
