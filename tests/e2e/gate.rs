@@ -133,7 +133,7 @@ fn killing_the_gate_leaves_the_sandbox_without_egress() {
     let direct = th.tcp4();
     let script = format!(
         "echo \"before=$(curl -sS -m 10 http://allowed.test/)\"; touch ready; \
-         for i in $(seq 600); do [ -e killed ] && break; sleep 0.1; done; \
+         for i in $(seq 600); do [ -e done ] && break; sleep 0.1; done; \
          echo \"after=$(curl -sS -m 10 http://allowed.test/ 2>&1)\"; \
          /usr/bin/python3 probe.py tcp:{}:80 {direct}",
         th.v4
@@ -149,8 +149,8 @@ fn killing_the_gate_leaves_the_sandbox_without_egress() {
         .unwrap_or_else(|| panic!("{}", status.stdout));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    std::fs::write(p.path("killed"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
+    std::fs::write(p.path("done"), "").unwrap();
+    let out = child.wait_with_output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stdout.contains("before=TESTHOST-HTTP"), "positive control before the kill: {stdout}\n{stderr}");

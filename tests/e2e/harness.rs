@@ -153,8 +153,39 @@ pub fn sandbox(p: &Project, args: &[&str], vars: &[(&str, &str)]) -> Run {
     Run::from(user_command(&p.dir, &env().bin, args, vars).output().unwrap())
 }
 
-pub fn spawn_sandbox(p: &Project, args: &[&str]) -> Child {
-    user_command(&p.dir, &env().bin, args, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+/// A sandbox running in the background. Its command must end when the project's `done` file
+/// appears (see UNTIL_DONE); dropping this (also when a test panics) writes that file and
+/// waits, so a failed test never leaves a sandbox behind.
+pub struct Running {
+    child: Option<Child>,
+    done: PathBuf,
+}
+
+impl Running {
+    pub fn wait_with_output(mut self) -> Output {
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::fs::write(&self.done, "");
+            if !wait_for(30, || c.try_wait().is_ok_and(|s| s.is_some())) {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn spawn_sandbox(p: &Project, args: &[&str]) -> Running {
+    let child = user_command(&p.dir, &env().bin, args, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Running { child: Some(child), done: p.path("done") }
 }
 
 /// Runs any program as the test user (podman ps, say).
@@ -388,9 +419,9 @@ pub fn gate_log() -> String {
 pub const UNTIL_DONE: &str = "for i in $(seq 600); do [ -e done ] && exit 0; sleep 0.1; done; exit 9";
 
 /// Tells a sandbox started with UNTIL_DONE to finish, waits, requires success; its stdout.
-pub fn finish(p: &Project, child: Child) -> String {
+pub fn finish(p: &Project, child: Running) -> String {
     std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait_with_output();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout

@@ -151,7 +151,7 @@ fn publish_binds_host_loopback_only() {
          ls = []\n\
          for port in ({published}, {hidden}):\n    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    s.bind(('0.0.0.0', port)); s.listen(8); ls.append(s)\n\
          open('ready', 'w').close()\n\
-         while not os.path.exists('stop'):\n    r, _, _ = select.select(ls, [], [], 0.2)\n    for s in r:\n        c, _ = s.accept(); c.sendall(b'INSIDE\\n'); c.close()\n"
+         while not os.path.exists('done'):\n    r, _, _ = select.select(ls, [], [], 0.2)\n    for s in r:\n        c, _ = s.accept(); c.sendall(b'INSIDE\\n'); c.close()\n"
     );
     std::fs::write(p.path("server.py"), server).unwrap();
     let publish = published.to_string();
@@ -161,8 +161,8 @@ fn publish_binds_host_loopback_only() {
     let ss = std::process::Command::new("ss").args(["-ltnH"]).output().unwrap();
     let ss = String::from_utf8_lossy(&ss.stdout).to_string();
     let hidden_reply = greet(hidden);
-    std::fs::write(p.path("stop"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
+    std::fs::write(p.path("done"), "").unwrap();
+    let out = child.wait_with_output();
     assert!(ok, "positive control: the published port answers on 127.0.0.1");
     let binds: Vec<&str> = ss
         .lines()
@@ -193,7 +193,8 @@ fn sessions_dir() -> std::path::PathBuf {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn sigkill_of_the_launcher_leaves_files_intact_and_nothing_running() {
     let p = Project::new("sigkill");
-    let child = spawn_sandbox(&p, &["--", "sh", "-c", "echo data > out.txt; touch ready; sleep 600"]);
+    let script = format!("echo data > out.txt; touch ready; {UNTIL_DONE}");
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
     let pid = pid_of_launcher(&p).expect("launcher pid");
     let session = std::fs::read_dir(sessions_dir())
@@ -219,12 +220,12 @@ fn sigkill_of_the_launcher_leaves_files_intact_and_nothing_running() {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn sigterm_is_forwarded_to_the_command() {
     let p = Project::new("sigterm");
-    let script = "trap 'echo got-term > term.txt; exit 0' TERM; touch ready; while :; do sleep 0.1; done";
-    let child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
+    let script = format!("trap 'echo got-term > term.txt; exit 0' TERM; touch ready; {UNTIL_DONE}");
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(wait_for(60, || p.path("ready").exists()));
     let pid = pid_of_launcher(&p).expect("launcher pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait_with_output();
     assert!(wait_for(10, || p.path("term.txt").exists()), "the command never saw SIGTERM");
     assert_eq!(out.status.code(), Some(0), "the trap's exit code is passed through");
     assert!(wait_for(30, || containers_of(&p).is_empty()));
