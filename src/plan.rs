@@ -31,6 +31,16 @@ pub struct Facts {
     pub gate_port: u16,
 }
 
+impl Facts {
+    /// The session directory's layout, in one place: the hooks dir podman reads, and the files.
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.session_dir.join("hooks")
+    }
+    pub fn env_file(&self) -> PathBuf {
+        self.session_dir.join(crate::podman::ENV_FILE)
+    }
+}
+
 /// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookSpec {
@@ -66,7 +76,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         ruleset,
         hook,
         notices: notices(p),
-        env_file: podman::env_file(p, f).map(|t| (f.session_dir.join(podman::ENV_FILE), t)),
+        env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         session_dir: f.session_dir.clone(),
@@ -74,7 +84,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
 }
 
 fn hook_spec(f: &Facts) -> HookSpec {
-    let hooks_dir = f.session_dir.join("hooks");
+    let hooks_dir = f.hooks_dir();
     let ruleset_file = f.session_dir.join(RULESET_FILE);
     let exe = f.self_exe.display().to_string();
     // createRuntime: after the namespaces exist, before the container's first process.

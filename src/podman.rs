@@ -44,9 +44,8 @@ pub fn network_arg(p: &Policy) -> String {
 pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     let mut a: Vec<String> = vec![f.podman.display().to_string()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
-    let hooks = f.session_dir.join("hooks");
     if p.net == NetMode::Allow {
-        push(&["--hooks-dir", &hooks.display().to_string()]);
+        push(&["--hooks-dir", &f.hooks_dir().display().to_string()]);
     }
     push(&["run", "--rm", "-i"]);
     if f.tty {
@@ -90,7 +89,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     // The proxy variables carry the session token: they go in a 0600 file in the private
     // session dir, never on the command line (any local user can read /proc/PID/cmdline).
     if p.gate {
-        push(&["--env-file", &f.session_dir.join(ENV_FILE).display().to_string()]);
+        push(&["--env-file", &f.env_file().display().to_string()]);
     }
     for (k, v) in &p.env {
         push(&["--env", &format!("{k}={v}")]);
