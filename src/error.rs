@@ -14,8 +14,6 @@ pub enum Origin {
     Flag(&'static str),
     /// An environment variable, e.g. `AISB_EXTRA_ARGS`.
     Env(&'static str),
-    /// Not tied to one input.
-    General,
 }
 
 /// One problem with the user's input.
@@ -42,7 +40,6 @@ impl Diagnostic {
             Origin::Config(line) => format!("{config_path}:{line}: "),
             Origin::Flag(f) => format!("{f}: "),
             Origin::Env(v) => format!("{v}: "),
-            Origin::General => String::new(),
         };
         match &self.hint {
             Some(h) => format!("{place}{}\n  hint: {h}", self.message),
