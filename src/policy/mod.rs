@@ -213,22 +213,14 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let gate_ports = match config.one("gate_ports") {
         None => GATE_DEFAULT_PORTS.to_vec(),
         Some((v, at)) => {
-            let ports: Result<Vec<u16>, _> = v
+            // Single ports only: a range here would make the gate relay every port in it.
+            let ports: Option<Vec<u16>> = v
                 .split(',')
-                .map(|p| allow::parse_ports(p.trim()))
-                .map(|r| {
-                    r.and_then(|p| {
-                        if p.lo == p.hi {
-                            Ok(p.lo)
-                        } else {
-                            Err(allow::Bad { reason: "ranges".into(), hint: String::new() })
-                        }
-                    })
-                })
+                .map(|p| allow::parse_ports(p.trim()).ok().filter(|r| r.lo == r.hi).map(|r| r.lo))
                 .collect();
             match ports {
-                Ok(p) => p,
-                Err(_) => {
+                Some(p) => p,
+                None => {
                     c.bad(
                         at,
                         format!("gate_ports `{v}` is not a comma-separated list of ports"),
