@@ -95,6 +95,17 @@ pub enum Sub {
         #[command(subcommand)]
         cmd: GateCmd,
     },
+    /// A session's keeper (started by the launcher, not by hand): removes the container if the
+    /// launcher dies.
+    #[command(hide = true)]
+    Keeper {
+        #[arg(long)]
+        session_dir: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        podman: PathBuf,
+    },
     /// OCI createRuntime hook (run by podman, not by hand).
     #[command(hide = true)]
     Hook {
@@ -108,7 +119,11 @@ pub enum Sub {
 #[derive(Debug, Subcommand)]
 pub enum GateCmd {
     /// The running gate: port, sessions, per-session counters.
-    Status,
+    Status {
+        /// One JSON object (pid, port, sessions with their counters).
+        #[arg(long)]
+        json: bool,
+    },
     /// Every decision the gate made.
     Logs {
         /// Keep printing new decisions.

@@ -108,11 +108,11 @@ impl Host for RealHost {
             },
         };
         crate::launch::block_forwarded_signals()?;
-        let lease = control::register(&control::runtime_dir(), &facts.self_exe, policy.gate_port, &req)?;
+        let mut lease = control::register(&control::runtime_dir(), &facts.self_exe, policy.gate_port, &req)?;
         lease.watch(|| {
             eprintln!(
-                "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed). \
-                 Restart the sandbox to start a new gate."
+                "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed: its port \
+                 stays held by this launcher, which refuses every request). Restart the sandbox to start a new gate."
             )
         })?;
         let port = lease.port;

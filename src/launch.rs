@@ -2,8 +2,10 @@
 //! runs podman as a child, forwards signals, passes the exit code through, and tears down.
 //!
 //! Leftovers are impossible or swept: podman gets SIGTERM if ai-sandbox dies (PR_SET_PDEATHSIG),
-//! so a killed launcher still stops its container (`--rm` removes it, and pasta with it); a
-//! session directory orphaned by SIGKILL is removed by the next launch (its owner pid is dead).
+//! so a killed launcher still stops its container (`--rm` removes it, and pasta with it); if
+//! podman dies too (SIGKILL to the whole process group), the session's keeper — a process in a
+//! session of its own, see `keeper` — removes the container; a session directory orphaned by
+//! SIGKILL is removed by the keeper or the next launch (its owner pid is dead).
 //! The project directory is only ever mounted, never created, deleted or chowned here.
 
 use crate::plan::Plan;
@@ -89,7 +91,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
     let write = |path: &Path, text: &str| {
         fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     };
-    write(&dir.join("pid"), &std::process::id().to_string())?;
+    write(&dir.join(crate::session::PID_FILE), &std::process::id().to_string())?;
     if let Some((path, text)) = &plan.env_file {
         use std::io::Write;
         let mut f = fs::OpenOptions::new()
@@ -168,10 +170,50 @@ pub fn block_forwarded_signals() -> anyhow::Result<()> {
     forwarded_signals().thread_block().context("blocking signals")
 }
 
+/// Starts the session's keeper (see `keeper`): detached in a session of its own, its stdin a
+/// pipe that only this process holds, so it learns of the launcher's death by EOF.
+fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(
+            plan.session_dir.parent().and_then(Path::parent).unwrap_or(Path::new("/tmp")).join("keeper.log"),
+        )
+        .context("opening the keeper's log")?;
+    let mut cmd = Command::new(&plan.self_exe);
+    cmd.arg("keeper")
+        .arg("--session-dir")
+        .arg(&plan.session_dir)
+        .arg("--name")
+        .arg(&plan.container)
+        .arg("--podman")
+        .arg(&plan.argv[0])
+        .current_dir("/")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls (setsid, sigprocmask) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child =
+        cmd.spawn().with_context(|| format!("starting the keeper ({})", plan.self_exe.display()))?;
+    let stdin = child.stdin.take().context("the keeper's stdin")?;
+    // Reap it when it exits, so no zombie is left while the launcher runs.
+    std::thread::spawn(move || child.wait());
+    Ok(stdin)
+}
+
 fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
+    use std::io::Write;
     let set = forwarded_signals();
     // Block before spawning so no signal is lost; the child unblocks its own mask.
     block_forwarded_signals()?;
+    let mut keeper = spawn_keeper(plan)?;
     let mut cmd = Command::new(&plan.argv[0]);
     cmd.args(&plan.argv[1..]);
     // Podman 5 warns on every run about cgroup v1 hosts; the user can do nothing about it here.
@@ -188,8 +230,12 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
     }
     let mut child =
         cmd.spawn().with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
+    // If this write fails the keeper is gone; the sandbox still stops with this launcher
+    // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
+    let _ = writeln!(keeper, "podman {}", child.id());
     forward_signals(child.id(), set);
     let status = child.wait().context("waiting for podman")?;
+    let _ = writeln!(keeper, "ok");
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),
         (None, Some(sig)) => Ok(128 + sig),

@@ -2,7 +2,7 @@
 
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::host::RealHost;
-use ai_sandbox::{app, hook};
+use ai_sandbox::{app, hook, keeper};
 use clap::Parser;
 
 fn main() {
@@ -13,6 +13,7 @@ fn main() {
         Some(Sub::Rules { run, json, nft: _ }) => app::rules(&mut host, run, *json),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
+        Some(Sub::Keeper { session_dir, name, podman }) => keeper::run(session_dir, name, podman),
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
         Some(Sub::Init { presets, force, project }) => {
             app::init(&mut host, presets, *force, project.as_deref())

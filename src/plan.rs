@@ -7,39 +7,8 @@
 use crate::podman;
 use crate::policy::{Image, NetMode, Policy};
 use crate::ruleset::{self, Ruleset};
+pub use crate::session::Facts;
 use std::path::PathBuf;
-
-/// Host state the plan depends on, gathered by `host` (or fixed in tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
-    pub podman: PathBuf,
-    pub nft: PathBuf,
-    /// This binary (absolute): it is also the OCI hook.
-    pub self_exe: PathBuf,
-    pub session_id: String,
-    pub session_dir: PathBuf,
-    /// The user's real HOME path (where the sandbox home is mounted).
-    pub home: PathBuf,
-    /// The persistent, per-project sandbox HOME on the host.
-    pub sandbox_home: PathBuf,
-    /// Skeleton rootfs for `image = host`.
-    pub rootfs: PathBuf,
-    /// Host directories mounted read-only for `image = host` (those that exist).
-    pub host_dirs: Vec<PathBuf>,
-    pub tty: bool,
-    pub token: String,
-    pub gate_port: u16,
-}
-
-impl Facts {
-    /// The session directory's layout, in one place: the hooks dir podman reads, and the files.
-    pub fn hooks_dir(&self) -> PathBuf {
-        self.session_dir.join("hooks")
-    }
-    pub fn env_file(&self) -> PathBuf {
-        self.session_dir.join(crate::podman::ENV_FILE)
-    }
-}
 
 /// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +32,11 @@ pub struct Plan {
     pub rootfs: Option<PathBuf>,
     pub sandbox_home: PathBuf,
     pub session_dir: PathBuf,
+    /// The container's name, which the keeper removes if the launcher is killed.
+    pub container: String,
+    /// This binary: started again as the session's keeper.
+    pub self_exe: PathBuf,
 }
-
-pub const HOOK_FILE: &str = "ai-sandbox.json";
-pub const RULESET_FILE: &str = "ruleset.json";
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
@@ -80,12 +50,14 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         session_dir: f.session_dir.clone(),
+        container: f.container_name(),
+        self_exe: f.self_exe.clone(),
     }
 }
 
 fn hook_spec(f: &Facts) -> HookSpec {
     let hooks_dir = f.hooks_dir();
-    let ruleset_file = f.session_dir.join(RULESET_FILE);
+    let ruleset_file = f.ruleset_file();
     let exe = f.self_exe.display().to_string();
     // createRuntime: after the namespaces exist, before the container's first process.
     // `always`: every container started with this hooks dir gets the rules (fail closed).
@@ -100,7 +72,7 @@ fn hook_spec(f: &Facts) -> HookSpec {
         "stages": ["createRuntime"],
     });
     HookSpec {
-        hook_file: hooks_dir.join(HOOK_FILE),
+        hook_file: f.hook_file(),
         hooks_dir,
         hook_json: serde_json::to_string_pretty(&json).expect("json"),
         ruleset_file,

@@ -5,8 +5,8 @@
 //! refused in `policy`); then the image, or `--rootfs DIR` for `image = host`, which podman
 //! takes as the positional image argument; then the command.
 
-use crate::plan::Facts;
 use crate::policy::{Command, Image, NetMode, Policy};
+use crate::session::{self, Facts};
 
 /// Variables pointing clients at the gate, set in both cases because clients disagree
 /// (curl reads only lowercase `http_proxy`; others only uppercase).
@@ -25,8 +25,6 @@ pub fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     }
     out
 }
-
-pub const ENV_FILE: &str = "proxy.env";
 
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it.
 pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
@@ -56,11 +54,11 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     push(&[
         "--init",
         "--name",
-        &format!("aisb-{}", f.session_id),
+        &f.container_name(),
         "--label",
-        &format!("ai-sandbox.session={}", f.session_id),
+        &format!("{}={}", session::SESSION_LABEL, f.session_id),
         "--label",
-        &format!("ai-sandbox.project={project}"),
+        &format!("{}={project}", session::PROJECT_LABEL),
         "--network",
         &network_arg(p),
         "--http-proxy=false",

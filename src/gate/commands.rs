@@ -1,4 +1,6 @@
-//! `ai-sandbox gate status | logs [-f] [--json] | stop` (and the hidden `serve`).
+//! `ai-sandbox gate status [--json] | logs [-f] [--json] | stop` (and the hidden `serve`).
+//! The log is read straight from its file: the gate writes each decision before answering the
+//! client, so everything decided before `gate logs` starts is already there.
 
 use super::control::{self, Request};
 use super::log::{Event, human};
@@ -12,10 +14,21 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
         GateCmd::Serve { port_from, idle_exit } => {
             super::server::serve(*port_from, Duration::from_secs(*idle_exit))
         }
-        GateCmd::Status => match control::ask(&dir, &Request::Status)? {
+        GateCmd::Status { json } => match control::ask(&dir, &Request::Status)? {
+            None if *json => {
+                println!("{}", serde_json::json!({ "running": false }));
+                Ok(1)
+            }
             None => {
                 println!("no gate is running (one starts with the first sandbox that needs it)");
                 Ok(1)
+            }
+            Some(r) if *json => {
+                let v = serde_json::json!({
+                    "running": true, "pid": r.pid, "port": r.port, "sessions": r.sessions,
+                });
+                println!("{v}");
+                Ok(0)
             }
             Some(r) => {
                 println!(

@@ -1,17 +1,33 @@
 //! The gate's control socket (`$XDG_RUNTIME_DIR/ai-sandbox/gate.sock`, mode 0600 in a 0700
-//! directory: only this user can register sessions). Newline-delimited JSON.
+//! directory: only this user can register sessions). Newline-delimited JSON. The client
+//! (launcher, `gate` commands) and the server (inside the gate) are both here, so the protocol
+//! is read in one place.
 //!
 //! A session is registered over a connection the launcher keeps open for the sandbox's whole
 //! life; when it closes (the launcher exits or is killed) the gate forgets the session and its
-//! token. If the gate dies, the launcher sees EOF and says the sandbox has lost egress.
+//! token. The registration reply carries, as SCM_RIGHTS, a duplicate of the gate's listening
+//! socket: the launcher holds it, so if the gate dies the port stays bound to *that* socket
+//! (no other local user can take it) and the launcher answers every request on it with a
+//! refusal. Fail closed, with no window.
 
 use super::decide::SessionPolicy;
+use super::state::{Session, State};
 use anyhow::{Context, bail};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{IoSlice, IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long a launcher waits for a gate to start (or for an exiting one to hand over).
+const START_DEADLINE: Duration = Duration::from_secs(10);
+/// A launcher starts another gate if the one it started has not answered after this long.
+const RESTART_AFTER: Duration = Duration::from_millis(750);
+/// The error a closing gate answers a registration with: start the next gate and retry.
+const CLOSING: &str = "the gate is closing";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -94,23 +110,51 @@ pub fn log_path(dir: &Path) -> PathBuf {
     dir.join("gate.log")
 }
 
-fn send(stream: &mut UnixStream, req: &Request) -> anyhow::Result<Reply> {
+/// Reads one reply line, collecting any file descriptor passed with it (SCM_RIGHTS,
+/// received close-on-exec so podman never inherits it).
+fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
+    let mut line = Vec::new();
+    let mut fd = None;
+    let mut buf = [0u8; 4096];
+    while !line.ends_with(b"\n") {
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+            .context("reading the gate's reply")?;
+        for c in msg.cmsgs().context("reading the gate's reply")? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed this descriptor in our table for us.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    fd.get_or_insert(owned);
+                }
+            }
+        }
+        let n = msg.bytes;
+        if n == 0 {
+            bail!("the gate closed the connection before replying");
+        }
+        line.extend_from_slice(&buf[..n]);
+    }
+    let r: Reply = serde_json::from_slice(&line).context("bad reply from the gate")?;
+    Ok((r, fd))
+}
+
+fn send(stream: &mut UnixStream, req: &Request) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
     stream.write_all(line.as_bytes())?;
-    let mut reply = String::new();
-    BufReader::new(stream.try_clone()?).read_line(&mut reply)?;
-    let r: Reply = serde_json::from_str(&reply).context("bad reply from the gate")?;
+    let (r, fd) = read_reply(stream)?;
     if !r.ok {
         bail!("the gate refused: {}", r.error.unwrap_or_default());
     }
-    Ok(r)
+    Ok((r, fd))
 }
 
 /// One request to a running gate (`None` when no gate runs).
 pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
     match UnixStream::connect(socket_path(dir)) {
-        Ok(mut s) => Ok(Some(send(&mut s, req)?)),
+        Ok(mut s) => Ok(Some(send(&mut s, req)?.0)),
         Err(_) => Ok(None),
     }
 }
@@ -119,46 +163,94 @@ pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
 pub struct Lease {
     pub port: u16,
     stream: UnixStream,
+    /// The gate's listening socket (see the module doc).
+    listener: Option<OwnedFd>,
 }
 
 impl Lease {
-    /// Calls `on_lost` (once, from a thread) if the gate goes away while the lease is held.
-    pub fn watch(&self, on_lost: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
+    /// If the gate goes away while the lease is held: calls `on_lost` once, then answers every
+    /// connection to the gate's port with a refusal for as long as this process lives.
+    pub fn watch(&mut self, on_lost: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
         let mut s = self.stream.try_clone()?;
+        let listener = self.listener.take();
         std::thread::spawn(move || {
             let mut buf = [0u8; 64];
             use std::io::Read;
             if matches!(s.read(&mut buf), Ok(0) | Err(_)) {
                 on_lost();
+                if let Some(l) = listener {
+                    stand_in(l);
+                }
             }
         });
         Ok(())
     }
 }
 
-/// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs,
-/// and registers the session.
+/// Answers on the dead gate's listening socket: every request is refused at once (fail closed,
+/// and fast, rather than a hang or someone else's answer).
+fn stand_in(listener: OwnedFd) {
+    let l = std::net::TcpListener::from(listener);
+    // The O_NONBLOCK flag belongs to the gate's (shared) open file; the gate is gone.
+    let _ = l.set_nonblocking(false);
+    for c in l.incoming().flatten() {
+        std::thread::spawn(move || refuse_one(c));
+    }
+}
+
+/// Reads the request head (so closing does not reset the connection before the client reads
+/// the answer), answers 503, half-closes, and drains briefly.
+fn refuse_one(mut c: std::net::TcpStream) {
+    use std::io::Read;
+    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match c.read(&mut buf) {
+            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    let body =
+        "blocked by ai-sandbox: the egress gate stopped; this sandbox has no egress until it is restarted\n";
+    let _ = write!(
+        c,
+        "HTTP/1.1 503 ai-sandbox gate stopped\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = c.shutdown(std::net::Shutdown::Write);
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    while matches!(c.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs or
+/// the running one is closing, and registers the session.
 pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> anyhow::Result<Lease> {
     private_dir(dir)?;
-    let mut stream = match UnixStream::connect(socket_path(dir)) {
-        Ok(s) => s,
-        Err(_) => {
-            start(dir, self_exe, port_from)?;
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                match UnixStream::connect(socket_path(dir)) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() > deadline => {
-                        let err = std::fs::read_to_string(dir.join("gate.err")).unwrap_or_default();
-                        bail!("the egress gate did not start ({e}); nothing was started\n{}", err.trim());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+    let deadline = Instant::now() + START_DEADLINE;
+    let mut last_start: Option<Instant> = None;
+    let mut last_err = String::new();
+    while Instant::now() < deadline {
+        match UnixStream::connect(socket_path(dir)) {
+            Ok(mut stream) => match send(&mut stream, req) {
+                Ok((reply, listener)) => return Ok(Lease { port: reply.port, stream, listener }),
+                Err(e) if e.to_string().contains(CLOSING) => last_err = e.to_string(),
+                Err(e) => return Err(e.context("registering the session with the egress gate")),
+            },
+            Err(e) => {
+                last_err = e.to_string();
+                // None runs (or it is exiting): start one. Gates are one per user (a lock), so
+                // a second start while the first is coming up is harmless.
+                if last_start.is_none_or(|t| t.elapsed() >= RESTART_AFTER) {
+                    start(dir, self_exe, port_from)?;
+                    last_start = Some(Instant::now());
                 }
             }
         }
-    };
-    let reply = send(&mut stream, req).context("registering the session with the egress gate")?;
-    Ok(Lease { port: reply.port, stream })
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = std::fs::read_to_string(dir.join("gate.err")).unwrap_or_default();
+    bail!("the egress gate did not start ({last_err}); nothing was started\n{}", err.trim())
 }
 
 fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
@@ -175,8 +267,73 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
     unsafe {
         cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
     }
-    cmd.spawn().with_context(|| format!("starting the gate ({})", self_exe.display()))?;
+    let mut child = cmd.spawn().with_context(|| format!("starting the gate ({})", self_exe.display()))?;
+    // Reap it when it exits so no zombie is left while the launcher runs.
+    std::thread::spawn(move || child.wait());
     Ok(())
+}
+
+// ---- server side (inside the gate) ----------------------------------------------------------
+
+async fn reply(wr: &tokio::net::UnixStream, r: &Reply, pass: Option<&OwnedFd>) {
+    let line = serde_json::to_string(r).unwrap_or_default() + "\n";
+    let fds: Vec<std::os::fd::RawFd> = pass.iter().map(|f| f.as_raw_fd()).collect();
+    let mut sent = 0;
+    while sent < line.len() {
+        if wr.writable().await.is_err() {
+            return;
+        }
+        let cmsgs: Vec<ControlMessage> =
+            if sent == 0 && !fds.is_empty() { vec![ControlMessage::ScmRights(&fds)] } else { vec![] };
+        let res = wr.try_io(tokio::io::Interest::WRITABLE, || {
+            sendmsg::<()>(
+                wr.as_raw_fd(),
+                &[IoSlice::new(&line.as_bytes()[sent..])],
+                &cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            )
+            .map_err(std::io::Error::from)
+        });
+        match res {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Serves one control connection.
+pub async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let (rd, wr) = s.into_split();
+    let s: &tokio::net::UnixStream = wr.as_ref();
+    let mut rd = tokio::io::BufReader::new(rd);
+    let mut line = String::new();
+    if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
+        return;
+    }
+    let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
+    let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
+    match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Register { session, project, token, policy }) => {
+            let sess = Arc::new(Session::new(session, project, token, policy));
+            if !state.register(sess.clone()) {
+                return reply(s, &refuse(CLOSING.into()), None).await;
+            }
+            reply(s, &ok, Some(&state.listener)).await;
+            // The session lives as long as this connection.
+            let mut sink = [0u8; 64];
+            while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
+            state.unregister(&sess);
+        }
+        Ok(Request::Status) => reply(s, &Reply { sessions: state.status(), ..ok }, None).await,
+        Ok(Request::Stop) => {
+            reply(s, &ok, None).await;
+            state.close();
+        }
+        Err(e) => reply(s, &refuse(format!("bad request: {e}")), None).await,
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,15 @@
 //! The gate's decisions (pure): who is asking (token), what they ask for (the target in one
-//! spelling), whether the allowlist permits it, and which resolved addresses may be dialled.
+//! spelling), whether the allowlist permits it, which resolved addresses may be dialled,
+//! whether a tunnel's TLS SNI matches its CONNECT host, and how each outcome is logged.
 //!
-//! Order matters and is fixed: authenticate → normalise → match the allowlist (before any DNS
-//! lookup, so a denied name is never resolved) → resolve (elsewhere) → refuse address classes
-//! that must never be reached through the gate → dial only what passed.
+//! Order matters and is fixed: authenticate → normalise → refuse what the gate never relays
+//! (gate_addr, loopback and the other never-classes of an IP literal) → match the allowlist
+//! (before any DNS lookup, so a denied name is never resolved) → resolve (elsewhere) → refuse
+//! address classes that must never be reached through the gate → dial only what passed →
+//! (CONNECT to a TLS port) check the SNI before a byte reaches the destination.
 
-use crate::policy::allow::{HostPattern, IpNet, Ports, valid_label};
+use super::tls::Hello;
+use crate::policy::allow::{HostPattern, IpNet, Ports, canonical, valid_label};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -53,12 +57,10 @@ fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Deni
     Denial { status, reason: reason.into(), hint: hint.into() }
 }
 
-/// Constant-time equality (the token must not leak through timing).
+/// Constant-time equality (the token must not leak through timing); the length is not secret.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 /// Index of the session whose token matches; every token is compared (no early exit).
@@ -118,14 +120,6 @@ fn inet_aton(s: &str) -> Option<Result<Ipv4Addr, ()>> {
     Some(Ok(Ipv4Addr::from((n | last[0]) as u32)))
 }
 
-/// IPv4-mapped and IPv4-compatible... only the mapped form is an IPv4 destination.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
-    }
-}
-
 /// Normalises a target host: lowercase, no trailing dot, IP literals in every spelling.
 pub fn normalise(raw: &str) -> Result<Target, Denial> {
     let bad = |why: &str| {
@@ -174,7 +168,8 @@ fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
     }
 }
 
-/// The allowlist check, before any DNS lookup.
+/// The allowlist check, before any DNS lookup. An IP literal is first held against the
+/// address classes the gate never dials, and against gate_addr, which is reached directly.
 pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     let allowed = match t {
         Target::Name(n) => p.hosts.iter().any(|(pat, ports)| {
@@ -184,7 +179,20 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
                     None => p.gate_ports.contains(&port),
                 }
         }),
-        Target::Ip(ip) => p.nets.iter().any(|(n, r)| n.contains(*ip) && r.contains(&Ports::one(port))),
+        Target::Ip(ip) if *ip == IpAddr::V4(p.gate_addr) => {
+            return Err(deny(
+                403,
+                format!("{ip}:{port} is gate_addr, the host's loopback mapping"),
+                format!(
+                    "blocked by ai-sandbox: {ip} is never relayed by the gate; an allowed {ip}:PORT is reached directly (it is in NO_PROXY); to allow one, add \"allow = {ip}:{port}\" to {}",
+                    p.config_path
+                ),
+            ));
+        }
+        Target::Ip(ip) => {
+            never_dialled(*ip)?;
+            crate::policy::gate_relays(&p.nets, p.gate_addr, *ip, port)
+        }
     };
     if allowed {
         return Ok(());
@@ -202,18 +210,24 @@ fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
     u32::from(ip) & m == u32::from(Ipv4Addr::from(net)) & m
 }
 
-/// Address classes never reached through the gate, and private ones reached only when an
-/// IP/CIDR entry allows that address and port explicitly.
-pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
+/// Address classes the gate never dials, whatever the allowlist says. `Ok(true)` for a
+/// private address (reached only when an IP entry allows it explicitly).
+fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
     let ip = canonical(ip);
     let never = |what: &str| {
         deny(
             403,
-            format!("resolves to {ip}, {what}, which the gate never dials"),
-            format!("blocked by ai-sandbox: {what} addresses are not reachable through the gate"),
+            format!("{ip} is {what}, which the gate never dials"),
+            match ip {
+                a if a.is_loopback() => format!(
+                    "blocked by ai-sandbox: loopback addresses are not reachable through the gate (to reach the host's 127.0.0.1:PORT, allow {}:PORT: it is reached directly)",
+                    crate::policy::DEFAULT_GATE_ADDR
+                ),
+                _ => format!("blocked by ai-sandbox: {what} addresses are not reachable through the gate"),
+            },
         )
     };
-    let private = match ip {
+    match ip {
         IpAddr::V4(a) => {
             if a == Ipv4Addr::new(169, 254, 169, 254) {
                 return Err(never("the cloud metadata service"));
@@ -230,7 +244,7 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
             if a.is_multicast() || a.is_broadcast() || in_v4(a, [240, 0, 0, 0], 4) {
                 return Err(never("multicast/broadcast/reserved"));
             }
-            a.is_private() || in_v4(a, [100, 64, 0, 0], 10)
+            Ok(a.is_private() || in_v4(a, [100, 64, 0, 0], 10))
         }
         IpAddr::V6(a) => {
             let seg0 = a.segments()[0];
@@ -247,10 +261,17 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
                 return Err(never("multicast"));
             }
             // fc00::/7 unique-local; 64:ff9b::/96 NAT64 (embeds an IPv4 we cannot vet here).
-            (seg0 & 0xfe00) == 0xfc00 || a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+            Ok((seg0 & 0xfe00) == 0xfc00 || a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0])
         }
-    };
-    if private && !p.nets.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port))) {
+    }
+}
+
+/// A resolved address: never-classes refused, private ones reached only when an IP/CIDR entry
+/// allows that address and port explicitly.
+pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
+    let ip = canonical(ip);
+    let private = never_dialled(ip)?;
+    if private && !crate::policy::gate_relays(&p.nets, p.gate_addr, ip, port) {
         let line = match ip {
             IpAddr::V6(a) => format!("[{a}]:{port}"),
             a => format!("{a}:{port}"),
@@ -270,4 +291,37 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
 /// A pinned address for `name`, if the session has one.
 pub fn pinned(p: &SessionPolicy, name: &str) -> Option<IpAddr> {
     p.resolve.iter().find(|(n, _)| n == name).map(|(_, ip)| *ip)
+}
+
+/// The SNI verdict for a CONNECT to a TLS port: the ClientHello must name exactly the CONNECT
+/// host (an IP target: no SNI at all). `Err` holds the reason logged for the refusal.
+pub fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> {
+    match (hello, target) {
+        (Hello::Sni(Some(sni)), Target::Name(n)) if sni == n => Ok(()),
+        (Hello::Sni(None), Target::Ip(_)) => Ok(()),
+        (Hello::Sni(Some(sni)), _) => Err(format!("TLS SNI `{sni}` differs from the CONNECT host {target}")),
+        (Hello::Sni(None), _) => Err("TLS ClientHello without SNI".to_string()),
+        (Hello::NotTls(why), _) => Err(format!("not TLS on a TLS port: {why}")),
+        (Hello::NeedMore(_), _) => Err("ClientHello too large".to_string()),
+    }
+}
+
+/// How a decision is logged: `allow` (relayed), `challenge` (407 to a client that sent no
+/// credentials yet: git, pip and others first try without, by design, then retry with them),
+/// or `deny`.
+pub fn verdict(status: u16, presented_token: bool) -> &'static str {
+    match status {
+        200 => "allow",
+        407 if !presented_token => "challenge",
+        _ => "deny",
+    }
+}
+
+/// Why a request without a usable token is answered 407, for the log.
+pub fn auth_reason(presented_token: bool) -> &'static str {
+    if presented_token {
+        "wrong or expired session token"
+    } else {
+        "no proxy credentials yet (407 challenge; clients retry with the session token)"
+    }
 }

@@ -1,8 +1,39 @@
 //! The gate's decision log: one JSON object per line (never the token), and the human form
 //! `ai-sandbox gate logs` prints by default.
+//!
+//! Each line is appended with one write(2) on an O_APPEND file *before* the client is answered,
+//! so a decision is on disk by the time anyone could ask about it, and nothing is held in a
+//! buffer that a SIGTERM or SIGKILL of the gate could lose. (The log lives in the per-user
+//! runtime dir, a tmpfs: the write costs a few microseconds, measured in bench/run's CONNECT
+//! figures.)
 
 use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The open decision log.
+pub struct Log(Mutex<File>);
+
+impl Log {
+    pub fn open(path: &Path) -> std::io::Result<Log> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        Ok(Log(Mutex::new(f)))
+    }
+
+    /// Appends one event as a JSON line (a single write).
+    pub fn write(&self, e: &Event) {
+        if let Ok(mut line) = serde_json::to_string(e)
+            && let Ok(mut f) = self.0.lock()
+        {
+            line.push('\n');
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -11,7 +42,7 @@ pub struct Event {
     pub method: String,
     pub host: String,
     pub port: u16,
-    /// `allow` or `deny`.
+    /// `allow`, `deny`, or `challenge` (a 407 asking a client for the credentials it has).
     pub decision: String,
     pub status: u16,
     pub reason: String,

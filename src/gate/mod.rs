@@ -3,7 +3,9 @@
 //! every HTTP(S) client that honours the proxy variables comes through here.
 //!
 //! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
-//! does the I/O; `control` is the per-user control socket the launcher registers sessions on.
+//! does the I/O and the process's lifecycle; `state` holds the sessions; `control` is the
+//! per-user control socket (client and server) the launcher registers sessions on; `log` the
+//! decision log; `splice` the zero-copy relay.
 
 pub mod commands;
 pub mod control;
@@ -12,6 +14,7 @@ pub mod log;
 pub mod request;
 pub mod server;
 pub mod splice;
+mod state;
 pub mod tls;
 
 #[cfg(test)]

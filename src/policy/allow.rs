@@ -102,6 +102,15 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// One spelling per destination: an IPv4-mapped IPv6 address is the IPv4 address it maps.
+/// (IPv4-compatible `::a.b.c.d` is deprecated and left as IPv6.)
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
 /// A parsed, normalised allow entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Allow {

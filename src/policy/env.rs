@@ -171,7 +171,7 @@ fn guarded(arg: &str) -> Option<&'static str> {
 pub fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Ports)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
-    let extra = super::targets_beyond_gate(nets, IpAddr::V4(gate_addr)).then_some(gate.as_str());
+    let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.as_str());
     for item in NO_PROXY_DEFAULTS.iter().copied().chain(user.iter().map(String::as_str)).chain(extra) {
         if !out.iter().any(|o| o.eq_ignore_ascii_case(item)) {
             out.push(item.to_string());

@@ -283,7 +283,7 @@ fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
             c.bad(at, format!("resolve: {name} is pinned twice"), "keep one line per name");
             continue;
         }
-        out.push((name, crate::gate::decide::canonical(ip)));
+        out.push((name, allow::canonical(ip)));
     }
     out
 }
@@ -381,10 +381,24 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
     }
 }
 
-/// Whether an IP allow entry covers `addr` on a port the gate does not relay
-/// (then clients must bypass the proxy for `addr`: it goes into NO_PROXY).
-pub fn targets_beyond_gate(nets: &[(IpNet, Ports)], addr: IpAddr) -> bool {
-    nets.iter().any(|(n, p)| n.contains(addr) && !(p.lo == p.hi && GATE_DEFAULT_PORTS.contains(&p.lo)))
+/// The one answer to "does the gate relay a connection to `ip`:`port`?", used by the gate's
+/// decisions, by the NO_PROXY composer and (through them) by the docs' examples.
+///
+/// Never for gate_addr: that address *is* the host's loopback, reached only directly through
+/// its own nftables rule (the gate would otherwise become a way to any host-loopback port).
+/// Never for loopback (inside the sandbox it is the sandbox). Otherwise exactly when an IP
+/// allow entry covers that address and port.
+pub fn gate_relays(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, ip: IpAddr, port: u16) -> bool {
+    let ip = allow::canonical(ip);
+    ip != IpAddr::V4(gate_addr)
+        && !ip.is_loopback()
+        && nets.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
+}
+
+/// Whether some IP allow entry reaches `addr` on a port the gate does not relay: then clients
+/// must bypass the proxy for `addr`, so it goes into NO_PROXY.
+pub fn reached_directly(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, addr: IpAddr) -> bool {
+    nets.iter().any(|(n, r)| n.contains(addr) && !gate_relays(nets, gate_addr, addr, r.lo))
 }
 
 #[cfg(test)]

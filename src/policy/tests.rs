@@ -105,9 +105,33 @@ fn no_proxy_is_composed_once_with_user_values_and_gate_addr() {
     );
     assert!(p.env.is_empty(), "NO_PROXY lines are merged, not passed twice: {:?}", p.env);
 
-    // gate_addr is not added when allow entries only target ports the gate relays.
-    let p = policy("allow = 100.64.0.1:443\n", Inputs::default()).unwrap();
+    // The gate never relays gate_addr, on any port: `100.64.0.1:443` (or 8443, 80) alone must
+    // put it in NO_PROXY too, or clients send it to the gate, which refuses it.
+    for port in [80, 443, 8443] {
+        let p = policy(&format!("allow = 100.64.0.1:{port}\n"), Inputs::default()).unwrap();
+        assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1", "100.64.0.1"], "port {port}");
+    }
+    // Positive control: an entry that does not reach gate_addr leaves it out.
+    let p = policy("allow = 198.51.100.7:443\n", Inputs::default()).unwrap();
     assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1"]);
+}
+
+#[test]
+fn one_function_says_what_the_gate_relays() {
+    use crate::policy::allow::{IpNet, Ports};
+    let gate_addr: std::net::Ipv4Addr = "100.64.0.1".parse().unwrap();
+    let nets = vec![
+        (IpNet::host("100.64.0.1".parse().unwrap()), Ports::one(443)),
+        (IpNet::masked("198.51.100.0".parse().unwrap(), 24), Ports { lo: 80, hi: 443 }),
+    ];
+    let relays = |ip: &str, port| gate_relays(&nets, gate_addr, ip.parse().unwrap(), port);
+    assert!(!relays("100.64.0.1", 443), "gate_addr is reached directly, never relayed");
+    assert!(relays("198.51.100.9", 443) && relays("198.51.100.9", 80));
+    assert!(!relays("198.51.100.9", 444), "a port outside the entry");
+    assert!(relays("::ffff:198.51.100.9", 443), "the mapped spelling is the same address");
+    assert!(!relays("127.0.0.1", 443) && !relays("192.0.2.1", 443));
+    assert!(reached_directly(&nets, gate_addr, "100.64.0.1".parse().unwrap()));
+    assert!(!reached_directly(&nets, gate_addr, "198.51.100.9".parse().unwrap()));
 }
 
 #[test]

@@ -36,10 +36,11 @@ fn gate_relays_allowed_names_and_refuses_the_rest() {
         out.contains(&format!("denied=blocked by ai-sandbox: add \"allow = denied.test\" to {cfg}\n 403")),
         "{out}"
     );
+    let looped = out.lines().skip_while(|l| !l.starts_with("loop=")).take(2).collect::<Vec<_>>();
     assert!(
-        out.contains(
-            "loop=blocked by ai-sandbox: loopback addresses are not reachable through the gate\n 403"
-        ),
+        looped[0]
+            .starts_with("loop=blocked by ai-sandbox: loopback addresses are not reachable through the gate")
+            && looped[1] == " 403",
         "{out}"
     );
     assert!(out.contains("add \"allow = allowed.test:8080\""), "ports outside the gate's set: {out}");
@@ -123,9 +124,41 @@ fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
     assert!(allowed >= 500, "{line}");
 }
 
+/// A squatter run as another local user (`nobody`): tries to take the dead gate's port on
+/// 127.0.0.1 and on the wildcard address, records whether it could, and counts every
+/// connection it gets, answering each with a page the sandbox must never see.
+const SQUATTER: &str = r#"
+import socket, sys, os, threading
+port, out = int(sys.argv[1]), sys.argv[2]
+bound, errors = [], []
+for addr in ("127.0.0.1", "0.0.0.0"):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError:
+        pass
+    try:
+        s.bind((addr, port)); s.listen(16); bound.append(s)
+    except OSError as e:
+        errors.append("%s: %s" % (addr, e))
+open(out + ".bind", "w").write("bound %d %s\n" % (len(bound), "; ".join(errors)))
+hits = 0
+def serve(s):
+    global hits
+    while True:
+        c, _ = s.accept(); hits += 1
+        open(out + ".hits", "w").write("%d\n" % hits)
+        c.recv(4096); c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nSQUATTER\n"); c.close()
+for s in bound:
+    threading.Thread(target=serve, args=(s,), daemon=True).start()
+import time
+while not os.path.exists(out + ".stop"):
+    time.sleep(0.1)
+"#;
+
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
-fn killing_the_gate_leaves_the_sandbox_without_egress() {
+fn killing_the_gate_leaves_the_sandbox_without_egress_even_if_another_user_takes_its_port() {
     let _g = GATE.write().unwrap();
     let th = TestHost::new();
     let p = Project::new("gatekill");
@@ -134,28 +167,51 @@ fn killing_the_gate_leaves_the_sandbox_without_egress() {
     let script = format!(
         "echo \"before=$(curl -sS -m 10 http://allowed.test/)\"; touch ready; \
          for i in $(seq 600); do [ -e done ] && break; sleep 0.1; done; \
-         echo \"after=$(curl -sS -m 10 http://allowed.test/ 2>&1)\"; \
+         echo \"after=$(curl -sS -m 10 -w ' %{{http_code}}' http://allowed.test/ 2>&1)\"; \
+         curl -sS -k -m 10 -o /dev/null https://allowed.test/ 2>/dev/null; echo \"https-rc=$?\"; \
          /usr/bin/python3 probe.py tcp:{}:80 {direct}",
         th.v4
     );
     let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
-    let status = as_user(env().bin.to_str().unwrap(), &["gate", "status"]);
-    let pid: i32 = status
-        .stdout
-        .split_whitespace()
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{}", status.stdout));
+    let status = as_user(env().bin.to_str().unwrap(), &["gate", "status", "--json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {}", status.stdout));
+    let (pid, port) = (v["pid"].as_i64().unwrap() as i32, v["port"].as_u64().unwrap());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(wait_for(10, || !std::path::Path::new(&format!("/proc/{pid}")).exists()), "gate still alive");
+    // Another local user tries to take the port the sandbox's ruleset and proxy URL point at.
+    let dir = env().root.join(format!("squatter-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::write(dir.join("squat.py"), SQUATTER).unwrap();
+    let out = dir.join("result");
+    let mut squatter = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "/usr/bin/python3"])
+        .arg(dir.join("squat.py"))
+        .arg(port.to_string())
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    let bind_file = out.with_extension("bind");
+    assert!(wait_for(10, || bind_file.exists()), "the squatter did not start");
     std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let res = child.wait_with_output();
+    std::fs::write(out.with_extension("stop"), "").unwrap();
+    let _ = squatter.wait();
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    let hits = std::fs::read_to_string(out.with_extension("hits")).unwrap_or_else(|_| "0".into());
+    let bound = std::fs::read_to_string(&bind_file).unwrap();
     assert!(stdout.contains("before=TESTHOST-HTTP"), "positive control before the kill: {stdout}\n{stderr}");
-    assert!(stdout.contains("after="), "{stdout}");
-    assert!(!stdout.contains("after=TESTHOST-HTTP"), "egress through the gate survived its death: {stdout}");
+    assert!(!stdout.contains("SQUATTER"), "the squatter answered the sandbox: {stdout}");
+    assert_eq!(hits.trim(), "0", "a sandbox connection reached the squatter ({bound})");
+    assert!(bound.starts_with("bound 0 "), "the dead gate's port could be taken by another user: {bound}");
+    assert!(
+        stdout.contains("after=blocked by ai-sandbox: the egress gate stopped") && stdout.contains(" 503"),
+        "the launcher answers on the dead gate's port, at once: {stdout}"
+    );
+    assert!(!stdout.contains("https-rc=0"), "HTTPS through the dead gate: {stdout}");
     assert!(stdout.contains(&format!("tcp:{}:80 refused", th.v4)), "no direct path opened: {stdout}");
     assert!(
         stdout.contains(&format!("{direct} open")),

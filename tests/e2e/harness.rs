@@ -426,3 +426,19 @@ pub fn finish(p: &Project, child: Running) -> String {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
+
+/// The pid of the ai-sandbox launcher running in `p` (by its exe and working directory).
+pub fn pid_of_launcher(p: &Project) -> Option<i32> {
+    let bin = env().bin.clone();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
+        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+        (exe == bin && cwd == p.dir).then_some(pid)
+    })
+}
+
+/// The test user's session directories.
+pub fn sessions_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/user/{}/ai-sandbox/sessions", env().uid))
+}

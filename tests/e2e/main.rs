@@ -7,6 +7,7 @@ mod docs;
 mod gate;
 mod gate_limits;
 mod harness;
+mod lifecycle;
 
 use harness::*;
 
@@ -173,20 +174,6 @@ fn publish_binds_host_loopback_only() {
     assert!(binds.iter().all(|a| *a == format!("127.0.0.1:{published}")), "bound beyond loopback: {binds:?}");
     assert!(!hidden_reply.is_some_and(|g| g.contains("INSIDE")), "the unpublished server was reachable");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn pid_of_launcher(p: &Project) -> Option<i32> {
-    let bin = env().bin.clone();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
-        let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
-        (exe == bin && cwd == p.dir).then_some(pid)
-    })
-}
-
-fn sessions_dir() -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/run/user/{}/ai-sandbox/sessions", env().uid))
 }
 
 #[test]

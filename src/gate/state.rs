@@ -1,0 +1,154 @@
+//! The gate's shared state: the registered sessions (token, policy, counters), the decision
+//! log, and the `closing` flag that lets an idle gate exit without losing a registration that
+//! arrives at the same moment (the late launcher is told to retry and starts the next gate).
+
+use super::control::SessionStatus;
+use super::decide::{self, SessionPolicy};
+use super::log::{self, Event, Log};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+pub struct Session {
+    pub id: String,
+    pub project: String,
+    pub token: String,
+    pub policy: SessionPolicy,
+    pub started: String,
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub active: AtomicUsize,
+    pub up: AtomicU64,
+    pub down: AtomicU64,
+}
+
+impl Session {
+    pub fn new(id: String, project: String, token: String, policy: SessionPolicy) -> Session {
+        Session {
+            id,
+            project,
+            token,
+            policy,
+            started: log::now(),
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        }
+    }
+}
+
+struct Registry {
+    all: Vec<Arc<Session>>,
+    /// When the session count last changed (for idle exit).
+    changed: Instant,
+    /// Set once, when the gate decides to exit: no registration is accepted after it.
+    closing: bool,
+}
+
+pub struct State {
+    pub port: u16,
+    /// A duplicate of the listening socket. Each launcher receives it when it registers and
+    /// holds it for the sandbox's life, so the port stays bound to this socket even if the
+    /// gate dies: nobody else (another local user included) can take it over.
+    pub listener: OwnedFd,
+    registry: RwLock<Registry>,
+    log: Log,
+    pub stop: tokio::sync::Notify,
+}
+
+impl State {
+    pub fn new(port: u16, listener: OwnedFd, log: Log) -> State {
+        State {
+            port,
+            listener,
+            registry: RwLock::new(Registry { all: Vec::new(), changed: Instant::now(), closing: false }),
+            log,
+            stop: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Adds a session; `false` when the gate is closing (the launcher retries with a new gate).
+    pub fn register(&self, s: Arc<Session>) -> bool {
+        let mut r = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        if r.closing {
+            return false;
+        }
+        r.all.push(s);
+        r.changed = Instant::now();
+        true
+    }
+
+    pub fn unregister(&self, s: &Arc<Session>) {
+        let mut r = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        r.all.retain(|x| !Arc::ptr_eq(x, s));
+        r.changed = Instant::now();
+    }
+
+    /// The session whose token was presented (every token compared in constant time).
+    pub fn authenticate(&self, presented: Option<&str>) -> Option<Arc<Session>> {
+        let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        let tokens: Vec<&str> = r.all.iter().map(|s| s.token.as_str()).collect();
+        decide::authenticate(&tokens, presented).map(|i| r.all[i].clone())
+    }
+
+    /// True, and closed for good, when no session has existed for `idle`.
+    pub fn close_if_idle(&self, idle: Duration) -> bool {
+        let mut r = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        if r.closing || (r.all.is_empty() && r.changed.elapsed() >= idle) {
+            r.closing = true;
+        }
+        r.closing
+    }
+
+    /// Closes now (stop command, SIGTERM): registrations from here on are told to retry.
+    pub fn close(&self) {
+        self.registry.write().unwrap_or_else(|e| e.into_inner()).closing = true;
+        self.stop.notify_one();
+    }
+
+    pub fn status(&self) -> Vec<SessionStatus> {
+        let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        r.all
+            .iter()
+            .map(|s| SessionStatus {
+                session: s.id.clone(),
+                project: s.project.clone(),
+                started: s.started.clone(),
+                allowed: s.allowed.load(Ordering::Relaxed),
+                denied: s.denied.load(Ordering::Relaxed),
+                active: s.active.load(Ordering::Relaxed) as u64,
+                bytes_up: s.up.load(Ordering::Relaxed),
+                bytes_down: s.down.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Records one decision (before the client is answered).
+    pub fn log(&self, d: Decision<'_>) {
+        self.log.write(&Event {
+            time: log::now(),
+            session: d.session.to_string(),
+            method: d.method.to_string(),
+            host: d.host.to_string(),
+            port: d.port,
+            decision: decide::verdict(d.status, d.presented_token).into(),
+            status: d.status,
+            reason: d.reason.to_string(),
+        });
+    }
+}
+
+/// One decision as the connection code sees it.
+pub struct Decision<'a> {
+    pub session: &'a str,
+    pub method: &'a str,
+    pub host: &'a str,
+    pub port: u16,
+    pub status: u16,
+    /// Whether the client presented proxy credentials (a 407 without them is a challenge).
+    pub presented_token: bool,
+    pub reason: &'a str,
+}

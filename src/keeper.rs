@@ -1,0 +1,112 @@
+//! The keeper: a small process per session, started by the launcher in a session of its own
+//! (setsid), so that the sandbox stops whatever ends the launcher — SIGKILL of the launcher's
+//! whole process group (a closed terminal, a CI job timeout, an OOM kill) takes podman with it
+//! but leaves the container running under conmon, and only something outside that group can
+//! stop it.
+//!
+//! Protocol on its stdin (a pipe whose write end only the launcher holds, close-on-exec):
+//! `podman PID` once podman runs, then `ok` when the launcher has seen podman exit. EOF
+//! without `ok` means the launcher died: the keeper removes the container (`podman rm -f`,
+//! repeated until it is gone and the podman the launcher started has exited, since a podman
+//! that outlived the launcher may still be creating it), then the session directory.
+//!
+//! At start it also sweeps containers left by sessions whose launcher and keeper both died
+//! (killed together, a reboot of the user session): a container labelled with a session whose
+//! directory is gone or whose launcher is dead is removed. This runs off the launch's critical
+//! path (the keeper is detached), so it costs the launch nothing.
+
+use crate::session::{PID_FILE, SESSION_LABEL};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the keeper keeps trying to remove a container after its launcher died.
+const STOP_DEADLINE: Duration = Duration::from_secs(60);
+
+fn alive(pid: i32) -> bool {
+    pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
+}
+
+fn podman(podman: &Path, args: &[&str]) -> Option<std::process::Output> {
+    Command::new(podman)
+        .args(args)
+        .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+}
+
+fn exists(pm: &Path, name: &str) -> bool {
+    // `container exists` exits 0 when it exists, 1 when not; anything else: assume it does.
+    podman(pm, &["container", "exists", name]).is_none_or(|o| o.status.code() != Some(1))
+}
+
+/// Whether the session that owns `id` is over (its dir is gone, or its launcher is dead).
+fn session_over(sessions: &Path, id: &str) -> bool {
+    let dir = sessions.join(id);
+    if !dir.exists() {
+        return true;
+    }
+    match std::fs::read_to_string(dir.join(PID_FILE)) {
+        Ok(pid) => !pid.trim().parse().is_ok_and(alive),
+        // No pid file: a launch that is starting, or a session dir written by hand. Not ours.
+        Err(_) => false,
+    }
+}
+
+/// Removes the containers of sessions that are over.
+pub fn sweep(pm: &Path, sessions: &Path) {
+    let filter = format!("label={SESSION_LABEL}");
+    let format = format!("{{{{.Names}}}} {{{{index .Labels \"{SESSION_LABEL}\"}}}}");
+    let Some(out) = podman(pm, &["ps", "-a", "--filter", &filter, "--format", &format]) else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut it = line.split_whitespace();
+        let (Some(name), Some(id)) = (it.next(), it.next()) else { continue };
+        if !id.contains('/') && !id.contains("..") && session_over(sessions, id) {
+            eprintln!("keeper: removing {name}, left by session {id} whose launcher is gone");
+            let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
+        }
+    }
+}
+
+/// `ai-sandbox keeper` (hidden): see the module doc.
+pub fn run(session_dir: &Path, name: &str, pm: &Path) -> anyhow::Result<i32> {
+    if let Some(sessions) = session_dir.parent() {
+        sweep(pm, sessions);
+    }
+    let mut podman_pid = 0;
+    let mut finished = false;
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match line.split_once(' ') {
+            Some(("podman", pid)) => podman_pid = pid.trim().parse().unwrap_or(0),
+            _ if line.trim() == "ok" => finished = true,
+            _ => {}
+        }
+    }
+    if finished {
+        return Ok(0);
+    }
+    let end = Instant::now() + STOP_DEADLINE;
+    loop {
+        let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
+        if (!exists(pm, name) && !alive(podman_pid)) || Instant::now() > end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let gone = !exists(pm, name);
+    if gone {
+        let _ = std::fs::remove_dir_all(session_dir);
+    }
+    eprintln!(
+        "keeper: launcher of {name} died; container {}",
+        if gone { "removed" } else { "could NOT be removed" }
+    );
+    Ok(if gone { 0 } else { 1 })
+}

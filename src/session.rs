@@ -1,0 +1,64 @@
+//! One sandbox session: the host facts a launch is planned against, and the layout of its
+//! private session directory (`$XDG_RUNTIME_DIR/ai-sandbox/sessions/ID`, 0700), in one place
+//! for the planner (which names the files), the launcher (which writes them) and the keeper
+//! (which cleans up after a launcher that was killed).
+
+use std::path::PathBuf;
+
+/// The proxy variables' env file (holds the session token: mode 0600, never on argv).
+pub const ENV_FILE: &str = "proxy.env";
+/// The OCI hook's JSON, in the hooks dir podman reads.
+pub const HOOK_FILE: &str = "ai-sandbox.json";
+/// The ruleset the hook loads.
+pub const RULESET_FILE: &str = "ruleset.json";
+/// The launcher's pid: a session dir whose launcher is dead is stale.
+pub const PID_FILE: &str = "pid";
+/// Label podman puts on every sandbox container: the session id.
+pub const SESSION_LABEL: &str = "ai-sandbox.session";
+/// Label podman puts on every sandbox container: the project directory.
+pub const PROJECT_LABEL: &str = "ai-sandbox.project";
+
+/// Host state the plan depends on, gathered by `host` (or fixed in tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub podman: PathBuf,
+    pub nft: PathBuf,
+    /// This binary (absolute): it is also the OCI hook and the keeper.
+    pub self_exe: PathBuf,
+    pub session_id: String,
+    pub session_dir: PathBuf,
+    /// The user's real HOME path (where the sandbox home is mounted).
+    pub home: PathBuf,
+    /// The persistent, per-project sandbox HOME on the host.
+    pub sandbox_home: PathBuf,
+    /// Skeleton rootfs for `image = host`.
+    pub rootfs: PathBuf,
+    /// Host directories mounted read-only for `image = host` (those that exist).
+    pub host_dirs: Vec<PathBuf>,
+    pub tty: bool,
+    pub token: String,
+    pub gate_port: u16,
+}
+
+impl Facts {
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.session_dir.join("hooks")
+    }
+    pub fn hook_file(&self) -> PathBuf {
+        self.hooks_dir().join(HOOK_FILE)
+    }
+    pub fn ruleset_file(&self) -> PathBuf {
+        self.session_dir.join(RULESET_FILE)
+    }
+    pub fn env_file(&self) -> PathBuf {
+        self.session_dir.join(ENV_FILE)
+    }
+    /// The container's name (podman's `--name`).
+    pub fn container_name(&self) -> String {
+        container_name(&self.session_id)
+    }
+}
+
+pub fn container_name(session_id: &str) -> String {
+    format!("aisb-{session_id}")
+}
