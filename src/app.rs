@@ -73,7 +73,11 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
     let session_id = host.random_hex(6).context("reading /dev/urandom")?;
-    let runtime = crate::gate::control::runtime_dir_for(host.env("XDG_RUNTIME_DIR").as_deref(), host.uid());
+    let runtime = crate::gate::control::runtime_dir_for(
+        host.env("AISB_RUNTIME_DIR").as_deref(),
+        host.env("XDG_RUNTIME_DIR").as_deref(),
+        host.uid(),
+    );
     let name = p.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let nft = match host.env("AISB_NFT") {
         Some(v) => PathBuf::from(v),
@@ -84,6 +88,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         nft,
         self_exe: host.current_exe().context("finding this program's path (it is also the OCI hook)")?,
         session_dir: runtime.join("sessions").join(&session_id),
+        runtime_dir: runtime,
         session_id,
         sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
             .join("ai-sandbox/homes")

@@ -141,7 +141,7 @@ pub enum GateCmd {
         #[arg(long, default_value_t = crate::policy::DEFAULT_GATE_PORT)]
         port_from: u16,
         /// Exit after this many seconds without sessions.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, env = "AISB_GATE_IDLE_EXIT", default_value_t = 30)]
         idle_exit: u64,
     },
 }

@@ -108,7 +108,7 @@ impl Host for RealHost {
             },
         };
         crate::launch::block_forwarded_signals()?;
-        let mut lease = control::register(&control::runtime_dir(), &facts.self_exe, policy.gate_port, &req)?;
+        let mut lease = control::register(&facts.runtime_dir, &facts.self_exe, policy.gate_port, &req)?;
         lease.watch(|| {
             eprintln!(
                 "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed: its port \

@@ -83,7 +83,11 @@ mod tests {
         let ports = |cfg: &str| applicable(&policy(cfg)).iter().map(|c| c.port).collect::<Vec<_>>();
         assert_eq!(ports("allow = 100.64.0.1:6379\n"), [6379]);
         assert_eq!(ports("allow = 100.64.0.1:5432\n"), Vec::<u16>::new());
-        assert_eq!(ports("allow = 100.64.0.1\n"), [6379, 11211, 2375], "all ports allowed: all checks");
+        assert_eq!(
+            ports("allow = 100.64.0.1:1-65535\n"),
+            [6379, 11211, 2375],
+            "all ports allowed: all checks"
+        );
         assert_eq!(ports("allow = 192.0.2.10:6379\n"), Vec::<u16>::new(), "not the host loopback");
     }
 

@@ -26,6 +26,8 @@ pub struct Facts {
     /// This binary (absolute): it is also the OCI hook and the keeper.
     pub self_exe: PathBuf,
     pub session_id: String,
+    /// ai-sandbox's per-user runtime dir: the gate's socket and log, `sessions/`.
+    pub runtime_dir: PathBuf,
     pub session_dir: PathBuf,
     /// The user's real HOME path (where the sandbox home is mounted).
     pub home: PathBuf,

@@ -62,17 +62,24 @@ pub struct Reply {
     pub sessions: Vec<SessionStatus>,
 }
 
-/// ai-sandbox's per-user runtime directory: `$XDG_RUNTIME_DIR/ai-sandbox`, else
-/// `/tmp/ai-sandbox-UID` (pure: the launcher's plan and the gate both use this).
-pub fn runtime_dir_for(xdg_runtime_dir: Option<&str>, uid: u32) -> PathBuf {
-    match xdg_runtime_dir {
-        Some(v) if Path::new(v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
+/// ai-sandbox's per-user runtime directory (pure: the launcher's plan and the gate both use
+/// this): `$AISB_RUNTIME_DIR` if set (an isolated gate and its sessions, e.g. for tests), else
+/// `$XDG_RUNTIME_DIR/ai-sandbox`, else `/tmp/ai-sandbox-UID`. Relative values are ignored.
+pub fn runtime_dir_for(aisb_runtime_dir: Option<&str>, xdg_runtime_dir: Option<&str>, uid: u32) -> PathBuf {
+    match (aisb_runtime_dir, xdg_runtime_dir) {
+        (Some(v), _) if Path::new(v).is_absolute() => PathBuf::from(v),
+        (_, Some(v)) if Path::new(v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
         _ => PathBuf::from(format!("/tmp/ai-sandbox-{uid}")),
     }
 }
 
 pub fn runtime_dir() -> PathBuf {
-    runtime_dir_for(std::env::var("XDG_RUNTIME_DIR").ok().as_deref(), nix::unistd::getuid().as_raw())
+    let var = |k| std::env::var(k).ok();
+    runtime_dir_for(
+        var("AISB_RUNTIME_DIR").as_deref(),
+        var("XDG_RUNTIME_DIR").as_deref(),
+        nix::unistd::getuid().as_raw(),
+    )
 }
 
 /// Creates `dir` (mode 0700) or checks an existing one: a real directory, owned by this user,
@@ -343,9 +350,14 @@ mod tests {
 
     #[test]
     fn runtime_dir_prefers_xdg() {
-        assert_eq!(runtime_dir_for(Some("/run/user/7"), 7), PathBuf::from("/run/user/7/ai-sandbox"));
-        assert_eq!(runtime_dir_for(Some("relative"), 7), PathBuf::from("/tmp/ai-sandbox-7"));
-        assert_eq!(runtime_dir_for(None, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        assert_eq!(runtime_dir_for(None, Some("/run/user/7"), 7), PathBuf::from("/run/user/7/ai-sandbox"));
+        assert_eq!(runtime_dir_for(None, Some("relative"), 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        assert_eq!(runtime_dir_for(None, None, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        assert_eq!(runtime_dir_for(Some("/x/rt"), Some("/run/user/7"), 7), PathBuf::from("/x/rt"));
+        assert_eq!(
+            runtime_dir_for(Some("rel"), Some("/run/user/7"), 7),
+            PathBuf::from("/run/user/7/ai-sandbox")
+        );
     }
 
     #[test]

@@ -338,8 +338,9 @@ async fn read_hello(client: &mut TcpStream, first: &mut Vec<u8>) -> Hello {
         .unwrap_or(Hello::NotTls("no ClientHello within the header timeout"))
 }
 
-/// CONNECT: 200, then (on a TLS port) the SNI verdict before a byte goes upstream; the tunnel
-/// is counted and logged once, as allowed or as denied.
+/// CONNECT: on a TLS port, 200 and then the SNI verdict before a byte goes upstream; on any
+/// other port the decision is final already. Either way the tunnel is counted and logged once,
+/// as allowed or denied, before the client can see anything that depends on it.
 async fn tunnel(
     state: &State,
     s: &Session,
@@ -349,32 +350,28 @@ async fn tunnel(
     mut upstream: TcpStream,
     mut first: Vec<u8>,
 ) -> std::io::Result<(u64, u64)> {
-    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
     let host = target.to_string();
-    let log = |status, reason: &str| {
-        state.log(Decision {
-            session: &s.id,
-            method: &req.method,
-            host: &host,
-            port: req.port,
-            status,
-            presented_token: true,
-            reason,
-        })
-    };
+    let log = |status, reason: &str| state.log(decision(req, &s.id, &host, status, reason));
+    const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
     if TLS_PORTS.contains(&req.port) {
+        client.write_all(ESTABLISHED).await?;
         let hello = read_hello(&mut client, &mut first).await;
         if let Err(why) = decide::sni_verdict(&hello, target) {
             s.denied.fetch_add(1, Ordering::Relaxed);
             log(403, &why);
             return Ok((0, 0));
         }
+        s.allowed.fetch_add(1, Ordering::Relaxed);
+        log(200, "allowed");
+    } else {
+        s.allowed.fetch_add(1, Ordering::Relaxed);
+        log(200, "allowed");
+        client.write_all(ESTABLISHED).await?;
     }
-    s.allowed.fetch_add(1, Ordering::Relaxed);
-    log(200, "allowed");
     upstream.write_all(&first).await?;
     super::splice::relay(&client, &upstream, IDLE_TIMEOUT).await.map(|(a, b)| (a + first.len() as u64, b))
 }
+
 async fn forward(
     req: &request::Request,
     mut client: TcpStream,

@@ -140,6 +140,24 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     }
     let gate = net == NetMode::Allow && !inputs.no_gate;
 
+    let gate_addr = match config.one("gate_addr") {
+        None => DEFAULT_GATE_ADDR,
+        Some((v, at)) => match v.parse::<Ipv4Addr>() {
+            Ok(a) if !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast()) => a,
+            Ok(a) => {
+                c.bad(
+                    at,
+                    format!("gate_addr {a} cannot carry the host mapping"),
+                    "use an unused address such as 100.64.0.1",
+                );
+                DEFAULT_GATE_ADDR
+            }
+            Err(_) => {
+                c.bad(at, format!("gate_addr `{v}` is not an IPv4 address"), "e.g. `gate_addr = 100.64.0.1`");
+                DEFAULT_GATE_ADDR
+            }
+        },
+    };
     // allow: config lines first, then --allow flags.
     let mut hosts = Vec::new();
     let mut nets: Vec<(IpNet, Ports)> = Vec::new();
@@ -159,6 +177,15 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                     hosts.push((p, ports));
                 }
             }
+            Ok(Allow::Net(n, None)) if n.contains(IpAddr::V4(gate_addr)) => c.bad(
+                at,
+                format!(
+                    "`{value}` has no port, so it would open every port of the host's loopback ({gate_addr} is the host's 127.0.0.1): sshd, databases, the Docker API"
+                ),
+                format!(
+                    "name the port, e.g. `allow = {gate_addr}:5432`; if you really mean every port, write `allow = {value}:1-65535`"
+                ),
+            ),
             Ok(Allow::Net(n, ports)) => {
                 let entry = (n, ports.unwrap_or(Ports::ALL));
                 if !nets.contains(&entry) {
@@ -176,24 +203,6 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         );
     }
 
-    let gate_addr = match config.one("gate_addr") {
-        None => DEFAULT_GATE_ADDR,
-        Some((v, at)) => match v.parse::<Ipv4Addr>() {
-            Ok(a) if !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast()) => a,
-            Ok(a) => {
-                c.bad(
-                    at,
-                    format!("gate_addr {a} cannot carry the host mapping"),
-                    "use an unused address such as 100.64.0.1",
-                );
-                DEFAULT_GATE_ADDR
-            }
-            Err(_) => {
-                c.bad(at, format!("gate_addr `{v}` is not an IPv4 address"), "e.g. `gate_addr = 100.64.0.1`");
-                DEFAULT_GATE_ADDR
-            }
-        },
-    };
     let gate_port = match config.one("gate_port") {
         None => DEFAULT_GATE_PORT,
         Some((v, at)) => match v.parse::<u16>() {

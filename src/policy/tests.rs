@@ -203,3 +203,28 @@ fn cli_flags_win_over_config_and_entries_are_deduplicated() {
     assert_eq!(p.net, NetMode::Allow);
     assert_eq!(p.nets.len(), 1);
 }
+
+#[test]
+fn a_host_loopback_entry_needs_an_explicit_port() {
+    for (line, refused) in [
+        ("allow = 100.64.0.1", true),
+        ("allow = 100.64.0.0/10", true),
+        ("allow = 100.64.0.0/24", true),
+        ("allow = 100.64.0.1:5432", false),
+        ("allow = 100.64.0.1:1-65535", false),
+        ("allow = 100.64.0.0/10:443", false),
+        ("allow = 198.51.100.7", false),
+    ] {
+        let got = policy(&format!("{line}\n"), Inputs::default());
+        assert_eq!(got.is_err(), refused, "{line}: {got:?}");
+        if let Err(e) = got {
+            assert!(e[0].message.contains("every port of the host's loopback"), "{e:?}");
+            assert!(e[0].hint.as_deref().unwrap().contains(":1-65535`"), "says how to mean all ports: {e:?}");
+        }
+    }
+    // The same for a custom gate_addr, and through --allow.
+    let got = policy("gate_addr = 100.80.0.1\nallow = 100.80.0.1\n", Inputs::default());
+    assert!(got.is_err());
+    let got = policy("", Inputs { allow: vec!["100.64.0.1".into()], ..Inputs::default() });
+    assert!(got.unwrap_err()[0].origin == Origin::Flag("--allow"));
+}

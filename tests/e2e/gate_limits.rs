@@ -155,3 +155,69 @@ fn the_gate_survives_fd_exhaustion() {
     let mut gate = g;
     assert!(gate.child.try_wait().unwrap().is_none(), "the gate process died");
 }
+
+/// Sends `CONNECT target` with the given proxy token (none: no Proxy-Authorization at all);
+/// returns the status of the answer.
+fn status_of(g: &Gate, target: &str, token: Option<&str>) -> u16 {
+    use base64::Engine;
+    let mut s = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let auth = token
+        .map(|t| {
+            let cred = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{t}"));
+            format!("Proxy-Authorization: Basic {cred}\r\n")
+        })
+        .unwrap_or_default();
+    write!(s, "CONNECT {target} HTTP/1.1\r\n{auth}\r\n").unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn every_decision_is_logged_before_its_answer_and_none_is_lost_on_sigterm() {
+    let th = TestHost::new();
+    let mut g = gate(&th, 19481, None);
+    let logs = || {
+        let o = Command::new(&env().bin)
+            .args(["gate", "logs", "--json"])
+            .env("XDG_RUNTIME_DIR", g._dir.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let token = g.token.clone();
+    // (target, token, expected status, expected logged decision)
+    let cases: [(&str, Option<&str>, u16, &str); 4] = [
+        ("echo.test:7000", Some(&token), 200, "\"decision\":\"allow\""),
+        ("denied.test:443", Some(&token), 403, "\"decision\":\"deny\""),
+        ("echo.test:7000", None, 407, "\"decision\":\"challenge\""),
+        ("echo.test:7000", Some("0123456789abcdef0123456789abcdef"), 407, "\"decision\":\"deny\""),
+    ];
+    let mut n = 0;
+    for round in 0..15 {
+        for (target, tok, status, logged) in cases {
+            assert_eq!(status_of(&g, target, tok), status, "round {round}: {target} {tok:?}");
+            n += 1;
+            // Read at once, the way a user runs `gate logs` right after a refusal.
+            let lines = logs();
+            assert_eq!(lines.len(), n, "round {round}: decision {n} missing right after its answer");
+            assert!(lines[n - 1].contains(logged), "round {round}: {}", lines[n - 1]);
+        }
+    }
+    let last = logs();
+    assert!(last.iter().any(|l| l.contains("no proxy credentials yet")), "challenge reason");
+    assert!(last.iter().any(|l| l.contains("wrong or expired session token")), "deny reason");
+    assert!(!last.iter().any(|l| l.contains(&token)), "a token in the log");
+    // SIGTERM: the gate exits cleanly, and every decision is still there.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(g.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_for(10, || g.child.try_wait().unwrap().is_some()), "the gate did not exit on SIGTERM");
+    assert_eq!(g.child.wait().unwrap().code(), Some(0), "exit status after SIGTERM");
+    assert_eq!(logs().len(), n, "decisions lost at SIGTERM");
+    assert!(!control::socket_path(&g._dir.path().join("ai-sandbox")).exists(), "socket left behind");
+}

@@ -410,9 +410,11 @@ pub fn greet(port: u16) -> Option<String> {
     Some(buf)
 }
 
-/// The gate's decision log of the test user.
+/// The gate's decision log of the test user, read the way a user reads it (`gate logs --json`).
 pub fn gate_log() -> String {
-    std::fs::read_to_string(format!("/run/user/{}/ai-sandbox/gate.log", env().uid)).unwrap_or_default()
+    let r = as_user(env().bin.to_str().unwrap(), &["gate", "logs", "--json"]);
+    assert_eq!(r.code, 0, "gate logs failed: {}", r.stderr);
+    r.stdout
 }
 
 /// Shell tail for a long-running sandbox: wait until the test writes `done` (at most 60 s).

@@ -117,3 +117,39 @@ fn the_next_launch_sweeps_a_sandbox_whose_launcher_and_keeper_were_killed() {
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(beat_len(&p), len, "the swept sandbox still writes");
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn launches_across_the_gates_idle_exit_moment_never_fail() {
+    let th = TestHost::new();
+    let p = Project::new("idle");
+    p.config(&format!("allow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    // A gate of its own (idle exit after 1 s) so the other tests' sessions do not keep it up.
+    let rt = env().root.join("idle-runtime");
+    std::fs::create_dir_all(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    chown_user(&rt);
+    let rt_s = rt.display().to_string();
+    let vars = [("AISB_RUNTIME_DIR", rt_s.as_str()), ("AISB_GATE_IDLE_EXIT", "1")];
+    let gate_pid = || {
+        let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap_or_default();
+        v["pid"].as_i64()
+    };
+    let mut pids = std::collections::BTreeSet::new();
+    let mut report = Vec::new();
+    // The gate exits 1.0-1.2 s after a session ends (checked every 200 ms); launch around then.
+    for wait_ms in [0, 850, 950, 1000, 1050, 1100, 1150, 1200, 1250, 1400, 2000] {
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        let t = std::time::Instant::now();
+        let r = sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
+        report.push(format!("after {wait_ms} ms idle: exit {} in {:?}", r.code, t.elapsed()));
+        assert_eq!(r.code, 0, "{}\nstdout: {}\nstderr: {}", report.join("\n"), r.stdout, r.stderr);
+        assert_eq!(r.stdout, "TESTHOST-HTTP\n", "{}", report.join("\n"));
+        if let Some(pid) = gate_pid() {
+            pids.insert(pid);
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(pids.len() >= 3, "the idle-exit moment was not crossed often enough: gates {pids:?}");
+}
