@@ -1,7 +1,7 @@
 //! Orchestration: CLI → project → config → policy → facts → plan → print or launch.
 //! Talks to the machine only through `Host`.
 
-use crate::cli::RunArgs;
+use crate::cli::{PolicyArgs, RunArgs};
 use crate::error::{Diagnostic, Origin, Rejected};
 use crate::host::Host;
 use crate::plan::{self, Facts, Plan};
@@ -16,26 +16,36 @@ pub const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
 /// Resolves the project and builds the policy, reporting every problem at once.
 pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
     let cwd = host.cwd()?;
-    let project = match &args.project {
+    let project = match &args.policy.project {
         Some(p) if p.is_absolute() => p.clone(),
         Some(p) => cwd.join(p),
         None => project::find(&cwd, |p| host.exists(p)),
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
+    if args.policy.project.is_none() && project == home && host.exists(&home.join(project::CONFIG_DIR)) {
+        bail!(
+            "{} exists, so your home directory is the project of every directory under it that has no \
+             .ai-sandbox/ of its own; it is refused as a project (your keys and dotfiles would be mounted read-write)\n  \
+             hint: move that config into a project directory (or remove {}), or pass --project DIR",
+            home.join(project::CONFIG_DIR).display(),
+            home.join(project::CONFIG_DIR).display()
+        );
+    }
     project::check(&project, &home).map_err(anyhow::Error::msg)?;
     let cfg_path = project.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
     let display = match cfg_path.strip_prefix(&cwd) {
         Ok(rel) => rel.display().to_string(),
         Err(_) => cfg_path.display().to_string(),
     };
-    let text = host.read_file(&cfg_path)?.unwrap_or_default();
+    let file = host.read_file(&cfg_path)?;
+    let text = file.clone().unwrap_or_default();
     let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
     let (cfg, mut problems) = config::parse(&text);
     let inputs = Inputs {
-        net: args.net,
-        allow: args.allow.clone(),
-        publish: args.publish.clone(),
-        no_gate: args.no_gate,
+        net: args.policy.net,
+        allow: args.policy.allow.clone(),
+        publish: args.policy.publish.clone(),
+        no_gate: args.policy.no_gate,
         shell: args.shell,
         image: args.image.clone(),
         env: args.env.clone(),
@@ -43,7 +53,15 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
         extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
     };
     match policy::build(project, &cfg, &inputs) {
-        Ok(p) if problems.is_empty() => Ok(p),
+        Ok(mut p) if problems.is_empty() => {
+            if cfg.entries.is_empty() {
+                let what = if file.is_none() { "there is no" } else { "nothing is set in" };
+                p.notices.push(format!(
+                    "{what} {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"
+                ));
+            }
+            Ok(p)
+        }
         Ok(_) => Err(reject(problems).into()),
         Err(more) => {
             problems.extend(more);
@@ -139,8 +157,8 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
 }
 
 /// `ai-sandbox rules [--json|--nft]`
-pub fn rules(host: &mut dyn Host, args: &RunArgs, json: bool) -> anyhow::Result<i32> {
-    let policy = load_policy(host, args)?;
+pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Result<i32> {
+    let policy = load_policy(host, &RunArgs { policy: args.clone(), ..RunArgs::default() })?;
     match crate::ruleset::build(&policy, policy.gate_port) {
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
@@ -162,6 +180,8 @@ pub fn init(
         Some(p) => cwd.join(p),
         None => cwd,
     };
+    let home = PathBuf::from(host.env("HOME").unwrap_or_default());
+    project::check(&dir, &home).map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
     let path = dir.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
     if !force && host.read_file(&path)?.is_some() {
         bail!(

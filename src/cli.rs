@@ -5,7 +5,7 @@ use crate::policy::NetMode;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-const EXAMPLES: &str = "Examples:
+pub const EXAMPLES: &str = "Examples:
   ai-sandbox                                   run `cmd` from .ai-sandbox/config, or a shell
   ai-sandbox -- npm test                       one command; its exit code is passed through
   ai-sandbox --allow 100.64.0.1:5432 -- psql   reach postgres on the host's 127.0.0.1:5432
@@ -13,8 +13,63 @@ const EXAMPLES: &str = "Examples:
   ai-sandbox --publish 8000 -- npm run dev     serve on the host's 127.0.0.1:8000, policy kept
   ai-sandbox --dry-run                         print the podman command and the ruleset";
 
+/// Environment variables ai-sandbox reads: shown by `--help` and in the man page.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "AISB_EXTRA_ARGS",
+        "extra `podman run` arguments for this run, shell-split, after the config's `extra_args` (the same options are refused unless --net full)",
+    ),
+    ("AISB_NFT", "the nft program the hook loads the ruleset with (default: nft from PATH or /usr/sbin)"),
+    (
+        "AISB_RUNTIME_DIR",
+        "ai-sandbox's runtime directory: the gate's socket and log, session files (default: $XDG_RUNTIME_DIR/ai-sandbox)",
+    ),
+    ("AISB_GATE_IDLE_EXIT", "seconds a gate started now stays up without sessions (default 30)"),
+    ("XDG_RUNTIME_DIR", "the per-user runtime directory (else /tmp/ai-sandbox-UID is used)"),
+    ("XDG_DATA_HOME", "where the per-project sandbox HOMEs live (default ~/.local/share)"),
+    ("XDG_CACHE_HOME", "where the skeleton root filesystem lives (default ~/.cache)"),
+];
+
+/// Files ai-sandbox reads or writes: for the man page.
+pub const FILES: &[(&str, &str)] = &[
+    (
+        ".ai-sandbox/config",
+        "the project's policy: what the sandbox may reach, what it runs (see config.example)",
+    ),
+    ("$XDG_RUNTIME_DIR/ai-sandbox/gate.sock", "the gate's control socket (0600, in a 0700 directory)"),
+    ("$XDG_RUNTIME_DIR/ai-sandbox/gate.log", "the gate's decisions, one JSON object per line (`gate logs`)"),
+    (
+        "$XDG_RUNTIME_DIR/ai-sandbox/sessions/ID",
+        "a running session's ruleset, hook and proxy env file (0700)",
+    ),
+    (
+        "$XDG_DATA_HOME/ai-sandbox/homes/PROJECT-HASH",
+        "the sandbox HOME of one project (never your real HOME)",
+    ),
+    ("$XDG_CACHE_HOME/ai-sandbox/rootfs-v1", "the skeleton root filesystem for `image = host`"),
+];
+
+/// Exit statuses: for the man page.
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("N", "the sandboxed command's own exit status (128+SIGNAL if a signal ended it)"),
+    (
+        "125",
+        "ai-sandbox refused or failed before the command ran: bad config or flags, no podman, a failed hook",
+    ),
+    ("126, 127", "podman could not start the command (not executable, not found)"),
+    ("1", "`gate status` when no gate runs"),
+];
+
+fn after_help() -> String {
+    let mut s = format!("{EXAMPLES}\n\nEnvironment:\n");
+    for (k, v) in ENVIRONMENT {
+        s += &format!("  {k:<20} {v}\n");
+    }
+    s
+}
+
 #[derive(Debug, Parser)]
-#[command(name = "ai-sandbox", version, about = "Run a coding agent (or any command) in a rootless podman sandbox with egress under your control", after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
+#[command(name = "ai-sandbox", version, about = "Run a coding agent (or any command) in a rootless podman sandbox with egress under your control", after_help = after_help(), args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub sub: Option<Sub>,
@@ -22,29 +77,37 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+/// The flags that shape the policy (and so the ruleset): shared by a run and `rules`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunArgs {
+pub struct PolicyArgs {
     /// Network mode: allow (allowlist, default), none (no interface), full (no policy).
     #[arg(long, value_enum)]
     pub net: Option<NetMode>,
-    /// Add an allow entry (host, *.suffix, IP[:port], CIDR[:port]); adds to the config.
-    #[arg(long, value_name = "ENTRY")]
+    /// Allow an entry for this run only (host, *.suffix, IP[:port], CIDR[:port]); the config
+    /// file is not changed.
+    #[arg(long, value_name = "ENTRY", allow_hyphen_values = true)]
     pub allow: Vec<String>,
     /// Publish a container port on the host's 127.0.0.1 only: PORT or HOSTPORT:CONTAINERPORT.
-    #[arg(long, value_name = "PORT[:CPORT]")]
+    #[arg(long, value_name = "PORT[:CPORT]", allow_hyphen_values = true)]
     pub publish: Vec<String>,
     /// No gate: IP entries only, and DNS to the sandbox resolver is allowed.
     #[arg(long)]
     pub no_gate: bool,
+    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Start an interactive shell instead of `cmd`.
     #[arg(long)]
     pub shell: bool,
     /// `host` (the host's /usr, /etc, /opt read-only) or a local image name.
     #[arg(long, value_name = "IMAGE|host")]
     pub image: Option<String>,
-    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
-    #[arg(long, value_name = "DIR")]
-    pub project: Option<PathBuf>,
     /// Set an environment variable in the sandbox (overrides the config's `env`).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -61,7 +124,7 @@ pub enum Sub {
     /// Print the nftables ruleset for the current config.
     Rules {
         #[command(flatten)]
-        run: RunArgs,
+        policy: PolicyArgs,
         /// JSON, as the hook loads it.
         #[arg(long, conflicts_with = "nft")]
         json: bool,

@@ -21,6 +21,12 @@ pub const KEYS: &[(&str, bool)] = &[
     ("net", false),
 ];
 
+/// Longer lines are refused without being echoed (no config line needs this much).
+pub const MAX_LINE: usize = 8192;
+
+/// Keys whose values are shell-split, where quotes mean something.
+const SHELL_KEYS: &[&str] = &["cmd", "extra_args"];
+
 /// One `key = value` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -58,8 +64,23 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         let line = idx + 1;
         let at = Origin::Config(line);
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        if raw.len() > MAX_LINE {
+            errors.push(
+                Diagnostic::new(at, format!("the line is {} bytes long (at most {MAX_LINE})", raw.len()))
+                    .hint("one short `key = value` per line; is this the right file?"),
+            );
+            continue;
+        }
         let content = strip_comment(raw).trim();
         if content.is_empty() {
+            continue;
+        }
+        if content.starts_with('[') && content.ends_with(']') {
+            errors.push(
+                Diagnostic::new(at, format!("`{content}` looks like a TOML/INI section header")).hint(
+                    "this file has no sections: every line is `key = value`, e.g. `allow = github.com`",
+                ),
+            );
             continue;
         }
         if content.contains('\0') {
@@ -67,10 +88,13 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             continue;
         }
         let Some((key, value)) = content.split_once('=') else {
-            errors.push(
-                Diagnostic::new(at, format!("expected `key = value`, found `{content}`"))
-                    .hint("every line is `key = value`, e.g. `allow = github.com`"),
-            );
+            let hint = match content.split_once(':') {
+                Some((k, v)) if KEYS.iter().any(|(name, _)| *name == k.trim()) => {
+                    format!("write `{} = {}` (with `=`, not `:`)", k.trim(), v.trim())
+                }
+                _ => "every line is `key = value`, e.g. `allow = github.com`".to_string(),
+            };
+            errors.push(Diagnostic::new(at, format!("expected `key = value`, found `{content}`")).hint(hint));
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
@@ -82,6 +106,17 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             errors.push(
                 Diagnostic::new(at, format!("`{key}` has an empty value"))
                     .hint("give a value or delete the line"),
+            );
+            continue;
+        }
+        let quoted = value.len() >= 2
+            && ((value.starts_with('"') && value.ends_with('"'))
+                || (value.starts_with('\'') && value.ends_with('\'')));
+        if quoted && !SHELL_KEYS.contains(&key) {
+            let inner = &value[1..value.len() - 1];
+            errors.push(
+                Diagnostic::new(at, format!("the value of `{key}` is in quotes"))
+                    .hint(format!("values are written without quotes: `{key} = {inner}`")),
             );
             continue;
         }
@@ -123,17 +158,7 @@ fn unknown_key(at: Origin, key: &str) -> Diagnostic {
 
 /// Levenshtein distance, for "did you mean" hints.
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    strsim::levenshtein(a, b)
 }
 
 #[cfg(test)]

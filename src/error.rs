@@ -35,17 +35,42 @@ impl Diagnostic {
     }
 
     /// `config_path:LINE: message` (or `--flag: message`), then the hint on its own line.
+    /// Quoted values longer than a line are elided, so a 2 MB value is not echoed back.
     pub fn render(&self, config_path: &str) -> String {
         let place = match &self.origin {
             Origin::Config(line) => format!("{config_path}:{line}: "),
             Origin::Flag(f) => format!("{f}: "),
             Origin::Env(v) => format!("{v}: "),
         };
+        let message = elide_quoted(&self.message);
         match &self.hint {
-            Some(h) => format!("{place}{}\n  hint: {h}", self.message),
-            None => format!("{place}{}", self.message),
+            Some(h) => format!("{place}{message}\n  hint: {}", elide_quoted(h)),
+            None => format!("{place}{message}"),
         }
     }
+}
+
+/// The longest `quoted` span shown whole.
+const SHOWN: usize = 80;
+
+/// Shortens every backtick-quoted span longer than SHOWN to its start, `…`, its end and its
+/// length, leaving the words around it intact.
+pub fn elide_quoted(text: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in text.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        let n = part.chars().count();
+        if i % 2 == 1 && n > SHOWN {
+            let head: String = part.chars().take(48).collect();
+            let tail: String = part.chars().skip(n - 16).collect();
+            out.push_str(&format!("{head}…{tail} [{} bytes]", part.len()));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// All the diagnostics of one run, rendered against the config file's display path.

@@ -55,7 +55,15 @@ impl Host for RealHost {
             Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
                 anyhow::anyhow!("{}: not valid UTF-8\n  hint: save the file as UTF-8", path.display())
             })?)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::read_link(path) {
+                // A dangling symbolic link is not "no file": say where it points.
+                Ok(target) => Err(anyhow::anyhow!(
+                    "{} is a symbolic link to {}, which does not exist\n  hint: fix or remove the link",
+                    path.display(),
+                    target.display()
+                )),
+                Err(_) => Ok(None),
+            },
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
         }
     }

@@ -15,7 +15,7 @@
 //! directory is gone or whose launcher is dead is removed. This runs off the launch's critical
 //! path (the keeper is detached), so it costs the launch nothing.
 
-use crate::session::{PID_FILE, SESSION_LABEL};
+use crate::session::{PID_FILE, SESSION_DIR_LABEL};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::io::BufRead;
@@ -44,9 +44,9 @@ fn exists(pm: &Path, name: &str) -> bool {
     podman(pm, &["container", "exists", name]).is_none_or(|o| o.status.code() != Some(1))
 }
 
-/// Whether the session that owns `id` is over (its dir is gone, or its launcher is dead).
-fn session_over(sessions: &Path, id: &str) -> bool {
-    let dir = sessions.join(id);
+/// Whether the session whose directory is `dir` is over (the dir is gone, or its launcher is
+/// dead).
+fn session_over(dir: &Path) -> bool {
     if !dir.exists() {
         return true;
     }
@@ -57,18 +57,20 @@ fn session_over(sessions: &Path, id: &str) -> bool {
     }
 }
 
-/// Removes the containers of sessions that are over.
-pub fn sweep(pm: &Path, sessions: &Path) {
-    let filter = format!("label={SESSION_LABEL}");
-    let format = format!("{{{{.Names}}}} {{{{index .Labels \"{SESSION_LABEL}\"}}}}");
+/// Removes the containers of sessions that are over, each judged by its own session
+/// directory (labelled on the container), whichever runtime dir it lives in.
+pub fn sweep(pm: &Path) {
+    let filter = format!("label={SESSION_DIR_LABEL}");
+    let format = format!("{{{{.Names}}}}\t{{{{index .Labels \"{SESSION_DIR_LABEL}\"}}}}");
     let Some(out) = podman(pm, &["ps", "-a", "--filter", &filter, "--format", &format]) else {
         return;
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let mut it = line.split_whitespace();
-        let (Some(name), Some(id)) = (it.next(), it.next()) else { continue };
-        if !id.contains('/') && !id.contains("..") && session_over(sessions, id) {
-            eprintln!("keeper: removing {name}, left by session {id} whose launcher is gone");
+        let Some((name, dir)) = line.split_once('\t') else { continue };
+        let dir = Path::new(dir);
+        let plausible = dir.is_absolute() && !dir.components().any(|c| c == std::path::Component::ParentDir);
+        if plausible && session_over(dir) {
+            eprintln!("keeper: removing {name}, left by session {} whose launcher is gone", dir.display());
             let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
         }
     }
@@ -76,9 +78,7 @@ pub fn sweep(pm: &Path, sessions: &Path) {
 
 /// `ai-sandbox keeper` (hidden): see the module doc.
 pub fn run(session_dir: &Path, name: &str, pm: &Path) -> anyhow::Result<i32> {
-    if let Some(sessions) = session_dir.parent() {
-        sweep(pm, sessions);
-    }
+    sweep(pm);
     let mut podman_pid = 0;
     let mut finished = false;
     for line in std::io::stdin().lock().lines() {

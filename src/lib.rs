@@ -17,6 +17,7 @@ pub mod init;
 pub mod keeper;
 pub mod launch;
 pub mod loopback;
+pub mod manpage;
 pub mod plan;
 pub mod podman;
 pub mod policy;

@@ -6,11 +6,11 @@ use ai_sandbox::{app, hook, keeper};
 use clap::Parser;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let mut host = RealHost::default();
     let result = match &cli.sub {
         None => app::run(&mut host, &cli.run),
-        Some(Sub::Rules { run, json, nft: _ }) => app::rules(&mut host, run, *json),
+        Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
         Some(Sub::Keeper { session_dir, name, podman }) => keeper::run(session_dir, name, podman),
@@ -23,10 +23,7 @@ fn main() {
             clap_complete::generate(*shell, &mut cmd, "ai-sandbox", &mut std::io::stdout());
             Ok(0)
         }
-        Some(Sub::Man) => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout()).map(|_| 0).map_err(Into::into)
-        }
+        Some(Sub::Man) => ai_sandbox::manpage::render(&mut std::io::stdout()).map(|_| 0).map_err(Into::into),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -35,4 +32,21 @@ fn main() {
             std::process::exit(125);
         }
     }
+}
+
+/// clap's message, plus the hint a newcomer needs most: a command to run goes after `--`.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let first_word = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let bare_command =
+        matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand) && first_word.is_some();
+    let _ = e.print();
+    if bare_command {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        eprintln!(
+            "\n  hint: to run a command in the sandbox, put it after `--`: ai-sandbox -- {}",
+            args.join(" ")
+        );
+    }
+    std::process::exit(if e.use_stderr() { 125 } else { 0 });
 }

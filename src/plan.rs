@@ -26,6 +26,8 @@ pub struct Plan {
     pub hook: Option<HookSpec>,
     /// Lines said to the user before the command starts.
     pub notices: Vec<String>,
+    /// The effective allowlist, one line per entry, as `--dry-run` shows it.
+    pub allowlist: Vec<String>,
     /// The proxy variables' env file (path, text): holds the token, so never on argv.
     pub env_file: Option<(PathBuf, String)>,
     /// Skeleton rootfs to create before launch (`image = host`).
@@ -46,6 +48,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         ruleset,
         hook,
         notices: notices(p),
+        allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
@@ -80,19 +83,53 @@ fn hook_spec(f: &Facts) -> HookSpec {
 }
 
 fn notices(p: &Policy) -> Vec<String> {
-    let mut n = Vec::new();
+    let mut n = p.notices.clone();
     let entries = p.hosts.len() + p.nets.len();
     match p.net {
         NetMode::Full => n.push(
             "--net full: NO egress policy applies; the sandbox reaches everything this host reaches".into(),
         ),
-        NetMode::None if entries > 0 => n.push(format!(
-            "--net none: no network interface; the {entries} allow entr{} of the config do not apply",
-            if entries == 1 { "y" } else { "ies" }
-        )),
+        NetMode::None if entries > 0 => n.push(if entries == 1 {
+            "--net none: no network interface; the config's allow entry does not apply".to_string()
+        } else {
+            format!("--net none: no network interface; the config's {entries} allow entries do not apply")
+        }),
         _ => {}
     }
     n
+}
+
+/// What the sandbox may reach, in words: each hostname entry with the ports the gate relays
+/// for it, each IP entry with how it is enforced.
+fn allowlist(p: &Policy) -> Vec<String> {
+    match p.net {
+        NetMode::None => return vec!["nothing: no network interface (--net none)".into()],
+        NetMode::Full => return vec!["everything this host reaches: no policy (--net full)".into()],
+        NetMode::Allow => {}
+    }
+    let gate_ports = p.gate_ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+    let mut out: Vec<String> = p
+        .hosts
+        .iter()
+        .map(|(h, ports)| {
+            let ports = ports.map_or_else(|| format!("ports {gate_ports}"), |r| format!("port {r}"));
+            format!("{:<32} {ports}, through the gate", h.to_string())
+        })
+        .collect();
+    for (n, r) in &p.nets {
+        let via = if n.contains(std::net::IpAddr::V4(p.gate_addr)) {
+            "direct (nftables): the host's 127.0.0.1".to_string()
+        } else {
+            "direct (nftables), TCP".to_string()
+        };
+        let ports =
+            if *r == crate::policy::allow::Ports::ALL { "every port".into() } else { format!("port {r}") };
+        out.push(format!("{:<32} {ports}, {via}", n.to_string()));
+    }
+    if out.is_empty() {
+        out.push("nothing (no allow entries)".into());
+    }
+    out
 }
 
 /// Shell-quotes one argument so the printed command can be pasted into a shell.
@@ -107,6 +144,10 @@ pub fn render(plan: &Plan) -> String {
     let mut out = String::new();
     for n in &plan.notices {
         out += &format!("# note: {n}\n");
+    }
+    out += "# allowlist: what the sandbox may reach\n";
+    for a in &plan.allowlist {
+        out += &format!("#   {a}\n");
     }
     out += "# podman command (one argument per line; paste into a shell)\n";
     let last = plan.argv.len().saturating_sub(1);

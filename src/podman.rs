@@ -58,6 +58,8 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--label",
         &format!("{}={}", session::SESSION_LABEL, f.session_id),
         "--label",
+        &format!("{}={}", session::SESSION_DIR_LABEL, f.session_dir.display()),
+        "--label",
         &format!("{}={project}", session::PROJECT_LABEL),
         "--network",
         &network_arg(p),

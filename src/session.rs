@@ -15,6 +15,9 @@ pub const RULESET_FILE: &str = "ruleset.json";
 pub const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.
 pub const SESSION_LABEL: &str = "ai-sandbox.session";
+/// Label podman puts on every sandbox container: its session directory (wherever the runtime
+/// dir is), by which any keeper can tell whether the session is over.
+pub const SESSION_DIR_LABEL: &str = "ai-sandbox.session-dir";
 /// Label podman puts on every sandbox container: the project directory.
 pub const PROJECT_LABEL: &str = "ai-sandbox.project";
 

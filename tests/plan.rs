@@ -210,7 +210,23 @@ fn completions_and_man_page_come_from_the_cli_definition() {
     assert!(run(&["completions", "zsh"]).contains("--dry-run"));
     let man = run(&["man"]);
     assert!(man.starts_with(".ie") || man.contains(".TH"), "roff");
-    assert!(man.contains("allow") && man.contains("Examples:"), "the man page carries the examples");
+    assert!(
+        man.contains(".SH EXAMPLES") && man.contains("ai\\-sandbox \\-\\-publish 8000"),
+        "examples: {man}"
+    );
+    for section in [".SH COMMANDS", ".SH ENVIRONMENT", ".SH FILES", ".SH EXIT STATUS"] {
+        assert!(man.contains(section), "{section} missing");
+    }
+    assert!(man.contains("AISB_EXTRA_ARGS") && man.contains("gate.log") && man.contains("125"));
+    // No references to per-subcommand pages, which are not shipped.
+    assert!(!man.contains("(1)"), "the man page names pages that do not exist: {man}");
     let help = run(&["--help"]);
     assert!(help.contains("Examples:") && help.contains("ai-sandbox --publish 8000"), "{help}");
+    assert!(help.contains("AISB_EXTRA_ARGS") && help.contains("Environment:"), "{help}");
+    assert!(help.contains("for this run only"), "--allow says it does not change the config: {help}");
+    let rules = run(&["rules", "--help"]);
+    assert!(
+        rules.contains("--allow") && !rules.contains("--image") && !rules.contains("--dry-run"),
+        "{rules}"
+    );
 }

@@ -201,11 +201,51 @@ const PUBLIC_SUFFIXES: &[&str] = &[
     "dyndns.org",
 ];
 
+/// Mistakes of form rather than content, each with the spelling that works: quotes, several
+/// entries on one line, a `#` comment without a space before it, a TOML array.
+fn shape_mistake(s: &str) -> Option<Bad> {
+    let quoted = s.len() >= 2
+        && ((s.starts_with('"') && s.ends_with('"')) || (s.starts_with('\'') && s.ends_with('\'')));
+    if s.starts_with('[') && (s.contains('"') || s.contains('\'') || s.contains(", ")) {
+        let items: Vec<&str> =
+            s.trim_matches(['[', ']']).split(',').map(|i| i.trim().trim_matches(['"', '\''])).collect();
+        let lines: Vec<String> = items.iter().map(|i| format!("`allow = {i}`")).collect();
+        return Some(bad(
+            format!("`{s}` is a TOML-style list; this file takes one entry per line"),
+            format!("write one line each: {}", lines.join(", ")),
+        ));
+    }
+    if quoted {
+        let inner = &s[1..s.len() - 1];
+        return Some(bad(
+            format!("`{s}` is quoted"),
+            format!("values are written without quotes: `allow = {inner}`"),
+        ));
+    }
+    if let Some((before, _)) = s.split_once('#') {
+        return Some(bad(
+            format!("`{s}` contains `#`"),
+            format!("a comment needs whitespace before `#`: `allow = {before}   # ...`"),
+        ));
+    }
+    if s.contains(',') {
+        let lines: Vec<String> = s.split(',').map(|i| format!("`allow = {}`", i.trim())).collect();
+        return Some(bad(
+            format!("`{s}` lists several entries"),
+            format!("one entry per line: {}", lines.join(", ")),
+        ));
+    }
+    None
+}
+
 /// Parses one allow entry as written by the user.
 pub fn parse(input: &str) -> Result<Allow, Bad> {
     let s = input.trim();
     if s.is_empty() {
         return Err(bad("empty allow entry", "write a hostname or an IP, e.g. `allow = github.com`"));
+    }
+    if let Some(shape) = shape_mistake(s) {
+        return Err(shape);
     }
     if let Some((scheme, rest)) = s.split_once("://") {
         let host = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -236,9 +276,12 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
             .ok_or_else(|| bad(format!("`{s}`: missing `]`"), "write IPv6 as `[2001:db8::1]:443`"))?;
         let ports = match after {
             "" => None,
-            p => Some(parse_ports(p.strip_prefix(':').ok_or_else(|| {
-                bad(format!("`{s}`: expected `:PORT` after `]`"), "write `[2001:db8::1]:443`")
-            })?)?),
+            p => Some(
+                parse_ports(p.strip_prefix(':').ok_or_else(|| {
+                    bad(format!("`{s}`: expected `:PORT` after `]`"), "write `[2001:db8::1]:443`")
+                })?)
+                .map_err(in_entry(s))?,
+            ),
         };
         return net_entry(inside, ports, s);
     }
@@ -264,7 +307,7 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         return net_entry(s, None, s);
     }
     let (host, ports) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(parse_ports(p)?)),
+        Some((h, p)) => (h, Some(parse_ports(p).map_err(in_entry(s))?)),
         None => (s, None),
     };
     if host.contains('/') || host.parse::<IpAddr>().is_ok() {
@@ -273,29 +316,51 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
     host_entry(host, ports, s)
 }
 
-fn parse_port(p: &str, whole: &str) -> Result<u16, Bad> {
-    let hint = "ports are 1-65535, e.g. `:5432` or `:8000-8100`";
-    if p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) || p.len() > 5 {
-        return Err(bad(format!("`{whole}`: bad port `{p}`"), hint));
+const PORT_HINT: &str = "ports are 1-65535, e.g. `:5432` or `:8000-8100`";
+
+/// One port; the reason says what is wrong with *this* text (callers add which entry).
+fn parse_port(p: &str) -> Result<u16, Bad> {
+    if p.is_empty() {
+        return Err(bad("the port is missing", PORT_HINT));
+    }
+    if let Some(n) = p.strip_prefix('-')
+        && !n.is_empty()
+        && n.chars().all(|c| c.is_ascii_digit())
+    {
+        return Err(bad(format!("ports cannot be negative (`{p}`)"), PORT_HINT));
+    }
+    if !p.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad(format!("`{p}` is not a port number"), PORT_HINT));
     }
     match p.parse::<u32>() {
         Ok(n) if (1..=65535).contains(&n) => Ok(n as u16),
-        _ => Err(bad(format!("`{whole}`: port {p} is out of range"), hint)),
+        _ => Err(bad(format!("port {p} is out of range (1-65535)"), PORT_HINT)),
     }
 }
 
 /// `N` or `N-M` with `1 <= N <= M <= 65535`.
 pub fn parse_ports(p: &str) -> Result<Ports, Bad> {
     match p.split_once('-') {
-        None => parse_port(p, p).map(Ports::one),
+        // `-1`: a negative number, not a range with a missing start.
+        Some(("", rest)) if !rest.contains('-') => parse_port(p).map(Ports::one),
+        None => parse_port(p).map(Ports::one),
         Some((a, b)) => {
-            let (lo, hi) = (parse_port(a, p)?, parse_port(b, p)?);
+            if a.is_empty() || b.is_empty() {
+                let which = if a.is_empty() { "start" } else { "end" };
+                return Err(bad(format!("port range `{p}` is missing its {which}"), PORT_HINT));
+            }
+            let (lo, hi) = (parse_port(a)?, parse_port(b)?);
             if lo > hi {
                 return Err(bad(format!("port range `{p}` is backwards"), format!("write `{hi}-{lo}`")));
             }
             Ok(Ports { lo, hi })
         }
     }
+}
+
+/// Adds which entry a port problem belongs to.
+fn in_entry(whole: &str) -> impl Fn(Bad) -> Bad + '_ {
+    move |b| Bad { reason: format!("`{whole}`: {}", b.reason), hint: b.hint }
 }
 
 fn net_entry(addr: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad> {

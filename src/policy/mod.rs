@@ -102,6 +102,8 @@ pub struct Policy {
     pub resolve: Vec<(String, IpAddr)>,
     /// Ports the gate relays for hostname entries without a port.
     pub gate_ports: Vec<u16>,
+    /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
+    pub notices: Vec<String>,
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -266,6 +268,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         extra_args,
         resolve,
         gate_ports,
+        notices: Vec::new(),
     })
 }
 
@@ -324,7 +327,7 @@ fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) 
             Err(b) => c.bad(
                 at,
                 format!("bad publish `{v}`: {}", b.reason),
-                "write `PORT` or `HOSTPORT:CONTAINERPORT`, e.g. `8000` or `8080:3000`",
+                "write `PORT` or `HOSTPORT:CONTAINERPORT`, e.g. `8000` or `8080:3000` (ports 1-65535)",
             ),
         }
     }
@@ -348,11 +351,14 @@ fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
     };
     if v == "host" {
         Image::Host
-    } else if v.starts_with('-') || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+    } else if v.is_empty() {
+        c.bad(at, "the image name is empty", "write `host` (the default) or a local image name");
+        Image::Host
+    } else if !valid_image_reference(v) {
         c.bad(
             at,
-            format!("`{v}` is not an image name"),
-            "write `host` or a local image name such as `localhost/dev:latest`",
+            format!("`{v}` is not an image reference"),
+            "write `host`, or a local image as podman names it: `NAME[:TAG]`, e.g. `localhost/dev:latest` (lowercase; no paths)",
         );
         Image::Host
     } else {
@@ -360,7 +366,81 @@ fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
     }
 }
 
+/// The OCI image reference grammar (distribution/reference): `[HOST[:PORT]/]PATH[:TAG][@DIGEST]`,
+/// path components lowercase `[a-z0-9]+` joined by `.`, `_`, `__` or dashes. Refuses paths
+/// (`../../etc`), flags (`-v`), whitespace and empty components.
+pub fn valid_image_reference(v: &str) -> bool {
+    let (rest, digest) = match v.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (v, None),
+    };
+    if let Some(d) = digest {
+        let Some((alg, hex)) = d.split_once(':') else { return false };
+        if alg.is_empty()
+            || !alg.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "+._-".contains(ch))
+            || hex.len() < 32
+            || !hex.chars().all(|ch| ch.is_ascii_hexdigit())
+        {
+            return false;
+        }
+    }
+    // A tag follows the last `:` after the last `/` (a `:` before it is a registry port).
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(t) = tag {
+        let ok = !t.is_empty()
+            && t.len() <= 128
+            && t.chars().next().is_some_and(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            && t.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch));
+        if !ok {
+            return false;
+        }
+    }
+    let mut comps: Vec<&str> = name.split('/').collect();
+    if comps.len() > 1 {
+        let first = comps[0];
+        let is_host = first.contains('.') || first.contains(':') || first == "localhost";
+        if is_host {
+            let (host, port) = match first.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (first, None),
+            };
+            let host_ok = !host.is_empty()
+                && host.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                });
+            if !host_ok || port.is_some_and(|p| p.is_empty() || !p.chars().all(|ch| ch.is_ascii_digit())) {
+                return false;
+            }
+            comps.remove(0);
+        }
+    }
+    let component_ok = |comp: &str| {
+        let b = comp.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && comp.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch))
+            && !comp.contains("..")
+            && !comp.contains("___")
+    };
+    !comps.is_empty() && comps.iter().all(|comp| component_ok(comp))
+}
+
 fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
+    if inputs.command.first().is_some_and(|a| a.is_empty()) {
+        c.bad(
+            Origin::Flag("--"),
+            "the command after `--` is an empty string",
+            "name a program, e.g. `-- npm test`",
+        );
+    }
     if !inputs.command.is_empty() {
         if inputs.shell {
             c.bad(
@@ -377,7 +457,15 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
     match config.one("cmd") {
         None => Command::Shell,
         Some((v, at)) => match shlex::split(v) {
-            Some(argv) if !argv.is_empty() => Command::Argv(argv),
+            Some(argv) if argv.first().is_some_and(|a| !a.is_empty()) => Command::Argv(argv),
+            Some(_) => {
+                c.bad(
+                    at,
+                    "`cmd` names no program",
+                    "write the command, e.g. `cmd = claude`, or delete the line for a shell",
+                );
+                Command::Shell
+            }
             _ => {
                 c.bad(
                     at,

@@ -1,0 +1,60 @@
+//! `ai-sandbox man`: the man page, from the same clap definition as `--help`, plus the sections
+//! a man page is read for (COMMANDS, ENVIRONMENT, FILES, EXIT STATUS). clap_mangen's own
+//! subcommand section points at one page per subcommand, which are not shipped; commands are
+//! described here instead.
+
+use crate::cli::{Cli, ENVIRONMENT, EXAMPLES, EXIT_STATUS, FILES};
+use clap::CommandFactory;
+use std::io::Write;
+
+/// Escapes text for roff (backslashes, leading dots and quotes, hyphens).
+fn roff(text: &str) -> String {
+    let t = text.replace('\\', "\\\\").replace('-', "\\-");
+    if t.starts_with('.') || t.starts_with('\'') { format!("\\&{t}") } else { t }
+}
+
+fn section(w: &mut dyn Write, title: &str, items: &[(String, String)]) -> std::io::Result<()> {
+    writeln!(w, ".SH {title}")?;
+    for (k, v) in items {
+        writeln!(w, ".TP\n\\fB{}\\fR\n{}", roff(k), roff(v))?;
+    }
+    Ok(())
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
+    let cmd = Cli::command();
+    let man = clap_mangen::Man::new(cmd.clone());
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    man.render_options_section(w)?;
+    let commands: Vec<(String, String)> = cmd
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| {
+            let sub: Vec<&str> =
+                c.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name()).collect();
+            let name = if sub.is_empty() {
+                c.get_name().to_string()
+            } else {
+                format!("{} {}", c.get_name(), sub.join(" | "))
+            };
+            (name, c.get_about().map(|a| a.to_string()).unwrap_or_default())
+        })
+        .collect();
+    section(w, "COMMANDS", &commands)?;
+    writeln!(w, ".SH EXAMPLES\n.nf")?;
+    for line in EXAMPLES.lines().skip(1) {
+        writeln!(w, "{}", roff(line.trim_start()))?;
+    }
+    writeln!(w, ".fi")?;
+    section(w, "ENVIRONMENT", &pairs(ENVIRONMENT))?;
+    section(w, "FILES", &pairs(FILES))?;
+    section(w, "EXIT STATUS", &pairs(EXIT_STATUS))?;
+    man.render_version_section(w)
+}

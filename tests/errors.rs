@@ -1,0 +1,227 @@
+//! The errors a newcomer meets, each through the real binary with the message it now gives:
+//! what failed, where, and what to write instead. Nothing starts on any of them (dry runs, so
+//! nothing could start anyway; the exit status and the absence of a plan on stdout say so).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_in(dir: &Path, home: &Path, args: &[&str]) -> Out {
+    let o: Output = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// A project with this config (None: no config at all) and a separate HOME.
+fn project(config: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let dir = tmp.path().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    if let Some(text) = config {
+        std::fs::create_dir_all(dir.join(".ai-sandbox")).unwrap();
+        std::fs::write(dir.join(".ai-sandbox/config"), text).unwrap();
+    }
+    (tmp, dir, home)
+}
+
+/// Runs a dry run; requires a refusal whose stderr contains every `want`.
+fn refused(config: Option<&str>, args: &[&str], want: &[&str]) -> String {
+    let (_t, dir, home) = project(config);
+    let mut all = vec!["--dry-run"];
+    all.extend_from_slice(args);
+    let o = run_in(&dir, &home, &all);
+    assert_ne!(o.code, 0, "{config:?} {args:?} was accepted:\n{}", o.stdout);
+    assert!(o.stdout.is_empty(), "{config:?} {args:?}: something was planned:\n{}", o.stdout);
+    for w in want {
+        assert!(o.stderr.contains(w), "{config:?} {args:?}: expected {w:?} in:\n{}", o.stderr);
+    }
+    o.stderr
+}
+
+#[test]
+fn port_mistakes_say_what_is_wrong_with_the_port() {
+    refused(
+        Some("allow = 100.64.0.1:-1\n"),
+        &[],
+        &[".ai-sandbox/config:1: bad allow entry: `100.64.0.1:-1`: ports cannot be negative (`-1`)"],
+    );
+    refused(None, &["--publish", "80:"], &["--publish: bad publish `80:`: the port is missing"]);
+    let e =
+        refused(None, &["--publish", "0"], &["--publish: bad publish `0`: port 0 is out of range (1-65535)"]);
+    assert_eq!(e.matches("out of range").count(), 1, "said once: {e}");
+    let e = refused(None, &["--publish", "-1"], &["--publish: bad publish `-1`: ports cannot be negative"]);
+    assert!(!e.contains("-- -1"), "no advice to write `-- -1`: {e}");
+    refused(None, &["--allow", "-5"], &["--allow: bad allow entry"]);
+}
+
+#[test]
+fn shapes_from_other_formats_get_the_spelling_that_works() {
+    refused(
+        Some("allow = \"github.com\"\n"),
+        &[],
+        &["config:1: the value of `allow` is in quotes", "`allow = github.com`"],
+    );
+    refused(Some("image = 'host'\n"), &[], &["`image = host`"]);
+    refused(
+        Some("allow = a.com,b.com\n"),
+        &[],
+        &["lists several entries", "`allow = a.com`, `allow = b.com`"],
+    );
+    refused(Some("allow = github.com#comment\n"), &[], &["a comment needs whitespace before `#`"]);
+    refused(
+        Some("[sandbox]\nallow = a.com\n"),
+        &[],
+        &["config:1: `[sandbox]` looks like a TOML/INI section header"],
+    );
+    refused(
+        Some("allow = [\"a.com\", \"b.com\"]\n"),
+        &[],
+        &["TOML-style list", "`allow = a.com`, `allow = b.com`"],
+    );
+    refused(Some("allow: github.com\n"), &[], &["write `allow = github.com` (with `=`, not `:`)"]);
+}
+
+#[test]
+fn a_huge_line_or_value_is_not_echoed_back() {
+    let huge = "a".repeat(2 << 20);
+    let e = refused(
+        Some(&format!("allow = {huge}\n")),
+        &[],
+        &["config:1: the line is 2097160 bytes long (at most 8192)"],
+    );
+    assert!(e.len() < 1000, "{} bytes of error", e.len());
+    // One argv string is capped at 128 KiB by the kernel: 100 KB for the flag.
+    let long = "a".repeat(100_000);
+    let e =
+        refused(None, &["--allow", &format!("{long}!")], &["--allow: bad allow entry", "[100001 bytes]`"]);
+    assert!(e.len() < 1000, "{} bytes of error for a 100 KB flag", e.len());
+}
+
+#[test]
+fn a_command_without_double_dash_gets_the_hint() {
+    let (_t, dir, home) = project(None);
+    let o = run_in(&dir, &home, &["npm", "test"]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("hint: to run a command in the sandbox, put it after `--`: ai-sandbox -- npm test"),
+        "{}",
+        o.stderr
+    );
+    // Positive control: with `--`, it plans.
+    let o = run_in(&dir, &home, &["--dry-run", "--", "npm", "test"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+#[test]
+fn images_and_commands_are_checked_before_podman_sees_them() {
+    refused(Some("image = ../../etc\n"), &[], &["config:1: `../../etc` is not an image reference"]);
+    refused(None, &["--image", ""], &["--image: the image name is empty"]);
+    refused(Some("image = -v\n"), &[], &["not an image reference"]);
+    refused(Some("image = Ubuntu\n"), &[], &["lowercase"]);
+    refused(Some("cmd = \"\"\n"), &[], &["config:1: `cmd` names no program"]);
+    refused(None, &["--", ""], &["the command after `--` is an empty string"]);
+    // Positive controls: real references plan.
+    for ok in [
+        "localhost/dev:latest",
+        "docker.io/library/alpine:3.20",
+        "registry:5000/team/img@sha256:0123456789abcdef0123456789abcdef",
+        "alpine",
+    ] {
+        let (_t, dir, home) = project(Some(&format!("image = {ok}\n")));
+        let o = run_in(&dir, &home, &["--dry-run"]);
+        assert_eq!(o.code, 0, "{ok}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn missing_empty_and_dangling_configs_are_said() {
+    let (_t, dir, home) = project(None);
+    let o = run_in(&dir, &home, &["--dry-run"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("# note: there is no .ai-sandbox/config: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"), "{}", o.stdout);
+    assert_eq!(o.stdout.matches("nothing is allowed").count(), 1, "said once");
+    let (_t, dir, home) = project(Some("# only comments\n"));
+    let o = run_in(&dir, &home, &["--dry-run"]);
+    assert!(o.stdout.contains("# note: nothing is set in .ai-sandbox/config"), "{}", o.stdout);
+    // Positive control: a config with an entry has no such note.
+    let (_t, dir, home) = project(Some("allow = github.com\n"));
+    let o = run_in(&dir, &home, &["--dry-run"]);
+    assert!(!o.stdout.contains("nothing is allowed") && o.stdout.contains("#   github.com"), "{}", o.stdout);
+    // A dangling symlink is not "no config".
+    let (_t, dir, home) = project(None);
+    std::fs::create_dir_all(dir.join(".ai-sandbox")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/config", dir.join(".ai-sandbox/config")).unwrap();
+    let o = run_in(&dir, &home, &["--dry-run"]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("is a symbolic link to /nonexistent/config, which does not exist"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn init_refuses_root_and_home_and_a_home_config_is_named_as_the_cause() {
+    let (_t, dir, home) = project(None);
+    let o = run_in(&dir, &home, &["init", "--project", "/"]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("the project directory is `/`") && o.stderr.contains("nothing was written"),
+        "{}",
+        o.stderr
+    );
+    assert!(!Path::new("/.ai-sandbox").exists());
+    let o = run_in(&home, &home, &["init"]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(o.stderr.contains("your home directory") && !home.join(".ai-sandbox").exists(), "{}", o.stderr);
+    // A ~/.ai-sandbox made some other way: a repo under HOME names it as the cause.
+    std::fs::create_dir_all(home.join(".ai-sandbox")).unwrap();
+    std::fs::write(home.join(".ai-sandbox/config"), "allow = github.com\n").unwrap();
+    let sub = home.join("code/app");
+    std::fs::create_dir_all(&sub).unwrap();
+    let o = run_in(&sub, &home, &["--dry-run"]);
+    assert_eq!(o.code, 125);
+    let named =
+        format!("{} exists, so your home directory is the project", home.join(".ai-sandbox").display());
+    assert!(o.stderr.contains(&named), "{}", o.stderr);
+    // Positive control: init in a project writes the config.
+    let o = run_in(&dir, &home, &["init", "--preset", "npm"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(dir.join(".ai-sandbox/config").exists());
+}
+
+#[test]
+fn rules_takes_only_the_flags_that_shape_the_ruleset() {
+    let (_t, dir, home) = project(Some("allow = 100.64.0.1:5432\n"));
+    for bad in [
+        &["rules", "--image", "x"][..],
+        &["rules", "--dry-run"],
+        &["rules", "-e", "A=1"],
+        &["rules", "--shell"],
+    ] {
+        let o = run_in(&dir, &home, bad);
+        assert_ne!(o.code, 0, "{bad:?} accepted");
+        assert!(o.stderr.contains("unexpected argument"), "{bad:?}: {}", o.stderr);
+    }
+    let o = run_in(&dir, &home, &["rules", "--allow", "100.64.0.1:6379"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("100.64.0.1 . 6379") && o.stdout.contains("100.64.0.1 . 5432"), "{}", o.stdout);
+}
