@@ -2,7 +2,7 @@
 //! Talks to the machine only through `Host`.
 
 use crate::cli::{PolicyArgs, RunArgs};
-use crate::error::{Diagnostic, Origin, Rejected};
+use crate::error::{Diagnostic, Origin, Rejected, hinted};
 use crate::host::Host;
 use crate::plan::{self, Facts, Plan};
 use crate::policy::{self, Inputs, Policy};
@@ -11,10 +11,10 @@ use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
 /// Placeholder shown by `--dry-run` where a launch puts the per-session gate token.
-pub const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
+const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
 
 /// Resolves the project and builds the policy, reporting every problem at once.
-pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
+fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
     let cwd = host.cwd()?;
     let project = match &args.policy.project {
         Some(p) if p.is_absolute() => p.clone(),
@@ -23,15 +23,18 @@ pub fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
     if args.policy.project.is_none() && project == home && host.exists(&home.join(project::CONFIG_DIR)) {
-        bail!(
-            "{} exists, so your home directory is the project of every directory under it that has no \
-             .ai-sandbox/ of its own; it is refused as a project (your keys and dotfiles would be mounted read-write)\n  \
-             hint: move that config into a project directory (or remove {}), or pass --project DIR",
-            home.join(project::CONFIG_DIR).display(),
-            home.join(project::CONFIG_DIR).display()
-        );
+        let found = home.join(project::CONFIG_DIR);
+        return Err(hinted(
+            format!(
+                "{} exists, so your home directory is the project of every directory under it that has no \
+                 .ai-sandbox/ of its own; it is refused as a project (your keys and dotfiles would be mounted read-write)",
+                found.display()
+            ),
+            format!("move that config into a project directory (or remove {}), or pass --project DIR", found.display()),
+        )
+        .into());
     }
-    project::check(&project, &home).map_err(anyhow::Error::msg)?;
+    project::check(&project, &home)?;
     let cfg_path = project.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
     let display = match cfg_path.strip_prefix(&cwd) {
         Ok(rel) => rel.display().to_string(),
@@ -90,7 +93,7 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 /// Observes what the plan needs from this machine. `launching` picks a real token.
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let session_id = host.random_hex(6).context("reading /dev/urandom")?;
+    let session_id = host.random_hex(6)?;
     let runtime = crate::gate::control::runtime_dir_for(
         host.env("AISB_RUNTIME_DIR").as_deref(),
         host.env("XDG_RUNTIME_DIR").as_deref(),
@@ -124,9 +127,11 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let policy = load_policy(host, args)?;
     if !args.dry_run && host.uid() == 0 {
-        bail!(
-            "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)\n  hint: run it as a regular user; from a root shell: scripts/as-user ai-sandbox ..."
-        );
+        return Err(hinted(
+            "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)",
+            "run it as a regular user; from a root shell: scripts/as-user ai-sandbox ...",
+        )
+        .into());
     }
     let mut facts = gather_facts(host, &policy, !args.dry_run)?;
     if policy.gate && !args.dry_run {
@@ -181,15 +186,16 @@ pub fn init(
         None => cwd,
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
-    project::check(&dir, &home).map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+    project::check(&dir, &home).map_err(|e| hinted(format!("{}; nothing was written", e.message), e.hint))?;
     let path = dir.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
     if !force && host.read_file(&path)?.is_some() {
-        bail!(
-            "{} already exists; nothing was written\n  hint: edit it, or pass --force to replace it",
-            path.display()
-        );
+        return Err(hinted(
+            format!("{} already exists; nothing was written", path.display()),
+            "edit it, or pass --force to replace it",
+        )
+        .into());
     }
-    let text = crate::init::render(presets).map_err(anyhow::Error::msg)?;
+    let text = crate::init::render(presets)?;
     host.write_file(&path, &text)?;
     host.print(&format!("wrote {}\n", path.display()));
     Ok(0)

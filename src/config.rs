@@ -22,7 +22,7 @@ pub const KEYS: &[(&str, bool)] = &[
 ];
 
 /// Longer lines are refused without being echoed (no config line needs this much).
-pub const MAX_LINE: usize = 8192;
+const MAX_LINE: usize = 8192;
 
 /// Keys whose values are shell-split, where quotes mean something.
 const SHELL_KEYS: &[&str] = &["cmd", "extra_args"];
@@ -157,7 +157,7 @@ fn unknown_key(at: Origin, key: &str) -> Diagnostic {
 }
 
 /// Levenshtein distance, for "did you mean" hints.
-pub fn edit_distance(a: &str, b: &str) -> usize {
+fn edit_distance(a: &str, b: &str) -> usize {
     strsim::levenshtein(a, b)
 }
 

@@ -55,7 +55,7 @@ const SHOWN: usize = 80;
 
 /// Shortens every backtick-quoted span longer than SHOWN to its start, `…`, its end and its
 /// length, leaving the words around it intact.
-pub fn elide_quoted(text: &str) -> String {
+fn elide_quoted(text: &str) -> String {
     let mut out = String::new();
     for (i, part) in text.split('`').enumerate() {
         if i > 0 {
@@ -73,8 +73,22 @@ pub fn elide_quoted(text: &str) -> String {
     out
 }
 
+/// An error that says what to do about it. `main` prints it as `ai-sandbox: MESSAGE` and the
+/// hint on its own line, like a diagnostic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}\n  hint: {hint}")]
+pub struct Hinted {
+    pub message: String,
+    pub hint: String,
+}
+
+/// A `Hinted` error.
+pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
+    Hinted { message: message.into(), hint: hint.into() }
+}
+
 /// All the diagnostics of one run, rendered against the config file's display path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct Rejected {
     pub config_path: String,
     pub diagnostics: Vec<Diagnostic>,
@@ -89,5 +103,3 @@ impl fmt::Display for Rejected {
         write!(f, "{n} problem{} found; nothing was started", if n == 1 { "" } else { "s" })
     }
 }
-
-impl std::error::Error for Rejected {}

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Reads the OCI state JSON from stdin and returns the container's pid.
-pub fn state_pid(state: &str) -> anyhow::Result<u32> {
+fn state_pid(state: &str) -> anyhow::Result<u32> {
     let v: serde_json::Value = serde_json::from_str(state).context("the OCI state on stdin is not JSON")?;
     let pid = v.get("pid").and_then(|p| p.as_u64()).context("the OCI state has no `pid`")?;
     u32::try_from(pid).ok().filter(|p| *p > 0).context("the OCI state has an invalid `pid`")

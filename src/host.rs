@@ -4,6 +4,7 @@
 //! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
+use crate::error::hinted;
 use crate::plan::{Facts, Plan};
 use crate::policy::Policy;
 use std::io::IsTerminal;
@@ -53,15 +54,19 @@ impl Host for RealHost {
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         match std::fs::read(path) {
             Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
-                anyhow::anyhow!("{}: not valid UTF-8\n  hint: save the file as UTF-8", path.display())
+                hinted(format!("{}: not valid UTF-8", path.display()), "save the file as UTF-8")
             })?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::read_link(path) {
                 // A dangling symbolic link is not "no file": say where it points.
-                Ok(target) => Err(anyhow::anyhow!(
-                    "{} is a symbolic link to {}, which does not exist\n  hint: fix or remove the link",
-                    path.display(),
-                    target.display()
-                )),
+                Ok(target) => Err(hinted(
+                    format!(
+                        "{} is a symbolic link to {}, which does not exist",
+                        path.display(),
+                        target.display()
+                    ),
+                    "fix or remove the link",
+                )
+                .into()),
                 Err(_) => Ok(None),
             },
             Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
@@ -89,9 +94,8 @@ impl Host for RealHost {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
     }
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
-        use std::io::Read;
         let mut buf = vec![0u8; n];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+        getrandom::fill(&mut buf).map_err(|e| anyhow::anyhow!("the system's random source failed: {e}"))?;
         Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
     }
     fn print(&mut self, text: &str) {

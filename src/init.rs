@@ -1,8 +1,10 @@
 //! `ai-sandbox init [--preset NAME]...`: writes a starting `.ai-sandbox/config` from presets.
 //! Rendering is pure (snapshot-tested); the command refuses to overwrite without `--force`.
 
+use crate::error::{Hinted, hinted};
+
 /// (name, what it is for, config lines)
-pub const PRESETS: &[(&str, &str, &[&str])] = &[
+const PRESETS: &[(&str, &str, &[&str])] = &[
     (
         "claude",
         "Claude Code",
@@ -31,7 +33,7 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// The config text for these presets (in the order given, duplicates merged).
-pub fn render(presets: &[String]) -> Result<String, String> {
+pub fn render(presets: &[String]) -> Result<String, Hinted> {
     let mut out = String::from(
         "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
          # Written by `ai-sandbox init`; see config.example in the ai-sandbox repository for every key.\n\
@@ -41,14 +43,18 @@ pub fn render(presets: &[String]) -> Result<String, String> {
     let mut cmd: Option<(&str, &str)> = None;
     for name in presets {
         let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| n == name) else {
-            return Err(format!("unknown preset `{name}`\n  hint: presets are {}", names().join(", ")));
+            return Err(hinted(
+                format!("unknown preset `{name}`"),
+                format!("presets are {}", names().join(", ")),
+            ));
         };
         out += &format!("\n# {n}: {what}\n");
         for l in lines.iter() {
             if let Some(c) = l.strip_prefix("cmd = ") {
                 if let Some((other, prev)) = cmd {
-                    return Err(format!(
-                        "presets `{other}` and `{n}` both set the command (`{prev}`, `{c}`)\n  hint: keep one agent preset"
+                    return Err(hinted(
+                        format!("presets `{other}` and `{n}` both set the command (`{prev}`, `{c}`)"),
+                        "keep one agent preset",
                     ));
                 }
                 cmd = Some((n, c));
@@ -96,9 +102,9 @@ mod tests {
 
     #[test]
     fn two_agents_and_unknown_presets_are_refused() {
-        let err = render(&["claude".into(), "codex".into()]).unwrap_err();
+        let err = render(&["claude".into(), "codex".into()]).unwrap_err().to_string();
         assert!(err.contains("both set the command"), "{err}");
-        let err = render(&["nmp".into()]).unwrap_err();
+        let err = render(&["nmp".into()]).unwrap_err().to_string();
         assert!(err.contains("unknown preset `nmp`") && err.contains("npm"), "{err}");
     }
 

@@ -158,7 +158,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
 /// The signals forwarded to podman. Blocked in the launcher before it starts any thread
 /// (threads inherit the mask), so none of them can take the default action and kill the
 /// launcher instead of reaching the container.
-pub fn forwarded_signals() -> SigSet {
+fn forwarded_signals() -> SigSet {
     let mut set = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT] {
         set.add(s);
@@ -228,8 +228,9 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
             Ok(())
         });
     }
-    let mut child =
-        cmd.spawn().with_context(|| format!("starting {}\n  hint: run `ai-sandbox doctor`", plan.argv[0]))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
+    })?;
     // If this write fails the keeper is gone; the sandbox still stops with this launcher
     // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
     let _ = writeln!(keeper, "podman {}", child.id());

@@ -18,7 +18,7 @@ pub struct Check {
     pub fix: &'static str,
 }
 
-pub const CHECKS: &[Check] = &[
+const CHECKS: &[Check] = &[
     Check {
         port: 6379,
         service: "redis",

@@ -10,7 +10,7 @@ use crate::session::{self, Facts};
 
 /// Variables pointing clients at the gate, set in both cases because clients disagree
 /// (curl reads only lowercase `http_proxy`; others only uppercase).
-pub fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
@@ -31,7 +31,7 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
     p.gate.then(|| proxy_env(p, f).iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
 
-pub fn network_arg(p: &Policy) -> String {
+fn network_arg(p: &Policy) -> String {
     match p.net {
         NetMode::Allow => format!("pasta:--map-host-loopback,{}", p.gate_addr),
         NetMode::None => "none".into(),

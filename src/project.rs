@@ -2,6 +2,7 @@
 //! `.ai-sandbox/`, else the nearest holding `.git`, else the working directory itself.
 //! Pure over an `exists` predicate so the walk is tested without a filesystem.
 
+use crate::error::{Hinted, hinted};
 use std::path::{Path, PathBuf};
 
 pub const CONFIG_DIR: &str = ".ai-sandbox";
@@ -17,14 +18,21 @@ pub fn find(cwd: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
 }
 
 /// Refuses project directories whose read-write mount would expose far more than a project.
-pub fn check(project: &Path, home: &Path) -> Result<(), String> {
+pub fn check(project: &Path, home: &Path) -> Result<(), Hinted> {
+    let hint = "cd into a project, or pass --project DIR";
     if project == Path::new("/") {
-        return Err("the project directory is `/`: the whole filesystem would be mounted read-write\n  hint: cd into a project, or pass --project DIR".into());
+        return Err(hinted(
+            "the project directory is `/`: the whole filesystem would be mounted read-write",
+            hint,
+        ));
     }
     if project == home {
-        return Err(format!(
-            "the project directory is your home directory ({}): your keys and dotfiles would be mounted read-write\n  hint: cd into a project, or pass --project DIR",
-            home.display()
+        return Err(hinted(
+            format!(
+                "the project directory is your home directory ({}): your keys and dotfiles would be mounted read-write",
+                home.display()
+            ),
+            hint,
         ));
     }
     Ok(())

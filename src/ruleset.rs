@@ -24,8 +24,8 @@ use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
 pub const TABLE: &str = "ai_sandbox";
-pub const SET_V4: &str = "allow_v4";
-pub const SET_V6: &str = "allow_v6";
+const SET_V4: &str = "allow_v4";
+const SET_V6: &str = "allow_v6";
 
 /// One rule: its nft text and its JSON statements.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,7 +214,7 @@ fn element(b: &Box2) -> Expression<'static> {
 
 impl Ruleset {
     /// The JSON document the hook loads with `nft -j -f`.
-    pub fn to_json(&self) -> Nftables<'static> {
+    fn to_json(&self) -> Nftables<'static> {
         let fam = NfFamily::INet;
         let mut objs = vec![NfListObject::Table(Table { family: fam, name: TABLE.into(), handle: None })];
         for set in &self.sets {

@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 
 /// The proxy variables' env file (holds the session token: mode 0600, never on argv).
-pub const ENV_FILE: &str = "proxy.env";
+const ENV_FILE: &str = "proxy.env";
 /// The OCI hook's JSON, in the hooks dir podman reads.
-pub const HOOK_FILE: &str = "ai-sandbox.json";
+const HOOK_FILE: &str = "ai-sandbox.json";
 /// The ruleset the hook loads.
-pub const RULESET_FILE: &str = "ruleset.json";
+const RULESET_FILE: &str = "ruleset.json";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.

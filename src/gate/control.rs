@@ -97,10 +97,11 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     let meta = std::fs::symlink_metadata(dir).with_context(|| format!("checking {}", dir.display()))?;
     let me = nix::unistd::getuid().as_raw();
     if !meta.is_dir() || meta.uid() != me {
-        bail!(
-            "{} is not a directory owned by you (uid {me}); refusing to use it\n  hint: remove it, or set XDG_RUNTIME_DIR to a private directory",
-            dir.display()
-        );
+        return Err(crate::error::hinted(
+            format!("{} is not a directory owned by you (uid {me}); refusing to use it", dir.display()),
+            "remove it, or set XDG_RUNTIME_DIR to a private directory",
+        )
+        .into());
     }
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))

@@ -205,9 +205,8 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
     ))
 }
 
-fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
-    let m = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-    u32::from(ip) & m == u32::from(Ipv4Addr::from(net)) & m
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u8) -> bool {
+    ipnet::Ipv4Net::new(Ipv4Addr::from(net), len).is_ok_and(|n| n.contains(&ip))
 }
 
 /// Address classes the gate never dials, whatever the allowlist says. `Ok(true)` for a

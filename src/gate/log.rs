@@ -49,7 +49,7 @@ pub struct Event {
 }
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).
-pub fn rfc3339(secs: u64) -> String {
+fn rfc3339(secs: u64) -> String {
     let days = (secs / 86400) as i64;
     let rem = secs % 86400;
     let z = days + 719468;

@@ -9,7 +9,7 @@
 use base64::Engine;
 
 pub const MAX_HEAD: usize = 16 * 1024;
-pub const MAX_HEADERS: usize = 64;
+const MAX_HEADERS: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -53,7 +53,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Splits `host:port` (or `[v6]:port`); `default` applies when the port is absent.
-pub fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16), HeadError> {
+fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16), HeadError> {
     if auth.is_empty() || auth.contains('@') {
         return Err(HeadError::Bad("bad authority (empty, or contains userinfo)"));
     }

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Concurrent connections per session; past it, 503.
 pub const SESSION_CAP: usize = 2048;
-pub const TLS_PORTS: [u16; 2] = [443, 8443];
+const TLS_PORTS: [u16; 2] = [443, 8443];
 /// How long a starting gate waits for an exiting one to release the per-user lock.
 const HANDOVER_WAIT: Duration = Duration::from_secs(10);
 

@@ -1,6 +1,6 @@
 //! Zero-copy relaying with splice(2): socket → pipe → socket, so tunnel bytes never enter
 //! user space. Readiness comes from tokio (`readable`/`writable` + `try_io`, which clears
-//! readiness on EAGAIN), so thousands of tunnels share two worker threads.
+//! readiness on EAGAIN), so thousands of tunnels share the gate's one runtime thread.
 //!
 //! Each direction drains its pipe completely before reading more, so an EAGAIN on the way in
 //! always means "source not readable" and on the way out "destination not writable". A pipe
@@ -8,8 +8,9 @@
 //! when the source would block), so thousands of idle tunnels hold two sockets each, not six
 //! fds and two pipe buffers; if no pipe can be had (fd limit), the burst is copied instead.
 
+use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,32 +26,15 @@ struct Pipe {
 }
 
 fn pipe() -> io::Result<Pipe> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded; both fds are fresh and owned here.
-    let p = unsafe { Pipe { r: OwnedFd::from_raw_fd(fds[0]), w: OwnedFd::from_raw_fd(fds[1]) } };
+    let (r, w) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
     // A larger pipe means fewer round trips; the default (64 KiB) still works if refused.
-    // SAFETY: fcntl on an fd we own.
-    unsafe { libc::fcntl(p.w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
-    Ok(p)
+    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
+    Ok(Pipe { r, w })
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    // SAFETY: plain fds, null offsets (sockets and pipes have none).
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+fn splice(from: impl AsFd, to: impl AsFd, len: usize) -> io::Result<usize> {
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    Ok(nix::fcntl::splice(from, None, to, None, len, flags)?)
 }
 
 /// Writes all of `buf` to `dst` (userspace fallback path).
@@ -70,7 +54,7 @@ async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
 async fn burst(src: &TcpStream, dst: &TcpStream, p: &Pipe, activity: &Activity) -> io::Result<Option<u64>> {
     let mut moved = 0u64;
     loop {
-        let n = match src.try_io(Interest::READABLE, || splice(src.as_raw_fd(), p.w.as_raw_fd(), CHUNK)) {
+        let n = match src.try_io(Interest::READABLE, || splice(src, &p.w, CHUNK)) {
             Ok(0) => return if moved == 0 { Ok(None) } else { Ok(Some(moved)) },
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(moved)),
@@ -79,7 +63,7 @@ async fn burst(src: &TcpStream, dst: &TcpStream, p: &Pipe, activity: &Activity) 
         let mut pending = n;
         while pending > 0 {
             dst.writable().await?;
-            match dst.try_io(Interest::WRITABLE, || splice(p.r.as_raw_fd(), dst.as_raw_fd(), pending)) {
+            match dst.try_io(Interest::WRITABLE, || splice(&p.r, dst, pending)) {
                 Ok(m) => pending -= m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -122,19 +106,18 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> io::R
             }
         }
     }
-    // SAFETY: shutdown(2) on a socket fd we borrow; the stream stays owned by the caller.
-    unsafe { libc::shutdown(dst.as_raw_fd(), libc::SHUT_WR) };
+    let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
     Ok(total)
 }
 
 /// Last time any byte moved, for the idle watchdog.
-pub struct Activity {
+struct Activity {
     epoch: Instant,
     last_ms: AtomicU64,
 }
 
 impl Activity {
-    pub fn new() -> Arc<Activity> {
+    fn new() -> Arc<Activity> {
         Arc::new(Activity { epoch: Instant::now(), last_ms: AtomicU64::new(0) })
     }
     fn touch(&self) {

@@ -236,7 +236,7 @@ fn tokens_are_compared_in_constant_time_and_exactly() {
 }
 
 /// A minimal TLS 1.2-style ClientHello with optional SNI entries.
-pub fn client_hello(snis: &[&str]) -> Vec<u8> {
+fn client_hello(snis: &[&str]) -> Vec<u8> {
     let mut body = vec![3, 3];
     body.extend([7u8; 32]);
     body.push(0); // session id

@@ -7,7 +7,7 @@
 //! or dotless IPv4, numeric "TLDs", userinfo, URLs, paths) is refused with a hint.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
 /// An inclusive port range; a single port has `lo == hi`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -46,28 +46,22 @@ impl IpNet {
     pub fn host(addr: IpAddr) -> IpNet {
         IpNet { addr, len: Self::max_len(&addr) }
     }
-    /// The network of `addr/len` (host bits cleared).
+    /// The network of `addr/len` (host bits cleared). `len` beyond the family's maximum is
+    /// clamped to it.
     pub fn masked(addr: IpAddr, len: u8) -> IpNet {
-        let addr = match addr {
-            IpAddr::V4(a) => {
-                let m = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
-            }
-            IpAddr::V6(a) => {
-                let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
-            }
-        };
-        IpNet { addr, len }
+        let len = len.min(Self::max_len(&addr));
+        let net = ipnet::IpNet::new(addr, len).expect("prefix length within the family's range").trunc();
+        IpNet { addr: net.addr(), len }
     }
     pub fn is_v4(&self) -> bool {
         self.addr.is_ipv4()
     }
+    fn as_ipnet(&self) -> ipnet::IpNet {
+        ipnet::IpNet::new(self.addr, self.len).expect("a valid prefix length")
+    }
     /// True when `other` lies entirely inside `self` (same family).
     pub fn contains_net(&self, other: &IpNet) -> bool {
-        self.is_v4() == other.is_v4()
-            && self.len <= other.len
-            && IpNet::masked(other.addr, self.len).addr == self.addr
+        self.as_ipnet().contains(&other.as_ipnet())
     }
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.contains_net(&IpNet::host(ip))
@@ -131,75 +125,12 @@ fn bad(reason: impl Into<String>, hint: impl Into<String>) -> Bad {
     Bad { reason: reason.into(), hint: hint.into() }
 }
 
-/// Second-level public suffixes under which `*.x.y` would cover unrelated owners. Single-label
-/// suffixes (`*.com`) are refused by rule; this list catches the common two-label ones.
-const PUBLIC_SUFFIXES: &[&str] = &[
-    "co.uk",
-    "org.uk",
-    "ac.uk",
-    "gov.uk",
-    "me.uk",
-    "ltd.uk",
-    "plc.uk",
-    "com.au",
-    "net.au",
-    "org.au",
-    "edu.au",
-    "gov.au",
-    "co.nz",
-    "org.nz",
-    "co.jp",
-    "ne.jp",
-    "or.jp",
-    "ac.jp",
-    "com.br",
-    "net.br",
-    "org.br",
-    "com.cn",
-    "net.cn",
-    "org.cn",
-    "co.in",
-    "net.in",
-    "org.in",
-    "co.za",
-    "org.za",
-    "com.mx",
-    "com.ar",
-    "com.tr",
-    "com.tw",
-    "com.hk",
-    "com.sg",
-    "co.kr",
-    "or.kr",
-    "co.il",
-    "com.ua",
-    "com.pl",
-    "github.io",
-    "gitlab.io",
-    "herokuapp.com",
-    "vercel.app",
-    "netlify.app",
-    "pages.dev",
-    "workers.dev",
-    "appspot.com",
-    "blogspot.com",
-    "cloudfront.net",
-    "amazonaws.com",
-    "azurewebsites.net",
-    "web.app",
-    "firebaseapp.com",
-    "s3.amazonaws.com",
-    "fly.dev",
-    "onrender.com",
-    "repl.co",
-    "glitch.me",
-    "ngrok.io",
-    "ngrok-free.app",
-    "trycloudflare.com",
-    "duckdns.org",
-    "no-ip.org",
-    "dyndns.org",
-];
+/// Whether `name` is itself a public suffix (`com`, `co.uk`, `github.io`): a wildcard under it
+/// would cover hosts of unrelated owners. From the Public Suffix List (ICANN and private
+/// sections) as compiled into the `psl` crate, which tracks the list's releases.
+fn is_public_suffix(name: &str) -> bool {
+    psl::suffix_str(name) == Some(name)
+}
 
 /// Mistakes of form rather than content, each with the spelling that works: quotes, several
 /// entries on one line, a `#` comment without a space before it, a TOML array.
@@ -504,9 +435,11 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
             "to reach a service on the host's 127.0.0.1:PORT, allow `100.64.0.1:PORT` (gate_addr)",
         ));
     }
-    if wild && (labels.len() < 2 || PUBLIC_SUFFIXES.contains(&name)) {
+    if wild && (labels.len() < 2 || is_public_suffix(name)) {
         return Err(bad(
-            format!("`{whole}` covers a public suffix: hosts of unrelated owners"),
+            format!(
+                "`{whole}` covers a public suffix (`{name}` is on the Public Suffix List): hosts of unrelated owners"
+            ),
             format!("allow the names you need under it, e.g. `*.myproject.{name}`"),
         ));
     }

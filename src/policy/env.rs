@@ -12,8 +12,8 @@ use crate::error::{Diagnostic, Origin};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Proxy variables ai-sandbox owns when the gate is in use (compared case-insensitively).
-pub const PROXY_VARS: [&str; 3] = ["http_proxy", "https_proxy", "all_proxy"];
-pub const NO_PROXY_DEFAULTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+const PROXY_VARS: [&str; 3] = ["http_proxy", "https_proxy", "all_proxy"];
+const NO_PROXY_DEFAULTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Podman options that would undo the sandbox (network, capabilities, hooks, user namespace,
 /// OCI runtime, publishing outside the input-chain rules). Refused in `allow`/`none` modes.

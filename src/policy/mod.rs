@@ -17,7 +17,7 @@ use std::path::PathBuf;
 pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
 pub const DEFAULT_GATE_PORT: u16 = 18081;
 /// Ports the gate relays for hostname entries without an explicit port.
-pub const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
+const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
 /// Where pasta forwards DNS inside the namespace (podman passes `--dns-forward 169.254.1.1`).
 pub const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
@@ -369,7 +369,7 @@ fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
 /// The OCI image reference grammar (distribution/reference): `[HOST[:PORT]/]PATH[:TAG][@DIGEST]`,
 /// path components lowercase `[a-z0-9]+` joined by `.`, `_`, `__` or dashes. Refuses paths
 /// (`../../etc`), flags (`-v`), whitespace and empty components.
-pub fn valid_image_reference(v: &str) -> bool {
+fn valid_image_reference(v: &str) -> bool {
     let (rest, digest) = match v.split_once('@') {
         Some((r, d)) => (r, Some(d)),
         None => (v, None),
