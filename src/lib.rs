@@ -3,7 +3,17 @@
 //! namespace, applied from outside before the first process runs.
 //!
 //! Data flows one way: config text + CLI + env → `policy::Policy` → `plan::Plan` → launch.
-//! Everything up to the Plan is pure; `host` is the one module with side effects.
+//!
+//! Where side effects live, precisely (docs/architecture.md has the module graph):
+//! - pure: `config`, `policy`, `ruleset`, `podman`, `plan`, `session`, `project`, `init`,
+//!   `manpage`, `error`, `cli`, and the gate's `request`, `decide`, `tls`;
+//! - `app` orchestrates the pipeline and touches the machine only through `host::Host`
+//!   (a trait, with a recording `FakeHost` that proves `--dry-run` asks for no effect);
+//! - `launch` executes a Plan for `RealHost` (session files, the keeper, podman, signals);
+//! - processes of their own: `keeper` (removes a sandbox whose launcher died), `hook` (inside
+//!   podman's user namespace, loads the ruleset), the gate (`gate::server`, `state`, `control`,
+//!   `splice`, `log`);
+//! - `doctor` and `loopback`'s probe read the machine (through `Host` for the probe).
 
 pub mod app;
 pub mod cli;

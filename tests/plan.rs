@@ -7,7 +7,7 @@ use ai_sandbox::host::FakeHost;
 use clap::Parser;
 use std::path::PathBuf;
 
-/// The seed-style config from DESIGN.md, every example line.
+/// The project's founding example config, every kind of line.
 const DESIGN_CONFIG: &str = "\
 # comment
 allow = github.com            # hostname: enforced by the gate (ports 80, 443, 8443)

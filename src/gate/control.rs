@@ -11,6 +11,7 @@
 //! refusal. Fail closed, with no window.
 
 use super::decide::SessionPolicy;
+pub use super::state::SessionStatus;
 use super::state::{Session, State};
 use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -37,17 +38,6 @@ pub enum Request {
     Stop,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SessionStatus {
-    pub session: String,
-    pub project: String,
-    pub started: String,
-    pub allowed: u64,
-    pub denied: u64,
-    pub active: u64,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Reply {

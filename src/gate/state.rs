@@ -2,9 +2,9 @@
 //! log, and the `closing` flag that lets an idle gate exit without losing a registration that
 //! arrives at the same moment (the late launcher is told to retry and starts the next gate).
 
-use super::control::SessionStatus;
 use super::decide::{self, SessionPolicy};
 use super::log::{self, Event, Log};
+use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -38,6 +38,19 @@ impl Session {
             down: AtomicU64::new(0),
         }
     }
+}
+
+/// One session as `gate status` shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub session: String,
+    pub project: String,
+    pub started: String,
+    pub allowed: u64,
+    pub denied: u64,
+    pub active: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
 }
 
 struct Registry {

@@ -1,4 +1,4 @@
-//! The gate's pure stages over the threat classes of DESIGN.md: smuggling shapes and header
+//! The gate's pure stages over the threat classes of docs/threat-model.md: smuggling shapes and header
 //! abuse, name tricks, IP spellings, ports, SSRF ranges, tokens, and SNI.
 
 use super::decide::{self, SessionPolicy, Target};
