@@ -57,7 +57,8 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {
-            if cfg.entries.is_empty() {
+            // Said when it matters: the allowlist applies and nothing at all was allowed.
+            if cfg.entries.is_empty() && p.net == policy::NetMode::Allow && args.policy.allow.is_empty() {
                 let what = if file.is_none() { "there is no" } else { "nothing is set in" };
                 p.notices.push(format!(
                     "{what} {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"

@@ -38,7 +38,6 @@ pub enum Request {
     Stop,
 }
 
-
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Reply {
     pub ok: bool,

@@ -1,6 +1,8 @@
 //! docs/networking.md is executable: every `console` block runs verbatim, as the test user, in
-//! a fresh project, and each command's output must contain the lines the doc shows under it
-//! (`[exit N]` asserts the exit code; otherwise it must be 0). The doc and the tool cannot drift.
+//! a fresh project, and each line the doc shows under a command must be a whole line of that
+//! command's output, where `…` stands for any text (a path, a time, an id); `[exit N]` asserts
+//! the exit code, otherwise it must be 0. The doc and the tool cannot drift, and the doc
+//! cannot show a fragment of a line as if it were the output.
 
 use crate::harness::*;
 
@@ -32,6 +34,37 @@ fn console_blocks(md: &str) -> Vec<Vec<Cmd>> {
     }
     assert!(cur.is_none(), "unterminated console block");
     blocks
+}
+
+/// `expected` with `…` as "any text" matches the whole of `line` (indentation aside).
+fn whole_line_matches(expected: &str, line: &str) -> bool {
+    let parts: Vec<&str> = expected.trim().split('…').collect();
+    let line = line.trim();
+    if parts.len() == 1 {
+        return line == parts[0];
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !line.starts_with(first) || !line.ends_with(last) || line.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &line[first.len()..line.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn the_whole_line_matcher_is_strict() {
+    assert!(whole_line_matches("a … c", "a b c"));
+    assert!(whole_line_matches("exact", "exact"));
+    assert!(!whole_line_matches("exact", "exact and more"), "a fragment is not the line");
+    assert!(!whole_line_matches("deny  403", "…Z deny  403 session=x"));
+    assert!(whole_line_matches("…Z deny  403 session=… GET x", "2026Z deny  403 session=ab GET x"));
+    assert!(!whole_line_matches("a…b…c", "a c b"));
 }
 
 #[test]
@@ -66,8 +99,8 @@ fn every_command_in_the_networking_guide_does_what_the_guide_says() {
             assert_eq!(rc, c.exit, "`{}` exited {rc}, the guide says {}:\n{text}", c.line, c.exit);
             for e in &c.expect {
                 assert!(
-                    text.lines().any(|l| l.contains(e.trim())),
-                    "`{}`: expected a line containing {e:?}, got:\n{text}",
+                    text.lines().any(|l| whole_line_matches(e, l)),
+                    "`{}`: expected the whole line {e:?}, got:\n{text}",
                     c.line
                 );
             }
