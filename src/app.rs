@@ -6,23 +6,37 @@ use crate::error::{Diagnostic, Origin, Rejected, hinted};
 use crate::host::Host;
 use crate::plan::{self, Facts, Plan};
 use crate::policy::{self, Inputs, Policy};
-use crate::{config, project};
+use crate::{config, project, trust};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
 /// Placeholder shown by `--dry-run` where a launch puts the per-session gate token.
 const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
 
-/// Resolves the project and builds the policy, reporting every problem at once.
-fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
+/// The project and its config file, as found from the working directory (or `--project`).
+struct Located {
+    project: PathBuf,
+    cfg_path: PathBuf,
+    /// The config path as shown to the user (relative to the working directory when inside it).
+    display: String,
+}
+
+/// A built policy with the config text it came from.
+struct Loaded {
+    policy: Policy,
+    text: Option<String>,
+    display: String,
+}
+
+fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
     let cwd = host.cwd()?;
-    let project = match &args.policy.project {
-        Some(p) if p.is_absolute() => p.clone(),
+    let project = match flag {
+        Some(p) if p.is_absolute() => p.to_path_buf(),
         Some(p) => cwd.join(p),
         None => project::find(&cwd, |p| host.exists(p)),
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
-    if args.policy.project.is_none() && project == home && host.exists(&home.join(project::CONFIG_DIR)) {
+    if flag.is_none() && project == home && host.exists(&home.join(project::CONFIG_DIR)) {
         let found = home.join(project::CONFIG_DIR);
         return Err(hinted(
             format!(
@@ -40,6 +54,12 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
         Ok(rel) => rel.display().to_string(),
         Err(_) => cfg_path.display().to_string(),
     };
+    Ok(Located { project, cfg_path, display })
+}
+
+/// Resolves the project and builds the policy, reporting every problem at once.
+fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
+    let Located { project, cfg_path, display } = locate(host, args.policy.project.as_deref())?;
     let file = host.read_file(&cfg_path)?;
     let text = file.clone().unwrap_or_default();
     let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
@@ -64,7 +84,7 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Policy> {
                     "{what} {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"
                 ));
             }
-            Ok(p)
+            Ok(Loaded { policy: p, text: file, display })
         }
         Ok(_) => Err(reject(problems).into()),
         Err(more) => {
@@ -84,6 +104,17 @@ fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
 }
 
+/// `NAME-HASH` of a project directory: stable, readable, unique per path.
+fn project_key(project: &Path) -> String {
+    let name = project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{name}-{:016x}", fnv(&project.display().to_string()))
+}
+
+/// This project's directory in the user's state dir (`$XDG_STATE_HOME/ai-sandbox/projects/KEY`).
+fn state_dir(host: &dyn Host, project: &Path) -> PathBuf {
+    xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects").join(project_key(project))
+}
+
 fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
     match host.env(var) {
         Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v),
@@ -100,7 +131,6 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         host.env("XDG_RUNTIME_DIR").as_deref(),
         host.uid(),
     );
-    let name = p.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let nft = match host.env("AISB_NFT") {
         Some(v) => PathBuf::from(v),
         None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
@@ -114,19 +144,102 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         session_id,
         sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
             .join("ai-sandbox/homes")
-            .join(format!("{name}-{:016x}", fnv(&p.project.display().to_string()))),
+            .join(project_key(&p.project)),
         rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
         home,
         host_dirs: ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect(),
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
+        state_dir: state_dir(host, &p.project),
+        protected_mounts: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
     })
+}
+
+/// Applies the config only in a version the user approved (see `trust`). On a terminal, shows
+/// the config or the diff and asks; otherwise refuses with what changed and how to approve.
+fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
+    let approved_path = crate::session::approved_config(&state_dir(host, &l.policy.project));
+    let approved = host.read_file(&approved_path)?;
+    let status = trust::status(l.text.as_deref(), approved.as_deref());
+    let text = l.text.clone().unwrap_or_default();
+    match status {
+        trust::Status::NoConfig => return Ok(()),
+        trust::Status::Approved => {
+            // Same entries; keep the stored copy's comments current for the next diff.
+            if approved.as_deref() != Some(text.as_str()) {
+                host.write_file(&approved_path, &text)?;
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    let explained = trust::explain(&status, &text, &l.display);
+    if host.stdio_is_tty() {
+        host.eprint(&explained);
+        if host.confirm("Approve this config for this project and start? [y/N] ")? {
+            host.write_file(&approved_path, &text)?;
+            return Ok(());
+        }
+        bail!("not approved; nothing was started");
+    }
+    Err(hinted(
+        format!("{}nothing was started: this config is not approved", explained),
+        "read it, then approve it with `ai-sandbox trust` (`ai-sandbox trust --show` shows this again)",
+    )
+    .into())
+}
+
+/// `ai-sandbox trust [--show]`: approve the project's config as it is now, or show where it
+/// stands. An invalid config is not approved (it would not start anyway).
+pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> anyhow::Result<i32> {
+    let loc = locate(host, project)?;
+    let Some(text) = host.read_file(&loc.cfg_path)? else {
+        host.print(&format!("there is no {}: nothing to approve\n", loc.display));
+        return Ok(0);
+    };
+    let approved_path = crate::session::approved_config(&state_dir(host, &loc.project));
+    let status = trust::status(Some(&text), host.read_file(&approved_path)?.as_deref());
+    if show {
+        match &status {
+            trust::Status::Approved => {
+                host.print(&format!("{} is approved for {}\n", loc.display, loc.project.display()))
+            }
+            s => host.print(
+                &(trust::explain(s, &text, &loc.display) + "not approved: `ai-sandbox trust` approves it\n"),
+            ),
+        }
+        return Ok(if status == trust::Status::Approved { 0 } else { 1 });
+    }
+    let (_, problems) = config::parse(&text);
+    if !problems.is_empty() {
+        return Err(Rejected { config_path: loc.display, diagnostics: problems }.into());
+    }
+    if status != trust::Status::Approved {
+        host.print(&trust::explain(&status, &text, &loc.display));
+    }
+    host.write_file(&approved_path, &text)?;
+    host.print(&format!("approved {} for {}\n", loc.display, loc.project.display()));
+    Ok(0)
 }
 
 /// The default command: plan, then print (`--dry-run`) or launch.
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
-    let policy = load_policy(host, args)?;
+    let mut loaded = load_policy(host, args)?;
+    if args.dry_run {
+        let approved =
+            host.read_file(&crate::session::approved_config(&state_dir(host, &loaded.policy.project)))?;
+        match trust::status(loaded.text.as_deref(), approved.as_deref()) {
+            trust::Status::New | trust::Status::Changed { .. } => loaded.policy.notices.push(format!(
+                "{} is not approved: a launch shows it and asks first (`ai-sandbox trust` approves it)",
+                loaded.display
+            )),
+            _ => {}
+        }
+    } else {
+        require_approval(host, &loaded)?;
+    }
+    let policy = loaded.policy;
     if !args.dry_run && host.uid() == 0 {
         return Err(hinted(
             "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)",
@@ -164,7 +277,19 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
 
 /// `ai-sandbox rules [--json|--nft]`
 pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Result<i32> {
-    let policy = load_policy(host, &RunArgs { policy: args.clone(), ..RunArgs::default() })?;
+    let loaded = load_policy(host, &RunArgs { policy: args.clone(), ..RunArgs::default() })?;
+    let approved =
+        host.read_file(&crate::session::approved_config(&state_dir(host, &loaded.policy.project)))?;
+    if matches!(
+        trust::status(loaded.text.as_deref(), approved.as_deref()),
+        trust::Status::New | trust::Status::Changed { .. }
+    ) {
+        host.eprint(&format!(
+            "ai-sandbox: note: {} is not approved (`ai-sandbox trust --show`)\n",
+            loaded.display
+        ));
+    }
+    let policy = loaded.policy;
     match crate::ruleset::build(&policy, policy.gate_port) {
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
@@ -198,6 +323,8 @@ pub fn init(
     }
     let text = crate::init::render(presets)?;
     host.write_file(&path, &text)?;
+    // Written by ai-sandbox itself at the user's request: approved as it is.
+    host.write_file(&crate::session::approved_config(&state_dir(host, &dir)), &text)?;
     host.print(&format!("wrote {}\n", path.display()));
     Ok(0)
 }

@@ -132,6 +132,16 @@ pub enum Sub {
         #[arg(long)]
         nft: bool,
     },
+    /// Approve this project's .ai-sandbox/config as it is now (a launch applies only an approved
+    /// config; on a terminal it shows the config or the diff and asks).
+    Trust {
+        /// Show the config or what changed since it was approved, and approve nothing.
+        #[arg(long)]
+        show: bool,
+        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// Check that this machine can run sandboxes; print the fix for each failed check.
     Doctor,
     /// Write .ai-sandbox/config from presets (claude, codex, aider, npm, pypi, cargo, github).
@@ -164,6 +174,9 @@ pub enum Sub {
     Keeper {
         #[arg(long)]
         session_dir: PathBuf,
+        /// The guard's record of the session, verified after the container is gone.
+        #[arg(long)]
+        guard: PathBuf,
         #[arg(long)]
         name: String,
         #[arg(long)]

@@ -13,6 +13,7 @@ pub const KEYS: &[(&str, bool)] = &[
     ("extra_args", true),
     ("publish", true),
     ("resolve", true),
+    ("protect", true),
     ("gate_ports", false),
     ("gate_addr", false),
     ("gate_port", false),

@@ -34,6 +34,10 @@ pub trait Host {
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
+    /// Asks a yes/no question on the terminal; true only for an explicit yes.
+    fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>>;
 }
 
 #[derive(Default)]
@@ -146,6 +150,17 @@ impl Host for RealHost {
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(plan)
     }
+    fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
+        use std::io::Write;
+        eprint!("{question}");
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+    }
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+        crate::guard::existing_mounts(project, rels)
+    }
 }
 
 /// A host for tests: answers from fixed data and records what it was asked to do.
@@ -163,6 +178,8 @@ pub struct FakeHost {
     pub exit_code: i32,
     /// Replies of host loopback services, by port.
     pub loopback: Vec<(u16, Vec<u8>)>,
+    /// Answers to `confirm`, in order (none left: no).
+    pub answers: Vec<bool>,
 }
 
 impl Host for FakeHost {
@@ -220,5 +237,16 @@ impl Host for FakeHost {
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effects.push(format!("launch {}", plan.argv.join(" ")));
         Ok(self.exit_code)
+    }
+    fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
+        self.stderr += question;
+        Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
+    }
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+        Ok(rels
+            .iter()
+            .map(|r| project.join(r))
+            .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
+            .collect())
     }
 }

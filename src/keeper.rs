@@ -77,7 +77,7 @@ pub fn sweep(pm: &Path) {
 }
 
 /// `ai-sandbox keeper` (hidden): see the module doc.
-pub fn run(session_dir: &Path, name: &str, pm: &Path) -> anyhow::Result<i32> {
+pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::Result<i32> {
     sweep(pm);
     let mut podman_pid = 0;
     let mut finished = false;
@@ -103,6 +103,15 @@ pub fn run(session_dir: &Path, name: &str, pm: &Path) -> anyhow::Result<i32> {
     let gone = !exists(pm, name);
     if gone {
         let _ = std::fs::remove_dir_all(session_dir);
+        // The project's protected paths, with no terminal to tell: the report waits for the
+        // next launch (and is in this log).
+        if let Some(state_dir) = guard.parent().and_then(Path::parent) {
+            let mut report = Vec::new();
+            if let Err(e) = crate::guard::settle(guard, state_dir, &mut report) {
+                eprintln!("keeper: verifying the protected paths failed: {e:#}");
+            }
+            eprint!("{}", String::from_utf8_lossy(&report));
+        }
     }
     eprintln!(
         "keeper: launcher of {name} died; container {}",

@@ -142,9 +142,23 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
         .create(&plan.sandbox_home)
         .with_context(|| format!("creating the sandbox HOME {}", plan.sandbox_home.display()))?;
     write_session(plan)?;
+    let g = &plan.guard;
+    // Earlier sessions of this project whose launcher and keeper both died: verify them first,
+    // or this session's record would take their changes for the originals.
+    crate::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())?;
+    crate::guard::snapshot(&g.project, &g.paths, &g.store, &plan.container)
+        .context("recording the protected paths before the session")?;
     let result = run_podman(plan);
+    // Whatever happened inside, the paths the host trusts are as they were.
+    let settled = crate::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr());
     let cleanup = fs::remove_dir_all(&plan.session_dir)
         .with_context(|| format!("removing the session dir {}", plan.session_dir.display()));
+    if let Err(e) = settled {
+        return Err(e.context(format!(
+            "the protected paths could not be verified or restored; the record is kept in {} and the next launch retries",
+            g.store.display()
+        )));
+    }
     match (result, cleanup) {
         (Ok(code), Ok(())) => Ok(code),
         (Ok(code), Err(e)) => {
@@ -184,6 +198,8 @@ fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
     cmd.arg("keeper")
         .arg("--session-dir")
         .arg(&plan.session_dir)
+        .arg("--guard")
+        .arg(&plan.guard.store)
         .arg("--name")
         .arg(&plan.container)
         .arg("--podman")

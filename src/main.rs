@@ -13,7 +13,10 @@ fn main() {
         Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
-        Some(Sub::Keeper { session_dir, name, podman }) => keeper::run(session_dir, name, podman),
+        Some(Sub::Keeper { session_dir, guard, name, podman }) => {
+            keeper::run(session_dir, guard, name, podman)
+        }
+        Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
         Some(Sub::Init { presets, force, project }) => {
             app::init(&mut host, presets, *force, project.as_deref())

@@ -38,6 +38,20 @@ pub struct Plan {
     pub container: String,
     /// This binary: started again as the session's keeper.
     pub self_exe: PathBuf,
+    /// The file guard: what to record before the session and verify after it.
+    pub guard: GuardSpec,
+}
+
+/// The guard's part of a launch (see `guard`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardSpec {
+    pub project: PathBuf,
+    /// Protected paths, relative to the project.
+    pub paths: Vec<String>,
+    /// This project's state dir (approved config, records, quarantine).
+    pub state_dir: PathBuf,
+    /// This session's record.
+    pub store: PathBuf,
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
@@ -55,6 +69,12 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         session_dir: f.session_dir.clone(),
         container: f.container_name(),
         self_exe: f.self_exe.clone(),
+        guard: GuardSpec {
+            project: p.project.clone(),
+            paths: crate::guard::candidates(&p.protect),
+            state_dir: f.state_dir.clone(),
+            store: crate::session::guard_store(&f.state_dir, &f.session_id),
+        },
     }
 }
 

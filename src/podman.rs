@@ -75,6 +75,11 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &project,
     ]);
+    // The paths the host trusts are read-only inside (podman mounts deeper paths last).
+    for m in &f.protected_mounts {
+        let m = m.display();
+        push(&["-v", &format!("{m}:{m}:ro")]);
+    }
     if p.image == Image::Host {
         for d in &f.host_dirs {
             let d = d.display();

@@ -43,6 +43,11 @@ pub struct Facts {
     pub tty: bool,
     pub token: String,
     pub gate_port: u16,
+    /// This project's directory in the user's state dir (outside every project): the approved
+    /// config, the guard's records, the quarantine.
+    pub state_dir: PathBuf,
+    /// Protected paths that exist now (mounted read-only inside).
+    pub protected_mounts: Vec<PathBuf>,
 }
 
 impl Facts {
@@ -62,6 +67,21 @@ impl Facts {
     pub fn container_name(&self) -> String {
         container_name(&self.session_id)
     }
+}
+
+/// Where the user approved this project's config.
+pub fn approved_config(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("approved-config")
+}
+
+/// The guard's record of one session.
+pub fn guard_store(state_dir: &std::path::Path, session_id: &str) -> PathBuf {
+    state_dir.join("guard").join(session_id)
+}
+
+/// Reports of restores that happened with no terminal to tell (keeper), shown at the next launch.
+pub fn pending_report(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("restored.txt")
 }
 
 pub fn container_name(session_id: &str) -> String {

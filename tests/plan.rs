@@ -26,6 +26,10 @@ fn host(config: &str, vars: &[(&str, &str)]) -> FakeHost {
     h.vars.push(("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()));
     h.vars.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     h.files.push(("/home/dev/app/.ai-sandbox/config".into(), config.into()));
+    // Approved through the real command, as a user would; the record of it is not under test here.
+    ai_sandbox::app::trust_cmd(&mut h, None, false).unwrap();
+    h.stdout.clear();
+    h.effects.clear();
     h
 }
 
@@ -168,12 +172,18 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     h.files.clear();
     let presets = vec!["claude".to_string(), "npm".to_string()];
     assert_eq!(app::init(&mut h, &presets, false, None).unwrap(), 0);
-    assert_eq!(h.effects, ["write /home/dev/app/.ai-sandbox/config"]);
+    assert_eq!(h.effects.len(), 2, "{:?}", h.effects);
+    assert_eq!(h.effects[0], "write /home/dev/app/.ai-sandbox/config");
+    assert!(
+        h.effects[1].ends_with("/approved-config"),
+        "what init writes counts as approved: {:?}",
+        h.effects
+    );
     let written = h.files[0].1.clone();
     assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
     let err = app::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
     assert!(err.contains("already exists") && err.contains("--force"), "{err}");
-    assert_eq!(h.effects.len(), 1, "nothing written the second time");
+    assert_eq!(h.effects.len(), 2, "nothing written the second time");
     assert_eq!(h.files[0].1, written, "the existing config is untouched");
     app::init(&mut h, &["pypi".to_string()], true, None).unwrap();
     assert!(h.files[0].1.contains("allow = pypi.org"));
@@ -229,4 +239,78 @@ fn completions_and_man_page_come_from_the_cli_definition() {
         rules.contains("--allow") && !rules.contains("--image") && !rules.contains("--dry-run"),
         "{rules}"
     );
+}
+
+#[test]
+fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says() {
+    let mut h = host("allow = github.com\n", &[]);
+    // The agent adds a mount of the real HOME to the config.
+    h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    h.files.push((
+        "/home/dev/app/.ai-sandbox/config".into(),
+        "allow = github.com\nextra_args = -v /home/dev:/realhome\n".into(),
+    ));
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let err = app::run(&mut h, &cli.run).unwrap_err().to_string();
+    assert!(err.contains("+extra_args = -v /home/dev:/realhome"), "the diff: {err}");
+    assert!(
+        err.contains("! line 2: extra_args = -v /home/dev:/realhome") && err.contains("mounts a host path"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was started") && err.contains("ai-sandbox trust"), "{err}");
+    assert!(!h.effects.iter().any(|e| e.starts_with("launch")), "launched: {:?}", h.effects);
+    // `--dry-run` still plans, and says it is not approved.
+    let out = dry_run(&mut h, &[]);
+    assert!(out.contains("# note: .ai-sandbox/config is not approved"), "{out}");
+    // After `ai-sandbox trust`, the same launch goes ahead (positive control).
+    app::trust_cmd(&mut h, None, false).unwrap();
+    assert!(h.stdout.contains("approved .ai-sandbox/config for /home/dev/app"), "{}", h.stdout);
+    let code = app::run(&mut h, &cli.run).unwrap();
+    assert_eq!(code, 0);
+    assert!(
+        h.effects.iter().any(|e| e.starts_with("launch") && e.contains("/home/dev:/realhome")),
+        "{:?}",
+        h.effects
+    );
+}
+
+#[test]
+fn on_a_terminal_the_user_is_asked_and_only_yes_approves() {
+    let mut h = host("", &[]);
+    h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    h.files.push(("/home/dev/app/.ai-sandbox/config".into(), "net = full\n".into()));
+    h.tty = true;
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    h.answers = vec![false];
+    let err = app::run(&mut h, &cli.run).unwrap_err().to_string();
+    assert!(err.contains("not approved; nothing was started"), "{err}");
+    assert!(
+        h.stderr.contains("has not been approved for this project")
+            || h.stderr.contains("changed since you approved it"),
+        "{}",
+        h.stderr
+    );
+    assert!(h.stderr.contains("turns the egress policy off"), "{}", h.stderr);
+    assert!(h.stderr.contains("[y/N]"));
+    h.answers = vec![true];
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0, "yes approves and starts");
+    // Approved now: no question the next time, comments may change freely.
+    h.tty = false;
+    h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    h.files.push(("/home/dev/app/.ai-sandbox/config".into(), "# preview server\nnet   =   full\n".into()));
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
+}
+
+#[test]
+fn protected_paths_that_exist_are_read_only_in_the_podman_command() {
+    let mut h = host("protect = scripts/deploy.sh\n", &[]);
+    h.files.push(("/home/dev/app/.git/config".into(), "[core]\n".into()));
+    h.files.push(("/home/dev/app/.git/hooks/pre-commit".into(), "#!/bin/sh\n".into()));
+    h.files.push(("/home/dev/app/scripts/deploy.sh".into(), "echo\n".into()));
+    let argv = argv_of(&dry_run(&mut h, &[]));
+    for ro in [".ai-sandbox", ".git/hooks", ".git/config", "scripts/deploy.sh"] {
+        let m = format!("/home/dev/app/{ro}:/home/dev/app/{ro}:ro");
+        assert!(argv.contains(&m), "{m} missing from {argv:?}");
+    }
+    assert!(!argv.iter().any(|a| a.contains(".vscode")), "only paths that exist are mounted");
 }

@@ -102,6 +102,8 @@ pub struct Policy {
     pub resolve: Vec<(String, IpAddr)>,
     /// Ports the gate relays for hostname entries without a port.
     pub gate_ports: Vec<u16>,
+    /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
+    pub protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
     pub notices: Vec<String>,
 }
@@ -247,6 +249,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let command = command(config, inputs, &mut c);
     let (env, user_no_proxy) = env::user_env(config, inputs, net, &mut c.0);
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
+    let protect = protects(config, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -269,7 +272,30 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         resolve,
         gate_ports,
         notices: Vec::new(),
+        protect,
     })
+}
+
+/// `protect = PATH`: a path inside the project, relative, without `..`.
+fn protects(config: &Config, c: &mut Collector) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (v, at) in config.all("protect") {
+        let p = v.trim_end_matches('/');
+        let bad = p.is_empty()
+            || p.starts_with('/')
+            || p.split('/').any(|part| part == ".." || part.is_empty() || part == ".")
+            || p.chars().any(|ch| ch.is_control() || ch == ':' || ch == ',');
+        if bad {
+            c.bad(
+                at,
+                format!("`{v}` is not a path inside the project"),
+                "write a path relative to the project directory, e.g. `protect = scripts/deploy.sh` (no `..`, `:` or `,`)",
+            );
+        } else if !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    }
+    out
 }
 
 fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {

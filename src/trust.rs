@@ -1,0 +1,265 @@
+//! Trusted policy (pure): a project's `.ai-sandbox/config` is applied only in a version the user
+//! approved. The approved copy lives in the user's state directory, outside every project (the
+//! sandbox cannot reach it), so an agent that edits the config, or a repository cloned with one,
+//! changes nothing until the user has seen the change and said yes — the model of `direnv allow`
+//! and `mise trust`.
+//!
+//! "The same config" means the same entries (key, value) in the same order: comments, blank
+//! lines and spacing may change freely. This module decides and explains; `app` asks the user
+//! and stores approvals through `Host`.
+
+use crate::config::{self, Entry};
+use std::net::IpAddr;
+
+/// Where a config stands against the approved copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// No config file: nothing to approve (nothing is allowed either).
+    NoConfig,
+    /// The same entries as the approved copy.
+    Approved,
+    /// Never approved for this project directory.
+    New,
+    /// Approved once, changed since.
+    Changed { approved: String },
+}
+
+pub fn status(current: Option<&str>, approved: Option<&str>) -> Status {
+    match (current, approved) {
+        (None, _) => Status::NoConfig,
+        (Some(_), None) => Status::New,
+        (Some(c), Some(a)) if same_entries(c, a) => Status::Approved,
+        (Some(_), Some(a)) => Status::Changed { approved: a.to_string() },
+    }
+}
+
+fn entries(text: &str) -> Vec<(String, String)> {
+    config::parse(text).0.entries.into_iter().map(|e| (e.key, e.value)).collect()
+}
+
+fn same_entries(a: &str, b: &str) -> bool {
+    entries(a) == entries(b)
+}
+
+/// A line that widens what the sandbox may do, with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub line: usize,
+    pub text: String,
+    pub why: String,
+}
+
+/// Variables that change what programs load or run, or where credentials come from.
+const SENSITIVE_ENV: &[&str] = &[
+    "PATH",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "HOME",
+    "SHELL",
+    "JAVA_TOOL_OPTIONS",
+    "CARGO_HOME",
+    "RUSTC_WRAPPER",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_EXEC_PATH",
+    "SSH_AUTH_SOCK",
+];
+
+/// Why an entry widens the sandbox, if it does in a way worth calling out.
+fn widens(e: &Entry) -> Option<String> {
+    let v = e.value.as_str();
+    match e.key.as_str() {
+        "net" if v == "full" => Some("turns the egress policy off: the sandbox reaches everything".into()),
+        "extra_args" => {
+            let args = shlex::split(v).unwrap_or_default();
+            let mut why = Vec::new();
+            for (i, a) in args.iter().enumerate() {
+                let next = args.get(i + 1).map(String::as_str).unwrap_or("");
+                let flag = a.split('=').next().unwrap_or(a);
+                let val = a.split_once('=').map(|x| x.1).unwrap_or(next);
+                match flag {
+                    "-v" | "--volume" | "--mount" => why.push(format!("mounts a host path ({val})")),
+                    "--device" => why.push(format!("passes a host device ({val})")),
+                    "--env-file" => why.push(format!("reads an env file from the host ({val})")),
+                    _ if a.starts_with("-v") && a.len() > 2 => {
+                        why.push(format!("mounts a host path ({})", &a[2..]))
+                    }
+                    _ => {}
+                }
+            }
+            (!why.is_empty()).then(|| why.join("; "))
+        }
+        "image" if v != "host" => Some(format!("runs the image {v} instead of the host's own tools")),
+        "cmd" => Some(format!("sets the command that runs: {v}")),
+        "env" => {
+            let name = v.split('=').next().unwrap_or("").trim();
+            let sensitive = SENSITIVE_ENV.iter().any(|s| s.eq_ignore_ascii_case(name))
+                || name.to_ascii_uppercase().starts_with("GIT_")
+                || name.to_ascii_uppercase().starts_with("LD_");
+            sensitive.then(|| format!("overrides {name}, which changes what programs load or run"))
+        }
+        "resolve" => Some("pins a name to an address for the gate".into()),
+        "gate_ports" => Some(format!("the gate relays these ports for every allowed name: {v}")),
+        "gate_addr" => Some("moves the host's loopback mapping".into()),
+        "allow" => allow_widens(v),
+        _ => None,
+    }
+}
+
+fn allow_widens(v: &str) -> Option<String> {
+    use crate::policy::allow::{Allow, HostPattern, parse};
+    match parse(v).ok()? {
+        Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
+        Allow::Host(..) => None,
+        Allow::Net(n, ports) => {
+            let mut why = Vec::new();
+            let v4 = n.is_v4();
+            if (v4 && n.len < 24) || (!v4 && n.len < 48) {
+                why.push(format!("a wide network ({n})"));
+            }
+            let private = match n.addr {
+                IpAddr::V4(a) => a.is_private() || a.octets()[0] == 100 && (a.octets()[1] & 0xc0) == 64,
+                IpAddr::V6(a) => (a.segments()[0] & 0xfe00) == 0xfc00,
+            };
+            if n.contains(IpAddr::V4(crate::policy::DEFAULT_GATE_ADDR)) {
+                let p = ports.map_or("every port".to_string(), |p| format!("port {p}"));
+                why.push(format!("the host's own loopback services ({p})"));
+            } else if private {
+                why.push("your private network".into());
+            }
+            if let Some(p) = ports.filter(|p| p.hi - p.lo >= 100) {
+                why.push(format!("{} ports ({p})", u32::from(p.hi - p.lo) + 1));
+            }
+            (!why.is_empty()).then(|| why.join("; "))
+        }
+    }
+}
+
+/// The entries of `new` that widen the sandbox and were not in `old` (all of them when there is
+/// no `old`), plus `protect` lines that `new` dropped.
+pub fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
+    let before: Vec<(String, String)> = old.map(entries).unwrap_or_default();
+    let (cfg, _) = config::parse(new);
+    let mut out: Vec<Finding> = cfg
+        .entries
+        .iter()
+        .filter(|e| !before.iter().any(|(k, v)| *k == e.key && *v == e.value))
+        .filter_map(|e| {
+            widens(e).map(|why| Finding { line: e.line, text: format!("{} = {}", e.key, e.value), why })
+        })
+        .collect();
+    let kept: Vec<String> =
+        cfg.entries.iter().filter(|e| e.key == "protect").map(|e| e.value.clone()).collect();
+    for (k, v) in &before {
+        if k == "protect" && !kept.contains(v) {
+            out.push(Finding {
+                line: 0,
+                text: format!("protect = {v}"),
+                why: "removed: that path is no longer protected".into(),
+            });
+        }
+    }
+    out
+}
+
+/// A unified diff of the approved copy and the current text.
+pub fn diff(approved: &str, current: &str, path: &str) -> String {
+    similar::TextDiff::from_lines(approved, current)
+        .unified_diff()
+        .context_radius(2)
+        .header(&format!("{path} (approved)"), &format!("{path} (now)"))
+        .to_string()
+}
+
+/// What the user is shown: the config (first time) or the diff, then the widening lines.
+pub fn explain(status: &Status, current: &str, path: &str) -> String {
+    let mut out = match status {
+        Status::New => {
+            format!("{path} has not been approved for this project. It says:\n{}", indent(current))
+        }
+        Status::Changed { approved } => {
+            format!("{path} changed since you approved it:\n{}", diff(approved, current, path))
+        }
+        Status::Approved | Status::NoConfig => return String::new(),
+    };
+    let old = match status {
+        Status::Changed { approved } => Some(approved.as_str()),
+        _ => None,
+    };
+    let f = findings(old, current);
+    if !f.is_empty() {
+        out += "\nLines that widen the sandbox:\n";
+        for x in f {
+            let at = if x.line > 0 { format!("line {}: ", x.line) } else { String::new() };
+            out += &format!("  ! {at}{}\n      {}\n", x.text, x.why);
+        }
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  | {l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_and_spacing_do_not_need_approval_but_entries_do() {
+        let a = "allow = github.com\n";
+        assert_eq!(status(Some("# hi\nallow   =   github.com  # x\n"), Some(a)), Status::Approved);
+        assert_eq!(status(None, Some(a)), Status::NoConfig);
+        assert_eq!(status(Some(a), None), Status::New);
+        let changed = status(Some("allow = github.com\nallow = evil.com\n"), Some(a));
+        assert_eq!(changed, Status::Changed { approved: a.into() });
+        // Order matters (the first `cmd` or `net` wins nothing, but keep it simple: any change).
+        let two = "allow = a.com\nallow = b.com\n";
+        assert!(matches!(status(Some("allow = b.com\nallow = a.com\n"), Some(two)), Status::Changed { .. }));
+    }
+
+    #[test]
+    fn widening_lines_are_called_out_and_plain_names_are_not() {
+        let new = "allow = github.com\nallow = *.example.com\nextra_args = -v /home/u:/realhome --device /dev/kvm\n\
+                   net = full\nallow = 10.0.0.0/8:443\nallow = 100.64.0.1:1-65535\nimage = localhost/x\n\
+                   env = LD_PRELOAD=/tmp/x.so\nenv = FOO=1\nallow = 198.51.100.7:443\n";
+        let f = findings(None, new);
+        let lines: Vec<usize> = f.iter().map(|x| x.line).collect();
+        assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8], "{f:#?}");
+        assert!(f[1].why.contains("mounts a host path (/home/u:/realhome)") && f[1].why.contains("/dev/kvm"));
+        assert!(f[2].why.contains("egress policy off"));
+        assert!(f[3].why.contains("wide network") && f[3].why.contains("private network"));
+        assert!(f[4].why.contains("host's own loopback") && f[4].why.contains("65535 ports"));
+        assert!(f[6].why.contains("LD_PRELOAD"));
+    }
+
+    #[test]
+    fn only_what_changed_is_called_out_and_dropped_protection_is() {
+        let old = "extra_args = -v /data:/data:ro\nprotect = scripts/deploy.sh\n";
+        let new = "extra_args = -v /data:/data:ro\nextra_args = -v /:/host\n";
+        let f = findings(Some(old), new);
+        assert_eq!(f.len(), 2, "{f:#?}");
+        assert_eq!(f[0].line, 2);
+        assert!(f[1].text == "protect = scripts/deploy.sh" && f[1].why.contains("no longer protected"));
+        let text = explain(&Status::Changed { approved: old.into() }, new, ".ai-sandbox/config");
+        assert!(
+            text.contains("+extra_args = -v /:/host") && text.contains("-protect = scripts/deploy.sh"),
+            "{text}"
+        );
+        assert!(text.contains("! line 2: extra_args = -v /:/host"), "{text}");
+    }
+}
