@@ -28,6 +28,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("XDG_RUNTIME_DIR", "the per-user runtime directory (else /tmp/ai-sandbox-UID is used)"),
     ("XDG_DATA_HOME", "where the per-project sandbox HOMEs live (default ~/.local/share)"),
     ("XDG_CACHE_HOME", "where the skeleton root filesystem lives (default ~/.cache)"),
+    ("XDG_STATE_HOME", "where approvals and the file guard's records live (default ~/.local/state)"),
 ];
 
 /// Files ai-sandbox reads or writes: for the man page.
@@ -47,6 +48,11 @@ pub const FILES: &[(&str, &str)] = &[
         "the sandbox HOME of one project (never your real HOME)",
     ),
     ("$XDG_CACHE_HOME/ai-sandbox/rootfs-v1", "the skeleton root filesystem for `image = host`"),
+    (
+        "$XDG_STATE_HOME/ai-sandbox/projects/PROJECT-HASH",
+        "per project: the approved config, the guard's records of running sessions, the quarantine of restored files",
+    ),
+    ("$XDG_RUNTIME_DIR/ai-sandbox/keeper.log", "what each session's keeper did after its launcher died"),
 ];
 
 /// Exit statuses: for the man page.

@@ -114,10 +114,26 @@ pub struct Manifest {
     pub roots: Vec<PathBuf>,
 }
 
+/// Not there, for our purposes: missing, or below something that is not a directory (a
+/// `.git` file in a worktree or submodule checkout has no `.git/hooks`).
+fn absent(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+/// The protected paths to record: the candidates, plus `.git` itself when it is a file (its
+/// `gitdir:` line decides which repository, hooks and config the host's git uses).
+fn roots_of(project: &Path, rels: &[String]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
+    if fs::symlink_metadata(project.join(".git")).is_ok_and(|m| m.is_file()) {
+        roots.push(PathBuf::from(".git"));
+    }
+    roots
+}
+
 /// A protected path that exists now and is to be mounted read-only inside the sandbox.
 pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for rel in rels {
+    for rel in roots_of(project, rels).iter().map(|r| r.display().to_string()) {
         let p = project.join(rel);
         match fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -130,7 +146,7 @@ pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<Pa
             }
             Ok(m) if m.is_file() || m.is_dir() => out.push(p),
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if absent(&e) => {}
             Err(e) => return Err(e).with_context(|| format!("checking the protected path {}", p.display())),
         }
     }
@@ -173,7 +189,7 @@ pub fn snapshot(project: &Path, rels: &[String], store: &Path, session: &str) ->
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
-    let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
+    let mut roots = roots_of(project, rels);
     for g in submodule_gitdirs(project) {
         let g = relative(project, &g);
         roots.push(g.join("config"));
@@ -221,7 +237,7 @@ fn record(
     }
     let p = project.join(rel);
     let was = match fs::symlink_metadata(&p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Was::Missing,
+        Err(e) if absent(&e) => Was::Missing,
         Err(e) => return Err(e).with_context(|| format!("reading the protected path {}", p.display())),
         Ok(meta) if meta.file_type().is_symlink() => Was::Symlink { target: fs::read_link(&p)? },
         Ok(meta) if meta.is_dir() => {

@@ -135,3 +135,23 @@ fn protected_paths_that_exist_are_mounted_and_links_resolve_inside_the_project()
     assert!(!mounts.iter().any(|m| m.starts_with("/etc")), "never a path outside the project");
     assert!(!rel.contains(&PathBuf::from(".envrc")), "links themselves are verified, not mounted");
 }
+
+#[test]
+fn a_git_file_checkout_is_protected_by_its_gitdir_line() {
+    let f = fixture();
+    fs::remove_dir_all(f.project.join(".git")).unwrap();
+    fs::write(f.project.join(".git"), "gitdir: /home/dev/repo/.git/worktrees/p\n").unwrap();
+    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap();
+    assert!(mounts.contains(&f.project.join(".git")), "the .git file is read-only inside: {mounts:?}");
+    let report = run(&f, |p| fs::write(p.join(".git"), "gitdir: /tmp/evil\n").unwrap());
+    assert_eq!(
+        fs::read_to_string(f.project.join(".git")).unwrap(),
+        "gitdir: /home/dev/repo/.git/worktrees/p\n"
+    );
+    assert!(report[0].starts_with(".git: changed during the session"), "{report:?}");
+    // And an untouched one is left alone (positive control).
+    let f = fixture();
+    fs::remove_dir_all(f.project.join(".git")).unwrap();
+    fs::write(f.project.join(".git"), "gitdir: ../x\n").unwrap();
+    assert!(run(&f, |_| {}).is_empty());
+}
