@@ -125,6 +125,7 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 /// Observes what the plan needs from this machine. `launching` picks a real token.
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
+    let (secrets, missing_secrets) = resolve_secrets(host, p, &home, launching)?;
     let session_id = host.random_hex(6)?;
     let runtime = crate::gate::control::runtime_dir_for(
         host.env("AISB_RUNTIME_DIR").as_deref(),
@@ -151,9 +152,44 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
+        secrets,
+        missing_secrets,
         state_dir: state_dir(host, &p.project),
         protected_mounts: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
     })
+}
+
+/// Secret values, read only for a launch (a dry run shows where each would come from).
+fn resolve_secrets(
+    host: &dyn Host,
+    p: &Policy,
+    home: &Path,
+    launching: bool,
+) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
+    use crate::policy::env::SecretSource;
+    let (mut values, mut missing) = (Vec::new(), Vec::new());
+    for s in &p.secrets {
+        let value = match (&s.from, launching) {
+            (SecretSource::Env, false) => Some(format!("<secret from ${}>", s.name)),
+            (SecretSource::File(f), false) => Some(format!("<secret from {f}>")),
+            (SecretSource::Env, true) => host.env(&s.name),
+            (SecretSource::File(f), true) => {
+                let path = match f.strip_prefix("~/") {
+                    Some(rest) => home.join(rest),
+                    None => PathBuf::from(f),
+                };
+                Some(host.read_secret_file(&path)?)
+            }
+        };
+        match value {
+            Some(v) if v.contains('\n') => {
+                bail!("the secret {} contains a newline; an environment variable cannot carry it", s.name)
+            }
+            Some(v) => values.push((s.name.clone(), v)),
+            None => missing.push(s.name.clone()),
+        }
+    }
+    Ok((values, missing))
 }
 
 /// Applies the config only in a version the user approved (see `trust`). On a terminal, shows

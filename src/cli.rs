@@ -114,8 +114,10 @@ pub struct RunArgs {
     /// `host` (the host's /usr, /etc, /opt read-only) or a local image name.
     #[arg(long, value_name = "IMAGE|host")]
     pub image: Option<String>,
-    /// Set an environment variable in the sandbox (overrides the config's `env`).
-    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    /// Set a variable in the sandbox: NAME=VALUE, or NAME alone to pass its value from your
+    /// environment (for API keys: values go through a private file, never a command line).
+    /// Overrides the config's `env` and `secret`.
+    #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
     /// Print the podman command and the ruleset; start nothing.
     #[arg(long)]

@@ -14,6 +14,7 @@ pub const KEYS: &[(&str, bool)] = &[
     ("publish", true),
     ("resolve", true),
     ("protect", true),
+    ("secret", true),
     ("gate_ports", false),
     ("gate_addr", false),
     ("gate_port", false),

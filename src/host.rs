@@ -36,6 +36,9 @@ pub trait Host {
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
+    /// or less); one trailing newline is dropped.
+    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>>;
 }
@@ -161,6 +164,19 @@ impl Host for RealHost {
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
         crate::guard::existing_mounts(project, rels)
     }
+    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("reading the secret file {}: {e}", path.display()))?;
+        if meta.uid() != self.uid() || meta.mode() & 0o077 != 0 {
+            return Err(hinted(
+                format!("the secret file {} is readable by others (mode {:o}) or not yours", path.display(), meta.mode() & 0o777),
+                format!("chmod 600 {}", path.display()),
+            )
+            .into());
+        }
+        let text = std::fs::read_to_string(path)?;
+        Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
+    }
 }
 
 /// A host for tests: answers from fixed data and records what it was asked to do.
@@ -241,6 +257,13 @@ impl Host for FakeHost {
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;
         Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
+    }
+    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
+        self.files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, t)| t.trim_end_matches('\n').to_string())
+            .ok_or_else(|| anyhow::anyhow!("reading the secret file {}: not found", path.display()))
     }
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
         Ok(rels

@@ -61,7 +61,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         argv: podman::argv(p, f),
         ruleset,
         hook,
-        notices: notices(p),
+        notices: notices(p, f),
         allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
@@ -102,8 +102,11 @@ fn hook_spec(f: &Facts) -> HookSpec {
     }
 }
 
-fn notices(p: &Policy) -> Vec<String> {
+fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let mut n = p.notices.clone();
+    for s in &f.missing_secrets {
+        n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
+    }
     let entries = p.hosts.len() + p.nets.len();
     match p.net {
         NetMode::Full => n.push(
@@ -177,7 +180,7 @@ pub fn render(plan: &Plan) -> String {
         out += &format!("{indent}{}{cont}\n", quote(a));
     }
     if let Some((path, text)) = &plan.env_file {
-        out += &format!("\n# {} (mode 0600: it holds the session token)\n{text}", path.display());
+        out += &format!("\n# {} (mode 0600: it holds the session token and secrets)\n{text}", path.display());
     }
     match (&plan.ruleset, &plan.hook) {
         (Some(rs), Some(h)) => {

@@ -26,9 +26,27 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     out
 }
 
-/// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it.
+/// Variables that make common runtimes honour the gate, beyond the `*_proxy` family: Node's
+/// built-in fetch (Node 24 and later read the proxy variables only with this), and gRPC.
+fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+    if !p.gate {
+        return Vec::new();
+    }
+    let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
+    vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)]
+}
+
+/// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
+/// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
+/// command line, where any local user could read it: the gate token, `env` values, secrets.
 pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
-    p.gate.then(|| proxy_env(p, f).iter().map(|(k, v)| format!("{k}={v}\n")).collect())
+    let all: Vec<(String, String)> = proxy_env(p, f)
+        .into_iter()
+        .chain(runtime_proxy_env(p, f))
+        .chain(p.env.iter().cloned())
+        .chain(f.secrets.iter().cloned())
+        .collect();
+    (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
 
 fn network_arg(p: &Policy) -> String {
@@ -93,11 +111,8 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     }
     // The proxy variables carry the session token: they go in a 0600 file in the private
     // session dir, never on the command line (any local user can read /proc/PID/cmdline).
-    if p.gate {
+    if env_file(p, f).is_some() {
         push(&["--env-file", &f.env_file().display().to_string()]);
-    }
-    for (k, v) in &p.env {
-        push(&["--env", &format!("{k}={v}")]);
     }
     a.extend(p.extra_args.iter().cloned());
     match &p.image {

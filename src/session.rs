@@ -48,6 +48,11 @@ pub struct Facts {
     pub state_dir: PathBuf,
     /// Protected paths that exist now (mounted read-only inside).
     pub protected_mounts: Vec<PathBuf>,
+    /// Secret values by name, read at launch (a dry run holds placeholders); only ever written
+    /// to the private env file.
+    pub secrets: Vec<(String, String)>,
+    /// Secrets the user listed that have no value (said at launch).
+    pub missing_secrets: Vec<String>,
 }
 
 impl Facts {

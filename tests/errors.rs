@@ -225,3 +225,33 @@ fn rules_takes_only_the_flags_that_shape_the_ruleset() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("100.64.0.1 . 6379") && o.stdout.contains("100.64.0.1 . 5432"), "{}", o.stdout);
 }
+
+#[test]
+fn secrets_are_named_in_a_dry_run_never_shown_and_bad_ones_refused() {
+    let (_t, dir, home) = project(Some("secret = API_TOKEN\nsecret = DB_PASSWORD from ~/.db-password\nenv = PLAIN=visible\n"));
+    let o = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args(["--dry-run", "-e", "OPENAI_API_KEY", "-e", "ANOTHER=given-on-the-command-line"])
+        .current_dir(&dir)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .env("OPENAI_API_KEY", "sk-live-0123456789")
+        .env("API_TOKEN", "tok-abcdef")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for never in ["sk-live-0123456789", "tok-abcdef"] {
+        assert!(!out.contains(never), "a secret value in the dry run: {out}");
+    }
+    for shown in ["OPENAI_API_KEY=<secret from $OPENAI_API_KEY>", "API_TOKEN=<secret from $API_TOKEN>", "DB_PASSWORD=<secret from ~/.db-password>", "PLAIN=visible"] {
+        assert!(out.contains(shown), "{shown} missing: {out}");
+    }
+    let argv: String = out.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
+    assert!(!argv.contains("PLAIN=") && !argv.contains("ANOTHER="), "values on the podman command line: {argv}");
+    refused(Some("secret = DB from relative/file\n"), &[], &["not an absolute path"]);
+    refused(Some("secret = 1BAD\n"), &[], &["not a valid environment variable name"]);
+    refused(Some("secret = K\nenv = K=v\n"), &[], &["K is already set on line 1"]);
+    refused(Some("env = TOKEN\n"), &[], &["use `secret = TOKEN`"]);
+}

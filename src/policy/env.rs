@@ -51,28 +51,88 @@ fn valid_name(n: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// User `env` lines then `-e` flags. Returns the variables in order and, when the gate is in
-/// use, the user's NO_PROXY entries separately (merged later into the one NO_PROXY).
-pub fn user_env(
-    config: &Config,
-    inputs: &Inputs,
-    net: NetMode,
-    diags: &mut Vec<Diagnostic>,
-) -> (Vec<(String, String)>, Vec<String>) {
+/// Where a secret's value comes from, read only when a sandbox launches (never by a dry run,
+/// never into the Policy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// The launching environment (`-e NAME`, `secret = NAME`).
+    Env,
+    /// A file (`secret = NAME from FILE`), absolute or `~/`, owned by the user, mode 0600 or less.
+    File(String),
+}
+
+/// A variable whose value is passed without ever being written down in the config or on a
+/// command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    pub name: String,
+    pub from: SecretSource,
+}
+
+/// The environment the user asked for.
+#[derive(Debug, Default)]
+pub struct UserEnv {
+    /// `NAME=VALUE` from `env` lines and `-e NAME=VALUE`, in order.
+    pub vars: Vec<(String, String)>,
+    /// The user's NO_PROXY entries (merged later into the one NO_PROXY).
+    pub no_proxy: Vec<String>,
+    pub secrets: Vec<Secret>,
+}
+
+/// One variable as given, before the checks every kind shares.
+enum Given {
+    Value(String),
+    Secret(SecretSource),
+}
+
+fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
+    let hint = "write `secret = NAME` (from your environment) or `secret = NAME from /path/to/file`";
+    match v.split_once(" from ") {
+        None => Ok((v.trim().to_string(), SecretSource::Env)),
+        Some((name, file)) => {
+            let file = file.trim();
+            if file.starts_with('/') || file.starts_with("~/") {
+                Ok((name.trim().to_string(), SecretSource::File(file.to_string())))
+            } else {
+                Err((format!("secret file `{file}` is not an absolute path (or `~/...`)"), hint))
+            }
+        }
+    }
+}
+
+/// `env` and `secret` lines, then `-e` flags (`-e NAME=VALUE`, or `-e NAME` for the value of
+/// NAME in the launching environment).
+pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<Diagnostic>) -> UserEnv {
     let gate = net == NetMode::Allow && !inputs.no_gate;
-    let mut vars: Vec<(String, String, Origin)> = Vec::new();
-    let mut no_proxy = Vec::new();
-    let flags = inputs.env.iter().map(|v| (v.as_str(), Origin::Flag("-e")));
-    for (v, at) in config.all("env").chain(flags) {
-        let Some((name, value)) = v.split_once('=') else {
-            diags
-                .push(Diagnostic::new(at, format!("env `{v}` has no `=`")).hint(format!(
-                    "write `NAME=VALUE`, e.g. `{v}=1`; host values are not copied implicitly"
-                )));
+    let mut out = UserEnv::default();
+    let mut seen: Vec<(String, Origin, bool)> = Vec::new(); // (name, origin, is a secret)
+    let mut given: Vec<(String, Given, Origin)> = Vec::new();
+    // `env` and `secret` lines in file order, so "already set on line N" names the earlier one.
+    for e in config.entries.iter().filter(|e| e.key == "env" || e.key == "secret") {
+        let (v, at) = (e.value.as_str(), Origin::Config(e.line));
+        if e.key == "secret" {
+            match parse_secret(v) {
+                Ok((n, from)) => given.push((n, Given::Secret(from), at)),
+                Err((msg, hint)) => diags.push(Diagnostic::new(at, msg).hint(hint)),
+            }
             continue;
-        };
-        let name = name.trim();
-        if !valid_name(name) {
+        }
+        match v.split_once('=') {
+            Some((n, value)) => given.push((n.trim().to_string(), Given::Value(value.to_string()), at)),
+            None => diags.push(Diagnostic::new(at, format!("env `{v}` has no `=`")).hint(format!(
+                "write `{v}=VALUE`; to pass a value from your environment without writing it down, use `secret = {v}`"
+            ))),
+        }
+    }
+    for v in &inputs.env {
+        let at = Origin::Flag("-e");
+        match v.split_once('=') {
+            Some((n, value)) => given.push((n.trim().to_string(), Given::Value(value.to_string()), at)),
+            None => given.push((v.trim().to_string(), Given::Secret(SecretSource::Env), at)),
+        }
+    }
+    for (name, g, at) in given {
+        if !valid_name(&name) {
             diags.push(
                 Diagnostic::new(at, format!("`{name}` is not a valid environment variable name"))
                     .hint("names are letters, digits and `_`, not starting with a digit"),
@@ -80,36 +140,50 @@ pub fn user_env(
             continue;
         }
         let lower = name.to_ascii_lowercase();
-        if gate && lower == "no_proxy" {
-            no_proxy.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
+        if let (true, "no_proxy", Given::Value(value)) = (gate, lower.as_str(), &g) {
+            out.no_proxy.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
             continue;
         }
-        if gate && PROXY_VARS.contains(&lower.as_str()) {
+        if gate && (PROXY_VARS.contains(&lower.as_str()) || lower == "no_proxy") {
             diags.push(
                 Diagnostic::new(at, format!("{name} is set by ai-sandbox to the egress gate"))
                     .hint("delete this line; use `allow = HOST` to let traffic through the gate, or --net full for your own proxy"),
             );
             continue;
         }
-        if let Some(i) = vars.iter().position(|(n, _, _)| n == name) {
-            match (&vars[i].2, &at) {
-                // -e overrides the project's config: an explicit, visible override.
-                (Origin::Config(_), Origin::Flag(_)) => {
-                    vars[i] = (name.to_string(), value.to_string(), at);
-                }
-                (Origin::Config(first), _) => diags.push(
-                    Diagnostic::new(at, format!("{name} is already set on line {first}"))
-                        .hint("keep one of the two lines"),
-                ),
-                _ => {
-                    diags.push(Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"))
-                }
-            }
+        if let Given::Value(value) = &g
+            && value.contains('\n')
+        {
+            diags.push(Diagnostic::new(at, format!("the value of {name} contains a newline")).hint("pass one line per variable"));
             continue;
         }
-        vars.push((name.to_string(), value.to_string(), at));
+        if let Some((_, first, _)) = seen.iter().find(|(n, _, _)| *n == name) {
+            match (first, &at) {
+                // -e overrides the project's config: an explicit, visible override.
+                (Origin::Config(_), Origin::Flag(_)) => {
+                    out.vars.retain(|(n, _)| *n != name);
+                    out.secrets.retain(|s| s.name != name);
+                }
+                (Origin::Config(line), _) => {
+                    diags.push(
+                        Diagnostic::new(at, format!("{name} is already set on line {line}"))
+                            .hint("keep one of the two lines"),
+                    );
+                    continue;
+                }
+                _ => {
+                    diags.push(Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"));
+                    continue;
+                }
+            }
+        }
+        seen.push((name.clone(), at, matches!(g, Given::Secret(_))));
+        match g {
+            Given::Value(value) => out.vars.push((name, value)),
+            Given::Secret(from) => out.secrets.push(Secret { name, from }),
+        }
     }
-    (vars.into_iter().map(|(n, v, _)| (n, v)).collect(), no_proxy)
+    out
 }
 
 /// `extra_args` lines (shell-split) then `AISB_EXTRA_ARGS`.

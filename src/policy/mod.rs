@@ -103,6 +103,9 @@ pub struct Policy {
     pub resolve: Vec<(String, IpAddr)>,
     /// Ports the gate relays for hostname entries without a port.
     pub gate_ports: Vec<u16>,
+    /// Variables whose values are read at launch (from the environment or a file) and passed
+    /// through the private env file: names and sources only, never values.
+    pub secrets: Vec<env::Secret>,
     /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
     pub protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
@@ -248,7 +251,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let publish = publishes(config, inputs, net, &mut c);
     let image = image::image(config, inputs, &mut c);
     let command = command(config, inputs, &mut c);
-    let (env, user_no_proxy) = env::user_env(config, inputs, net, &mut c.0);
+    let env::UserEnv { vars: env, no_proxy: user_no_proxy, secrets } = env::user_env(config, inputs, net, &mut c.0);
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
     let protect = protects(config, &mut c);
 
@@ -274,6 +277,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         gate_ports,
         notices: Vec::new(),
         protect,
+        secrets,
     })
 }
 

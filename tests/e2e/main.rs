@@ -266,7 +266,7 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
     let hook_json: String =
         dry.stdout.lines().skip_while(|l| *l != marker).skip(1).collect::<Vec<_>>().join("\n");
     let env_file = std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--env-file").unwrap() + 1]);
-    let env_marker = format!("# {} (mode 0600: it holds the session token)", env_file.display());
+    let env_marker = format!("# {} (mode 0600: it holds the session token and secrets)", env_file.display());
     let env_text: String = dry
         .stdout
         .lines()

@@ -108,11 +108,11 @@ fn hooks_and_git_config_planted_inside_never_run_on_the_host() {
     let script = format!(
         "set +e; G='git -c user.name=agent -c user.email=a@example.invalid'; \
          printf '#!/bin/sh\\ntouch {hook}\\n' > .git/hooks/post-commit; echo hook-rc=$?; \
-         git config core.fsmonitor 'touch {fsmon}'; echo config-rc=$?; \
+         git config core.fsmonitor 'touch {fsmon}'; echo config-rc=$?; git config core.hooksPath .evilhooks; echo hookspath-rc=$?; \
          echo work > work.txt && $G add work.txt && $G commit -qm inside && echo committed-inside; \
          mv .git .git-real && cp -a .git-real .git && \
          printf '#!/bin/sh\\ntouch {hook}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit && \
-         git config -f .git/config core.fsmonitor 'touch {fsmon}' && \
+         git config -f .git/config core.fsmonitor 'touch {fsmon}' && git config -f .git/config core.hooksPath .evilhooks && \
          mkdir -p .evilhooks && printf '#!/bin/sh\\ntouch {hp}\\n' > .evilhooks/post-commit && chmod +x .evilhooks/post-commit && \
          printf 'echo envrc\\n' > .envrc && echo sidestepped",
         hook = hook_m.display(),
