@@ -152,6 +152,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
+        launchable: launchable(host, p),
         secrets,
         missing_secrets,
         state_dir: state_dir(host, &p.project),
@@ -159,13 +160,25 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     })
 }
 
+/// How the command runs when it is installed where the sandbox does not look (`image = host`
+/// and a bare command name only: an image brings its own programs).
+fn launchable(host: &dyn Host, p: &Policy) -> crate::agent::Launchable {
+    let crate::policy::Command::Argv(argv) = &p.command else { return Default::default() };
+    let name = &argv[0];
+    if p.image != crate::policy::Image::Host || name.contains('/') {
+        return Default::default();
+    }
+    let home = PathBuf::from(host.env("HOME").unwrap_or_default());
+    let mut visible: Vec<PathBuf> = ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).collect();
+    visible.push(p.project.clone());
+    crate::agent::plan(name, host.find_program(name).as_ref(), &visible, &home)
+}
+
+/// Secret values by name, and the names that have none.
+type Resolved = (Vec<(String, String)>, Vec<String>);
+
 /// Secret values, read only for a launch (a dry run shows where each would come from).
-fn resolve_secrets(
-    host: &dyn Host,
-    p: &Policy,
-    home: &Path,
-    launching: bool,
-) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
+fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) -> anyhow::Result<Resolved> {
     use crate::policy::env::SecretSource;
     let (mut values, mut missing) = (Vec::new(), Vec::new());
     for s in &p.secrets {

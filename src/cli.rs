@@ -227,5 +227,8 @@ pub enum GateCmd {
         /// Exit after this many seconds without sessions.
         #[arg(long, env = "AISB_GATE_IDLE_EXIT", default_value_t = 30)]
         idle_exit: u64,
+        /// The runtime directory to serve (the launcher passes the one it registers in).
+        #[arg(long)]
+        runtime_dir: Option<PathBuf>,
     },
 }

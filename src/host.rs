@@ -36,6 +36,9 @@ pub trait Host {
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
+    /// `#!` line names (resolved the same way).
+    fn find_program(&self, name: &str) -> Option<crate::agent::Found>;
     /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
@@ -164,12 +167,40 @@ impl Host for RealHost {
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
         crate::guard::existing_mounts(project, rels)
     }
+    fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
+        use std::io::Read;
+        let resolve = |n: &str| {
+            let path = which::which(n).ok()?;
+            let target = path.canonicalize().ok()?;
+            Some((path, target))
+        };
+        let (path, target) = resolve(name)?;
+        let mut head = [0u8; 256];
+        let n = std::fs::File::open(&target).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+        let first = String::from_utf8_lossy(&head[..n]).lines().next().unwrap_or("").to_string();
+        let interpreter = first.strip_prefix("#!").and_then(|line| {
+            let mut words = line.split_whitespace();
+            let prog = words.next()?;
+            // `#!/usr/bin/env [-S] NAME`: NAME from PATH, as env would find it.
+            let named = if prog.ends_with("/env") { words.find(|w| !w.starts_with('-')) } else { None };
+            match named {
+                Some(n) => resolve(n),
+                None => Some((PathBuf::from(prog), Path::new(prog).canonicalize().ok()?)),
+            }
+        });
+        Some(crate::agent::Found { path, target, interpreter })
+    }
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
         use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("reading the secret file {}: {e}", path.display()))?;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| anyhow::anyhow!("reading the secret file {}: {e}", path.display()))?;
         if meta.uid() != self.uid() || meta.mode() & 0o077 != 0 {
             return Err(hinted(
-                format!("the secret file {} is readable by others (mode {:o}) or not yours", path.display(), meta.mode() & 0o777),
+                format!(
+                    "the secret file {} is readable by others (mode {:o}) or not yours",
+                    path.display(),
+                    meta.mode() & 0o777
+                ),
                 format!("chmod 600 {}", path.display()),
             )
             .into());
@@ -196,6 +227,8 @@ pub struct FakeHost {
     pub loopback: Vec<(u16, Vec<u8>)>,
     /// Answers to `confirm`, in order (none left: no).
     pub answers: Vec<bool>,
+    /// Programs on PATH that are not in /usr/bin (every other name is).
+    pub programs: Vec<(String, crate::agent::Found)>,
 }
 
 impl Host for FakeHost {
@@ -257,6 +290,13 @@ impl Host for FakeHost {
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;
         Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
+    }
+    fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
+        if let Some((_, f)) = self.programs.iter().find(|(n, _)| n == name) {
+            return Some(f.clone());
+        }
+        let p = PathBuf::from(format!("/usr/bin/{name}"));
+        Some(crate::agent::Found { path: p.clone(), target: p, interpreter: None })
     }
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
         self.files

@@ -3,15 +3,46 @@
 
 use crate::error::{Hinted, hinted};
 
-/// (name, what it is for, config lines)
+/// (name, what it is for, config lines). Agent presets list the hosts the real CLI contacts for
+/// its core work, as measured with the real CLIs against a fake model API (reported in the
+/// project's issue tracker, November 2026); optional hosts are commented out with what they are
+/// for, and env lines silence what is not needed.
 const PRESETS: &[(&str, &str, &[&str])] = &[
     (
         "claude",
-        "Claude Code",
-        &["allow = api.anthropic.com", "allow = statsig.anthropic.com", "cmd = claude"],
+        "Claude Code (measured: it talks only to api.anthropic.com)",
+        &[
+            "allow = api.anthropic.com",
+            "env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1   # no telemetry, error reports or update checks",
+            "# secret = ANTHROPIC_API_KEY                       # an API key from your environment, or log in inside",
+            "cmd = claude",
+        ],
     ),
-    ("codex", "OpenAI Codex CLI", &["allow = api.openai.com", "allow = chatgpt.com", "cmd = codex"]),
-    ("aider", "aider", &["allow = api.openai.com", "allow = api.anthropic.com", "cmd = aider"]),
+    (
+        "codex",
+        "OpenAI Codex CLI (measured: api.openai.com; chatgpt.com for models, plugins and ChatGPT login)",
+        &[
+            "allow = api.openai.com",
+            "allow = chatgpt.com",
+            "# allow = ab.chatgpt.com                           # metrics",
+            "# allow = github.com                               # plugins",
+            "# allow = api.github.com                           # plugins",
+            "# secret = OPENAI_API_KEY                          # an API key from your environment, or log in inside",
+            "cmd = codex",
+        ],
+    ),
+    (
+        "aider",
+        "aider (measured: the model APIs; pypi.org and raw.githubusercontent.com for update checks and prices)",
+        &[
+            "allow = api.openai.com",
+            "allow = api.anthropic.com",
+            "env = AIDER_CHECK_UPDATE=false",
+            "# allow = pypi.org                                 # update checks",
+            "# allow = raw.githubusercontent.com                # model prices",
+            "cmd = aider",
+        ],
+    ),
     ("npm", "the npm registry", &["allow = registry.npmjs.org", "allow = registry.yarnpkg.com"]),
     ("pypi", "PyPI", &["allow = pypi.org", "allow = files.pythonhosted.org"]),
     ("cargo", "crates.io", &["allow = crates.io", "allow = index.crates.io", "allow = static.crates.io"]),

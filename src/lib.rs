@@ -15,6 +15,7 @@
 //!   `splice`, `log`);
 //! - `doctor` and `loopback`'s probe read the machine (through `Host` for the probe).
 
+pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod config;

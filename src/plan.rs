@@ -104,6 +104,7 @@ fn hook_spec(f: &Facts) -> HookSpec {
 
 fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let mut n = p.notices.clone();
+    n.extend(f.launchable.notice.iter().cloned());
     for s in &f.missing_secrets {
         n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
     }

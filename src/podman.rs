@@ -36,6 +36,19 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)]
 }
 
+/// The sandbox's PATH with the agent's interpreter first (nvm's node, say), unless the user set
+/// PATH themselves.
+fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
+    let prefix = f.launchable.path_prefix.as_ref()?;
+    if p.env.iter().any(|(k, _)| k == "PATH") {
+        return None;
+    }
+    Some((
+        "PATH".into(),
+        format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", prefix.display()),
+    ))
+}
+
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
@@ -45,6 +58,7 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(runtime_proxy_env(p, f))
         .chain(p.env.iter().cloned())
         .chain(f.secrets.iter().cloned())
+        .chain(interpreter_path(p, f))
         .collect();
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
@@ -93,6 +107,11 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &project,
     ]);
+    // The agent's install tree, read-only at the same path (see `agent`).
+    for m in &f.launchable.mounts {
+        let m = m.display();
+        push(&["-v", &format!("{m}:{m}:ro")]);
+    }
     // The paths the host trusts are read-only inside (podman mounts deeper paths last).
     for m in &f.protected_mounts {
         let m = m.display();
@@ -120,7 +139,10 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         Image::Named(n) => a.push(n.clone()),
     }
     match &p.command {
-        Command::Argv(argv) => a.extend(argv.iter().cloned()),
+        Command::Argv(argv) => {
+            a.push(f.launchable.program.clone().unwrap_or_else(|| argv[0].clone()));
+            a.extend(argv[1..].iter().cloned());
+        }
         Command::Shell if p.image == Image::Host => a.push("/bin/bash".into()),
         Command::Shell => a.push("/bin/sh".into()),
     }

@@ -228,7 +228,8 @@ fn rules_takes_only_the_flags_that_shape_the_ruleset() {
 
 #[test]
 fn secrets_are_named_in_a_dry_run_never_shown_and_bad_ones_refused() {
-    let (_t, dir, home) = project(Some("secret = API_TOKEN\nsecret = DB_PASSWORD from ~/.db-password\nenv = PLAIN=visible\n"));
+    let (_t, dir, home) =
+        project(Some("secret = API_TOKEN\nsecret = DB_PASSWORD from ~/.db-password\nenv = PLAIN=visible\n"));
     let o = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
         .args(["--dry-run", "-e", "OPENAI_API_KEY", "-e", "ANOTHER=given-on-the-command-line"])
         .current_dir(&dir)
@@ -245,11 +246,19 @@ fn secrets_are_named_in_a_dry_run_never_shown_and_bad_ones_refused() {
     for never in ["sk-live-0123456789", "tok-abcdef"] {
         assert!(!out.contains(never), "a secret value in the dry run: {out}");
     }
-    for shown in ["OPENAI_API_KEY=<secret from $OPENAI_API_KEY>", "API_TOKEN=<secret from $API_TOKEN>", "DB_PASSWORD=<secret from ~/.db-password>", "PLAIN=visible"] {
+    for shown in [
+        "OPENAI_API_KEY=<secret from $OPENAI_API_KEY>",
+        "API_TOKEN=<secret from $API_TOKEN>",
+        "DB_PASSWORD=<secret from ~/.db-password>",
+        "PLAIN=visible",
+    ] {
         assert!(out.contains(shown), "{shown} missing: {out}");
     }
     let argv: String = out.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
-    assert!(!argv.contains("PLAIN=") && !argv.contains("ANOTHER="), "values on the podman command line: {argv}");
+    assert!(
+        !argv.contains("PLAIN=") && !argv.contains("ANOTHER="),
+        "values on the podman command line: {argv}"
+    );
     refused(Some("secret = DB from relative/file\n"), &[], &["not an absolute path"]);
     refused(Some("secret = 1BAD\n"), &[], &["not a valid environment variable name"]);
     refused(Some("secret = K\nenv = K=v\n"), &[], &["K is already set on line 1"]);

@@ -11,9 +11,11 @@ use std::time::Duration;
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
     let dir = control::runtime_dir();
     match cmd {
-        GateCmd::Serve { port_from, idle_exit } => {
-            super::server::serve(*port_from, Duration::from_secs(*idle_exit))
-        }
+        GateCmd::Serve { port_from, idle_exit, runtime_dir } => super::server::serve(
+            runtime_dir.clone().unwrap_or(dir),
+            *port_from,
+            Duration::from_secs(*idle_exit),
+        ),
         GateCmd::Status { json } => match control::ask(&dir, &Request::Status)? {
             None if *json => {
                 println!("{}", serde_json::json!({ "running": false }));

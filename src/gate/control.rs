@@ -116,8 +116,12 @@ fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
     while !line.ends_with(b"\n") {
         let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-            .context("reading the gate's reply")?;
+        let msg =
+            match recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
+                Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
+            };
         for c in msg.cmsgs().context("reading the gate's reply")? {
             if let ControlMessageOwned::ScmRights(fds) = c {
                 for raw in fds {
@@ -129,7 +133,7 @@ fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
         }
         let n = msg.bytes;
         if n == 0 {
-            bail!("the gate closed the connection before replying");
+            return Err(HungUp.into());
         }
         line.extend_from_slice(&buf[..n]);
     }
@@ -137,21 +141,45 @@ fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
     Ok((r, fd))
 }
 
-fn send(stream: &mut UnixStream, req: &Request) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    stream.write_all(line.as_bytes())?;
-    let (r, fd) = read_reply(stream)?;
-    if !r.ok {
-        bail!("the gate refused: {}", r.error.unwrap_or_default());
-    }
-    Ok((r, fd))
+/// Why a request got no usable answer.
+enum Failed {
+    /// The gate is going away: it said it is closing, or hung up without answering (its
+    /// runtime shut down with the connection accepted). Start the next gate and retry.
+    Going(String),
+    /// A real refusal or a broken reply: retrying would not help.
+    Refused(anyhow::Error),
 }
+
+fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+    let mut line = serde_json::to_string(req).map_err(|e| Failed::Refused(e.into()))?;
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(|e| Failed::Going(format!("the gate hung up ({e})")))?;
+    let (r, fd) = read_reply(stream).map_err(|e| match e.downcast_ref::<HungUp>() {
+        Some(_) => Failed::Going("the gate hung up without answering".into()),
+        None => Failed::Refused(e),
+    })?;
+    match (r.ok, r.error.as_deref()) {
+        (true, _) => Ok((r, fd)),
+        (false, Some(CLOSING)) => Err(Failed::Going(CLOSING.into())),
+        (false, why) => {
+            Err(Failed::Refused(anyhow::anyhow!("the gate refused: {}", why.unwrap_or_default())))
+        }
+    }
+}
+
+/// The gate closed the connection (or reset it) before a whole reply.
+#[derive(Debug, thiserror::Error)]
+#[error("the gate closed the connection before replying")]
+struct HungUp;
 
 /// One request to a running gate (`None` when no gate runs).
 pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
     match UnixStream::connect(socket_path(dir)) {
-        Ok(mut s) => Ok(Some(send(&mut s, req)?.0)),
+        Ok(mut s) => match send(&mut s, req) {
+            Ok((r, _)) => Ok(Some(r)),
+            Err(Failed::Going(_)) => Ok(None),
+            Err(Failed::Refused(e)) => Err(e),
+        },
         Err(_) => Ok(None),
     }
 }
@@ -231,8 +259,10 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
                 Ok((reply, listener)) => return Ok(Lease { port: reply.port, stream, listener }),
-                Err(e) if e.to_string().contains(CLOSING) => last_err = e.to_string(),
-                Err(e) => return Err(e.context("registering the session with the egress gate")),
+                Err(Failed::Going(why)) => last_err = why,
+                Err(Failed::Refused(e)) => {
+                    return Err(e.context("registering the session with the egress gate"));
+                }
             },
             Err(e) => {
                 last_err = e.to_string();
@@ -256,6 +286,8 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}/gate.err", dir.display()))?;
     let mut cmd = std::process::Command::new(self_exe);
     cmd.args(["gate", "serve", "--port-from", &port_from.to_string()])
+        .arg("--runtime-dir")
+        .arg(dir)
         .current_dir("/")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

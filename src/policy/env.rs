@@ -154,7 +154,10 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
         if let Given::Value(value) = &g
             && value.contains('\n')
         {
-            diags.push(Diagnostic::new(at, format!("the value of {name} contains a newline")).hint("pass one line per variable"));
+            diags.push(
+                Diagnostic::new(at, format!("the value of {name} contains a newline"))
+                    .hint("pass one line per variable"),
+            );
             continue;
         }
         if let Some((_, first, _)) = seen.iter().find(|(n, _, _)| *n == name) {
@@ -172,7 +175,8 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
                     continue;
                 }
                 _ => {
-                    diags.push(Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"));
+                    diags
+                        .push(Diagnostic::new(at, format!("{name} is given twice with -e")).hint("keep one"));
                     continue;
                 }
             }

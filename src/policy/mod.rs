@@ -251,7 +251,8 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let publish = publishes(config, inputs, net, &mut c);
     let image = image::image(config, inputs, &mut c);
     let command = command(config, inputs, &mut c);
-    let env::UserEnv { vars: env, no_proxy: user_no_proxy, secrets } = env::user_env(config, inputs, net, &mut c.0);
+    let env::UserEnv { vars: env, no_proxy: user_no_proxy, secrets } =
+        env::user_env(config, inputs, net, &mut c.0);
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
     let protect = protects(config, &mut c);
 

@@ -66,10 +66,14 @@ fn gate(th: &TestHost, port_from: u16, nofile: Option<u32>) -> Gate {
 
 /// CONNECT echo.test:7000 through the gate; returns the stream and the status code.
 fn tunnel(g: &Gate) -> std::io::Result<(TcpStream, u16)> {
+    tunnel_to(g.port, &g.token)
+}
+
+fn tunnel_to(port: u16, token: &str) -> std::io::Result<(TcpStream, u16)> {
     use base64::Engine;
-    let mut s = TcpStream::connect(("127.0.0.1", g.port))?;
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(15)))?;
-    let cred = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{}", g.token));
+    let cred = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{token}"));
     write!(s, "CONNECT echo.test:7000 HTTP/1.1\r\nProxy-Authorization: Basic {cred}\r\n\r\n")?;
     let mut head = Vec::new();
     let mut b = [0u8; 1];
@@ -220,4 +224,46 @@ fn every_decision_is_logged_before_its_answer_and_none_is_lost_on_sigterm() {
     assert_eq!(g.child.wait().unwrap().code(), Some(0), "exit status after SIGTERM");
     assert_eq!(logs().len(), n, "decisions lost at SIGTERM");
     assert!(!control::socket_path(&g._dir.path().join("ai-sandbox")).exists(), "socket left behind");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_gate_that_hangs_up_while_shutting_down_is_retried_not_fatal() {
+    let th = TestHost::new();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = dir.path().join("ai-sandbox");
+    control::private_dir(&rt).unwrap();
+    // A dying gate: accepts the registration, closes without a word, and its socket goes.
+    let sock = control::socket_path(&rt);
+    let dying = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let sock2 = sock.clone();
+    let hung_up = std::thread::spawn(move || {
+        let (c, _) = dying.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(c);
+        let _ = std::fs::remove_file(&sock2);
+    });
+    let token = format!("{:032x}", 0xdead_u128);
+    let req = Request::Register {
+        session: "hangup".into(),
+        project: "hangup".into(),
+        token: token.clone(),
+        policy: SessionPolicy {
+            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
+            nets: vec![],
+            gate_ports: vec![80, 443, 8443],
+            resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
+            config_path: "hangup".into(),
+            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+        },
+    };
+    let lease = control::register(&rt, &env().bin, 19581, &req);
+    hung_up.join().unwrap();
+    let lease = lease.expect("register gave up on a gate that hung up instead of starting the next one");
+    // Positive control: the gate it started relays for this session.
+    let (mut s, status) = tunnel_to(lease.port, &token).unwrap();
+    assert_eq!(status, 200);
+    assert!(echoes(&mut s));
+    let _ = control::ask(&rt, &Request::Stop);
+    drop(dir);
 }

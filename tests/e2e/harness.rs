@@ -196,6 +196,26 @@ pub fn spawn_sandbox(p: &Project, args: &[&str]) -> Running {
     Running { child: Some(child), done: p.path("done") }
 }
 
+/// `spawn_sandbox` with variables for the launcher that must appear on no command line (the
+/// harness's own `env -i K=V` would put them there): they go through a 0600 file that a
+/// shell sources before it execs ai-sandbox.
+pub fn spawn_sandbox_with_secret_env(p: &Project, args: &[&str], secret_vars: &[(&str, &str)]) -> Running {
+    let file = p.dir.with_extension(format!("env-{}", COUNTER.fetch_add(1, Ordering::SeqCst)));
+    let text: String = secret_vars.iter().map(|(k, v)| format!("{k}='{v}'\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    chown_user(&file);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script = format!("set -a; . '{}'; set +a; exec \"$0\" \"$@\"", file.display());
+    let mut all = vec!["-c", script.as_str(), env().bin.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let child = user_command(&p.dir, Path::new("/bin/sh"), &all, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Running { child: Some(child), done: p.path("done") }
+}
+
 /// Runs any program as the test user (podman ps, say).
 pub fn as_user(program: &str, args: &[&str]) -> Run {
     let dir = env().home.clone();

@@ -3,11 +3,13 @@
 //! all" can never pass for "blocked". Ignored by a plain `cargo test` (they need root and the
 //! machine set-up); `scripts/test` runs them with `--ignored`, and any failure fails CI.
 
+mod agents;
 mod docs;
 mod gate;
 mod gate_limits;
 mod harness;
 mod lifecycle;
+mod secrets;
 mod selfprotect;
 
 use harness::*;
