@@ -153,6 +153,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
         launchable: launchable(host, p),
+        agents_dir: xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents"),
         secrets,
         missing_secrets,
         state_dir: state_dir(host, &p.project),
@@ -237,6 +238,33 @@ fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
         "read it, then approve it with `ai-sandbox trust` (`ai-sandbox trust --show` shows this again)",
     )
     .into())
+}
+
+/// `ai-sandbox login import AGENT`: copies an existing login from the real HOME into the store
+/// that `state = AGENT` shares with this user's sandboxes, after saying which files.
+pub fn login_import(host: &mut dyn Host, agent: &str) -> anyhow::Result<i32> {
+    use crate::policy::state::{KNOWN, login_files};
+    let Some(files) = login_files(agent) else {
+        let names: Vec<&str> = KNOWN.iter().map(|(n, _, _)| *n).collect();
+        bail!("no login import for `{agent}`; known agents: {}", names.join(", "));
+    };
+    let (_, dir, _) = KNOWN.iter().find(|(n, _, _)| *n == agent).expect("known agents have login files");
+    let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
+    let store = xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents").join(agent).join(dir);
+    let present: Vec<_> = files.iter().filter(|(from, _)| host.exists(&home.join(from))).collect();
+    if present.is_empty() {
+        let names: Vec<String> = files.iter().map(|(f, _)| format!("~/{f}")).collect();
+        bail!("no {agent} login found in your home directory (looked for {})", names.join(", "));
+    }
+    host.print(&format!(
+        "copying your {agent} login into the store your sandboxes share ({}); an agent in a sandbox with `state = {agent}` can use it:\n",
+        store.display()
+    ));
+    for (from, to) in present {
+        host.print(&format!("  ~/{from} -> {}\n", store.join(to).display()));
+        host.copy_private(&home.join(from), &store.join(to))?;
+    }
+    Ok(0)
 }
 
 /// `ai-sandbox trust [--show]`: approve the project's config as it is now, or show where it

@@ -150,6 +150,11 @@ pub enum Sub {
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
     },
+    /// Agent logins shared by your sandboxes (`state = AGENT` in the config).
+    Login {
+        #[command(subcommand)]
+        cmd: LoginCmd,
+    },
     /// Check that this machine can run sandboxes; print the fix for each failed check.
     Doctor,
     /// Write .ai-sandbox/config from presets (claude, codex, aider, npm, pypi, cargo, github).
@@ -197,6 +202,16 @@ pub enum Sub {
         nft: PathBuf,
         #[arg(long)]
         ruleset: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LoginCmd {
+    /// Copy an existing login (claude, codex) from your real HOME into the store your
+    /// sandboxes share; says which files first.
+    Import {
+        /// claude or codex
+        agent: String,
     },
 }
 

@@ -15,6 +15,7 @@ pub const KEYS: &[(&str, bool)] = &[
     ("resolve", true),
     ("protect", true),
     ("secret", true),
+    ("state", true),
     ("gate_ports", false),
     ("gate_addr", false),
     ("gate_port", false),

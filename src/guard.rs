@@ -489,7 +489,18 @@ pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyho
     }
     let Ok(records) = fs::read_dir(state_dir.join("guard")) else { return Ok(()) };
     for r in records.flatten() {
-        let Ok(m) = load(&r.path()) else { continue };
+        let Ok(m) = load(&r.path()) else {
+            // No manifest: its launcher died before the session started (the manifest is
+            // written last, before podman runs), so there is nothing to verify against.
+            let stale = r
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|a| a.as_secs() > 60));
+            if stale {
+                let _ = fs::remove_dir_all(r.path());
+            }
+            continue;
+        };
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.launcher_pid as i32), None).is_ok();
         if !alive {
             settle(&r.path(), state_dir, out)?;

@@ -39,6 +39,8 @@ pub trait Host {
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::agent::Found>;
+    /// Copies a file readable only by the user (0600, parents 0700): credentials.
+    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()>;
     /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
@@ -167,6 +169,23 @@ impl Host for RealHost {
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
         crate::guard::existing_mounts(project, rels)
     }
+    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
+        use anyhow::Context;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        if let Some(dir) = to.parent() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+        let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(to)
+            .with_context(|| format!("writing {}", to.display()))?;
+        std::io::Write::write_all(&mut f, &bytes)?;
+        Ok(())
+    }
     fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
         use std::io::Read;
         let resolve = |n: &str| {
@@ -290,6 +309,12 @@ impl Host for FakeHost {
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;
         Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
+    }
+    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
+        let text = self.read_file(from)?.ok_or_else(|| anyhow::anyhow!("{} not found", from.display()))?;
+        self.effects.push(format!("copy {} -> {}", from.display(), to.display()));
+        self.files.push((to.to_path_buf(), text));
+        Ok(())
     }
     fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
         if let Some((_, f)) = self.programs.iter().find(|(n, _)| n == name) {

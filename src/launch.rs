@@ -141,6 +141,13 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
         .mode(0o700)
         .create(&plan.sandbox_home)
         .with_context(|| format!("creating the sandbox HOME {}", plan.sandbox_home.display()))?;
+    for store in &plan.agent_stores {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(store)
+            .with_context(|| format!("creating the agent state {}", store.display()))?;
+    }
     write_session(plan)?;
     let g = &plan.guard;
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,

@@ -17,6 +17,9 @@ fn main() {
             keeper::run(session_dir, guard, name, podman)
         }
         Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
+        Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
+            app::login_import(&mut host, agent)
+        }
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
         Some(Sub::Init { presets, force, project }) => {
             app::init(&mut host, presets, *force, project.as_deref())

@@ -33,6 +33,8 @@ pub struct Plan {
     /// Skeleton rootfs to create before launch (`image = host`).
     pub rootfs: Option<PathBuf>,
     pub sandbox_home: PathBuf,
+    /// Agent state stores to create (0700) before launch.
+    pub agent_stores: Vec<PathBuf>,
     pub session_dir: PathBuf,
     /// The container's name, which the keeper removes if the launcher is killed.
     pub container: String,
@@ -66,6 +68,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
+        agent_stores: p.agent_state.iter().map(|s| f.agents_dir.join(&s.name).join(&s.dir)).collect(),
         session_dir: f.session_dir.clone(),
         container: f.container_name(),
         self_exe: f.self_exe.clone(),

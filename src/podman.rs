@@ -49,6 +49,16 @@ fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
     ))
 }
 
+/// The variables that point known agents at their shared state (unless the user set them).
+fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+    p.agent_state
+        .iter()
+        .filter_map(|s| s.var.as_ref())
+        .filter(|(k, _)| !p.env.iter().any(|(n, _)| n == k))
+        .map(|(k, rel)| (k.to_string(), format!("{}/{rel}", f.home.display())))
+        .collect()
+}
+
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
@@ -59,6 +69,7 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(p.env.iter().cloned())
         .chain(f.secrets.iter().cloned())
         .chain(interpreter_path(p, f))
+        .chain(state_vars(p, f))
         .collect();
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
@@ -125,6 +136,11 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         push(&["--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777"]);
     }
     push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
+    // Agent logins shared by this user's sandboxes (never the real HOME's files).
+    for s in &p.agent_state {
+        let store = f.agents_dir.join(&s.name).join(&s.dir);
+        push(&["-v", &format!("{}:{home}/{}", store.display(), s.dir)]);
+    }
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }

@@ -53,6 +53,8 @@ pub struct Facts {
     pub secrets: Vec<(String, String)>,
     /// Secrets the user listed that have no value (said at launch).
     pub missing_secrets: Vec<String>,
+    /// The per-user store of agent state shared by sandboxes (`$XDG_DATA_HOME/ai-sandbox/agents`).
+    pub agents_dir: PathBuf,
     /// How to run the command when it is installed outside what the sandbox sees (see `agent`).
     pub launchable: crate::agent::Launchable,
 }

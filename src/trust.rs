@@ -113,6 +113,9 @@ fn widens(e: &Entry) -> Option<String> {
             sensitive.then(|| format!("overrides {name}, which changes what programs load or run"))
         }
         "resolve" => Some("pins a name to an address for the gate".into()),
+        "state" => {
+            Some(format!("shares the {v} login and settings kept for all your sandboxes with this one"))
+        }
         "gate_ports" => Some(format!("the gate relays these ports for every allowed name: {v}")),
         "gate_addr" => Some("moves the host's loopback mapping".into()),
         "allow" => allow_widens(v),

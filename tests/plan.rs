@@ -317,3 +317,35 @@ fn protected_paths_that_exist_are_read_only_in_the_podman_command() {
     }
     assert!(!argv.iter().any(|a| a.contains(".vscode")), "only paths that exist are mounted");
 }
+
+#[test]
+fn agent_state_is_a_shared_store_mounted_into_the_sandbox_home_and_never_the_real_one() {
+    let mut h = host("state = claude\nstate = ~/.config/tool\n", &[]);
+    let argv = argv_of(&dry_run(&mut h, &["--", "true"]));
+    let store = "/home/dev/.local/share/ai-sandbox/agents";
+    assert!(argv.contains(&format!("{store}/claude/.claude:/home/dev/.claude")), "{argv:?}");
+    assert!(argv.contains(&format!("{store}/.config_tool/.config/tool:/home/dev/.config/tool")), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
+    assert!(h.stdout.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{}", h.stdout);
+}
+
+#[test]
+fn login_import_says_which_files_then_copies_them() {
+    let mut h = host("", &[]);
+    h.files.push(("/home/dev/.claude/.credentials.json".into(), "{\"token\":\"x\"}".into()));
+    h.files.push(("/home/dev/.claude.json".into(), "{}".into()));
+    assert_eq!(app::login_import(&mut h, "claude").unwrap(), 0);
+    let store = "/home/dev/.local/share/ai-sandbox/agents/claude/.claude";
+    assert!(
+        h.stdout.contains(&format!("~/.claude/.credentials.json -> {store}/.credentials.json")),
+        "{}",
+        h.stdout
+    );
+    assert!(h.stdout.contains(&format!("~/.claude.json -> {store}/.claude.json")), "{}", h.stdout);
+    assert_eq!(h.effects.iter().filter(|e| e.starts_with("copy ")).count(), 2, "{:?}", h.effects);
+    let err = app::login_import(&mut h, "codex").unwrap_err().to_string();
+    assert!(err.contains("no codex login found") && err.contains("~/.codex/auth.json"), "{err}");
+    assert!(
+        app::login_import(&mut h, "vim").unwrap_err().to_string().contains("known agents: claude, codex")
+    );
+}

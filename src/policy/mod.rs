@@ -8,6 +8,7 @@ pub mod allow;
 pub mod env;
 mod image;
 pub mod netset;
+pub mod state;
 
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -106,6 +107,8 @@ pub struct Policy {
     /// Variables whose values are read at launch (from the environment or a file) and passed
     /// through the private env file: names and sources only, never values.
     pub secrets: Vec<env::Secret>,
+    /// Agent state directories shared by this user's sandboxes (`state = claude`).
+    pub agent_state: Vec<state::AgentState>,
     /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
     pub protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
@@ -255,6 +258,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         env::user_env(config, inputs, net, &mut c.0);
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
     let protect = protects(config, &mut c);
+    let agent_state = state::states(config, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -279,6 +283,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         notices: Vec::new(),
         protect,
         secrets,
+        agent_state,
     })
 }
 
