@@ -26,6 +26,23 @@ impl Drop for Gate {
     }
 }
 
+/// A session that may reach echo.test:7000 only, pinned to the test host.
+fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
+    Request::Register {
+        session: name.into(),
+        project: name.into(),
+        token: token.into(),
+        policy: SessionPolicy {
+            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
+            nets: vec![],
+            gate_ports: vec![80, 443, 8443],
+            resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
+            config_path: name.into(),
+            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+        },
+    }
+}
+
 /// Starts `ai-sandbox gate serve` (under `prlimit --nofile=N:N` if given) and registers one
 /// session allowing echo.test:7000 pinned to the test host.
 fn gate(th: &TestHost, port_from: u16, nofile: Option<u32>) -> Gate {
@@ -47,19 +64,7 @@ fn gate(th: &TestHost, port_from: u16, nofile: Option<u32>) -> Gate {
     let rt = dir.path().join("ai-sandbox");
     assert!(wait_for(10, || control::socket_path(&rt).exists()), "gate did not start");
     let token = format!("{:032x}", 0x5eed_u128 + u128::from(port_from));
-    let req = Request::Register {
-        session: "limits".into(),
-        project: "limits".into(),
-        token: token.clone(),
-        policy: SessionPolicy {
-            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
-            nets: vec![],
-            gate_ports: vec![80, 443, 8443],
-            resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
-            config_path: "limits".into(),
-            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
-        },
-    };
+    let req = echo_session(th, "limits", &token);
     let lease = control::register(&rt, &env().bin, port_from, &req).unwrap();
     Gate { child, port: lease.port, _dir: dir, token, _lease: lease }
 }
@@ -244,19 +249,7 @@ fn a_gate_that_hangs_up_while_shutting_down_is_retried_not_fatal() {
         let _ = std::fs::remove_file(&sock2);
     });
     let token = format!("{:032x}", 0xdead_u128);
-    let req = Request::Register {
-        session: "hangup".into(),
-        project: "hangup".into(),
-        token: token.clone(),
-        policy: SessionPolicy {
-            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
-            nets: vec![],
-            gate_ports: vec![80, 443, 8443],
-            resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
-            config_path: "hangup".into(),
-            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
-        },
-    };
+    let req = echo_session(&th, "hangup", &token);
     let lease = control::register(&rt, &env().bin, 19581, &req);
     hung_up.join().unwrap();
     let lease = lease.expect("register gave up on a gate that hung up instead of starting the next one");
