@@ -150,6 +150,9 @@ pub enum Sub {
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
     },
+    /// Inside a sandbox: a raw TCP stream to HOST:PORT through the egress gate (ssh's
+    /// ProxyCommand; `allow = HOST:22` lets git over SSH through). GIT_SSH_COMMAND uses it.
+    Connect { host: String, port: u16 },
     /// Agent logins shared by your sandboxes (`state = AGENT` in the config).
     Login {
         #[command(subcommand)]

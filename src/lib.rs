@@ -19,6 +19,7 @@ pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod connect;
 pub mod doctor;
 pub mod error;
 pub mod gate;

@@ -16,6 +16,7 @@ fn main() {
         Some(Sub::Keeper { session_dir, guard, name, podman }) => {
             keeper::run(session_dir, guard, name, podman)
         }
+        Some(Sub::Connect { host, port }) => ai_sandbox::connect::run(host, *port),
         Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
             app::login_import(&mut host, agent)

@@ -26,14 +26,27 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     out
 }
 
+/// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
+pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
+
 /// Variables that make common runtimes honour the gate, beyond the `*_proxy` family: Node's
-/// built-in fetch (Node 24 and later read the proxy variables only with this), and gRPC.
+/// built-in fetch (Node 24 and later read the proxy variables only with this), gRPC, and git
+/// over SSH (`ai-sandbox connect` as ssh's ProxyCommand), unless the user set it.
 fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
     let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
-    vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)]
+    let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
+    // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
+    // config files with such an owner (it would not run at all).
+    if !p.env.iter().any(|(k, _)| k == "GIT_SSH_COMMAND") {
+        v.push((
+            "GIT_SSH_COMMAND".into(),
+            format!("ssh -F none -o ProxyCommand='{CONNECT_EXE} connect %h %p'"),
+        ));
+    }
+    v
 }
 
 /// The sandbox's PATH with the agent's interpreter first (nvm's node, say), unless the user set
@@ -118,6 +131,10 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &project,
     ]);
+    // This binary, for `ai-sandbox connect` (ssh through the gate).
+    if p.gate {
+        push(&["-v", &format!("{}:{CONNECT_EXE}:ro", f.self_exe.display())]);
+    }
     // The agent's install tree, read-only at the same path (see `agent`).
     for m in &f.launchable.mounts {
         let m = m.display();

@@ -264,6 +264,7 @@ pub struct TestHost {
     pub ns: String,
     veth: String,
     tls: Option<Child>,
+    sshd: Option<Child>,
     pub v4: String,
     pub v6: String,
     pub port: u16,
@@ -338,7 +339,7 @@ impl TestHost {
             }
         });
         let port = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        TestHost { ns, veth, tls: None, v4, v6, port, udp_hits }
+        TestHost { ns, veth, tls: None, sshd: None, v4, v6, port, udp_hits }
     }
 
     /// Adds a TLS server on 443 (self-signed, `openssl s_server -www`).
@@ -386,6 +387,48 @@ impl TestHost {
         assert!(up, "s_server did not start");
         self
     }
+    /// Adds an sshd on port 22 (key auth for the test user with `authorized_key`; every login
+    /// runs `echo ssh-through-the-gate-works`). Runs only inside this host's namespace.
+    pub fn with_sshd(mut self, authorized_key: &Path) -> TestHost {
+        let dir = env().root.join(format!("sshd-{}", self.ns));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let key = dir.join("host_ed25519");
+        sh(&["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()]);
+        let auth = dir.join("authorized_keys");
+        std::fs::copy(authorized_key, &auth).unwrap();
+        let cfg = dir.join("sshd_config");
+        std::fs::write(
+            &cfg,
+            format!(
+                "Port 22\nListenAddress 0.0.0.0\nHostKey {}\nPidFile none\nUsePAM yes\nStrictModes no\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+                 AuthorizedKeysFile {}\nAllowUsers {}\nForceCommand echo ssh-through-the-gate-works\n",
+                key.display(),
+                auth.display(),
+                env().user
+            ),
+        )
+        .unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+            .spawn()
+            .unwrap();
+        self.sshd = Some(child);
+        let ns = self.ns.clone();
+        let up = wait_for(10, || {
+            Command::new("ip")
+                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :22"])
+                .output()
+                .is_ok_and(|o| !o.stdout.is_empty())
+        });
+        assert!(up, "sshd did not start in the test namespace");
+        self
+    }
     pub fn tcp4(&self) -> String {
         format!("tcp:{}:{}", self.v4, self.port)
     }
@@ -399,7 +442,7 @@ impl TestHost {
 
 impl Drop for TestHost {
     fn drop(&mut self) {
-        if let Some(mut c) = self.tls.take() {
+        for mut c in [self.tls.take(), self.sshd.take()].into_iter().flatten() {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -11,6 +11,7 @@ mod harness;
 mod lifecycle;
 mod secrets;
 mod selfprotect;
+mod ssh;
 
 use harness::*;
 

@@ -1,0 +1,63 @@
+//! git over SSH: ssh inside the sandbox reaches an allowed `HOST:22` through the gate
+//! (`ai-sandbox connect` as ProxyCommand, set up in GIT_SSH_COMMAND), with the same allowlist,
+//! token and decision log as HTTPS; a refused host gets the gate's hint; a direct connection
+//! to the same server is refused by the ruleset. A real sshd in a test namespace.
+
+use crate::harness::*;
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("ssh");
+    let key = p.path("id_e2e");
+    let kg = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(kg.success());
+    for f in [key.clone(), key.with_extension("pub")] {
+        chown_user(&f);
+    }
+    let th = TestHost::new().with_sshd(&key.with_extension("pub"));
+    p.config(&format!(
+        "allow = ssh.test:22\nresolve = ssh.test={v4}\nresolve = refused.test={v4}\nallow = refused.test\n",
+        v4 = th.v4
+    ));
+    let opts = "-i id_e2e -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=10";
+    let script = format!(
+        "set +e; eval \"$GIT_SSH_COMMAND {opts} {u}@ssh.test\"; echo allowed-rc=$?; \
+         eval \"$GIT_SSH_COMMAND {opts} {u}@refused.test\"; echo refused-rc=$?; \
+         ssh -F none {opts} {u}@{v4}; echo direct-rc=$?",
+        u = env().user,
+        v4 = th.v4
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let all = format!("{}\n{}", r.stdout, r.stderr);
+    r.ok();
+    assert!(
+        r.stdout.contains("ssh-through-the-gate-works\nallowed-rc=0"),
+        "positive control: ssh to the allowed host:\n{all}"
+    );
+    assert!(!r.stdout.contains("refused-rc=0"), "{all}");
+    assert!(
+        r.stderr.contains("blocked by ai-sandbox: add \"allow = refused.test:22\""),
+        "a refused host shows the gate's hint through ssh:\n{all}"
+    );
+    assert!(
+        !r.stdout.contains("direct-rc=0") && r.stdout.matches("ssh-through-the-gate-works").count() == 1,
+        "{all}"
+    );
+    assert!(
+        r.stderr.contains(&format!("connect to host {} port 22: Connection refused", th.v4)),
+        "the direct path is refused by the ruleset (a reset), not failing for another reason:\n{all}"
+    );
+    let log = gate_log();
+    assert!(
+        log.lines().any(|l| l.contains("\"host\":\"ssh.test\"")
+            && l.contains("\"port\":22")
+            && l.contains("\"decision\":\"allow\"")),
+        "no allow line for ssh.test:22"
+    );
+}
