@@ -110,6 +110,26 @@ fn project_key(project: &Path) -> String {
     format!("{name}-{:016x}", fnv(&project.display().to_string()))
 }
 
+/// Where the approved copy of a project's config lives, what it holds, and how `current`
+/// stands against it.
+struct Approval {
+    path: PathBuf,
+    stored: Option<String>,
+    status: trust::Status,
+}
+
+fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -> anyhow::Result<Approval> {
+    let path = crate::session::approved_config(&state_dir(host, project));
+    let stored = host.read_file(&path)?;
+    let status = trust::status(current, stored.as_deref());
+    Ok(Approval { path, stored, status })
+}
+
+/// The per-user store of agent state shared by sandboxes.
+fn agents_dir(host: &dyn Host) -> PathBuf {
+    xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents")
+}
+
 /// This project's directory in the user's state dir (`$XDG_STATE_HOME/ai-sandbox/projects/KEY`).
 fn state_dir(host: &dyn Host, project: &Path) -> PathBuf {
     xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects").join(project_key(project))
@@ -132,6 +152,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         host.env("XDG_RUNTIME_DIR").as_deref(),
         host.uid(),
     );
+    let host_dirs: Vec<PathBuf> =
+        ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
+    let launchable = launchable(host, p, &host_dirs, &home);
     let nft = match host.env("AISB_NFT") {
         Some(v) => PathBuf::from(v),
         None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
@@ -148,12 +171,12 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
             .join(project_key(&p.project)),
         rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
         home,
-        host_dirs: ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect(),
+        launchable,
+        host_dirs,
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
-        launchable: launchable(host, p),
-        agents_dir: xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents"),
+        agents_dir: agents_dir(host),
         secrets,
         missing_secrets,
         state_dir: state_dir(host, &p.project),
@@ -163,16 +186,14 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
 
 /// How the command runs when it is installed where the sandbox does not look (`image = host`
 /// and a bare command name only: an image brings its own programs).
-fn launchable(host: &dyn Host, p: &Policy) -> crate::agent::Launchable {
+fn launchable(host: &dyn Host, p: &Policy, host_dirs: &[PathBuf], home: &Path) -> crate::agent::Launchable {
     let crate::policy::Command::Argv(argv) = &p.command else { return Default::default() };
     let name = &argv[0];
     if p.image != crate::policy::Image::Host || name.contains('/') {
         return Default::default();
     }
-    let home = PathBuf::from(host.env("HOME").unwrap_or_default());
-    let mut visible: Vec<PathBuf> = ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).collect();
-    visible.push(p.project.clone());
-    crate::agent::plan(name, host.find_program(name).as_ref(), &visible, &home)
+    let visible: Vec<PathBuf> = host_dirs.iter().cloned().chain([p.project.clone()]).collect();
+    crate::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
 }
 
 /// Secret values by name, and the names that have none.
@@ -209,26 +230,24 @@ fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) ->
 /// Applies the config only in a version the user approved (see `trust`). On a terminal, shows
 /// the config or the diff and asks; otherwise refuses with what changed and how to approve.
 fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
-    let approved_path = crate::session::approved_config(&state_dir(host, &l.policy.project));
-    let approved = host.read_file(&approved_path)?;
-    let status = trust::status(l.text.as_deref(), approved.as_deref());
+    let a = approval(host, &l.policy.project, l.text.as_deref())?;
     let text = l.text.clone().unwrap_or_default();
-    match status {
+    match a.status {
         trust::Status::NoConfig => return Ok(()),
         trust::Status::Approved => {
             // Same entries; keep the stored copy's comments current for the next diff.
-            if approved.as_deref() != Some(text.as_str()) {
-                host.write_file(&approved_path, &text)?;
+            if a.stored.as_deref() != Some(text.as_str()) {
+                host.write_file(&a.path, &text)?;
             }
             return Ok(());
         }
         _ => {}
     }
-    let explained = trust::explain(&status, &text, &l.display);
+    let explained = trust::explain(&a.status, &text, &l.display);
     if host.stdio_is_tty() {
         host.eprint(&explained);
         if host.confirm("Approve this config for this project and start? [y/N] ")? {
-            host.write_file(&approved_path, &text)?;
+            host.write_file(&a.path, &text)?;
             return Ok(());
         }
         bail!("not approved; nothing was started");
@@ -250,7 +269,7 @@ pub fn login_import(host: &mut dyn Host, agent: &str) -> anyhow::Result<i32> {
     };
     let (_, dir, _) = KNOWN.iter().find(|(n, _, _)| *n == agent).expect("known agents have login files");
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let store = xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents").join(agent).join(dir);
+    let store = crate::policy::state::store_path(&agents_dir(host), agent, dir);
     let present: Vec<_> = files.iter().filter(|(from, _)| host.exists(&home.join(from))).collect();
     if present.is_empty() {
         let names: Vec<String> = files.iter().map(|(f, _)| format!("~/{f}")).collect();
@@ -275,8 +294,7 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
         host.print(&format!("there is no {}: nothing to approve\n", loc.display));
         return Ok(0);
     };
-    let approved_path = crate::session::approved_config(&state_dir(host, &loc.project));
-    let status = trust::status(Some(&text), host.read_file(&approved_path)?.as_deref());
+    let Approval { path: approved_path, status, .. } = approval(host, &loc.project, Some(&text))?;
     if show {
         match &status {
             trust::Status::Approved => {
@@ -304,14 +322,11 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let mut loaded = load_policy(host, args)?;
     if args.dry_run {
-        let approved =
-            host.read_file(&crate::session::approved_config(&state_dir(host, &loaded.policy.project)))?;
-        match trust::status(loaded.text.as_deref(), approved.as_deref()) {
-            trust::Status::New | trust::Status::Changed { .. } => loaded.policy.notices.push(format!(
+        if approval(host, &loaded.policy.project, loaded.text.as_deref())?.status.needs_approval() {
+            loaded.policy.notices.push(format!(
                 "{} is not approved: a launch shows it and asks first (`ai-sandbox trust` approves it)",
                 loaded.display
-            )),
-            _ => {}
+            ));
         }
     } else {
         require_approval(host, &loaded)?;
@@ -355,12 +370,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
 /// `ai-sandbox rules [--json|--nft]`
 pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Result<i32> {
     let loaded = load_policy(host, &RunArgs { policy: args.clone(), ..RunArgs::default() })?;
-    let approved =
-        host.read_file(&crate::session::approved_config(&state_dir(host, &loaded.policy.project)))?;
-    if matches!(
-        trust::status(loaded.text.as_deref(), approved.as_deref()),
-        trust::Status::New | trust::Status::Changed { .. }
-    ) {
+    if approval(host, &loaded.policy.project, loaded.text.as_deref())?.status.needs_approval() {
         host.eprint(&format!(
             "ai-sandbox: note: {} is not approved (`ai-sandbox trust --show`)\n",
             loaded.display

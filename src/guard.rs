@@ -120,12 +120,18 @@ fn absent(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
-/// The protected paths to record: the candidates, plus `.git` itself when it is a file (its
-/// `gitdir:` line decides which repository, hooks and config the host's git uses).
+/// The protected paths, relative to the project, for both the mounts and the record: the
+/// candidates; `.git` itself when it is a file (its `gitdir:` line decides which repository,
+/// hooks and config the host's git uses); each submodule's config and hooks under .git/modules.
 fn roots_of(project: &Path, rels: &[String]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
     if fs::symlink_metadata(project.join(".git")).is_ok_and(|m| m.is_file()) {
         roots.push(PathBuf::from(".git"));
+    }
+    for g in submodule_gitdirs(project) {
+        let g = relative(project, &g);
+        roots.push(g.join("config"));
+        roots.push(g.join("hooks"));
     }
     roots
 }
@@ -133,7 +139,7 @@ fn roots_of(project: &Path, rels: &[String]) -> Vec<PathBuf> {
 /// A protected path that exists now and is to be mounted read-only inside the sandbox.
 pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for rel in roots_of(project, rels).iter().map(|r| r.display().to_string()) {
+    for rel in roots_of(project, rels) {
         let p = project.join(rel);
         match fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -150,8 +156,6 @@ pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<Pa
             Err(e) => return Err(e).with_context(|| format!("checking the protected path {}", p.display())),
         }
     }
-    // Submodules keep their own config and hooks under .git/modules.
-    out.extend(submodule_gitdirs(project).into_iter().flat_map(|g| [g.join("config"), g.join("hooks")]));
     out.retain(|p| p.exists());
     out.sort();
     out.dedup();
@@ -189,12 +193,7 @@ pub fn snapshot(project: &Path, rels: &[String], store: &Path, session: &str) ->
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
-    let mut roots = roots_of(project, rels);
-    for g in submodule_gitdirs(project) {
-        let g = relative(project, &g);
-        roots.push(g.join("config"));
-        roots.push(g.join("hooks"));
-    }
+    let roots = roots_of(project, rels);
     let mut m = Manifest {
         project: project.to_path_buf(),
         session: session.to_string(),

@@ -93,14 +93,14 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
         return Ok(0);
     }
     let end = Instant::now() + STOP_DEADLINE;
-    loop {
+    let gone = loop {
         let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
-        if (!exists(pm, name) && !alive(podman_pid)) || Instant::now() > end {
-            break;
+        let gone = !exists(pm, name);
+        if (gone && !alive(podman_pid)) || Instant::now() > end {
+            break gone;
         }
         std::thread::sleep(Duration::from_millis(250));
-    }
-    let gone = !exists(pm, name);
+    };
     if gone {
         let _ = std::fs::remove_dir_all(session_dir);
         // The project's protected paths, with no terminal to tell: the report waits for the

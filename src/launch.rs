@@ -197,10 +197,8 @@ fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(
-            plan.session_dir.parent().and_then(Path::parent).unwrap_or(Path::new("/tmp")).join("keeper.log"),
-        )
-        .context("opening the keeper's log")?;
+        .open(&plan.keeper_log)
+        .with_context(|| format!("opening the keeper's log {}", plan.keeper_log.display()))?;
     let mut cmd = Command::new(&plan.self_exe);
     cmd.arg("keeper")
         .arg("--session-dir")

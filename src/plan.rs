@@ -40,6 +40,8 @@ pub struct Plan {
     pub container: String,
     /// This binary: started again as the session's keeper.
     pub self_exe: PathBuf,
+    /// Where the keeper writes what it did.
+    pub keeper_log: PathBuf,
     /// The file guard: what to record before the session and verify after it.
     pub guard: GuardSpec,
 }
@@ -68,10 +70,11 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
-        agent_stores: p.agent_state.iter().map(|s| f.agents_dir.join(&s.name).join(&s.dir)).collect(),
+        agent_stores: p.agent_state.iter().map(|s| s.store(&f.agents_dir)).collect(),
         session_dir: f.session_dir.clone(),
         container: f.container_name(),
         self_exe: f.self_exe.clone(),
+        keeper_log: f.keeper_log(),
         guard: GuardSpec {
             project: p.project.clone(),
             paths: crate::guard::candidates(&p.protect),

@@ -26,6 +26,11 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     out
 }
 
+/// Whether the user's `env` lines or `-e` flags set `name` (then ai-sandbox does not).
+fn user_sets(p: &Policy, name: &str) -> bool {
+    p.env.iter().any(|(k, _)| k == name)
+}
+
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
 pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
 
@@ -40,7 +45,7 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
     // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
     // config files with such an owner (it would not run at all).
-    if !p.env.iter().any(|(k, _)| k == "GIT_SSH_COMMAND") {
+    if !user_sets(p, "GIT_SSH_COMMAND") {
         v.push((
             "GIT_SSH_COMMAND".into(),
             format!("ssh -F none -o ProxyCommand='{CONNECT_EXE} connect %h %p'"),
@@ -53,7 +58,7 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// PATH themselves.
 fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
     let prefix = f.launchable.path_prefix.as_ref()?;
-    if p.env.iter().any(|(k, _)| k == "PATH") {
+    if user_sets(p, "PATH") {
         return None;
     }
     Some((
@@ -67,7 +72,7 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     p.agent_state
         .iter()
         .filter_map(|s| s.var.as_ref())
-        .filter(|(k, _)| !p.env.iter().any(|(n, _)| n == k))
+        .filter(|(k, _)| !user_sets(p, k))
         .map(|(k, rel)| (k.to_string(), format!("{}/{rel}", f.home.display())))
         .collect()
 }
@@ -135,13 +140,9 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     if p.gate {
         push(&["-v", &format!("{}:{CONNECT_EXE}:ro", f.self_exe.display())]);
     }
-    // The agent's install tree, read-only at the same path (see `agent`).
-    for m in &f.launchable.mounts {
-        let m = m.display();
-        push(&["-v", &format!("{m}:{m}:ro")]);
-    }
-    // The paths the host trusts are read-only inside (podman mounts deeper paths last).
-    for m in &f.protected_mounts {
+    // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
+    // trusts (see `guard`; podman mounts deeper paths last).
+    for m in f.launchable.mounts.iter().chain(&f.protected_mounts) {
         let m = m.display();
         push(&["-v", &format!("{m}:{m}:ro")]);
     }
@@ -155,8 +156,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
     // Agent logins shared by this user's sandboxes (never the real HOME's files).
     for s in &p.agent_state {
-        let store = f.agents_dir.join(&s.name).join(&s.dir);
-        push(&["-v", &format!("{}:{home}/{}", store.display(), s.dir)]);
+        push(&["-v", &format!("{}:{home}/{}", s.store(&f.agents_dir).display(), s.dir)]);
     }
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);

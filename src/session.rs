@@ -72,6 +72,10 @@ impl Facts {
     pub fn env_file(&self) -> PathBuf {
         self.session_dir.join(ENV_FILE)
     }
+    /// What every keeper of this runtime dir reports, beside the session directories.
+    pub fn keeper_log(&self) -> PathBuf {
+        self.runtime_dir.join("keeper.log")
+    }
     /// The container's name (podman's `--name`).
     pub fn container_name(&self) -> String {
         container_name(&self.session_id)

@@ -24,6 +24,13 @@ pub enum Status {
     Changed { approved: String },
 }
 
+impl Status {
+    /// A config exists and is not (or no longer) the approved one.
+    pub fn needs_approval(&self) -> bool {
+        matches!(self, Status::New | Status::Changed { .. })
+    }
+}
+
 pub fn status(current: Option<&str>, approved: Option<&str>) -> Status {
     match (current, approved) {
         (None, _) => Status::NoConfig,

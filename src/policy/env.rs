@@ -105,7 +105,7 @@ fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str
 pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<Diagnostic>) -> UserEnv {
     let gate = net == NetMode::Allow && !inputs.no_gate;
     let mut out = UserEnv::default();
-    let mut seen: Vec<(String, Origin, bool)> = Vec::new(); // (name, origin, is a secret)
+    let mut seen: Vec<(String, Origin)> = Vec::new();
     let mut given: Vec<(String, Given, Origin)> = Vec::new();
     // `env` and `secret` lines in file order, so "already set on line N" names the earlier one.
     for e in config.entries.iter().filter(|e| e.key == "env" || e.key == "secret") {
@@ -160,7 +160,7 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
             );
             continue;
         }
-        if let Some((_, first, _)) = seen.iter().find(|(n, _, _)| *n == name) {
+        if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {
             match (first, &at) {
                 // -e overrides the project's config: an explicit, visible override.
                 (Origin::Config(_), Origin::Flag(_)) => {
@@ -181,7 +181,7 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
                 }
             }
         }
-        seen.push((name.clone(), at, matches!(g, Given::Secret(_))));
+        seen.push((name.clone(), at));
         match g {
             Given::Value(value) => out.vars.push((name, value)),
             Given::Secret(from) => out.secrets.push(Secret { name, from }),

@@ -5,6 +5,7 @@
 
 use super::Collector;
 use crate::config::Config;
+use std::path::{Path, PathBuf};
 
 /// A directory under the sandbox HOME backed by the shared agent store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +16,18 @@ pub struct AgentState {
     pub dir: String,
     /// A variable the CLI reads to find it, and its value relative to HOME.
     pub var: Option<(&'static str, String)>,
+}
+
+impl AgentState {
+    /// Its directory in the shared store.
+    pub fn store(&self, agents_dir: &Path) -> PathBuf {
+        store_path(agents_dir, &self.name, &self.dir)
+    }
+}
+
+/// Where an agent's state lives in the store: `AGENTS_DIR/NAME/DIR`.
+pub fn store_path(agents_dir: &Path, name: &str, dir: &str) -> PathBuf {
+    agents_dir.join(name).join(dir)
 }
 
 /// Known agents: (name, directory under HOME, variable that points the CLI at it). Claude Code

@@ -377,14 +377,7 @@ impl TestHost {
             .spawn()
             .unwrap();
         self.tls = Some(child);
-        let ns = self.ns.clone();
-        let up = wait_for(10, || {
-            Command::new("ip")
-                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :443"])
-                .output()
-                .is_ok_and(|o| !o.stdout.is_empty())
-        });
-        assert!(up, "s_server did not start");
+        assert!(self.listening(10, 443), "s_server did not start");
         self
     }
     /// Adds an sshd on port 22 (key auth for the test user with `authorized_key`; every login
@@ -419,15 +412,18 @@ impl TestHost {
             .spawn()
             .unwrap();
         self.sshd = Some(child);
-        let ns = self.ns.clone();
-        let up = wait_for(10, || {
+        assert!(self.listening(10, 22), "sshd did not start in the test namespace");
+        self
+    }
+    /// Whether something listens on TCP `port` in this host's namespace within `secs`.
+    fn listening(&self, secs: u64, port: u16) -> bool {
+        let filter = format!("sport = :{port}");
+        wait_for(secs, || {
             Command::new("ip")
-                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :22"])
+                .args(["netns", "exec", &self.ns, "ss", "-ltnH", &filter])
                 .output()
                 .is_ok_and(|o| !o.stdout.is_empty())
-        });
-        assert!(up, "sshd did not start in the test namespace");
-        self
+        })
     }
     pub fn tcp4(&self) -> String {
         format!("tcp:{}:{}", self.v4, self.port)
