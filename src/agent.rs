@@ -55,16 +55,23 @@ pub fn install_root(target: &Path) -> PathBuf {
 }
 
 /// An install root directly under HOME (`~/.local`, `~/.cargo`, `~/.npm-global`) also holds
-/// other things (`~/.cargo/credentials.toml`, keyrings under `~/.local/share`): only its `bin`
-/// (and, for a script, `lib`) is mounted.
-fn narrow(root: PathBuf, home: &Path, script: bool) -> Vec<PathBuf> {
+/// other things (`~/.cargo/credentials.toml`, keyrings under `~/.local/share`): only its `bin`,
+/// the top-level directory that holds the program itself (`lib` for a native binary an npm
+/// package ships, as Claude Code's does), and for a script `lib`, are mounted.
+fn narrow(root: PathBuf, home: &Path, target: &Path, script: bool) -> Vec<PathBuf> {
     if root.parent() != Some(home) {
         return vec![root];
     }
     let mut v = vec![root.join("bin")];
+    let holder = target.strip_prefix(&root).ok().and_then(|rel| rel.components().next());
+    if let Some(first) = holder.filter(|_| target.parent() != Some(&root)) {
+        v.push(root.join(first));
+    }
     if script {
         v.push(root.join("lib"));
     }
+    v.sort();
+    v.dedup();
     v
 }
 
@@ -86,11 +93,11 @@ pub fn plan(name: &str, found: Option<&Found>, visible_dirs: &[PathBuf], home: &
     }
     let mut out = Launchable { program: Some(f.target.display().to_string()), ..Launchable::default() };
     let script = f.interpreter.is_some();
-    let mut roots = narrow(install_root(&f.target), home, script);
+    let mut roots = narrow(install_root(&f.target), home, &f.target, script);
     if let Some((ipath, itarget)) = &f.interpreter
         && !visible(itarget, visible_dirs)
     {
-        roots.extend(narrow(install_root(itarget), home, true));
+        roots.extend(narrow(install_root(itarget), home, itarget, true));
         out.path_prefix = ipath.parent().map(Path::to_path_buf);
     }
     for r in roots {
@@ -179,6 +186,21 @@ mod tests {
             [PathBuf::from("/home/u/.npm-global/bin"), PathBuf::from("/home/u/.npm-global/lib")]
         );
         assert!(l.path_prefix.is_none());
+    }
+
+    #[test]
+    fn a_native_binary_shipped_in_a_user_npm_prefix_mounts_bin_and_lib() {
+        // Claude Code's npm package: bin/claude links to a native binary in lib/node_modules.
+        let f = found(
+            "/home/u/.npm-global/bin/claude",
+            "/home/u/.npm-global/lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+            None,
+        );
+        let l = plan("claude", Some(&f), &vis(), Path::new(HOME));
+        assert_eq!(
+            l.mounts,
+            [PathBuf::from("/home/u/.npm-global/bin"), PathBuf::from("/home/u/.npm-global/lib")]
+        );
     }
 
     #[test]
