@@ -229,6 +229,72 @@ fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
     Ok(stdin)
 }
 
+/// One line to the user on the launcher's stderr, which is the sandbox's terminal too: with a
+/// terminal, a full-screen agent may have it in raw mode, where only `\r\n` starts a line.
+fn say(line: &str) {
+    use std::io::{IsTerminal, Write};
+    let mut err = std::io::stderr().lock();
+    let _ = if err.is_terminal() {
+        write!(err, "\r\nai-sandbox: {line}\r\n")
+    } else {
+        writeln!(err, "ai-sandbox: {line}")
+    };
+}
+
+/// Follows the gate's decision log for this session's refusals (see `refusals`): from its end
+/// at launch, polled every 100 ms, until the sandbox ends.
+struct Refusals {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<crate::refusals::Tally>,
+}
+
+impl Refusals {
+    fn follow(log: &Path, session: &str) -> Refusals {
+        use std::io::{BufRead, Seek, SeekFrom};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, mut tally) = (stop.clone(), crate::refusals::Tally::new(session));
+        let file = fs::File::open(log).and_then(|mut f| f.seek(SeekFrom::End(0)).map(|_| f));
+        let thread = std::thread::spawn(move || {
+            let Ok(file) = file else {
+                return tally;
+            };
+            let mut reader = std::io::BufReader::new(file);
+            let mut line = String::new();
+            loop {
+                // Read the stop flag first: after it is set, one more pass takes what the gate
+                // wrote before the sandbox ended.
+                let last = flag.load(Ordering::SeqCst);
+                loop {
+                    match reader.read_line(&mut line) {
+                        Ok(n) if n > 0 && line.ends_with('\n') => {
+                            if let Ok(e) = serde_json::from_str(&line)
+                                && let Some(notice) = tally.observe(&e)
+                            {
+                                say(&notice);
+                            }
+                            line.clear();
+                        }
+                        // Nothing more, or a partial line whose rest comes later.
+                        _ => break,
+                    }
+                }
+                if last {
+                    return tally;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        Refusals { stop, thread }
+    }
+
+    /// Stops following and returns the summary lines.
+    fn finish(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().map(|t| t.summary()).unwrap_or_default()
+    }
+}
+
 fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
     use std::io::Write;
     let set = forwarded_signals();
@@ -249,6 +315,8 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
             Ok(())
         });
     }
+    // From the log's end before the sandbox exists: nothing of this session is missed.
+    let refusals = plan.refusals.as_ref().map(|(log, session)| Refusals::follow(log, session));
     let mut child = cmd.spawn().map_err(|e| {
         crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
     })?;
@@ -258,6 +326,11 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
     forward_signals(child.id(), set);
     let status = child.wait().context("waiting for podman")?;
     let _ = writeln!(keeper, "ok");
+    if let Some(r) = refusals {
+        for line in r.finish() {
+            say(&line);
+        }
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),
         (None, Some(sig)) => Ok(128 + sig),

@@ -35,6 +35,7 @@ pub mod plan;
 pub mod podman;
 pub mod policy;
 pub mod project;
+pub mod refusals;
 pub mod ruleset;
 pub mod session;
 pub mod trust;

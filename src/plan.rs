@@ -44,6 +44,9 @@ pub struct Plan {
     pub keeper_log: PathBuf,
     /// The file guard: what to record before the session and verify after it.
     pub guard: GuardSpec,
+    /// The gate's decision log and this session's id, when the gate is used: the launcher
+    /// says each new refused destination as it happens and sums them up at the end.
+    pub refusals: Option<(PathBuf, String)>,
 }
 
 /// The guard's part of a launch (see `guard`).
@@ -81,6 +84,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             state_dir: f.state_dir.clone(),
             store: crate::session::guard_store(&f.state_dir, &f.session_id),
         },
+        refusals: p.gate.then(|| (crate::gate::control::log_path(&f.runtime_dir), f.session_id.clone())),
     }
 }
 

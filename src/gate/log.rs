@@ -46,6 +46,9 @@ pub struct Event {
     pub decision: String,
     pub status: u16,
     pub reason: String,
+    /// For a refusal: the hint the client got (what would allow it); absent otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hint: String,
 }
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).

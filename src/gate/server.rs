@@ -197,6 +197,7 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         status,
         presented_token: false,
         reason,
+        hint: "",
     };
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
@@ -227,7 +228,7 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     match decide_and_dial(&session, &req).await {
         Err(d) => {
             session.denied.fetch_add(1, Ordering::Relaxed);
-            state.log(decision(&session.id, &req.host, d.status, &d.reason));
+            state.log(Decision { hint: &d.hint, ..decision(&session.id, &req.host, d.status, &d.reason) });
             respond(&mut client, d.status, &format!("{}\n", d.hint)).await;
         }
         Ok((target, upstream)) => {
@@ -258,7 +259,7 @@ fn decision<'a>(
     reason: &'a str,
 ) -> Decision<'a> {
     let presented_token = req.token.is_some();
-    Decision { session, method: &req.method, host, port: req.port, status, presented_token, reason }
+    Decision { session, method: &req.method, host, port: req.port, status, presented_token, reason, hint: "" }
 }
 
 /// Normalise → allowlist (with the never-classes of IP literals) → resolve → address classes

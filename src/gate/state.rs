@@ -150,6 +150,7 @@ impl State {
             decision: decide::verdict(d.status, d.presented_token).into(),
             status: d.status,
             reason: d.reason.to_string(),
+            hint: d.hint.to_string(),
         });
     }
 }
@@ -164,4 +165,6 @@ pub struct Decision<'a> {
     /// Whether the client presented proxy credentials (a 407 without them is a challenge).
     pub presented_token: bool,
     pub reason: &'a str,
+    /// What would allow it (the refusal's hint), or empty.
+    pub hint: &'a str,
 }

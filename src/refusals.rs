@@ -1,0 +1,142 @@
+//! What the user is told about the gate's refusals while a sandbox runs and when it ends (pure;
+//! the launcher feeds it the session's lines of the gate's decision log).
+//!
+//! Why: most clients never show the gate's 403 body (curl prints "CONNECT tunnel failed", an
+//! agent retries "Reconnecting…" forever), so a refusal would otherwise be invisible to the
+//! person who can fix it. The first refusal of each destination is said at once, on the
+//! launcher's stderr, with the config line that would allow it; later ones are only counted,
+//! so a retry loop cannot flood the terminal; the counts are said once more when the sandbox
+//! ends.
+
+use crate::gate::log::Event;
+
+/// Refusals of one session, per destination, in the order first seen.
+#[derive(Debug, Default)]
+pub struct Tally {
+    session: String,
+    seen: Vec<Refused>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refused {
+    host: String,
+    port: u16,
+    count: u64,
+    first: String,
+    fix: String,
+}
+
+/// The hint without the prefix the client sees ("blocked by ai-sandbox: "), or the reason when
+/// the refusal has no hint.
+fn fix(e: &Event) -> String {
+    let hint = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.hint);
+    if hint.is_empty() { e.reason.clone() } else { hint.to_string() }
+}
+
+/// `HH:MM:SS` of an RFC 3339 time, else the time as given.
+fn clock(time: &str) -> &str {
+    time.get(11..19).unwrap_or(time)
+}
+
+impl Tally {
+    pub fn new(session: &str) -> Tally {
+        Tally { session: session.to_string(), seen: Vec::new() }
+    }
+
+    /// Takes one decision; returns the line to say now when it is this session's first refusal
+    /// of its destination.
+    pub fn observe(&mut self, e: &Event) -> Option<String> {
+        if e.session != self.session || e.decision != "deny" {
+            return None;
+        }
+        if let Some(r) = self.seen.iter_mut().find(|r| r.host == e.host && r.port == e.port) {
+            r.count += 1;
+            return None;
+        }
+        let r = Refused { host: e.host.clone(), port: e.port, count: 1, first: e.time.clone(), fix: fix(e) };
+        let line =
+            format!("refused {}:{} ({}); later refusals of it are counted, not shown", r.host, r.port, r.fix);
+        self.seen.push(r);
+        Some(line)
+    }
+
+    /// The lines to say when the sandbox ends: nothing when nothing was refused.
+    pub fn summary(&self) -> Vec<String> {
+        if self.seen.is_empty() {
+            return Vec::new();
+        }
+        let mut out = vec!["refused during this run (all decisions: ai-sandbox gate logs):".to_string()];
+        let dest = |r: &Refused| format!("{}:{}", r.host, r.port);
+        let width = self.seen.iter().map(|r| dest(r).len()).max().unwrap_or(0);
+        for r in &self.seen {
+            let times = if r.count == 1 { "once".to_string() } else { format!("{} times", r.count) };
+            out.push(format!("  {:<width$} {times}, first at {}: {}", dest(r), clock(&r.first), r.fix));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(session: &str, host: &str, port: u16, decision: &str, time: &str) -> Event {
+        Event {
+            time: time.into(),
+            session: session.into(),
+            method: "CONNECT".into(),
+            host: host.into(),
+            port,
+            decision: decision.into(),
+            status: if decision == "deny" { 403 } else { 200 },
+            reason: format!("{host}:{port} is not in the allowlist"),
+            hint: if decision == "deny" {
+                format!("blocked by ai-sandbox: add \"allow = {host}\" to /p/.ai-sandbox/config")
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    #[test]
+    fn the_first_refusal_of_a_destination_is_said_with_its_fix_and_the_rest_counted() {
+        let mut t = Tally::new("s1");
+        let first = t.observe(&ev("s1", "chatgpt.com", 443, "deny", "2026-11-29T15:34:19Z"));
+        assert_eq!(
+            first.as_deref(),
+            Some(
+                "refused chatgpt.com:443 (add \"allow = chatgpt.com\" to /p/.ai-sandbox/config); later refusals of it are counted, not shown"
+            )
+        );
+        for _ in 0..11 {
+            assert_eq!(t.observe(&ev("s1", "chatgpt.com", 443, "deny", "2026-11-29T15:34:20Z")), None);
+        }
+        assert!(t.observe(&ev("s1", "ab.chatgpt.com", 443, "deny", "2026-11-29T15:34:25Z")).is_some());
+        assert_eq!(
+            t.summary(),
+            [
+                "refused during this run (all decisions: ai-sandbox gate logs):",
+                "  chatgpt.com:443    12 times, first at 15:34:19: add \"allow = chatgpt.com\" to /p/.ai-sandbox/config",
+                "  ab.chatgpt.com:443 once, first at 15:34:25: add \"allow = ab.chatgpt.com\" to /p/.ai-sandbox/config",
+            ]
+        );
+    }
+
+    #[test]
+    fn other_sessions_allows_and_challenges_are_not_refusals_of_this_run() {
+        let mut t = Tally::new("s1");
+        assert_eq!(t.observe(&ev("s2", "x.test", 443, "deny", "t")), None);
+        assert_eq!(t.observe(&ev("s1", "x.test", 443, "allow", "t")), None);
+        assert_eq!(t.observe(&ev("s1", "x.test", 443, "challenge", "t")), None);
+        assert!(t.summary().is_empty());
+    }
+
+    #[test]
+    fn a_refusal_without_a_hint_shows_its_reason() {
+        let mut t = Tally::new("s1");
+        let mut e = ev("s1", "a.test", 443, "deny", "t");
+        e.hint.clear();
+        e.reason = "TLS server name b.test does not match a.test".into();
+        assert!(t.observe(&e).unwrap().contains("(TLS server name b.test does not match a.test)"));
+    }
+}
