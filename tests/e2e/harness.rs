@@ -173,6 +173,26 @@ impl Running {
     pub fn wait_with_output(mut self) -> Output {
         self.child.take().unwrap().wait_with_output().unwrap()
     }
+    /// Collects stderr as it comes, for what the launcher says while the sandbox runs (the
+    /// Output of `wait_with_output` then has none).
+    pub fn stderr_live(&mut self) -> Arc<std::sync::Mutex<String>> {
+        let mut err = self.child.as_mut().unwrap().stderr.take().unwrap();
+        let text = Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        text
+    }
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().is_ok_and(|s| s.is_none())
+    }
 }
 
 impl Drop for Running {
@@ -505,6 +525,25 @@ pub fn pid_of_launcher(p: &Project) -> Option<i32> {
         let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
         (exe == bin && cwd == p.dir).then_some(pid)
     })
+}
+
+/// Every process's command line on this machine that contains one of `secrets` (any local user
+/// can read them in /proc).
+pub fn command_lines_containing(secrets: &[&str]) -> Vec<String> {
+    let mut leaks = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        for s in secrets {
+            if cmd.windows(s.len()).any(|w| w == s.as_bytes()) {
+                leaks.push(format!(
+                    "{}: {}",
+                    e.path().display(),
+                    String::from_utf8_lossy(&cmd).replace('\0', " ")
+                ));
+            }
+        }
+    }
+    leaks
 }
 
 /// The test user's session directories.

@@ -9,6 +9,7 @@ mod gate;
 mod gate_limits;
 mod harness;
 mod lifecycle;
+mod real_agents;
 mod secrets;
 mod selfprotect;
 mod ssh;

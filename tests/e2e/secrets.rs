@@ -26,19 +26,7 @@ fn secret_values_are_in_the_sandbox_and_on_no_command_line_or_log() {
     );
     assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
     // While it runs: every process's command line on this machine.
-    let mut leaks = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
-        for s in [api, envd, filed] {
-            if cmd.windows(s.len()).any(|w| w == s.as_bytes()) {
-                leaks.push(format!(
-                    "{}: {}",
-                    e.path().display(),
-                    String::from_utf8_lossy(&cmd).replace('\0', " ")
-                ));
-            }
-        }
-    }
+    let leaks = command_lines_containing(&[api, envd, filed]);
     finish(&p, child);
     assert!(leaks.is_empty(), "a secret on a command line: {leaks:?}");
     assert_eq!(

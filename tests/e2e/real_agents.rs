@@ -1,0 +1,292 @@
+//! The real agent CLIs (Claude Code and Codex from npm, pinned in scripts/install-agents, in the
+//! test user's own npm prefix) run inside a sandbox made from their `ai-sandbox init` preset,
+//! against a fake model API served over TLS in a test namespace under the real API hostnames
+//! (the config's `resolve =` pins them there: nothing leaves the machine). Each test checks:
+//! the reply arrives; the agent's shell tool writes a project file as the user; the API key
+//! arrives (the fake API checks it) and is on no command line while the agent runs; with the
+//! API host refused, the launcher says so while the agent is still retrying, and again in its
+//! summary at the end.
+
+use crate::harness::*;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+/// A fake model API (tests/e2e/fake_model_api.py) on a test host's port 443, with a
+/// certificate for the real API hostnames from a CA made for this test.
+struct ModelApi {
+    server: Child,
+    log: PathBuf,
+    ca: PathBuf,
+    th: TestHost,
+}
+
+fn run(cmd: &mut Command) {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+impl ModelApi {
+    /// `command`: what the fake model asks the agent's shell tool to run; `key`: the API key it
+    /// accepts (passed in a file, never on its command line).
+    fn start(name: &str, command: &str, key: &str) -> ModelApi {
+        let th = TestHost::new();
+        let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        run(Command::new("openssl").args(["req", "-x509"]).args(ec).args([
+            "-days",
+            "1",
+            "-subj",
+            "/CN=ai-sandbox e2e CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+            "-keyout",
+            &f("ca.key"),
+            "-out",
+            &f("ca.pem"),
+        ]));
+        run(Command::new("openssl").arg("req").args(ec).args([
+            "-subj",
+            "/CN=api.anthropic.com",
+            "-keyout",
+            &f("leaf.key"),
+            "-out",
+            &f("leaf.csr"),
+        ]));
+        std::fs::write(
+            dir.join("ext"),
+            "subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com,DNS:chatgpt.com\n\
+             basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        run(Command::new("openssl").args(["x509", "-req", "-days", "1", "-CAcreateserial"]).args([
+            "-in",
+            &f("leaf.csr"),
+            "-CA",
+            &f("ca.pem"),
+            "-CAkey",
+            &f("ca.key"),
+            "-extfile",
+            &f("ext"),
+            "-out",
+            &f("leaf.pem"),
+        ]));
+        std::fs::write(dir.join("key"), key).unwrap();
+        let log = dir.join("requests.jsonl");
+        std::fs::write(&log, "").unwrap();
+        let server = Command::new("ip")
+            .args(["netns", "exec", &th.ns, "python3"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/fake_model_api.py"))
+            .args([f("leaf.pem"), f("leaf.key"), "443".into()])
+            .env("FAKE_MODEL_COMMAND", command)
+            .env("FAKE_MODEL_LOG", &log)
+            .env("FAKE_MODEL_KEY_FILE", dir.join("key"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.err")).unwrap())
+            .spawn()
+            .unwrap();
+        let ns = th.ns.clone();
+        let up = wait_for(20, || {
+            Command::new("ip")
+                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :443"])
+                .output()
+                .is_ok_and(|o| !o.stdout.is_empty())
+        });
+        assert!(
+            up,
+            "the fake model API did not start: {}",
+            std::fs::read_to_string(dir.join("server.err")).unwrap()
+        );
+        ModelApi { server, log, ca: dir.join("ca.pem"), th }
+    }
+
+    /// The requests it has seen, one JSON object each.
+    fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// A project whose config is the agent's preset plus the lines that point it at this fake:
+    /// the API hostnames pinned to the test host, and the test CA (copied into the project).
+    fn project(&self, preset: &str, ca_var: &str, drop_line: Option<&str>) -> Project {
+        let p = Project::new(preset);
+        let r = sandbox(&p, &["init", "--preset", preset], &[]);
+        r.ok();
+        let mut text = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+        if let Some(line) = drop_line {
+            assert!(text.contains(&format!("{line}\n")), "the preset has no `{line}`:\n{text}");
+            text = text.replace(&format!("{line}\n"), "");
+        }
+        std::fs::copy(&self.ca, p.path("e2e-ca.pem")).unwrap();
+        chown_user(&p.path("e2e-ca.pem"));
+        for host in ["api.anthropic.com", "api.openai.com", "chatgpt.com"] {
+            text += &format!("resolve = {host}={}\n", self.th.v4);
+        }
+        text += &format!("env = {ca_var}={}\n", p.path("e2e-ca.pem").display());
+        p.config(&text);
+        p
+    }
+}
+
+impl Drop for ModelApi {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// PATH with the test user's npm prefix, where scripts/install-agents put the CLIs.
+fn agent_path() -> String {
+    let bin = env().home.join(".npm-global/bin");
+    for agent in ["claude", "codex"] {
+        assert!(
+            bin.join(agent).exists(),
+            "{} missing: run scripts/install-agents",
+            bin.join(agent).display()
+        );
+    }
+    format!("{}:{}:/usr/local/bin:/usr/bin:/bin", env().root.join("bin").display(), bin.display())
+}
+
+/// What the fake model has the agent run: write a file in the project, say so, then wait for
+/// the test (which meanwhile scans every command line for the key) to write `done`.
+fn tool_command(agent: &str) -> String {
+    format!(
+        "echo written-by-{agent} > agent-wrote.txt && touch agent-running && \
+         for i in $(seq 600); do [ -e done ] && break; sleep 0.1; done"
+    )
+}
+
+/// Runs the agent with its key to the end of its turn; checks the reply, the file its shell
+/// tool wrote, the key's path (the fake API saw it; no command line did), and the gate's log.
+fn one_turn(api: &ModelApi, p: &Project, agent: &str, args: &[&str], key: (&str, &str)) -> String {
+    let path = agent_path();
+    let child = spawn_sandbox_with_secret_env(p, args, &[key, ("PATH", &path)]);
+    let started = wait_for(120, || p.path("agent-running").exists());
+    let leaks = command_lines_containing(&[key.1]);
+    std::fs::write(p.path("done"), "").unwrap();
+    let out = child.wait_with_output();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nrequests:\n{:#?}", api.requests());
+    assert!(started, "the agent's shell tool never ran:\n{all}");
+    assert!(out.status.success(), "{all}");
+    assert!(leaks.is_empty(), "the API key on a command line: {leaks:?}");
+    assert!(stdout.contains("FAKE-MODEL-DONE"), "the model's final reply:\n{all}");
+    let wrote = p.path("agent-wrote.txt");
+    assert_eq!(std::fs::read_to_string(&wrote).unwrap(), format!("written-by-{agent}\n"));
+    assert_eq!(std::fs::metadata(&wrote).unwrap().uid(), env().uid, "written as the user");
+    let reqs = api.requests();
+    assert!(
+        reqs.iter().any(|r| r["auth_ok"] == true && r["called"].is_string()),
+        "the fake API got the key with the request it answered with a tool call:\n{all}"
+    );
+    assert!(reqs.iter().any(|r| r["auth_ok"] == true && r["tool_output"] == true), "{all}");
+    assert!(!gate_log().contains(key.1), "the key in the gate's log");
+    all
+}
+
+/// With the API host refused: the launcher's notice appears while the agent still runs (it
+/// retries), with the line that would allow it; SIGTERM ends the sandbox, whose summary
+/// counts the refusals. No model request reached the fake API.
+fn refused(api: &ModelApi, p: &Project, args: &[&str], key: (&str, &str), host: &str) {
+    let before = api.requests().len();
+    let path = agent_path();
+    let mut child = spawn_sandbox_with_secret_env(p, args, &[key, ("PATH", &path)]);
+    let err = child.stderr_live();
+    let notice = format!(
+        "ai-sandbox: refused {host}:443 (add \"allow = {host}\" to {}",
+        p.path(".ai-sandbox/config").display()
+    );
+    let said = wait_for(120, || err.lock().unwrap().contains(&notice));
+    let live = child.is_running();
+    let pid = pid_of_launcher(p);
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+    }
+    let _ = child.wait_with_output();
+    let err = err_text(&err);
+    assert!(said, "no notice of the refusal: {err}");
+    assert!(live && pid.is_some(), "the notice came only after the sandbox ended: {err}");
+    let summary = err
+        .split("ai-sandbox: refused during this run")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    assert!(summary.contains(&format!("{host}:443")) && summary.contains("times, first at"), "{err}");
+    let model_calls =
+        api.requests()[before..].iter().filter(|r| r["api"].is_string() || r["upgrade"].is_string()).count();
+    assert_eq!(model_calls, 0, "a request reached the refused API");
+}
+
+/// All of stderr, once its reader has seen the end (it holds the other reference until then).
+fn err_text(err: &std::sync::Arc<Mutex<String>>) -> String {
+    wait_for(10, || std::sync::Arc::strong_count(err) == 1);
+    err.lock().unwrap().clone()
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn claude_code_works_through_the_gate_and_a_refused_api_is_said_at_once() {
+    let key = format!("sk-ant-e2e-{}-7c1d0e", std::process::id());
+    let api = ModelApi::start("claude", &tool_command("claude"), &key);
+    let p = api.project("claude", "NODE_EXTRA_CA_CERTS", None);
+    let args = [
+        "-e",
+        "ANTHROPIC_API_KEY",
+        "--",
+        "claude",
+        "-p",
+        "Write the file.",
+        "--dangerously-skip-permissions",
+    ];
+    let all = one_turn(&api, &p, "claude", &args, ("ANTHROPIC_API_KEY", &key));
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r["api"] == "anthropic" && r["stream"] == true && r["called"] == "Bash"),
+        "Claude Code streamed its Messages request and got the Bash call:\n{all}"
+    );
+
+    let q = api.project("claude", "NODE_EXTRA_CA_CERTS", Some("allow = api.anthropic.com"));
+    refused(&api, &q, &args, ("ANTHROPIC_API_KEY", &key), "api.anthropic.com");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn codex_works_over_websocket_and_sse_and_a_refused_api_is_said_at_once() {
+    let key = format!("sk-e2e-codex-{}-4b9a21", std::process::id());
+    let api = ModelApi::start("codex", &tool_command("codex"), &key);
+    let exec = ["--", "codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"];
+    let prompt = "Write the file.";
+    // Codex's default transport: the Responses API over a WebSocket.
+    let p = api.project("codex", "CODEX_CA_CERTIFICATE", None);
+    let mut args = vec!["-e", "CODEX_API_KEY"];
+    args.extend(exec);
+    args.push(prompt);
+    let all = one_turn(&api, &p, "codex", &args, ("CODEX_API_KEY", &key));
+    let ws = |r: &serde_json::Value| r["transport"] == "websocket" && r["called"].is_string();
+    assert!(api.requests().iter().any(ws), "the tool call went over the WebSocket:\n{all}");
+
+    // The same over HTTPS with SSE (a provider without WebSockets, as a proxy-only network has).
+    let before = api.requests().len();
+    let p = api.project("codex", "CODEX_CA_CERTIFICATE", None);
+    let provider = "model_providers.e2e={name=\"e2e\",base_url=\"https://api.openai.com/v1\",env_key=\"CODEX_API_KEY\",wire_api=\"responses\",supports_websockets=false}";
+    let mut sse_args = args[..args.len() - 1].to_vec();
+    sse_args.extend(["-c", provider, "-c", "model_provider=e2e", prompt]);
+    let all = one_turn(&api, &p, "codex", &sse_args, ("CODEX_API_KEY", &key));
+    let sse = |r: &serde_json::Value| r["transport"] == "sse" && r["called"].is_string();
+    assert!(api.requests()[before..].iter().any(sse), "the tool call went over SSE:\n{all}");
+    assert!(!api.requests()[before..].iter().any(|r| r["upgrade"] == "websocket"), "{all}");
+
+    // Refused: Codex retries "Reconnecting… waiting for network" for ever; the launcher says why.
+    let q = api.project("codex", "CODEX_CA_CERTIFICATE", Some("allow = api.openai.com"));
+    refused(&api, &q, &args, ("CODEX_API_KEY", &key), "api.openai.com");
+}
