@@ -160,7 +160,7 @@ pub enum Sub {
     },
     /// Check that this machine can run sandboxes; print the fix for each failed check.
     Doctor,
-    /// Write .ai-sandbox/config from presets (claude, codex, aider, npm, pypi, cargo, github).
+    /// Write .ai-sandbox/config from presets (claude, codex, gemini, opencode, aider, npm, pypi, cargo, github).
     Init {
         /// A preset to include; repeat for several.
         #[arg(long = "preset", value_name = "NAME")]

@@ -10,7 +10,7 @@ use crate::error::{Hinted, hinted};
 const PRESETS: &[(&str, &str, &[&str])] = &[
     (
         "claude",
-        "Claude Code (measured: it talks only to api.anthropic.com)",
+        "Claude Code (measured with 2.1.332: it talks only to api.anthropic.com)",
         &[
             "allow = api.anthropic.com",
             "env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1   # no telemetry, error reports or update checks",
@@ -21,16 +21,40 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "codex",
-        "OpenAI Codex CLI (measured: api.openai.com; chatgpt.com for models, plugins and ChatGPT login)",
+        "OpenAI Codex CLI (measured with 0.171.0: api.openai.com, over a WebSocket first; chatgpt.com for models, plugins and ChatGPT login)",
         &[
             "allow = api.openai.com",
             "allow = chatgpt.com",
             "# allow = ab.chatgpt.com                           # metrics",
             "# allow = github.com                               # plugins",
             "# allow = api.github.com                           # plugins",
-            "# secret = OPENAI_API_KEY                          # an API key from your environment, or log in inside",
+            "# secret = CODEX_API_KEY                           # `codex exec` takes an API key from it; or log in inside",
             "state = codex                                      # the login persists across projects (not your real ~/.codex)",
             "cmd = codex",
+        ],
+    ),
+    (
+        "gemini",
+        "Gemini CLI (measured with 0.61.0: generativelanguage.googleapis.com; play.googleapis.com for usage statistics)",
+        &[
+            "allow = generativelanguage.googleapis.com",
+            "# allow = play.googleapis.com                      # usage statistics",
+            "# secret = GEMINI_API_KEY                          # an API key from your environment",
+            "# env = GEMINI_CLI_TRUST_WORKSPACE=true            # `gemini -p` runs only in a folder it trusts",
+            "state = ~/.gemini                                  # settings and login persist across projects",
+            "cmd = gemini",
+        ],
+    ),
+    (
+        "opencode",
+        "opencode (measured with 1.18.33: the model provider's API; models.opencode.ai for the model list; registry.npmjs.org for plugins)",
+        &[
+            "allow = api.anthropic.com                          # or your provider's API host",
+            "env = OPENCODE_DISABLE_MODELS_FETCH=1              # no model list from models.opencode.ai",
+            "# allow = registry.npmjs.org                       # plugins, fetched at start",
+            "# secret = ANTHROPIC_API_KEY                       # an API key from your environment",
+            "state = ~/.local/share/opencode                    # logins (auth.json) persist across projects",
+            "cmd = opencode",
         ],
     ),
     (
