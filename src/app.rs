@@ -74,6 +74,7 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
         env: args.env.clone(),
         command: args.command.clone(),
         extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
+        ssh_agent: args.ssh_agent,
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {
@@ -181,7 +182,30 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         missing_secrets,
         state_dir: state_dir(host, &p.project),
         protected_mounts: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
+        ssh_agent: ssh_agent_socket(host, p)?,
     })
+}
+
+/// The ssh-agent socket `--ssh-agent` passes in: SSH_AUTH_SOCK, which must name one.
+fn ssh_agent_socket(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<PathBuf>> {
+    if !p.ssh_agent {
+        return Ok(None);
+    }
+    let hint = "start one and add a key (`eval \"$(ssh-agent)\"; ssh-add`), or run without --ssh-agent";
+    let Some(sock) = host.env("SSH_AUTH_SOCK").filter(|s| !s.is_empty()) else {
+        return Err(hinted(
+            "--ssh-agent: SSH_AUTH_SOCK is not set, so there is no ssh-agent to pass in",
+            hint,
+        )
+        .into());
+    };
+    let sock = PathBuf::from(sock);
+    if !sock.is_absolute() || !host.exists(&sock) {
+        return Err(
+            hinted(format!("--ssh-agent: SSH_AUTH_SOCK={} does not exist", sock.display()), hint).into()
+        );
+    }
+    Ok(Some(sock))
 }
 
 /// How the command runs when it is installed where the sandbox does not look (`image = host`

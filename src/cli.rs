@@ -111,6 +111,10 @@ pub struct RunArgs {
     /// Start an interactive shell instead of `cmd`.
     #[arg(long)]
     pub shell: bool,
+    /// Let the sandbox use your ssh-agent (SSH_AUTH_SOCK) for git over SSH. It can then sign
+    /// with every key the agent holds, as you, for as long as it runs: off unless given.
+    #[arg(long)]
+    pub ssh_agent: bool,
     /// `host` (the host's /usr, /etc, /opt read-only) or a local image name.
     #[arg(long, value_name = "IMAGE|host")]
     pub image: Option<String>,

@@ -33,6 +33,8 @@ fn user_sets(p: &Policy, name: &str) -> bool {
 
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
 pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
+/// Where `--ssh-agent` mounts the user's agent socket inside (SSH_AUTH_SOCK points there).
+pub const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
 
 /// Variables that make common runtimes honour the gate, beyond the `*_proxy` family: Node's
 /// built-in fetch (Node 24 and later read the proxy variables only with this), gRPC, and git
@@ -88,6 +90,7 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(f.secrets.iter().cloned())
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
+        .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
         .collect();
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
@@ -139,6 +142,9 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     // This binary, for `ai-sandbox connect` (ssh through the gate).
     if p.gate {
         push(&["-v", &format!("{}:{CONNECT_EXE}:ro", f.self_exe.display())]);
+    }
+    if let Some(sock) = &f.ssh_agent {
+        push(&["-v", &format!("{}:{SSH_AGENT_SOCK}", sock.display())]);
     }
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).

@@ -57,6 +57,8 @@ pub struct Facts {
     pub agents_dir: PathBuf,
     /// How to run the command when it is installed outside what the sandbox sees (see `agent`).
     pub launchable: crate::agent::Launchable,
+    /// The user's ssh-agent socket, with `--ssh-agent`.
+    pub ssh_agent: Option<PathBuf>,
 }
 
 impl Facts {

@@ -330,6 +330,27 @@ fn agent_state_is_a_shared_store_mounted_into_the_sandbox_home_and_never_the_rea
 }
 
 #[test]
+fn ssh_agent_is_passed_in_only_when_asked_and_said_out_loud() {
+    let sock = "/tmp/ssh-XYZ/agent.42";
+    let mut h = host("allow = github.com:22\n", &[("SSH_AUTH_SOCK", sock)]);
+    let without = dry_run(&mut h, &["--", "true"]);
+    assert!(!without.contains(sock) && !without.contains("SSH_AUTH_SOCK"), "{without}");
+    h.files.push((sock.into(), String::new()));
+    h.stdout.clear();
+    let with = dry_run(&mut h, &["--ssh-agent", "--", "true"]);
+    let argv = argv_of(&with);
+    assert!(argv.contains(&format!("{sock}:/run/ai-sandbox/ssh-agent.sock")), "{argv:?}");
+    assert!(with.contains("SSH_AUTH_SOCK=/run/ai-sandbox/ssh-agent.sock"), "{with}");
+    assert!(with.contains("can sign with every key your ssh-agent holds"), "{with}");
+    // No agent: nothing starts, and the error says what to do.
+    let mut h = host("", &[]);
+    let cli = Cli::try_parse_from(["ai-sandbox", "--ssh-agent", "--", "true"]).unwrap();
+    let e = app::run(&mut h, &cli.run).unwrap_err();
+    assert!(format!("{e:#}").contains("SSH_AUTH_SOCK is not set"), "{e:#}");
+    assert!(h.effects.is_empty(), "{:?}", h.effects);
+}
+
+#[test]
 fn login_import_says_which_files_then_copies_them() {
     let mut h = host("", &[]);
     h.files.push(("/home/dev/.claude/.credentials.json".into(), "{\"token\":\"x\"}".into()));

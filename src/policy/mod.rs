@@ -78,6 +78,8 @@ pub struct Inputs {
     pub command: Vec<String>,
     /// `AISB_EXTRA_ARGS`, if set.
     pub extra_args_env: Option<String>,
+    /// `--ssh-agent`: pass the user's ssh-agent in.
+    pub ssh_agent: bool,
 }
 
 /// The validated, normalised policy.
@@ -113,6 +115,9 @@ pub struct Policy {
     pub protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
     pub notices: Vec<String>,
+    /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
+    /// never a config key: a cloned repository must not be able to ask for the user's keys).
+    pub ssh_agent: bool,
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -280,7 +285,16 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         extra_args,
         resolve,
         gate_ports,
-        notices: Vec::new(),
+        notices: if inputs.ssh_agent {
+            vec![
+                "--ssh-agent: the sandbox can sign with every key your ssh-agent holds, as you, while it runs \
+                 (`ssh-add -c KEY` makes each use ask you first)"
+                    .into(),
+            ]
+        } else {
+            Vec::new()
+        },
+        ssh_agent: inputs.ssh_agent,
         protect,
         secrets,
         agent_state,

@@ -61,3 +61,67 @@ fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
         "no allow line for ssh.test:22"
     );
 }
+
+/// `--ssh-agent` lends the user's ssh-agent to the sandbox (said at launch); without the flag
+/// the same login fails, although the agent runs and SSH_AUTH_SOCK is set where ai-sandbox
+/// starts. The key file itself is outside the project and never visible inside.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn the_users_ssh_agent_signs_inside_only_with_the_flag() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("sshagent");
+    let dir = env().root.join(format!("agent-{}", p.dir.file_name().unwrap().to_str().unwrap()));
+    std::fs::create_dir_all(&dir).unwrap();
+    chown_user(&dir);
+    let key = dir.join("id_agent");
+    let kg = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(kg.success());
+    for f in [key.clone(), key.with_extension("pub")] {
+        chown_user(&f);
+    }
+    let th = TestHost::new().with_sshd(&key.with_extension("pub"));
+    p.config(&format!("allow = ssh.test:22\nresolve = ssh.test={}\n", th.v4));
+    let sock = dir.join("agent.sock");
+    let sock_s = sock.to_str().unwrap();
+    let mut agent =
+        user_command(&dir, std::path::Path::new("/usr/bin/ssh-agent"), &["-D", "-a", sock_s], &[])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    assert!(wait_for(10, || sock.exists()), "ssh-agent did not start");
+    let add = user_command(
+        &dir,
+        std::path::Path::new("/usr/bin/ssh-add"),
+        &[key.to_str().unwrap()],
+        &[("SSH_AUTH_SOCK", sock_s)],
+    )
+    .output()
+    .unwrap();
+    let script = format!(
+        "ls {} 2>&1; eval \"$GIT_SSH_COMMAND -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+         -o BatchMode=yes -o ConnectTimeout=10 {}@ssh.test\"; echo rc=$?",
+        key.display(),
+        env().user
+    );
+    let vars = [("SSH_AUTH_SOCK", sock_s)];
+    let with = sandbox(&p, &["--ssh-agent", "--", "sh", "-c", &script], &vars);
+    let without = sandbox(&p, &["--", "sh", "-c", &script], &vars);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(add.status.success(), "ssh-add: {}", String::from_utf8_lossy(&add.stderr));
+    let all =
+        format!("with:\n{}\n{}\nwithout:\n{}\n{}", with.stdout, with.stderr, without.stdout, without.stderr);
+    assert!(with.stdout.contains("ssh-through-the-gate-works\nrc=0"), "positive control: {all}");
+    assert!(with.stderr.contains("can sign with every key your ssh-agent holds"), "{all}");
+    assert!(with.stdout.contains("No such file or directory"), "the key file is visible inside: {all}");
+    assert!(
+        !without.stdout.contains("ssh-through-the-gate-works") && !without.stdout.contains("rc=0"),
+        "{all}"
+    );
+    assert!(without.stderr.contains("Permission denied (publickey)"), "refused for want of a key: {all}");
+}
