@@ -342,6 +342,84 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
     Ok(0)
 }
 
+/// `ai-sandbox allow ITEM…`: each item validated as `--allow` is, added to the project's
+/// running sandboxes (see `live`), then (unless `--session-only`) to the config, which stays
+/// approved if it was.
+pub fn allow_cmd(
+    host: &mut dyn Host,
+    items: &[String],
+    session_only: bool,
+    project: Option<&Path>,
+) -> anyhow::Result<i32> {
+    let loc = locate(host, project)?;
+    let inputs = Inputs { net: Some(policy::NetMode::Allow), allow: items.to_vec(), ..Inputs::default() };
+    let p = policy::build(loc.project.clone(), &config::Config::default(), &inputs)
+        .map_err(|diagnostics| Rejected { config_path: loc.display.clone(), diagnostics })?;
+    let change = crate::live::Change { hosts: p.hosts, nets: p.nets };
+    let runtime = crate::gate::control::runtime_dir_for(
+        host.env("AISB_RUNTIME_DIR").as_deref(),
+        host.env("XDG_RUNTIME_DIR").as_deref(),
+        host.uid(),
+    );
+    let running = host.live_sessions(&runtime, &loc.project);
+    if running.is_empty() && session_only {
+        return Err(hinted(
+            format!(
+                "no sandbox of {} is running: --session-only has nothing to change",
+                loc.project.display()
+            ),
+            "start one, or drop --session-only to add the line to the config only",
+        )
+        .into());
+    }
+    for rec in &running {
+        host.live_allow(&runtime, rec, &change).with_context(|| {
+            format!("allowing {} in the running sandbox ({})", change.summary(), rec.display())
+        })?;
+        let session = rec.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+        host.print(&format!(
+            "allowed {} in the running sandbox {}\n",
+            change.summary(),
+            session.unwrap_or_default()
+        ));
+    }
+    if running.is_empty() {
+        host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
+    }
+    if !session_only {
+        let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
+        let was_approved = approval(host, &loc.project, Some(&old))?.status == trust::Status::Approved;
+        let mut text = old.clone();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        for item in items {
+            let line = format!("allow = {item}");
+            if !old.lines().any(|l| l.trim() == line) {
+                text += &format!("{line}\n");
+            }
+        }
+        if text != old {
+            let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
+            host.write_trusted(&state_dir(host, &loc.project), &loc.project, &rel, &text)?;
+            if was_approved {
+                let approved = approval(host, &loc.project, Some(&text))?.path;
+                host.write_file(&approved, &text)?;
+            }
+            host.print(&format!(
+                "added to {}{}\n",
+                loc.display,
+                if was_approved {
+                    " (approved)"
+                } else {
+                    "; it is not approved: `ai-sandbox trust` shows and approves it"
+                }
+            ));
+        }
+    }
+    Ok(0)
+}
+
 /// The default command: plan, then print (`--dry-run`) or launch.
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let mut loaded = load_policy(host, args)?;

@@ -144,6 +144,18 @@ pub enum Sub {
         #[arg(long)]
         nft: bool,
     },
+    /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
+    /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
+    Allow {
+        #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
+        items: Vec<String>,
+        /// Change the running sandboxes only; leave the config as it is.
+        #[arg(long)]
+        session_only: bool,
+        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// Approve this project's .ai-sandbox/config as it is now (a launch applies only an approved
     /// config; on a terminal it shows the config or the diff and asks).
     Trust {

@@ -478,6 +478,39 @@ pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> a
     Ok(())
 }
 
+/// Writes a protected file for the user, on the host, while sessions of the project may be
+/// running (`ai-sandbox allow` adds to the config): under every record's lock, the file is
+/// written and each record takes the new content as the original, so the check after a session
+/// does not take the user's change for the sandbox's and put the old version back.
+pub fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: &str) -> anyhow::Result<()> {
+    use nix::fcntl::{Flock, FlockArg};
+    let mut held = Vec::new();
+    if let Ok(records) = fs::read_dir(state_dir.join("guard")) {
+        for r in records.flatten() {
+            let Ok(f) = fs::File::open(r.path()) else { continue };
+            if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusive) {
+                held.push((r.path(), lock));
+            }
+        }
+    }
+    let path = project.join(rel);
+    fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    let mode = fs::metadata(&path)?.mode() & 0o7777;
+    for (store, _lock) in &held {
+        let Ok(mut m) = load(store) else { continue };
+        let copy = store.join("files").join(format!("host-{}", m.entries.len()));
+        fs::write(&copy, text).with_context(|| format!("recording {}", path.display()))?;
+        let was = Was::File { mode, copy };
+        match m.entries.iter_mut().find(|(p, _)| p == rel) {
+            Some(e) => e.1 = was,
+            None => m.entries.push((rel.to_path_buf(), was)),
+        }
+        fs::write(store.join("manifest.json"), serde_json::to_string(&m)?)
+            .with_context(|| format!("writing {}", store.display()))?;
+    }
+    Ok(())
+}
+
 /// Settles the records of earlier sessions whose launcher is dead, and shows (then clears) the
 /// reports of restores that happened with no terminal to tell.
 pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {

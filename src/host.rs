@@ -46,6 +46,25 @@ pub trait Host {
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>>;
+    /// Writes a protected file of the project for the user (see `guard::write_trusted`).
+    fn write_trusted(
+        &mut self,
+        state_dir: &Path,
+        project: &Path,
+        rel: &Path,
+        text: &str,
+    ) -> anyhow::Result<()>;
+    /// The live records (see `live`) of `project`'s running sandboxes (their launcher alive).
+    fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf>;
+    /// Adds `change` to one running sandbox, at both layers, under its record's lock: the
+    /// nftables sets in its network namespace (entered from outside, as the hook does), then
+    /// the gate's session policy; on a failure of the second the first is put back.
+    fn live_allow(
+        &mut self,
+        runtime: &Path,
+        record: &Path,
+        change: &crate::live::Change,
+    ) -> anyhow::Result<()>;
 }
 
 #[derive(Default)]
@@ -122,14 +141,7 @@ impl Host for RealHost {
             session: facts.session_id.clone(),
             project: policy.project.display().to_string(),
             token: facts.token.clone(),
-            policy: crate::gate::decide::SessionPolicy {
-                hosts: policy.hosts.clone(),
-                nets: policy.nets.clone(),
-                gate_ports: policy.gate_ports.clone(),
-                resolve: policy.resolve.clone(),
-                config_path: policy.project.join(".ai-sandbox/config").display().to_string(),
-                gate_addr: policy.gate_addr,
-            },
+            policy: crate::live::session_policy(policy),
         };
         crate::launch::block_forwarded_signals()?;
         let mut lease = control::register(&facts.runtime_dir, &facts.self_exe, policy.gate_port, &req)?;
@@ -168,6 +180,26 @@ impl Host for RealHost {
     }
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
         crate::guard::existing_mounts(project, rels)
+    }
+    fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
+        crate::live_apply::sessions(runtime, project)
+    }
+    fn write_trusted(
+        &mut self,
+        state_dir: &Path,
+        project: &Path,
+        rel: &Path,
+        text: &str,
+    ) -> anyhow::Result<()> {
+        crate::guard::write_trusted(state_dir, project, rel, text)
+    }
+    fn live_allow(
+        &mut self,
+        runtime: &Path,
+        record: &Path,
+        change: &crate::live::Change,
+    ) -> anyhow::Result<()> {
+        crate::live_apply::allow(runtime, record, change)
     }
     fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
         use anyhow::Context;
@@ -248,6 +280,8 @@ pub struct FakeHost {
     pub answers: Vec<bool>,
     /// Programs on PATH that are not in /usr/bin (every other name is).
     pub programs: Vec<(String, crate::agent::Found)>,
+    /// Live records of running sandboxes (`live_sessions` returns them all).
+    pub live: Vec<PathBuf>,
 }
 
 impl Host for FakeHost {
@@ -293,6 +327,27 @@ impl Host for FakeHost {
     }
     fn eprint(&mut self, text: &str) {
         self.stderr += text;
+    }
+    fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
+        self.live.clone()
+    }
+    fn write_trusted(
+        &mut self,
+        _state_dir: &Path,
+        project: &Path,
+        rel: &Path,
+        text: &str,
+    ) -> anyhow::Result<()> {
+        self.write_file(&project.join(rel), text)
+    }
+    fn live_allow(
+        &mut self,
+        _runtime: &Path,
+        record: &Path,
+        change: &crate::live::Change,
+    ) -> anyhow::Result<()> {
+        self.effects.push(format!("live allow {} in {}", change.summary(), record.display()));
+        Ok(())
     }
     fn register_gate(&mut self, policy: &Policy, _facts: &Facts) -> anyhow::Result<u16> {
         self.effects.push(format!("register gate from port {}", policy.gate_port));

@@ -29,6 +29,8 @@ pub mod host;
 pub mod init;
 pub mod keeper;
 pub mod launch;
+pub mod live;
+pub mod live_apply;
 pub mod loopback;
 pub mod manpage;
 pub mod plan;

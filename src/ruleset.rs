@@ -8,7 +8,7 @@
 //! IP/CIDR entries are elements of two concatenated interval sets (address . port), so
 //! 10,000 entries still cost two rules and one lookup each.
 
-use crate::policy::allow::IpNet;
+use crate::policy::allow::{IpNet, Ports};
 use crate::policy::netset::{Box2, disjoint};
 use crate::policy::{NetMode, PASTA_DNS, Policy};
 use nftables::expr::{
@@ -191,6 +191,26 @@ fn make_port_accept(port: u16) -> RuleSpec {
         text: format!("tcp dport {port} accept"),
         expr: vec![eq(payload("tcp", "dport"), Expression::Number(u32::from(port))), accept()],
     }
+}
+
+/// An nft script that sets the allow sets of a running sandbox to exactly `nets` (a live
+/// change): both flushed and refilled in one `nft -f` transaction, so no packet sees a state
+/// between the old and the new set, and entries that overlap old ones cannot collide.
+pub fn set_script(nets: &[(IpNet, Ports)]) -> String {
+    let boxes = disjoint(nets);
+    let mut t = String::new();
+    for (set, v4) in [(SET_V4, true), (SET_V6, false)] {
+        t += &format!("flush set inet {TABLE} {set}\n");
+        let els: Vec<String> = boxes
+            .iter()
+            .filter(|b| b.net.is_v4() == v4)
+            .map(|b| format!("{} . {}", b.net, b.ports))
+            .collect();
+        if !els.is_empty() {
+            t += &format!("add element inet {TABLE} {set} {{ {} }}\n", els.join(", "));
+        }
+    }
+    t
 }
 
 fn element(b: &Box2) -> Expression<'static> {

@@ -11,6 +11,8 @@ const ENV_FILE: &str = "proxy.env";
 const HOOK_FILE: &str = "ai-sandbox.json";
 /// The ruleset the hook loads.
 const RULESET_FILE: &str = "ruleset.json";
+/// What the running sandbox allows (see `live`), for `ai-sandbox allow`.
+pub const LIVE_FILE: &str = "live.json";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.
@@ -70,6 +72,9 @@ impl Facts {
     }
     pub fn ruleset_file(&self) -> PathBuf {
         self.session_dir.join(RULESET_FILE)
+    }
+    pub fn live_file(&self) -> PathBuf {
+        self.session_dir.join(LIVE_FILE)
     }
     pub fn env_file(&self) -> PathBuf {
         self.session_dir.join(ENV_FILE)

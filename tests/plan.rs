@@ -370,3 +370,33 @@ fn login_import_says_which_files_then_copies_them() {
         app::login_import(&mut h, "vim").unwrap_err().to_string().contains("known agents: claude, codex")
     );
 }
+
+#[test]
+fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
+    let mut h = host("allow = a.test\n", &[]);
+    h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
+    let cli = Cli::try_parse_from(["ai-sandbox", "allow", "b.test", "10.0.0.1:5432"]).unwrap();
+    let Some(ai_sandbox::cli::Sub::Allow { items, session_only, project }) = &cli.sub else { panic!() };
+    assert_eq!(app::allow_cmd(&mut h, items, *session_only, project.as_deref()).unwrap(), 0);
+    assert!(
+        h.effects
+            .iter()
+            .any(|e| e
+                == "live allow b.test, 10.0.0.1:5432 in /run/user/1000/ai-sandbox/sessions/abc/live.json"),
+        "{:?}",
+        h.effects
+    );
+    assert!(h.stdout.contains("allowed b.test, 10.0.0.1:5432 in the running sandbox abc"), "{}", h.stdout);
+    let cfg = h.files.iter().rev().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap().1.clone();
+    assert_eq!(cfg, "allow = a.test\nallow = b.test\nallow = 10.0.0.1:5432\n");
+    assert!(h.stdout.contains("(approved)"), "{}", h.stdout);
+    h.stdout.clear();
+    assert_eq!(app::trust_cmd(&mut h, None, true).unwrap(), 0, "still approved: {}", h.stdout);
+    // A bad item: the config's message, and nothing changes anywhere.
+    let before = h.effects.len();
+    let cli = Cli::try_parse_from(["ai-sandbox", "allow", "100.64.0.1"]).unwrap();
+    let Some(ai_sandbox::cli::Sub::Allow { items, .. }) = &cli.sub else { panic!() };
+    let e = app::allow_cmd(&mut h, items, false, None).unwrap_err();
+    assert!(format!("{e:#}").contains("100.64.0.1"), "{e:#}");
+    assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
+}

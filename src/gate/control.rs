@@ -33,7 +33,17 @@ const CLOSING: &str = "the gate is closing";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Request {
-    Register { session: String, project: String, token: String, policy: SessionPolicy },
+    Register {
+        session: String,
+        project: String,
+        token: String,
+        policy: SessionPolicy,
+    },
+    /// A live change (`ai-sandbox allow`): the session's whole new policy.
+    Update {
+        session: String,
+        policy: SessionPolicy,
+    },
     Status,
     Stop,
 }
@@ -356,6 +366,13 @@ pub async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
             state.unregister(&sess);
         }
+        Ok(Request::Update { session, policy }) => match state.session(&session) {
+            Some(sess) => {
+                sess.set_policy(policy);
+                reply(s, &ok, None).await
+            }
+            None => reply(s, &refuse(format!("no session {session} in this gate")), None).await,
+        },
         Ok(Request::Status) => reply(s, &Reply { sessions: state.status(), ..ok }, None).await,
         Ok(Request::Stop) => {
             reply(s, &ok, None).await;

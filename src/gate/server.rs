@@ -266,11 +266,12 @@ fn decision<'a>(
 /// → dial. Every refusal comes from `decide`.
 async fn decide_and_dial(s: &Session, req: &request::Request) -> Result<(Target, TcpStream), Denial> {
     let target = decide::normalise(&req.host)?;
-    decide::check_target(&s.policy, &target, req.port)?;
+    let policy = s.policy();
+    decide::check_target(&policy, &target, req.port)?;
     let d = |status, reason: String, hint: &str| Denial { status, reason, hint: hint.to_string() };
     let addrs: Vec<IpAddr> = match &target {
         Target::Ip(ip) => vec![*ip],
-        Target::Name(n) => match decide::pinned(&s.policy, n) {
+        Target::Name(n) => match decide::pinned(&policy, n) {
             Some(ip) => vec![ip],
             None => match tokio::time::timeout(DIAL_TIMEOUT, tokio::net::lookup_host((n.as_str(), req.port)))
                 .await
@@ -289,7 +290,7 @@ async fn decide_and_dial(s: &Session, req: &request::Request) -> Result<(Target,
     let mut first_denial = None;
     let mut ok: Vec<IpAddr> = Vec::new();
     for ip in addrs {
-        match decide::check_address(&s.policy, ip, req.port) {
+        match decide::check_address(&policy, ip, req.port) {
             Ok(()) => ok.push(crate::policy::allow::canonical(ip)),
             Err(e) => {
                 first_denial.get_or_insert(e);

@@ -14,7 +14,8 @@ pub struct Session {
     pub id: String,
     pub project: String,
     pub token: String,
-    pub policy: SessionPolicy,
+    /// Replaced whole by a live change (`ai-sandbox allow`); each connection reads it once.
+    policy: RwLock<Arc<SessionPolicy>>,
     pub started: String,
     pub allowed: AtomicU64,
     pub denied: AtomicU64,
@@ -29,7 +30,7 @@ impl Session {
             id,
             project,
             token,
-            policy,
+            policy: RwLock::new(Arc::new(policy)),
             started: log::now(),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -37,6 +38,15 @@ impl Session {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
         }
+    }
+}
+
+impl Session {
+    pub fn policy(&self) -> Arc<SessionPolicy> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_policy(&self, p: SessionPolicy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
     }
 }
 
@@ -92,6 +102,12 @@ impl State {
         r.all.push(s);
         r.changed = Instant::now();
         true
+    }
+
+    /// A registered session by id.
+    pub fn session(&self, id: &str) -> Option<Arc<Session>> {
+        let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        r.all.iter().find(|s| s.id == id).cloned()
     }
 
     pub fn unregister(&self, s: &Arc<Session>) {

@@ -155,3 +155,25 @@ fn a_git_file_checkout_is_protected_by_its_gitdir_line() {
     fs::write(f.project.join(".git"), "gitdir: ../x\n").unwrap();
     assert!(run(&f, |_| {}).is_empty());
 }
+
+#[test]
+fn a_file_the_user_writes_through_write_trusted_is_kept_and_a_sandbox_write_is_still_undone() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join(".ai-sandbox")).unwrap();
+    fs::write(f.project.join(".ai-sandbox/config"), "allow = a.test\n").unwrap();
+    // The records live in STATE/guard/SESSION, as the launcher keeps them.
+    let state = f.store.parent().unwrap().join("state");
+    let store = state.join("guard/s1");
+    let rels = candidates(&[]);
+    snapshot(&f.project, &rels, &store, "s1").unwrap();
+    let rel = Path::new(".ai-sandbox/config");
+    write_trusted(&state, &f.project, rel, "allow = a.test\nallow = b.test\n").unwrap();
+    fs::write(f.project.join(".vscode/tasks.json"), "{\"evil\": 1}\n").unwrap();
+    let lines = verify_and_restore(&load(&store).unwrap(), &f.quarantine).unwrap();
+    assert_eq!(fs::read_to_string(f.project.join(rel)).unwrap(), "allow = a.test\nallow = b.test\n");
+    assert!(!lines.iter().any(|l| l.contains(".ai-sandbox/config")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains(".vscode/tasks.json")),
+        "the sandbox's write is still undone: {lines:?}"
+    );
+}

@@ -9,6 +9,7 @@ mod gate;
 mod gate_limits;
 mod harness;
 mod lifecycle;
+mod live;
 mod real_agents;
 mod secrets;
 mod selfprotect;

@@ -1,0 +1,149 @@
+//! Live policy (pure): what a running sandbox allows, kept beside its session (`live.json` in
+//! the session directory), and how `ai-sandbox allow ITEM…` widens it without a restart.
+//!
+//! Why a record of our own: a running sandbox's allowlist is the launch's config plus its
+//! `--allow` flags, which no file holds; a live change must add exactly what was asked to
+//! exactly that, at both layers (the gate's session policy for hostnames and for IP entries
+//! reached through the proxy, the nftables sets in the sandbox's network namespace for direct
+//! connections), and nothing else. The record is updated under a lock, so two concurrent
+//! changes both land. Applying it is the host's part (`host::RealHost::live_allow`).
+
+use crate::gate::decide::SessionPolicy;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A running sandbox's allowlist and how to reach its layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub session: String,
+    pub container: String,
+    pub project: PathBuf,
+    /// Whether the gate serves this session (hostnames can be added only then).
+    pub gate: bool,
+    pub policy: SessionPolicy,
+}
+
+/// The allowlist the gate (and a live change) works from, as the launch's policy has it.
+pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
+    SessionPolicy {
+        hosts: p.hosts.clone(),
+        nets: p.nets.clone(),
+        gate_ports: p.gate_ports.clone(),
+        resolve: p.resolve.clone(),
+        config_path: p.project.join(".ai-sandbox/config").display().to_string(),
+        gate_addr: p.gate_addr,
+    }
+}
+
+/// The record a launch starts with.
+pub fn record(p: &crate::policy::Policy, f: &crate::session::Facts) -> Record {
+    Record {
+        session: f.session_id.clone(),
+        container: f.container_name(),
+        project: p.project.clone(),
+        gate: p.gate,
+        policy: session_policy(p),
+    }
+}
+
+/// What `ai-sandbox allow` adds: the items' entries, as a policy built from them alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    pub hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
+    pub nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+}
+
+impl Change {
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty() && self.nets.is_empty()
+    }
+    /// The entries, as the allowlist prints them.
+    pub fn summary(&self) -> String {
+        let hosts = self.hosts.iter().map(|(h, p)| match p {
+            Some(p) => format!("{h}:{p}"),
+            None => h.to_string(),
+        });
+        let nets = self.nets.iter().map(|(n, p)| format!("{n}:{p}"));
+        hosts.chain(nets).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The record with `c` added; `Err` when it asks for a hostname and the sandbox has no gate.
+/// Entries already there are not added twice; nothing else changes.
+pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
+    if !c.hosts.is_empty() && !r.gate {
+        return Err(format!(
+            "session {} was started without the gate (no hostname entries), so hostnames cannot be added while it runs; add the line to the config and restart it",
+            r.session
+        ));
+    }
+    let mut out = r.clone();
+    for h in &c.hosts {
+        if !out.policy.hosts.contains(h) {
+            out.policy.hosts.push(h.clone());
+        }
+    }
+    for n in &c.nets {
+        if !out.policy.nets.contains(n) {
+            out.policy.nets.push(*n);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::allow::{HostPattern, IpNet, Ports};
+
+    fn rec(gate: bool) -> Record {
+        Record {
+            session: "s1".into(),
+            container: "aisb-s1".into(),
+            project: "/p".into(),
+            gate,
+            policy: SessionPolicy {
+                hosts: vec![(HostPattern::Exact("a.test".into()), None)],
+                nets: vec![(
+                    IpNet { addr: "10.0.0.1".parse().unwrap(), len: 32 },
+                    Ports { lo: 443, hi: 443 },
+                )],
+                gate_ports: vec![80, 443, 8443],
+                resolve: vec![],
+                config_path: "/p/.ai-sandbox/config".into(),
+                gate_addr: "100.64.0.1".parse().unwrap(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_change_adds_exactly_its_entries_once() {
+        let c = Change {
+            hosts: vec![
+                (HostPattern::Exact("b.test".into()), None),
+                (HostPattern::Exact("a.test".into()), None),
+            ],
+            nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+        };
+        let m = merged(&rec(true), &c).unwrap();
+        assert_eq!(m.policy.hosts.len(), 2);
+        assert_eq!(m.policy.nets.len(), 2);
+        let again = merged(&m, &c).unwrap();
+        assert_eq!(again, m, "applying the same change twice changes nothing");
+        let mut expected = rec(true);
+        expected.policy.hosts = m.policy.hosts.clone();
+        expected.policy.nets = m.policy.nets.clone();
+        assert_eq!(m, expected, "nothing but the lists changes");
+    }
+
+    #[test]
+    fn hostnames_need_the_gate_ip_entries_do_not() {
+        let host = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], nets: vec![] };
+        assert!(merged(&rec(false), &host).unwrap_err().contains("without the gate"));
+        let net = Change {
+            hosts: vec![],
+            nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+        };
+        assert_eq!(merged(&rec(false), &net).unwrap().policy.nets.len(), 2);
+    }
+}

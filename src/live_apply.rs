@@ -1,0 +1,128 @@
+//! Applying a live change to a running sandbox (side effects; the decisions are in `live`).
+//!
+//! The nftables sets are changed from outside, the way the hook loads them: in podman's rootless
+//! user namespace (`podman unshare`, where the user holds CAP_NET_ADMIN over the namespaces it
+//! owns), entering the container's network namespace (`nsenter --net`), one `nft -f` transaction
+//! that flushes and refills both allow sets. The sandbox itself still holds no capability.
+
+use crate::gate::control::{self, Request};
+use crate::live::{Change, Record, merged};
+use anyhow::{Context, bail};
+use std::fs;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The live records of `project`'s sandboxes whose launcher is alive.
+pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(runtime.join("sessions")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let rec = e.path().join(crate::session::LIVE_FILE);
+        let alive = fs::read_to_string(e.path().join(crate::session::PID_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
+        let ours = fs::read_to_string(&rec)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Record>(&t).ok())
+            .is_some_and(|r| r.project == project);
+        if alive && ours {
+            out.push(rec);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn podman() -> Command {
+    let mut c = Command::new(which::which("podman").unwrap_or_else(|_| PathBuf::from("podman")));
+    c.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
+    c
+}
+
+/// The pid of the container's first process (its network namespace is /proc/PID/ns/net).
+fn container_pid(container: &str) -> anyhow::Result<u32> {
+    let out = podman().args(["inspect", "--format", "{{.State.Pid}}", container]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.trim().parse::<u32>() {
+        Ok(p) if out.status.success() && p > 0 => Ok(p),
+        _ => bail!(
+            "the sandbox's container {container} is not running (podman inspect: {})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
+}
+
+/// Loads `script` into the sandbox's network namespace in one transaction.
+fn nft_in(container: &str, script: &str) -> anyhow::Result<()> {
+    let pid = container_pid(container)?;
+    let nft = std::env::var_os("AISB_NFT")
+        .map(PathBuf::from)
+        .or_else(|| which::which("nft").ok())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"));
+    let mut child = podman()
+        .args(["unshare", "nsenter", &format!("--net=/proc/{pid}/ns/net")])
+        .arg(&nft)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running podman unshare nsenter nft")?;
+    child.stdin.take().context("nft's stdin")?.write_all(script.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "nft in the sandbox's network namespace failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
+    let req = Request::Update { session: r.session.clone(), policy: r.policy.clone() };
+    match control::ask(runtime, &req)? {
+        Some(reply) if reply.ok => Ok(()),
+        Some(reply) => bail!("the gate refused the change: {}", reply.error.unwrap_or_default()),
+        None => bail!("the gate is not running"),
+    }
+}
+
+/// See `Host::live_allow`.
+pub fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<()> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(record)
+        .with_context(|| format!("opening {}", record.display()))?;
+    let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("locking {}", record.display()))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let old: Record = serde_json::from_str(&text).with_context(|| format!("reading {}", record.display()))?;
+    let new = merged(&old, change).map_err(anyhow::Error::msg)?;
+    if new == old {
+        return Ok(());
+    }
+    nft_in(&new.container, &crate::ruleset::set_script(&new.policy.nets))?;
+    if new.gate
+        && let Err(e) = gate_update(runtime, &new)
+    {
+        // Put the rules back as they were: a change lands at both layers or at neither.
+        let undo = nft_in(&old.container, &crate::ruleset::set_script(&old.policy.nets));
+        return Err(e.context(match undo {
+            Ok(()) => "nothing was changed".to_string(),
+            Err(u) => format!("and restoring the sandbox's rules failed too: {u:#}"),
+        }));
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(serde_json::to_string(&new)?.as_bytes())?;
+    Ok(())
+}

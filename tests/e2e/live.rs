@@ -1,0 +1,59 @@
+//! Live policy: `ai-sandbox allow` widens a RUNNING sandbox at both layers (a hostname in the
+//! gate, an IP:port in the nftables sets of its network namespace, changed from outside), each
+//! refused in the same sandbox just before; the config gets the lines and stays approved.
+
+use crate::harness::*;
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("live");
+    p.config(&format!(
+        "allow = allowed.test\nresolve = allowed.test={v4}\nresolve = later.test={v4}\n",
+        v4 = th.v4
+    ));
+    let ip = format!("tcp:{}:7000", th.v4);
+    let code = "curl -s -o /dev/null -w '%{http_code}'";
+    let script = format!(
+        "echo before-allowed=$({code} http://allowed.test/); echo before-later=$({code} http://later.test/); \
+         /usr/bin/python3 probe.py {ip} | sed 's/^/before /'; touch step1; \
+         for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
+         echo after-later=$({code} http://later.test/); /usr/bin/python3 probe.py {ip} | sed 's/^/after /'"
+    );
+    let mut child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
+    let err = child.stderr_live();
+    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not start");
+    let item = format!("{}:7000", th.v4);
+    let allow = sandbox(&p, &["allow", "later.test", &item], &[]);
+    std::fs::write(p.path("step2"), "").unwrap();
+    let out = child.wait_with_output();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    wait_for(10, || std::sync::Arc::strong_count(&err) == 1);
+    let all = format!("{stdout}\n{}\nallow: {}\n{}", err.lock().unwrap(), allow.stdout, allow.stderr);
+    assert!(out.status.success(), "{all}");
+    allow.ok();
+    assert!(stdout.contains("before-allowed=200"), "positive control before the change: {all}");
+    assert!(stdout.contains("before-later=403"), "the hostname is refused first: {all}");
+    assert!(stdout.contains(&format!("before {ip} refused")), "the IP:port is refused first: {all}");
+    assert!(stdout.contains("after-later=200"), "the hostname works in the same sandbox: {all}");
+    assert!(stdout.contains(&format!("after {ip} open")), "the IP:port works in the same sandbox: {all}");
+    assert!(allow.stdout.contains("allowed later.test, "), "{all}");
+    assert!(
+        !all.contains("PROTECTED FILES WERE CHANGED"),
+        "the user's config change was taken for the sandbox's: {all}"
+    );
+    let config = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+    assert!(config.ends_with(&format!("allow = later.test\nallow = {item}\n")), "{config}\n{all}");
+    sandbox(&p, &["trust", "--show"], &[]).ok();
+
+    // Nothing running: --session-only has nothing to change; a bad item is refused as in a config.
+    let none = sandbox(&p, &["allow", "--session-only", "other.test"], &[]);
+    assert_ne!(none.code, 0);
+    assert!(none.stderr.contains("is running: --session-only has nothing to change"), "{}", none.stderr);
+    let bad = sandbox(&p, &["allow", "100.64.0.1"], &[]);
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("100.64.0.1"), "{}", bad.stderr);
+    assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "nothing written");
+}
