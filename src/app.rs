@@ -126,6 +126,15 @@ fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -> anyhow::R
     Ok(Approval { path, stored, status })
 }
 
+/// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
+fn runtime_dir(host: &dyn Host) -> PathBuf {
+    crate::gate::control::runtime_dir_for(
+        host.env("AISB_RUNTIME_DIR").as_deref(),
+        host.env("XDG_RUNTIME_DIR").as_deref(),
+        host.uid(),
+    )
+}
+
 /// The per-user store of agent state shared by sandboxes.
 fn agents_dir(host: &dyn Host) -> PathBuf {
     xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents")
@@ -148,11 +157,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
     let (secrets, missing_secrets) = resolve_secrets(host, p, &home, launching)?;
     let session_id = host.random_hex(6)?;
-    let runtime = crate::gate::control::runtime_dir_for(
-        host.env("AISB_RUNTIME_DIR").as_deref(),
-        host.env("XDG_RUNTIME_DIR").as_deref(),
-        host.uid(),
-    );
+    let runtime = runtime_dir(host);
     let host_dirs: Vec<PathBuf> =
         ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
     let launchable = launchable(host, p, &host_dirs, &home);
@@ -356,11 +361,7 @@ pub fn allow_cmd(
     let p = policy::build(loc.project.clone(), &config::Config::default(), &inputs)
         .map_err(|diagnostics| Rejected { config_path: loc.display.clone(), diagnostics })?;
     let change = crate::live::Change { hosts: p.hosts, nets: p.nets };
-    let runtime = crate::gate::control::runtime_dir_for(
-        host.env("AISB_RUNTIME_DIR").as_deref(),
-        host.env("XDG_RUNTIME_DIR").as_deref(),
-        host.uid(),
-    );
+    let runtime = runtime_dir(host);
     let running = host.live_sessions(&runtime, &loc.project);
     if running.is_empty() && session_only {
         return Err(hinted(

@@ -5,12 +5,8 @@
 
 use crate::harness::*;
 
-#[test]
-#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
-fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
-    let _g = GATE.read().unwrap();
-    let p = Project::new("ssh");
-    let key = p.path("id_e2e");
+/// A fresh ed25519 key pair at `key` (and `key.pub`), owned by the test user.
+fn user_key(key: std::path::PathBuf) -> std::path::PathBuf {
     let kg = std::process::Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(&key)
@@ -20,6 +16,15 @@ fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
     for f in [key.clone(), key.with_extension("pub")] {
         chown_user(&f);
     }
+    key
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("ssh");
+    let key = user_key(p.path("id_e2e"));
     let th = TestHost::new().with_sshd(&key.with_extension("pub"));
     p.config(&format!(
         "allow = ssh.test:22\nresolve = ssh.test={v4}\nresolve = refused.test={v4}\nallow = refused.test\n",
@@ -73,16 +78,7 @@ fn the_users_ssh_agent_signs_inside_only_with_the_flag() {
     let dir = env().root.join(format!("agent-{}", p.dir.file_name().unwrap().to_str().unwrap()));
     std::fs::create_dir_all(&dir).unwrap();
     chown_user(&dir);
-    let key = dir.join("id_agent");
-    let kg = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&key)
-        .status()
-        .unwrap();
-    assert!(kg.success());
-    for f in [key.clone(), key.with_extension("pub")] {
-        chown_user(&f);
-    }
+    let key = user_key(dir.join("id_agent"));
     let th = TestHost::new().with_sshd(&key.with_extension("pub"));
     p.config(&format!("allow = ssh.test:22\nresolve = ssh.test={}\n", th.v4));
     let sock = dir.join("agent.sock");
