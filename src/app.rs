@@ -347,6 +347,55 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
     Ok(0)
 }
 
+/// `ai-sandbox ps [--json]`: this user's running sandboxes, with the gate's counters.
+pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
+    let runtime = runtime_dir(host);
+    let gate = host.gate_sessions(&runtime);
+    let rows: Vec<serde_json::Value> = host
+        .running(&runtime)
+        .iter()
+        .map(|r| {
+            let counts = gate.iter().find(|g| g.session == r.session);
+            serde_json::json!({
+                "session": r.session,
+                "pid": r.pid,
+                "age_seconds": r.age,
+                "mode": r.record.as_ref().map_or("-", |rec| rec.net.as_str()),
+                "project": r.record.as_ref().map(|rec| rec.project.display().to_string()),
+                "allowed": counts.map(|c| c.allowed),
+                "refused": counts.map(|c| c.denied),
+            })
+        })
+        .collect();
+    if json {
+        host.print(&format!("{}\n", serde_json::Value::Array(rows)));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        host.print("no sandbox is running\n");
+        return Ok(0);
+    }
+    let mut out = format!(
+        "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  PROJECT\n",
+        "SESSION", "PID", "AGE", "MODE", "ALLOWED", "REFUSED"
+    );
+    for r in &rows {
+        let n = |k: &str| r[k].as_u64().map_or("-".to_string(), |v| v.to_string());
+        out += &format!(
+            "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  {}\n",
+            r["session"].as_str().unwrap_or("-"),
+            r["pid"],
+            crate::live::age(r["age_seconds"].as_u64().unwrap_or(0)),
+            r["mode"].as_str().unwrap_or("-"),
+            n("allowed"),
+            n("refused"),
+            r["project"].as_str().unwrap_or("-"),
+        );
+    }
+    host.print(&out);
+    Ok(0)
+}
+
 /// `ai-sandbox allow ITEM…`: each item validated as `--allow` is, added to the project's
 /// running sandboxes (see `live`), then (unless `--session-only`) to the config, which stays
 /// approved if it was.

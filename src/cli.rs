@@ -144,6 +144,13 @@ pub enum Sub {
         #[arg(long)]
         nft: bool,
     },
+    /// Running sandboxes: session, launcher pid, age, mode, the gate's allowed/refused counts,
+    /// project.
+    Ps {
+        /// One JSON object per sandbox, in an array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
     /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
     Allow {

@@ -54,6 +54,10 @@ pub trait Host {
         rel: &Path,
         text: &str,
     ) -> anyhow::Result<()>;
+    /// This user's running sandboxes (their launcher alive), oldest first.
+    fn running(&self, runtime: &Path) -> Vec<crate::live::Running>;
+    /// The gate's sessions with their counters (none when no gate runs).
+    fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus>;
     /// The live records (see `live`) of `project`'s running sandboxes (their launcher alive).
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf>;
     /// Adds `change` to one running sandbox, at both layers, under its record's lock: the
@@ -184,6 +188,15 @@ impl Host for RealHost {
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
         crate::live_apply::sessions(runtime, project)
     }
+    fn running(&self, runtime: &Path) -> Vec<crate::live::Running> {
+        crate::live_apply::running(runtime)
+    }
+    fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
+        match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
+            Ok(Some(r)) => r.sessions,
+            _ => Vec::new(),
+        }
+    }
     fn write_trusted(
         &mut self,
         state_dir: &Path,
@@ -282,6 +295,8 @@ pub struct FakeHost {
     pub programs: Vec<(String, crate::agent::Found)>,
     /// Live records of running sandboxes (`live_sessions` returns them all).
     pub live: Vec<PathBuf>,
+    /// What `running` returns.
+    pub running: Vec<crate::live::Running>,
 }
 
 impl Host for FakeHost {
@@ -330,6 +345,12 @@ impl Host for FakeHost {
     }
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
+    }
+    fn running(&self, _runtime: &Path) -> Vec<crate::live::Running> {
+        self.running.clone()
+    }
+    fn gate_sessions(&self, _runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
+        Vec::new()
     }
     fn write_trusted(
         &mut self,

@@ -102,9 +102,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
             .with_context(|| format!("creating {}", path.display()))?;
         f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
-    if let Some((path, text)) = &plan.live {
-        write(path, text)?;
-    }
+    write(&plan.live.0, &plan.live.1)?;
     if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
         write(&hook.ruleset_file, &rs.to_json_string())?;
         fs::create_dir(&hook.hooks_dir).with_context(|| format!("creating {}", hook.hooks_dir.display()))?;

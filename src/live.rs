@@ -18,6 +18,8 @@ pub struct Record {
     pub session: String,
     pub container: String,
     pub project: PathBuf,
+    /// `allow`, `none` or `full`: only `allow` has an allowlist to widen.
+    pub net: String,
     /// Whether the gate serves this session (hostnames can be added only then).
     pub gate: bool,
     pub policy: SessionPolicy,
@@ -41,8 +43,37 @@ pub fn record(p: &crate::policy::Policy, f: &crate::session::Facts) -> Record {
         session: f.session_id.clone(),
         container: f.container_name(),
         project: p.project.clone(),
+        net: match p.net {
+            crate::policy::NetMode::Allow => "allow",
+            crate::policy::NetMode::None => "none",
+            crate::policy::NetMode::Full => "full",
+        }
+        .into(),
         gate: p.gate,
         policy: session_policy(p),
+    }
+}
+
+/// A running sandbox as `ai-sandbox ps` sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    pub session: String,
+    /// The launcher's pid.
+    pub pid: i32,
+    /// Seconds since launch.
+    pub age: u64,
+    /// Its record (absent for a launch older than this version, or one starting right now).
+    pub record: Option<Record>,
+    /// The record's path.
+    pub path: PathBuf,
+}
+
+/// `1h02m`, `3m05s`, `42s`.
+pub fn age(secs: u64) -> String {
+    match secs {
+        s if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
     }
 }
 
@@ -71,6 +102,9 @@ impl Change {
 /// The record with `c` added; `Err` when it asks for a hostname and the sandbox has no gate.
 /// Entries already there are not added twice; nothing else changes.
 pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
+    if r.net != "allow" {
+        return Err(format!("session {} runs with --net {}: it has no allowlist to widen", r.session, r.net));
+    }
     if !c.hosts.is_empty() && !r.gate {
         return Err(format!(
             "session {} was started without the gate (no hostname entries), so hostnames cannot be added while it runs; add the line to the config and restart it",
@@ -101,6 +135,7 @@ mod tests {
             session: "s1".into(),
             container: "aisb-s1".into(),
             project: "/p".into(),
+            net: "allow".into(),
             gate,
             policy: SessionPolicy {
                 hosts: vec![(HostPattern::Exact("a.test".into()), None)],
@@ -145,5 +180,7 @@ mod tests {
             nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
         };
         assert_eq!(merged(&rec(false), &net).unwrap().policy.nets.len(), 2);
+        let full = Record { net: "full".into(), ..rec(true) };
+        assert!(merged(&full, &net).unwrap_err().contains("--net full"));
     }
 }

@@ -6,35 +6,48 @@
 //! that flushes and refills both allow sets. The sandbox itself still holds no capability.
 
 use crate::gate::control::{self, Request};
-use crate::live::{Change, Record, merged};
+use crate::live::{Change, Record, Running, merged};
 use anyhow::{Context, bail};
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The live records of `project`'s sandboxes whose launcher is alive.
-pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
+/// Every sandbox of this user whose launcher is alive, oldest first.
+pub fn running(runtime: &Path) -> Vec<Running> {
     let Ok(entries) = fs::read_dir(runtime.join("sessions")) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for e in entries.flatten() {
-        let rec = e.path().join(crate::session::LIVE_FILE);
-        let alive = fs::read_to_string(e.path().join(crate::session::PID_FILE))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
-        let ours = fs::read_to_string(&rec)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Record>(&t).ok())
-            .is_some_and(|r| r.project == project);
-        if alive && ours {
-            out.push(rec);
+        let pid_file = e.path().join(crate::session::PID_FILE);
+        let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
+            continue;
+        };
+        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
+            continue;
         }
+        let age = fs::metadata(&pid_file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .map_or(0, |d| d.as_secs());
+        let path = e.path().join(crate::session::LIVE_FILE);
+        let record = fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok());
+        let session = e.file_name().to_string_lossy().into_owned();
+        out.push(Running { session, pid, age, record, path });
     }
-    out.sort();
+    out.sort_by(|a, b| b.age.cmp(&a.age).then(a.session.cmp(&b.session)));
     out
+}
+
+/// The live records of `project`'s running sandboxes that have an allowlist (`--net allow`).
+pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
+    running(runtime)
+        .into_iter()
+        .filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project && rec.net == "allow"))
+        .map(|r| r.path)
+        .collect()
 }
 
 fn podman() -> Command {

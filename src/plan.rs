@@ -47,8 +47,8 @@ pub struct Plan {
     /// The gate's decision log and this session's id, when the gate is used: the launcher
     /// says each new refused destination as it happens and sums them up at the end.
     pub refusals: Option<(PathBuf, String)>,
-    /// The live record (path, JSON) when rules apply: what `ai-sandbox allow` changes.
-    pub live: Option<(PathBuf, String)>,
+    /// The live record (path, JSON): what `ai-sandbox allow` changes and `ps` shows.
+    pub live: (PathBuf, String),
 }
 
 /// The guard's part of a launch (see `guard`).
@@ -66,9 +66,7 @@ pub struct GuardSpec {
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(f));
-    let live = hook
-        .is_some()
-        .then(|| (f.live_file(), serde_json::to_string(&crate::live::record(p, f)).expect("json")));
+    let live = (f.live_file(), serde_json::to_string(&crate::live::record(p, f)).expect("json"));
     Plan {
         argv: podman::argv(p, f),
         ruleset,

@@ -400,3 +400,41 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     assert!(format!("{e:#}").contains("100.64.0.1"), "{e:#}");
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }
+
+#[test]
+fn ps_lists_running_sandboxes_with_their_mode_and_project() {
+    let mut h = host("", &[]);
+    assert_eq!(app::ps_cmd(&mut h, false).unwrap(), 0);
+    assert_eq!(h.stdout, "no sandbox is running\n");
+    let rec = ai_sandbox::live::Record {
+        session: "abc123".into(),
+        container: "aisb-abc123".into(),
+        project: "/home/dev/app".into(),
+        net: "allow".into(),
+        gate: false,
+        policy: ai_sandbox::gate::decide::SessionPolicy {
+            hosts: vec![],
+            nets: vec![],
+            gate_ports: vec![],
+            resolve: vec![],
+            config_path: String::new(),
+            gate_addr: "100.64.0.1".parse().unwrap(),
+        },
+    };
+    h.running = vec![ai_sandbox::live::Running {
+        session: "abc123".into(),
+        pid: 4242,
+        age: 125,
+        record: Some(rec),
+        path: "/run/user/1000/ai-sandbox/sessions/abc123/live.json".into(),
+    }];
+    h.stdout.clear();
+    app::ps_cmd(&mut h, false).unwrap();
+    let row = h.stdout.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
+    assert_eq!(row, ["abc123", "4242", "2m05s", "allow", "-", "-", "/home/dev/app"], "{}", h.stdout);
+    h.stdout.clear();
+    app::ps_cmd(&mut h, true).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&h.stdout).unwrap();
+    assert_eq!(v[0]["age_seconds"], 125);
+    assert_eq!(v[0]["project"], "/home/dev/app");
+}

@@ -25,6 +25,7 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     let mut child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     let err = child.stderr_live();
     assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not start");
+    let ps = sandbox(&p, &["ps", "--json"], &[]);
     let item = format!("{}:7000", th.v4);
     let allow = sandbox(&p, &["allow", "later.test", &item], &[]);
     std::fs::write(p.path("step2"), "").unwrap();
@@ -40,6 +41,19 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     assert!(stdout.contains("after-later=200"), "the hostname works in the same sandbox: {all}");
     assert!(stdout.contains(&format!("after {ip} open")), "the IP:port works in the same sandbox: {all}");
     assert!(allow.stdout.contains("allowed later.test, "), "{all}");
+    // `ps` showed the sandbox while it ran, with the gate's counters (one refusal so far).
+    let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
+    let ours: Vec<&serde_json::Value> =
+        rows.as_array().unwrap().iter().filter(|r| r["project"] == p.dir.display().to_string()).collect();
+    assert_eq!(ours.len(), 1, "{rows}");
+    assert_eq!(ours[0]["mode"], "allow", "{rows}");
+    assert!(ours[0]["refused"].as_u64() >= Some(1) && ours[0]["allowed"].as_u64() >= Some(1), "{rows}");
+    assert!(
+        allow.stdout.contains(ours[0]["session"].as_str().unwrap()),
+        "allow names the session ps shows: {all}"
+    );
+    let after = sandbox(&p, &["ps", "--json"], &[]);
+    assert!(!after.ok().stdout.contains(&p.dir.display().to_string()), "ps after the end: {}", after.stdout);
     assert!(
         !all.contains("PROTECTED FILES WERE CHANGED"),
         "the user's config change was taken for the sandbox's: {all}"
