@@ -144,6 +144,23 @@ pub enum Sub {
         #[arg(long)]
         nft: bool,
     },
+    /// Refusals and decisions of your sandboxes, both layers: the gate's decisions (hostnames),
+    /// then the direct connections the rules of each running sandbox refused, each refusal with
+    /// the config line that would allow it.
+    Logs {
+        /// Only refusals.
+        #[arg(long)]
+        denied: bool,
+        /// Only this session (see `ai-sandbox ps`).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Keep printing the gate's new decisions (and new direct refusals, read every second).
+        #[arg(short, long)]
+        follow: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Running sandboxes: session, launcher pid, age, mode, the gate's allowed/refused counts,
     /// project.
     Ps {

@@ -242,32 +242,34 @@ fn say(line: &str) {
     };
 }
 
-/// Follows the gate's decision log for this session's refusals (see `refusals`): from its end
-/// at launch, polled every 100 ms, until the sandbox ends.
+/// Follows this session's refusals (see `refusals`): the gate's decision log from its end at
+/// launch, polled every 100 ms, and the rules' records of refused direct connections, read from
+/// the sandbox every 500 ms, until the sandbox ends. (What the rules refuse in the last half
+/// second is not read: the namespace is gone by then.)
 struct Refusals {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<crate::refusals::Tally>,
 }
 
 impl Refusals {
-    fn follow(log: &Path, session: &str) -> Refusals {
+    fn follow(w: &crate::plan::RefusalWatch) -> Refusals {
         use std::io::{BufRead, Seek, SeekFrom};
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, mut tally) = (stop.clone(), crate::refusals::Tally::new(session));
-        let file = fs::File::open(log).and_then(|mut f| f.seek(SeekFrom::End(0)).map(|_| f));
+        let (flag, mut tally, w) = (stop.clone(), crate::refusals::Tally::new(&w.session), w.clone());
+        let log = w
+            .gate_log
+            .as_ref()
+            .and_then(|l| fs::File::open(l).and_then(|mut f| f.seek(SeekFrom::End(0)).map(|_| f)).ok());
         let thread = std::thread::spawn(move || {
-            let Ok(file) = file else {
-                return tally;
-            };
-            let mut reader = std::io::BufReader::new(file);
+            let mut reader = log.map(std::io::BufReader::new);
             let mut line = String::new();
-            loop {
+            for tick in 0u64.. {
                 // Read the stop flag first: after it is set, one more pass takes what the gate
                 // wrote before the sandbox ended.
                 let last = flag.load(Ordering::SeqCst);
-                loop {
-                    match reader.read_line(&mut line) {
+                while let Some(r) = reader.as_mut() {
+                    match r.read_line(&mut line) {
                         Ok(n) if n > 0 && line.ends_with('\n') => {
                             if let Ok(e) = serde_json::from_str(&line)
                                 && let Some(notice) = tally.observe(&e)
@@ -280,11 +282,20 @@ impl Refusals {
                         _ => break,
                     }
                 }
+                if tick % 5 == 0 && !last {
+                    let now = crate::gate::log::now();
+                    for d in crate::live_apply::refused(&w.session_dir).unwrap_or_default() {
+                        if let Some(notice) = tally.observe_direct(&d, &now, &w.config_path) {
+                            say(&notice);
+                        }
+                    }
+                }
                 if last {
-                    return tally;
+                    break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
+            tally
         });
         Refusals { stop, thread }
     }
@@ -317,7 +328,7 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
         });
     }
     // From the log's end before the sandbox exists: nothing of this session is missed.
-    let refusals = plan.refusals.as_ref().map(|(log, session)| Refusals::follow(log, session));
+    let refusals = plan.refusals.as_ref().map(Refusals::follow);
     let mut child = cmd.spawn().map_err(|e| {
         crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
     })?;

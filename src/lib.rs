@@ -31,6 +31,7 @@ pub mod keeper;
 pub mod launch;
 pub mod live;
 pub mod live_apply;
+pub mod logs;
 pub mod loopback;
 pub mod manpage;
 pub mod plan;

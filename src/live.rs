@@ -77,6 +77,55 @@ pub fn age(secs: u64) -> String {
     }
 }
 
+/// A direct connection the rules refused (recorded in the sandbox's `refused_*` sets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Direct {
+    /// `tcp` or `udp`.
+    pub proto: String,
+    pub addr: std::net::IpAddr,
+    pub port: u16,
+}
+
+impl Direct {
+    /// `198.51.100.7:8080`, `[fd00::1]:53`.
+    pub fn dest(&self) -> String {
+        match self.addr {
+            std::net::IpAddr::V6(a) => format!("[{a}]:{}", self.port),
+            a => format!("{a}:{}", self.port),
+        }
+    }
+    /// What would allow it, in the words of a gate hint.
+    pub fn fix(&self, config_path: &str) -> String {
+        match self.proto.as_str() {
+            "tcp" => format!("add \"allow = {}\" to {config_path}", self.dest()),
+            _ if self.port == 53 => {
+                "DNS is not reachable: names go through the gate, allow the name instead".to_string()
+            }
+            p => format!("{p} is never allowed: only TCP leaves the sandbox"),
+        }
+    }
+}
+
+/// The elements of `nft -j list set … refused_v4|refused_v6`.
+pub fn parse_refused(json: &str) -> Vec<Direct> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let mut out = Vec::new();
+    for obj in v["nftables"].as_array().into_iter().flatten() {
+        for e in obj["set"]["elem"].as_array().into_iter().flatten() {
+            let c = &e["concat"];
+            let (Some(addr), Some(proto), Some(port)) = (
+                c[0].as_str().and_then(|a| a.parse().ok()),
+                c[1].as_str(),
+                c[2].as_u64().and_then(|p| u16::try_from(p).ok()),
+            ) else {
+                continue;
+            };
+            out.push(Direct { proto: proto.to_string(), addr, port });
+        }
+    }
+    out
+}
+
 /// What `ai-sandbox allow` adds: the items' entries, as a policy built from them alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
@@ -169,6 +218,21 @@ mod tests {
         expected.policy.hosts = m.policy.hosts.clone();
         expected.policy.nets = m.policy.nets.clone();
         assert_eq!(m, expected, "nothing but the lists changes");
+    }
+
+    #[test]
+    fn refusal_records_are_read_from_nfts_listing_with_their_fix() {
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.1.3"}}, {"set": {"family": "inet", "name": "refused_v4",
+            "elem": [{"concat": ["10.0.0.1", "tcp", 80]}, {"concat": ["169.254.1.1", "udp", 53]}]}}]}"#;
+        let r = parse_refused(json);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].fix("/p/.ai-sandbox/config"), "add \"allow = 10.0.0.1:80\" to /p/.ai-sandbox/config");
+        assert!(r[1].fix("c").starts_with("DNS is not reachable"));
+        let v6 = r#"{"nftables": [{"set": {"elem": [{"concat": ["fd00::1", "udp", 9]}]}}]}"#;
+        let r = parse_refused(v6);
+        assert_eq!(r[0].dest(), "[fd00::1]:9");
+        assert_eq!(r[0].fix("c"), "udp is never allowed: only TCP leaves the sandbox");
+        assert!(parse_refused("not json").is_empty());
     }
 
     #[test]

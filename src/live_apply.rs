@@ -1,9 +1,10 @@
 //! Applying a live change to a running sandbox (side effects; the decisions are in `live`).
 //!
-//! The nftables sets are changed from outside, the way the hook loads them: in podman's rootless
-//! user namespace (`podman unshare`, where the user holds CAP_NET_ADMIN over the namespaces it
-//! owns), entering the container's network namespace (`nsenter --net`), one `nft -f` transaction
-//! that flushes and refills both allow sets. The sandbox itself still holds no capability.
+//! The nftables sets are changed (and the refusal records read) from outside: `nsenter` joins the
+//! container's user namespace, which this user owns, and its network namespace, by the pid podman
+//! wrote to the session directory; one `nft -f` transaction flushes and refills both allow sets.
+//! (Measured: 7 ms, against about 80 ms through `podman inspect` and `podman unshare`.) The
+//! sandbox itself still holds no capability.
 
 use crate::gate::control::{self, Request};
 use crate::live::{Change, Record, Running, merged};
@@ -50,42 +51,42 @@ pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn podman() -> Command {
-    let mut c = Command::new(which::which("podman").unwrap_or_else(|_| PathBuf::from("podman")));
-    c.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
-    c
+/// The container's first process, from the pidfile podman wrote in the session directory.
+fn container_pid(session_dir: &Path) -> anyhow::Result<u32> {
+    let path = session_dir.join(crate::session::CONTAINER_PID_FILE);
+    let text = fs::read_to_string(&path)
+        .with_context(|| format!("the sandbox has not started yet (no {})", path.display()))?;
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .with_context(|| format!("{} holds no pid", path.display()))
 }
 
-/// The pid of the container's first process (its network namespace is /proc/PID/ns/net).
-fn container_pid(container: &str) -> anyhow::Result<u32> {
-    let out = podman().args(["inspect", "--format", "{{.State.Pid}}", container]).output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    match text.trim().parse::<u32>() {
-        Ok(p) if out.status.success() && p > 0 => Ok(p),
-        _ => bail!(
-            "the sandbox's container {container} is not running (podman inspect: {})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
-    }
-}
-
-/// Loads `script` into the sandbox's network namespace in one transaction.
-fn nft_in(container: &str, script: &str) -> anyhow::Result<()> {
-    let pid = container_pid(container)?;
-    let nft = std::env::var_os("AISB_NFT")
+fn nft_path() -> PathBuf {
+    std::env::var_os("AISB_NFT")
         .map(PathBuf::from)
         .or_else(|| which::which("nft").ok())
-        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"));
-    let mut child = podman()
-        .args(["unshare", "nsenter", &format!("--net=/proc/{pid}/ns/net")])
-        .arg(&nft)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"))
+}
+
+/// Runs nft with `args` in the sandbox's network namespace: joined from outside, through the
+/// container's user namespace, which this user owns (so nft has CAP_NET_ADMIN there, and the
+/// sandbox's own processes, which dropped every capability, still have none).
+fn nft_in(session_dir: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    let pid = container_pid(session_dir)?;
+    let mut child = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-U", "-n", "--"])
+        .arg(nft_path())
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("running podman unshare nsenter nft")?;
-    child.stdin.take().context("nft's stdin")?.write_all(script.as_bytes())?;
+        .context("running nsenter nft")?;
+    if let Some(text) = stdin {
+        child.stdin.take().context("nft's stdin")?.write_all(text.as_bytes())?;
+    }
     let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
@@ -94,7 +95,22 @@ fn nft_in(container: &str, script: &str) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Loads `script` into the sandbox's network namespace in one transaction.
+fn nft_script(session_dir: &Path, script: &str) -> anyhow::Result<()> {
+    nft_in(session_dir, &["-f", "-"], Some(script)).map(|_| ())
+}
+
+/// What the rules of a running sandbox have refused so far (see `ruleset::REFUSED_V4`).
+pub fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
+    let mut out = Vec::new();
+    for set in [crate::ruleset::REFUSED_V4, crate::ruleset::REFUSED_V6] {
+        let json = nft_in(session_dir, &["-j", "list", "set", "inet", crate::ruleset::TABLE, set], None)?;
+        out.extend(crate::live::parse_refused(&json));
+    }
+    Ok(out)
 }
 
 fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
@@ -123,12 +139,13 @@ pub fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<(
     if new == old {
         return Ok(());
     }
-    nft_in(&new.container, &crate::ruleset::set_script(&new.policy.nets))?;
+    let session_dir = record.parent().context("the record has no session directory")?;
+    nft_script(session_dir, &crate::ruleset::set_script(&new.policy.nets))?;
     if new.gate
         && let Err(e) = gate_update(runtime, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
-        let undo = nft_in(&old.container, &crate::ruleset::set_script(&old.policy.nets));
+        let undo = nft_script(session_dir, &crate::ruleset::set_script(&old.policy.nets));
         return Err(e.context(match undo {
             Ok(()) => "nothing was changed".to_string(),
             Err(u) => format!("and restoring the sandbox's rules failed too: {u:#}"),

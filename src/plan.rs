@@ -44,11 +44,22 @@ pub struct Plan {
     pub keeper_log: PathBuf,
     /// The file guard: what to record before the session and verify after it.
     pub guard: GuardSpec,
-    /// The gate's decision log and this session's id, when the gate is used: the launcher
-    /// says each new refused destination as it happens and sums them up at the end.
-    pub refusals: Option<(PathBuf, String)>,
+    /// Where the launcher watches for this session's refusals (it says each new refused
+    /// destination as it happens and sums them up at the end); `None` without rules.
+    pub refusals: Option<RefusalWatch>,
     /// The live record (path, JSON): what `ai-sandbox allow` changes and `ps` shows.
     pub live: (PathBuf, String),
+}
+
+/// What the launcher watches for refusals: the gate's decision log (when the gate is used) and
+/// the sandbox's own records of direct connections the rules refused (read from outside).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalWatch {
+    pub session: String,
+    pub gate_log: Option<PathBuf>,
+    pub session_dir: PathBuf,
+    /// For the fixes: the config to add a line to.
+    pub config_path: String,
 }
 
 /// The guard's part of a launch (see `guard`).
@@ -66,6 +77,7 @@ pub struct GuardSpec {
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(f));
+    let rules = hook.is_some();
     let live = (f.live_file(), serde_json::to_string(&crate::live::record(p, f)).expect("json"));
     Plan {
         argv: podman::argv(p, f),
@@ -87,7 +99,12 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             state_dir: f.state_dir.clone(),
             store: crate::session::guard_store(&f.state_dir, &f.session_id),
         },
-        refusals: p.gate.then(|| (crate::gate::control::log_path(&f.runtime_dir), f.session_id.clone())),
+        refusals: rules.then(|| RefusalWatch {
+            session: f.session_id.clone(),
+            gate_log: p.gate.then(|| crate::gate::control::log_path(&f.runtime_dir)),
+            session_dir: f.session_dir.clone(),
+            config_path: p.project.join(".ai-sandbox/config").display().to_string(),
+        }),
         live,
     }
 }

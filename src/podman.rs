@@ -119,6 +119,8 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--init",
         "--name",
         &f.container_name(),
+        "--pidfile",
+        &f.session_dir.join(session::CONTAINER_PID_FILE).display().to_string(),
         "--label",
         &format!("{}={}", session::SESSION_LABEL, f.session_id),
         "--label",

@@ -1,5 +1,6 @@
-//! What the user is told about the gate's refusals while a sandbox runs and when it ends (pure;
-//! the launcher feeds it the session's lines of the gate's decision log).
+//! What the user is told about refusals while a sandbox runs and when it ends (pure; the
+//! launcher feeds it the session's lines of the gate's decision log, and what the rules recorded
+//! of direct connections they refused, read from the sandbox's `refused_*` sets).
 //!
 //! Why: most clients never show the gate's 403 body (curl prints "CONNECT tunnel failed", an
 //! agent retries "Reconnecting…" forever), so a refusal would otherwise be invisible to the
@@ -21,7 +22,8 @@ pub struct Tally {
 struct Refused {
     host: String,
     port: u16,
-    count: u64,
+    /// How many times; `None` for a direct connection (the rules record that, not how often).
+    count: Option<u64>,
     first: String,
     fix: String,
 }
@@ -49,13 +51,43 @@ impl Tally {
         if e.session != self.session || e.decision != "deny" {
             return None;
         }
-        if let Some(r) = self.seen.iter_mut().find(|r| r.host == e.host && r.port == e.port) {
-            r.count += 1;
+        if let Some(r) =
+            self.seen.iter_mut().find(|r| r.host == e.host && r.port == e.port && r.count.is_some())
+        {
+            r.count = r.count.map(|c| c + 1);
             return None;
         }
-        let r = Refused { host: e.host.clone(), port: e.port, count: 1, first: e.time.clone(), fix: fix(e) };
+        let r = Refused {
+            host: e.host.clone(),
+            port: e.port,
+            count: Some(1),
+            first: e.time.clone(),
+            fix: fix(e),
+        };
         let line =
             format!("refused {}:{} ({}); later refusals of it are counted, not shown", r.host, r.port, r.fix);
+        self.seen.push(r);
+        Some(line)
+    }
+
+    /// Takes one direct connection the rules refused (seen at `time`); returns the line to say
+    /// now when it is new.
+    pub fn observe_direct(
+        &mut self,
+        d: &crate::live::Direct,
+        time: &str,
+        config_path: &str,
+    ) -> Option<String> {
+        let host = match d.addr {
+            std::net::IpAddr::V6(a) => format!("[{a}]"),
+            a => a.to_string(),
+        };
+        let host = if d.proto == "tcp" { host } else { format!("{host} ({})", d.proto) };
+        if self.seen.iter().any(|r| r.host == host && r.port == d.port && r.count.is_none()) {
+            return None;
+        }
+        let r = Refused { host, port: d.port, count: None, first: time.to_string(), fix: d.fix(config_path) };
+        let line = format!("refused a direct connection to {}:{} ({})", r.host, r.port, r.fix);
         self.seen.push(r);
         Some(line)
     }
@@ -69,7 +101,11 @@ impl Tally {
         let dest = |r: &Refused| format!("{}:{}", r.host, r.port);
         let width = self.seen.iter().map(|r| dest(r).len()).max().unwrap_or(0);
         for r in &self.seen {
-            let times = if r.count == 1 { "once".to_string() } else { format!("{} times", r.count) };
+            let times = match r.count {
+                Some(1) => "once".to_string(),
+                Some(n) => format!("{n} times"),
+                None => "directly".to_string(),
+            };
             out.push(format!("  {:<width$} {times}, first at {}: {}", dest(r), clock(&r.first), r.fix));
         }
         out
@@ -129,6 +165,25 @@ mod tests {
         assert_eq!(t.observe(&ev("s1", "x.test", 443, "allow", "t")), None);
         assert_eq!(t.observe(&ev("s1", "x.test", 443, "challenge", "t")), None);
         assert!(t.summary().is_empty());
+    }
+
+    #[test]
+    fn direct_refusals_are_said_once_and_summed_up_beside_the_gates() {
+        let mut t = Tally::new("s1");
+        let d =
+            crate::live::Direct { proto: "tcp".into(), addr: "198.51.100.6".parse().unwrap(), port: 7000 };
+        let line = t.observe_direct(&d, "2026-11-29T16:30:01Z", "/p/c").unwrap();
+        assert_eq!(
+            line,
+            "refused a direct connection to 198.51.100.6:7000 (add \"allow = 198.51.100.6:7000\" to /p/c)"
+        );
+        assert_eq!(t.observe_direct(&d, "later", "/p/c"), None, "said once");
+        let u = crate::live::Direct { proto: "udp".into(), addr: "fd00::1".parse().unwrap(), port: 9 };
+        assert!(t.observe_direct(&u, "2026-11-29T16:30:02Z", "/p/c").unwrap().contains("[fd00::1] (udp):9"));
+        assert_eq!(
+            t.summary()[1],
+            "  198.51.100.6:7000 directly, first at 16:30:01: add \"allow = 198.51.100.6:7000\" to /p/c"
+        );
     }
 
     #[test]

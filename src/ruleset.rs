@@ -26,6 +26,12 @@ use std::net::Ipv4Addr;
 pub const TABLE: &str = "ai_sandbox";
 const SET_V4: &str = "allow_v4";
 const SET_V6: &str = "allow_v6";
+/// Where the rules record what they refuse (read from outside: `ai-sandbox logs --denied`).
+pub const REFUSED_V4: &str = "refused_v4";
+pub const REFUSED_V6: &str = "refused_v6";
+/// At most this many refused destinations are recorded per family; past it the refusals still
+/// happen (a failed add only ends that rule), they are not recorded.
+pub const REFUSED_SIZE: u32 = 4096;
 
 /// One rule: its nft text and its JSON statements.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,12 +40,14 @@ pub struct RuleSpec {
     pub expr: Vec<Statement<'static>>,
 }
 
-/// A named (address . port) interval set.
+/// A named set: (address . port) intervals the rules allow, or (address . protocol . port)
+/// the rules refused, filled by the packet path (`record`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetSpec {
     pub name: &'static str,
     pub v4: bool,
     pub elements: Vec<Box2>,
+    pub record: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +78,8 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     }
     output.push(make_set_accept(true));
     output.push(make_set_accept(false));
+    output.push(make_record(true));
+    output.push(make_record(false));
     output.push(make_reject_tcp());
     output.push(make_reject_rest());
 
@@ -80,8 +90,10 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     }
     Some(Ruleset {
         sets: vec![
-            SetSpec { name: SET_V4, v4: true, elements: v4 },
-            SetSpec { name: SET_V6, v4: false, elements: v6 },
+            SetSpec { name: SET_V4, v4: true, elements: v4, record: false },
+            SetSpec { name: SET_V6, v4: false, elements: v6, record: false },
+            SetSpec { name: REFUSED_V4, v4: true, elements: Vec::new(), record: true },
+            SetSpec { name: REFUSED_V6, v4: false, elements: Vec::new(), record: true },
         ],
         output,
         input,
@@ -163,6 +175,29 @@ fn make_set_accept(v4: bool) -> RuleSpec {
     }
 }
 
+/// `meta l4proto { tcp, udp } add @refused_v4 { ip daddr . meta l4proto . th dport }` (and the
+/// ip6 twin), just before the rejects: what is refused is recorded where the launcher can read
+/// it from outside, without privileges inside and without a log daemon.
+fn make_record(v4: bool) -> RuleSpec {
+    let (fam, set) = if v4 { ("ip", REFUSED_V4) } else { ("ip6", REFUSED_V6) };
+    let l4 = || Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto }));
+    let protos =
+        Expression::Named(NamedExpression::Set(vec![SetItem::Element(s("tcp")), SetItem::Element(s("udp"))]));
+    let elem =
+        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), l4(), payload("th", "dport")]));
+    RuleSpec {
+        text: format!("meta l4proto {{ tcp, udp }} add @{set} {{ {fam} daddr . meta l4proto . th dport }}"),
+        expr: vec![
+            eq(l4(), protos),
+            Statement::Set(nftables::stmt::Set {
+                op: nftables::stmt::SetOp::Add,
+                elem,
+                set: format!("@{set}").into(),
+            }),
+        ],
+    }
+}
+
 /// `meta l4proto tcp reject with tcp reset`: refused connections fail at once.
 fn make_reject_tcp() -> RuleSpec {
     RuleSpec {
@@ -239,12 +274,18 @@ impl Ruleset {
         let mut objs = vec![NfListObject::Table(Table { family: fam, name: TABLE.into(), handle: None })];
         for set in &self.sets {
             let addr = if set.v4 { SetType::Ipv4Addr } else { SetType::Ipv6Addr };
+            let (types, flag, size) = if set.record {
+                (vec![addr, SetType::InetProto, SetType::InetService], SetFlag::Dynamic, Some(REFUSED_SIZE))
+            } else {
+                (vec![addr, SetType::InetService], SetFlag::Interval, None)
+            };
             objs.push(NfListObject::Set(Box::new(Set {
                 family: fam,
                 table: TABLE.into(),
                 name: set.name.into(),
-                set_type: SetTypeValue::Concatenated(vec![addr, SetType::InetService].into()),
-                flags: Some(HashSet::from([SetFlag::Interval])),
+                set_type: SetTypeValue::Concatenated(types.into()),
+                flags: Some(HashSet::from([flag])),
+                size,
                 elem: (!set.elements.is_empty())
                     .then(|| set.elements.iter().map(element).collect::<Vec<_>>().into()),
                 ..Set::default()
@@ -285,7 +326,14 @@ impl Ruleset {
         let mut t = format!("table inet {TABLE} {{\n");
         for set in &self.sets {
             let addr = if set.v4 { "ipv4_addr" } else { "ipv6_addr" };
-            t += &format!("\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n", set.name);
+            t += &if set.record {
+                format!(
+                    "\tset {} {{\n\t\ttype {addr} . inet_proto . inet_service\n\t\tsize {REFUSED_SIZE}\n\t\tflags dynamic\n",
+                    set.name
+                )
+            } else {
+                format!("\tset {} {{\n\t\ttype {addr} . inet_service\n\t\tflags interval\n", set.name)
+            };
             if !set.elements.is_empty() {
                 let els: Vec<String> =
                     set.elements.iter().map(|b| format!("{} . {}", b.net, b.ports)).collect();

@@ -13,6 +13,9 @@ const HOOK_FILE: &str = "ai-sandbox.json";
 const RULESET_FILE: &str = "ruleset.json";
 /// What the running sandbox allows (see `live`), for `ai-sandbox allow`.
 pub const LIVE_FILE: &str = "live.json";
+/// The container's first process, as podman writes it (`--pidfile`): its namespaces are where
+/// a live change or a read of the refusal records goes.
+pub const CONTAINER_PID_FILE: &str = "container.pid";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.

@@ -25,8 +25,21 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     let mut child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     let err = child.stderr_live();
     assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not start");
-    let ps = sandbox(&p, &["ps", "--json"], &[]);
     let item = format!("{}:7000", th.v4);
+    // The rules' refusal is read from the sandbox while it runs (every half second).
+    let direct = format!("ai-sandbox: refused a direct connection to {item} (add \"allow = {item}\"");
+    let said = wait_for(10, || err.lock().unwrap().contains(&direct));
+    let ps = sandbox(&p, &["ps", "--json"], &[]);
+    let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
+    let ours: Vec<serde_json::Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["project"] == p.dir.display().to_string())
+        .cloned()
+        .collect();
+    let id = ours.first().and_then(|r| r["session"].as_str()).unwrap_or("none").to_string();
+    let logs = sandbox(&p, &["logs", "--denied", "--session", &id], &[]);
     let allow = sandbox(&p, &["allow", "later.test", &item], &[]);
     std::fs::write(p.path("step2"), "").unwrap();
     let out = child.wait_with_output();
@@ -41,17 +54,26 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     assert!(stdout.contains("after-later=200"), "the hostname works in the same sandbox: {all}");
     assert!(stdout.contains(&format!("after {ip} open")), "the IP:port works in the same sandbox: {all}");
     assert!(allow.stdout.contains("allowed later.test, "), "{all}");
+    // Both refusals were said while the sandbox ran, each with its fix.
+    assert!(all.contains("ai-sandbox: refused later.test:80 (add \"allow = later.test\""), "{all}");
+    assert!(said, "the direct refusal was not said while the sandbox ran: {all}");
     // `ps` showed the sandbox while it ran, with the gate's counters (one refusal so far).
-    let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
-    let ours: Vec<&serde_json::Value> =
-        rows.as_array().unwrap().iter().filter(|r| r["project"] == p.dir.display().to_string()).collect();
     assert_eq!(ours.len(), 1, "{rows}");
     assert_eq!(ours[0]["mode"], "allow", "{rows}");
     assert!(ours[0]["refused"].as_u64() >= Some(1) && ours[0]["allowed"].as_u64() >= Some(1), "{rows}");
-    assert!(
-        allow.stdout.contains(ours[0]["session"].as_str().unwrap()),
-        "allow names the session ps shows: {all}"
-    );
+    assert!(allow.stdout.contains(&id), "allow names the session ps shows: {all}");
+    // `logs --denied` had both layers' refusals of this session, each with its fix.
+    logs.ok();
+    let want = [
+        format!(
+            "session={id} GET later.test:80 later.test:80 is not in the allowlist  → add \"allow = later.test\""
+        ),
+        format!("rules deny session={id} tcp {item}  → add \"allow = {item}\""),
+    ];
+    for w in &want {
+        assert!(logs.stdout.contains(w.as_str()), "missing `{w}` in logs --denied:\n{}", logs.stdout);
+    }
+    assert!(!logs.stdout.contains("allowed.test"), "--denied shows no allowed request: {}", logs.stdout);
     let after = sandbox(&p, &["ps", "--json"], &[]);
     assert!(!after.ok().stdout.contains(&p.dir.display().to_string()), "ps after the end: {}", after.stdout);
     assert!(

@@ -1,0 +1,128 @@
+//! `ai-sandbox logs [--denied] [--session ID] [-f] [--json]`: what was refused (and, without
+//! `--denied`, allowed), at both layers, each refusal with the config line that would allow it.
+//! The gate's decisions come from its log (written before each answer); the rules' refusals of
+//! direct connections from each running sandbox's `refused_*` sets, read from outside (they
+//! hold where, not when: they are listed after the gate's decisions, and only while the sandbox
+//! runs).
+
+use crate::gate::log::{Event, human};
+use crate::live::Direct;
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::time::Duration;
+
+/// One gate decision as `logs` prints it: the human line, and for a refusal its fix.
+fn gate_line(e: &Event, json: bool) -> String {
+    if json {
+        let mut v = serde_json::to_value(e).unwrap_or_default();
+        v["layer"] = "gate".into();
+        return v.to_string();
+    }
+    let fix = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.hint);
+    if e.decision == "deny" && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
+}
+
+fn direct_line(session: &str, d: &Direct, config_path: &str, json: bool) -> String {
+    if json {
+        return serde_json::json!({
+            "layer": "rules", "session": session, "proto": d.proto, "host": d.addr.to_string(),
+            "port": d.port, "decision": "deny", "fix": d.fix(config_path),
+        })
+        .to_string();
+    }
+    format!("rules deny session={session} {} {}  → {}", d.proto, d.dest(), d.fix(config_path))
+}
+
+/// The direct refusals of running sandboxes not printed yet.
+fn new_direct(
+    runtime: &std::path::Path,
+    session: Option<&str>,
+    seen: &mut HashSet<String>,
+    json: bool,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for r in crate::live_apply::running(runtime) {
+        let Some(rec) = &r.record else { continue };
+        if session.is_some_and(|s| s != r.session) || rec.net != "allow" {
+            continue;
+        }
+        let Some(dir) = r.path.parent() else { continue };
+        for d in crate::live_apply::refused(dir).unwrap_or_default() {
+            if seen.insert(format!("{} {} {}", r.session, d.proto, d.dest())) {
+                lines.push((r.session.clone(), d, rec.policy.config_path.clone()));
+            }
+        }
+    }
+    lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, json)).collect()
+}
+
+pub fn run(denied: bool, session: Option<&str>, follow: bool, json: bool) -> anyhow::Result<i32> {
+    let runtime = crate::gate::control::runtime_dir();
+    let wanted = |e: &Event| (!denied || e.decision == "deny") && session.is_none_or(|s| e.session == s);
+    let mut reader = std::fs::File::open(crate::gate::control::log_path(&runtime)).ok().map(BufReader::new);
+    let mut seen = HashSet::new();
+    let mut line = String::new();
+    loop {
+        while let Some(r) = reader.as_mut() {
+            let n = r.read_line(&mut line)?;
+            if n == 0 || !line.ends_with('\n') {
+                // Partial line: rewind to its start and take it whole next time.
+                r.seek(SeekFrom::Current(-(n as i64)))?;
+                line.clear();
+                break;
+            }
+            if let Ok(e) = serde_json::from_str::<Event>(&line)
+                && wanted(&e)
+            {
+                println!("{}", gate_line(&e, json));
+            }
+            line.clear();
+        }
+        for l in new_direct(&runtime, session, &mut seen, json) {
+            println!("{l}");
+        }
+        if !follow {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        if reader.is_none() {
+            reader = std::fs::File::open(crate::gate::control::log_path(&runtime)).ok().map(BufReader::new);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_printed_with_its_fix_at_both_layers() {
+        let e = Event {
+            time: "2026-11-29T16:30:00Z".into(),
+            session: "s1".into(),
+            method: "GET".into(),
+            host: "later.test".into(),
+            port: 80,
+            decision: "deny".into(),
+            status: 403,
+            reason: "later.test:80 is not in the allowlist".into(),
+            hint: "blocked by ai-sandbox: add \"allow = later.test\" to /p/c".into(),
+        };
+        assert!(
+            gate_line(&e, false).ends_with("  → add \"allow = later.test\" to /p/c"),
+            "{}",
+            gate_line(&e, false)
+        );
+        let v: serde_json::Value = serde_json::from_str(&gate_line(&e, true)).unwrap();
+        assert_eq!(v["layer"], "gate");
+        let allowed = Event { decision: "allow".into(), hint: String::new(), ..e };
+        assert!(!gate_line(&allowed, false).contains('→'));
+        let d = Direct { proto: "tcp".into(), addr: "198.51.100.6".parse().unwrap(), port: 7000 };
+        assert_eq!(
+            direct_line("s1", &d, "/p/c", false),
+            "rules deny session=s1 tcp 198.51.100.6:7000  → add \"allow = 198.51.100.6:7000\" to /p/c"
+        );
+        let v: serde_json::Value = serde_json::from_str(&direct_line("s1", &d, "/p/c", true)).unwrap();
+        assert_eq!((v["layer"].as_str(), v["port"].as_u64()), (Some("rules"), Some(7000)));
+    }
+}
