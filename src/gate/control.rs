@@ -302,9 +302,14 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(err);
-    // SAFETY: setsid is async-signal-safe; the gate must not die with the launcher's session.
+    // SAFETY: setsid and sigprocmask are async-signal-safe. The gate must not die with the
+    // launcher's session, and must not inherit the launcher's blocked signals (it blocks the
+    // ones it forwards to podman): a gate with SIGTERM blocked would ignore `kill`.
     unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            nix::sys::signal::SigSet::all().thread_unblock().map_err(std::io::Error::from)
+        });
     }
     let mut child = cmd.spawn().with_context(|| format!("starting the gate ({})", self_exe.display()))?;
     // Reap it when it exits so no zombie is left while the launcher runs.

@@ -205,6 +205,20 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
     ))
 }
 
+/// A refusal's hint as an HTTP reason phrase: printable characters only (a config path with a
+/// control character cannot break the status line), at most 400 bytes.
+pub fn reason_phrase(hint: &str) -> String {
+    let mut out: String = hint.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+    if out.len() > 400 {
+        let mut end = 400;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    if out.is_empty() { "Forbidden".into() } else { out }
+}
+
 fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u8) -> bool {
     ipnet::Ipv4Net::new(Ipv4Addr::from(net), len).is_ok_and(|n| n.contains(&ip))
 }

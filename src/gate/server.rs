@@ -53,6 +53,9 @@ pub fn serve(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
         return Ok(0);
     };
     raise_fd_limit();
+    // Whoever started it, SIGTERM and SIGINT must reach the handler (an inherited mask would
+    // leave the gate deaf to `kill`).
+    nix::sys::signal::SigSet::all().thread_unblock()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(run(dir, port_from, idle_exit))
 }
@@ -141,10 +144,15 @@ fn phrase(status: u16) -> &'static str {
 }
 
 async fn respond(s: &mut TcpStream, status: u16, body: &str) {
+    respond_with(s, status, phrase(status), body).await
+}
+
+/// A reply whose reason phrase is `reason`: for a refusal, its hint, because the status line is
+/// what most clients print of a failed CONNECT (Python, git), never the body.
+async fn respond_with(s: &mut TcpStream, status: u16, reason: &str, body: &str) {
     let extra = if status == 407 { "Proxy-Authenticate: Basic realm=\"ai-sandbox\"\r\n" } else { "" };
     let msg = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-        phrase(status),
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
         body.len()
     );
     let _ = s.write_all(msg.as_bytes()).await;
@@ -229,7 +237,8 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         Err(d) => {
             session.denied.fetch_add(1, Ordering::Relaxed);
             state.log(Decision { hint: &d.hint, ..decision(&session.id, &req.host, d.status, &d.reason) });
-            respond(&mut client, d.status, &format!("{}\n", d.hint)).await;
+            let reason = decide::reason_phrase(&d.hint);
+            respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
         }
         Ok((target, upstream)) => {
             // Only the bytes after the head are kept; the head buffer is freed now.

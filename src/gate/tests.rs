@@ -300,3 +300,14 @@ fn pinned_names_and_net_entries_serialise_for_the_control_socket() {
     assert_eq!(decide::pinned(&back, "allowed.test"), Some("198.51.100.6".parse().unwrap()));
     assert!(back.nets.iter().any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8)));
 }
+
+#[test]
+fn a_refusals_hint_is_a_safe_reason_phrase() {
+    let hint = "blocked by ai-sandbox: add \"allow = a.test\" to /p/.ai-sandbox/config";
+    assert_eq!(decide::reason_phrase(hint), hint);
+    assert_eq!(decide::reason_phrase("x\r\nInjected: 1"), "x??Injected: 1");
+    assert_eq!(decide::reason_phrase(""), "Forbidden");
+    let long = "é".repeat(300);
+    let r = decide::reason_phrase(&long);
+    assert!(r.len() <= 400 && r.chars().all(|c| c == 'é'));
+}

@@ -157,3 +157,33 @@ fn launches_across_the_gates_idle_exit_moment_never_fail() {
     eprintln!("{}", report.join("\n"));
     assert!(pids.len() >= 3, "the idle-exit moment was not crossed often enough: gates {pids:?}");
 }
+
+/// Found while testing the refusal notices: a gate started by a launcher inherited the
+/// launcher's blocked signals and ignored SIGTERM. Its own runtime dir, so the shared gate of the
+/// other tests is left alone.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_gate_started_by_a_launcher_exits_on_sigterm() {
+    let th = TestHost::new();
+    let p = Project::new("gateterm");
+    p.config(&format!("allow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let rt = env().root.join("term-runtime");
+    std::fs::create_dir_all(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    chown_user(&rt);
+    let rt_s = rt.display().to_string();
+    let vars = [("AISB_RUNTIME_DIR", rt_s.as_str())];
+    let r = sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
+    assert!(r.ok().stdout.contains("TESTHOST-HTTP"), "positive control: {}", r.stdout);
+    let st = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
+    let pid = v["pid"].as_i64().expect("the launcher started a gate") as i32;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let blocked = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap_or("").to_string();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let gone = wait_for(10, || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+    assert!(gone, "the gate ignored SIGTERM ({blocked})");
+}
