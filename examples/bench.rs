@@ -136,6 +136,8 @@ fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>
             project: "bench".into(),
             token: token.clone(),
             policy: SessionPolicy {
+                deny_hosts: vec![],
+                deny_nets: vec![],
                 hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(port)))],
                 nets: vec![],
                 gate_ports: vec![80, 443, 8443],

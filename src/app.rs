@@ -75,6 +75,7 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
         command: args.command.clone(),
         extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
         ssh_agent: args.ssh_agent,
+        deny: Vec::new(),
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {
@@ -396,20 +397,33 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `ai-sandbox allow ITEM…`: each item validated as `--allow` is, added to the project's
-/// running sandboxes (see `live`), then (unless `--session-only`) to the config, which stays
-/// approved if it was.
-pub fn allow_cmd(
+/// `ai-sandbox allow ITEM…` / `ai-sandbox deny ITEM…`: each item validated as the config's
+/// line would be, added to the project's running sandboxes (see `live`), then (unless
+/// `--session-only`) to the config as `allow =` / `deny =` lines; the config stays approved if
+/// it was.
+pub fn change_cmd(
     host: &mut dyn Host,
     items: &[String],
+    deny: bool,
     session_only: bool,
     project: Option<&Path>,
 ) -> anyhow::Result<i32> {
     let loc = locate(host, project)?;
-    let inputs = Inputs { net: Some(policy::NetMode::Allow), allow: items.to_vec(), ..Inputs::default() };
+    let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
+    if deny {
+        inputs.deny = items.to_vec()
+    } else {
+        inputs.allow = items.to_vec()
+    }
     let p = policy::build(loc.project.clone(), &config::Config::default(), &inputs)
         .map_err(|diagnostics| Rejected { config_path: loc.display.clone(), diagnostics })?;
-    let change = crate::live::Change { hosts: p.hosts, nets: p.nets };
+    let change = crate::live::Change {
+        hosts: p.hosts,
+        nets: p.nets,
+        deny_hosts: p.deny_hosts,
+        deny_nets: p.deny_nets,
+    };
+    let (key, done) = if deny { ("deny", "denied") } else { ("allow", "allowed") };
     let runtime = runtime_dir(host);
     let running = host.live_sessions(&runtime, &loc.project);
     if running.is_empty() && session_only {
@@ -424,11 +438,11 @@ pub fn allow_cmd(
     }
     for rec in &running {
         host.live_allow(&runtime, rec, &change).with_context(|| {
-            format!("allowing {} in the running sandbox ({})", change.summary(), rec.display())
+            format!("changing the running sandbox ({}): {key} {}", rec.display(), change.summary())
         })?;
         let session = rec.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
         host.print(&format!(
-            "allowed {} in the running sandbox {}\n",
+            "{done} {} in the running sandbox {}\n",
             change.summary(),
             session.unwrap_or_default()
         ));
@@ -444,7 +458,7 @@ pub fn allow_cmd(
             text.push('\n');
         }
         for item in items {
-            let line = format!("allow = {item}");
+            let line = format!("{key} = {item}");
             if !old.lines().any(|l| l.trim() == line) {
                 text += &format!("{line}\n");
             }

@@ -180,6 +180,18 @@ pub enum Sub {
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
     },
+    /// Deny ITEMs (config `deny =` spellings: exceptions that win over allow entries) in this
+    /// project's running sandboxes at once, for new connections, and add them to the config.
+    Deny {
+        #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
+        items: Vec<String>,
+        /// Change the running sandboxes only; leave the config as it is.
+        #[arg(long)]
+        session_only: bool,
+        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// Approve this project's .ai-sandbox/config as it is now (a launch applies only an approved
     /// config; on a terminal it shows the config or the diff and asks).
     Trust {

@@ -9,6 +9,7 @@ use crate::error::{Diagnostic, Origin};
 /// Keys the config file accepts. Single-valued keys may appear once.
 pub const KEYS: &[(&str, bool)] = &[
     ("allow", true),
+    ("deny", true),
     ("env", true),
     ("extra_args", true),
     ("publish", true),

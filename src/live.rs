@@ -30,6 +30,8 @@ pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
     SessionPolicy {
         hosts: p.hosts.clone(),
         nets: p.nets.clone(),
+        deny_hosts: p.deny_hosts.clone(),
+        deny_nets: p.deny_nets.clone(),
         gate_ports: p.gate_ports.clone(),
         resolve: p.resolve.clone(),
         config_path: p.project.join(".ai-sandbox/config").display().to_string(),
@@ -126,24 +128,33 @@ pub fn parse_refused(json: &str) -> Vec<Direct> {
     out
 }
 
-/// What `ai-sandbox allow` adds: the items' entries, as a policy built from them alone.
+/// What `ai-sandbox allow` (or `deny`) adds: the items' entries, as a policy built from them
+/// alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
     pub hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
     pub nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+    pub deny_hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
+    pub deny_nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
 }
 
 impl Change {
     pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty() && self.nets.is_empty()
+        self.hosts.is_empty()
+            && self.nets.is_empty()
+            && self.deny_hosts.is_empty()
+            && self.deny_nets.is_empty()
     }
     /// The entries, as the allowlist prints them.
     pub fn summary(&self) -> String {
-        let hosts = self.hosts.iter().map(|(h, p)| match p {
+        let host = |(h, p): &(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)| match p
+        {
             Some(p) => format!("{h}:{p}"),
             None => h.to_string(),
-        });
-        let nets = self.nets.iter().map(|(n, p)| format!("{n}:{p}"));
+        };
+        let net = |(n, p): &(crate::policy::allow::IpNet, crate::policy::allow::Ports)| format!("{n}:{p}");
+        let hosts = self.hosts.iter().chain(&self.deny_hosts).map(host);
+        let nets = self.nets.iter().chain(&self.deny_nets).map(net);
         hosts.chain(nets).collect::<Vec<_>>().join(", ")
     }
 }
@@ -154,7 +165,8 @@ pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
     if r.net != "allow" {
         return Err(format!("session {} runs with --net {}: it has no allowlist to widen", r.session, r.net));
     }
-    if !c.hosts.is_empty() && !r.gate {
+    let names = !(c.hosts.is_empty() && c.deny_hosts.is_empty());
+    if names && !r.gate {
         return Err(format!(
             "session {} was started without the gate (no hostname entries), so hostnames cannot be added while it runs; add the line to the config and restart it",
             r.session
@@ -169,6 +181,16 @@ pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
     for n in &c.nets {
         if !out.policy.nets.contains(n) {
             out.policy.nets.push(*n);
+        }
+    }
+    for h in &c.deny_hosts {
+        if !out.policy.deny_hosts.contains(h) {
+            out.policy.deny_hosts.push(h.clone());
+        }
+    }
+    for n in &c.deny_nets {
+        if !out.policy.deny_nets.contains(n) {
+            out.policy.deny_nets.push(*n);
         }
     }
     Ok(out)
@@ -192,6 +214,8 @@ mod tests {
                     IpNet { addr: "10.0.0.1".parse().unwrap(), len: 32 },
                     Ports { lo: 443, hi: 443 },
                 )],
+                deny_hosts: vec![],
+                deny_nets: vec![],
                 gate_ports: vec![80, 443, 8443],
                 resolve: vec![],
                 config_path: "/p/.ai-sandbox/config".into(),
@@ -208,6 +232,7 @@ mod tests {
                 (HostPattern::Exact("a.test".into()), None),
             ],
             nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+            ..Change::default()
         };
         let m = merged(&rec(true), &c).unwrap();
         assert_eq!(m.policy.hosts.len(), 2);
@@ -237,11 +262,11 @@ mod tests {
 
     #[test]
     fn hostnames_need_the_gate_ip_entries_do_not() {
-        let host = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], nets: vec![] };
+        let host = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], ..Change::default() };
         assert!(merged(&rec(false), &host).unwrap_err().contains("without the gate"));
         let net = Change {
-            hosts: vec![],
             nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+            ..Change::default()
         };
         assert_eq!(merged(&rec(false), &net).unwrap().policy.nets.len(), 2);
         let full = Record { net: "full".into(), ..rec(true) };

@@ -140,12 +140,13 @@ pub fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<(
         return Ok(());
     }
     let session_dir = record.parent().context("the record has no session directory")?;
-    nft_script(session_dir, &crate::ruleset::set_script(&new.policy.nets))?;
+    nft_script(session_dir, &crate::ruleset::set_script(&new.policy.nets, &new.policy.deny_nets))?;
     if new.gate
         && let Err(e) = gate_update(runtime, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
-        let undo = nft_script(session_dir, &crate::ruleset::set_script(&old.policy.nets));
+        let undo =
+            nft_script(session_dir, &crate::ruleset::set_script(&old.policy.nets, &old.policy.deny_nets));
         return Err(e.context(match undo {
             Ok(()) => "nothing was changed".to_string(),
             Err(u) => format!("and restoring the sandbox's rules failed too: {u:#}"),

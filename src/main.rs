@@ -23,7 +23,10 @@ fn main() {
             ai_sandbox::logs::run(*denied, session.as_deref(), *follow, *json)
         }
         Some(Sub::Allow { items, session_only, project }) => {
-            app::allow_cmd(&mut host, items, *session_only, project.as_deref())
+            app::change_cmd(&mut host, items, false, *session_only, project.as_deref())
+        }
+        Some(Sub::Deny { items, session_only, project }) => {
+            app::change_cmd(&mut host, items, true, *session_only, project.as_deref())
         }
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
             app::login_import(&mut host, agent)

@@ -184,6 +184,15 @@ fn allowlist(p: &Policy) -> Vec<String> {
     if out.is_empty() {
         out.push("nothing (no allow entries)".into());
     }
+    for (h, ports) in &p.deny_hosts {
+        let ports = ports.map_or_else(|| "every port".to_string(), |r| format!("port {r}"));
+        out.push(format!("{:<32} {ports}, REFUSED (deny), by the gate", h.to_string()));
+    }
+    for (n, r) in &p.deny_nets {
+        let ports =
+            if *r == crate::policy::allow::Ports::ALL { "every port".into() } else { format!("port {r}") };
+        out.push(format!("{:<32} {ports}, REFUSED (deny), by the rules and the gate", n.to_string()));
+    }
     out
 }
 

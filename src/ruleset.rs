@@ -26,6 +26,9 @@ use std::net::Ipv4Addr;
 pub const TABLE: &str = "ai_sandbox";
 const SET_V4: &str = "allow_v4";
 const SET_V6: &str = "allow_v6";
+/// `deny =` entries: checked before the allow sets.
+const DENY_V4: &str = "deny_v4";
+const DENY_V6: &str = "deny_v6";
 /// Where the rules record what they refuse (read from outside: `ai-sandbox logs --denied`).
 pub const REFUSED_V4: &str = "refused_v4";
 pub const REFUSED_V6: &str = "refused_v6";
@@ -64,8 +67,8 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     if p.net != NetMode::Allow {
         return None;
     }
-    let boxes = disjoint(&p.nets);
-    let (v4, v6): (Vec<Box2>, Vec<Box2>) = boxes.into_iter().partition(|b| b.net.is_v4());
+    let (v4, v6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.nets).into_iter().partition(|b| b.net.is_v4());
+    let (d4, d6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.deny_nets).into_iter().partition(|b| b.net.is_v4());
     let mut output = vec![make_iface_accept("oif", MetaKey::Oif), make_established()];
     output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
     if p.gate {
@@ -76,6 +79,8 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         output.push(make_dest_accept(PASTA_DNS, "udp", 53));
         output.push(make_dest_accept(PASTA_DNS, "tcp", 53));
     }
+    output.push(make_set_deny(true));
+    output.push(make_set_deny(false));
     output.push(make_set_accept(true));
     output.push(make_set_accept(false));
     output.push(make_record(true));
@@ -92,6 +97,8 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         sets: vec![
             SetSpec { name: SET_V4, v4: true, elements: v4, record: false },
             SetSpec { name: SET_V6, v4: false, elements: v6, record: false },
+            SetSpec { name: DENY_V4, v4: true, elements: d4, record: false },
+            SetSpec { name: DENY_V6, v4: false, elements: d6, record: false },
             SetSpec { name: REFUSED_V4, v4: true, elements: Vec::new(), record: true },
             SetSpec { name: REFUSED_V6, v4: false, elements: Vec::new(), record: true },
         ],
@@ -175,6 +182,25 @@ fn make_set_accept(v4: bool) -> RuleSpec {
     }
 }
 
+/// `ip daddr . tcp dport @deny_v4 add @refused_v4 { … } reject with tcp reset` (and the ip6
+/// twin): `deny =` entries win over the allow sets, and their refusals are recorded too.
+fn make_set_deny(v4: bool) -> RuleSpec {
+    let (fam, set, rec) = if v4 { ("ip", DENY_V4, REFUSED_V4) } else { ("ip6", DENY_V6, REFUSED_V6) };
+    let key =
+        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]));
+    let record = make_record(v4).expr.pop().expect("the record rule ends with its set statement");
+    RuleSpec {
+        text: format!(
+            "{fam} daddr . tcp dport @{set} add @{rec} {{ {fam} daddr . meta l4proto . th dport }} reject with tcp reset"
+        ),
+        expr: vec![
+            eq(key, s(format!("@{set}"))),
+            record,
+            Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
+        ],
+    }
+}
+
 /// `meta l4proto { tcp, udp } add @refused_v4 { ip daddr . meta l4proto . th dport }` (and the
 /// ip6 twin), just before the rejects: what is refused is recorded where the launcher can read
 /// it from outside, without privileges inside and without a log daemon.
@@ -228,21 +254,24 @@ fn make_port_accept(port: u16) -> RuleSpec {
     }
 }
 
-/// An nft script that sets the allow sets of a running sandbox to exactly `nets` (a live
-/// change): both flushed and refilled in one `nft -f` transaction, so no packet sees a state
-/// between the old and the new set, and entries that overlap old ones cannot collide.
-pub fn set_script(nets: &[(IpNet, Ports)]) -> String {
-    let boxes = disjoint(nets);
+/// An nft script that sets the allow and deny sets of a running sandbox to exactly `nets` and
+/// `deny` (a live change): all flushed and refilled in one `nft -f` transaction, so no packet
+/// sees a state between the old and the new sets, and entries that overlap old ones cannot
+/// collide.
+pub fn set_script(nets: &[(IpNet, Ports)], deny: &[(IpNet, Ports)]) -> String {
     let mut t = String::new();
-    for (set, v4) in [(SET_V4, true), (SET_V6, false)] {
-        t += &format!("flush set inet {TABLE} {set}\n");
-        let els: Vec<String> = boxes
-            .iter()
-            .filter(|b| b.net.is_v4() == v4)
-            .map(|b| format!("{} . {}", b.net, b.ports))
-            .collect();
-        if !els.is_empty() {
-            t += &format!("add element inet {TABLE} {set} {{ {} }}\n", els.join(", "));
+    for (entries, sets) in [(nets, [SET_V4, SET_V6]), (deny, [DENY_V4, DENY_V6])] {
+        let boxes = disjoint(entries);
+        for (set, v4) in [(sets[0], true), (sets[1], false)] {
+            t += &format!("flush set inet {TABLE} {set}\n");
+            let els: Vec<String> = boxes
+                .iter()
+                .filter(|b| b.net.is_v4() == v4)
+                .map(|b| format!("{} . {}", b.net, b.ports))
+                .collect();
+            if !els.is_empty() {
+                t += &format!("add element inet {TABLE} {set} {{ {} }}\n", els.join(", "));
+            }
         }
     }
     t

@@ -377,7 +377,7 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "b.test", "10.0.0.1:5432"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow { items, session_only, project }) = &cli.sub else { panic!() };
-    assert_eq!(app::allow_cmd(&mut h, items, *session_only, project.as_deref()).unwrap(), 0);
+    assert_eq!(app::change_cmd(&mut h, items, false, *session_only, project.as_deref()).unwrap(), 0);
     assert!(
         h.effects
             .iter()
@@ -396,7 +396,7 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     let before = h.effects.len();
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "100.64.0.1"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow { items, .. }) = &cli.sub else { panic!() };
-    let e = app::allow_cmd(&mut h, items, false, None).unwrap_err();
+    let e = app::change_cmd(&mut h, items, false, false, None).unwrap_err();
     assert!(format!("{e:#}").contains("100.64.0.1"), "{e:#}");
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }
@@ -419,6 +419,8 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
             resolve: vec![],
             config_path: String::new(),
             gate_addr: "100.64.0.1".parse().unwrap(),
+            deny_hosts: vec![],
+            deny_nets: vec![],
         },
     };
     h.running = vec![ai_sandbox::live::Running {

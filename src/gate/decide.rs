@@ -18,6 +18,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub struct SessionPolicy {
     pub hosts: Vec<(HostPattern, Option<Ports>)>,
     pub nets: Vec<(IpNet, Ports)>,
+    /// `deny =` entries: refused even where an allow entry matches.
+    #[serde(default)]
+    pub deny_hosts: Vec<(HostPattern, Option<Ports>)>,
+    #[serde(default)]
+    pub deny_nets: Vec<(IpNet, Ports)>,
     /// Ports relayed for host entries without a port.
     pub gate_ports: Vec<u16>,
     /// `resolve = NAME=IP` pins.
@@ -171,6 +176,7 @@ fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
 /// The allowlist check, before any DNS lookup. An IP literal is first held against the
 /// address classes the gate never dials, and against gate_addr, which is reached directly.
 pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
+    denied(p, t, port)?;
     let allowed = match t {
         Target::Name(n) => p.hosts.iter().any(|(pat, ports)| {
             pattern_matches(pat, n)
@@ -203,6 +209,38 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
         format!("{t}:{port} is not in the allowlist"),
         format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
     ))
+}
+
+/// `deny =` entries win over allow entries: a name matching a denied pattern (on a denied port;
+/// no port: any), or an address inside a denied network and port range.
+fn denied(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
+    let hit = match t {
+        Target::Name(n) => p.deny_hosts.iter().find_map(|(pat, ports)| {
+            (pattern_matches(pat, n) && ports.is_none_or(|r| r.contains(&Ports::one(port)))).then(|| {
+                match ports {
+                    Some(r) => format!("{pat}:{r}"),
+                    None => pat.to_string(),
+                }
+            })
+        }),
+        Target::Ip(ip) => deny_net(p, *ip, port),
+    };
+    match hit {
+        None => Ok(()),
+        Some(line) => Err(deny(
+            403,
+            format!("{t}:{port} is denied by `deny = {line}`"),
+            format!("blocked by ai-sandbox: {t}:{port} is refused by \"deny = {line}\" in {}", p.config_path),
+        )),
+    }
+}
+
+fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
+    let ip = canonical(ip);
+    p.deny_nets
+        .iter()
+        .find(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
+        .map(|(n, r)| if *r == Ports::ALL { n.to_string() } else { format!("{n}:{r}") })
 }
 
 /// A refusal's hint as an HTTP reason phrase: printable characters only (a config path with a
@@ -283,6 +321,16 @@ fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
 /// allows that address and port explicitly.
 pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
     let ip = canonical(ip);
+    if let Some(line) = deny_net(p, ip, port) {
+        return Err(deny(
+            403,
+            format!("resolves to {ip}, denied by `deny = {line}`"),
+            format!(
+                "blocked by ai-sandbox: it resolves to {ip}, refused by \"deny = {line}\" in {}",
+                p.config_path
+            ),
+        ));
+    }
     let private = never_dialled(ip)?;
     if private && !crate::policy::gate_relays(&p.nets, p.gate_addr, ip, port) {
         let line = match ip {

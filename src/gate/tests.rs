@@ -125,6 +125,8 @@ fn targets_normalise_to_one_spelling() {
 
 fn policy(lines: &[&str]) -> SessionPolicy {
     let mut p = SessionPolicy {
+        deny_hosts: vec![],
+        deny_nets: vec![],
         hosts: vec![],
         nets: vec![],
         gate_ports: vec![80, 443, 8443],
@@ -310,4 +312,22 @@ fn a_refusals_hint_is_a_safe_reason_phrase() {
     let long = "é".repeat(300);
     let r = decide::reason_phrase(&long);
     assert!(r.len() <= 400 && r.chars().all(|c| c == 'é'));
+}
+
+#[test]
+fn deny_entries_win_over_allow_entries_for_names_and_addresses() {
+    let mut p = policy(&["*.github.com", "198.51.100.0/24"]);
+    p.deny_hosts.push((allow::HostPattern::Exact("gist.github.com".into()), None));
+    p.deny_nets.push((IpNet { addr: "198.51.100.7".parse().unwrap(), len: 32 }, Ports::one(22)));
+    let name = |n: &str| Target::Name(n.into());
+    assert!(decide::check_target(&p, &name("api.github.com"), 443).is_ok(), "positive control");
+    let d = decide::check_target(&p, &name("gist.github.com"), 443).unwrap_err();
+    assert!(d.reason.contains("denied by `deny = gist.github.com`"), "{}", d.reason);
+    assert!(d.hint.contains("refused by \"deny = gist.github.com\""), "{}", d.hint);
+    let ip = |a: &str| Target::Ip(a.parse().unwrap());
+    assert!(decide::check_target(&p, &ip("198.51.100.7"), 443).is_ok(), "another port of the denied address");
+    assert!(decide::check_target(&p, &ip("198.51.100.7"), 22).is_err());
+    // A name that resolves into a denied range is refused after the lookup too.
+    assert!(decide::check_address(&p, "198.51.100.7".parse().unwrap(), 22).is_err());
+    assert!(decide::check_address(&p, "198.51.100.8".parse().unwrap(), 22).is_ok());
 }

@@ -80,6 +80,8 @@ pub struct Inputs {
     pub extra_args_env: Option<String>,
     /// `--ssh-agent`: pass the user's ssh-agent in.
     pub ssh_agent: bool,
+    /// Deny entries besides the config's (`ai-sandbox deny ITEM`).
+    pub deny: Vec<String>,
 }
 
 /// The validated, normalised policy.
@@ -92,6 +94,9 @@ pub struct Policy {
     pub hosts: Vec<(HostPattern, Option<Ports>)>,
     /// IP/CIDR entries as written (normalised), in order, deduplicated.
     pub nets: Vec<(IpNet, Ports)>,
+    /// `deny =` exceptions carved out of the allowed names and ranges: deny wins, at both layers.
+    pub deny_hosts: Vec<(HostPattern, Option<Ports>)>,
+    pub deny_nets: Vec<(IpNet, Ports)>,
     pub publish: Vec<Publish>,
     pub gate_addr: Ipv4Addr,
     pub gate_port: u16,
@@ -211,6 +216,30 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
             Err(b) => c.bad(at, format!("bad allow entry: {}", b.reason), b.hint),
         }
     }
+    // deny: the same spellings; a hostname needs the gate, a network without a port means all.
+    let (mut deny_hosts, mut deny_nets) = (Vec::new(), Vec::new());
+    let flag_deny = inputs.deny.iter().map(|v| (v.as_str(), Origin::Flag("ai-sandbox deny")));
+    for (value, at) in config.all("deny").chain(flag_deny) {
+        match allow::parse(value) {
+            Ok(Allow::Host(_, _)) if net == NetMode::Allow && !gate => c.bad(
+                at,
+                format!("`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"),
+                "use IP/CIDR entries with --no-gate, or drop --no-gate",
+            ),
+            Ok(Allow::Host(p, ports)) => {
+                if !deny_hosts.contains(&(p.clone(), ports)) {
+                    deny_hosts.push((p, ports));
+                }
+            }
+            Ok(Allow::Net(n, ports)) => {
+                let entry = (n, ports.unwrap_or(Ports::ALL));
+                if !deny_nets.contains(&entry) {
+                    deny_nets.push(entry);
+                }
+            }
+            Err(b) => c.bad(at, format!("bad deny entry: {}", b.reason), b.hint.replace("allow =", "deny =")),
+        }
+    }
     if net != NetMode::Allow && !inputs.allow.is_empty() {
         c.bad(
             Origin::Flag("--allow"),
@@ -275,6 +304,8 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         gate,
         hosts,
         nets,
+        deny_hosts,
+        deny_nets,
         publish,
         gate_addr,
         gate_port,

@@ -33,6 +33,8 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
         project: name.into(),
         token: token.into(),
         policy: SessionPolicy {
+            deny_hosts: vec![],
+            deny_nets: vec![],
             hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
             nets: vec![],
             gate_ports: vec![80, 443, 8443],

@@ -20,7 +20,10 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
         "echo before-allowed=$({code} http://allowed.test/); echo before-later=$({code} http://later.test/); \
          /usr/bin/python3 probe.py {ip} | sed 's/^/before /'; touch step1; \
          for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
-         echo after-later=$({code} http://later.test/); /usr/bin/python3 probe.py {ip} | sed 's/^/after /'"
+         echo after-later=$({code} http://later.test/); /usr/bin/python3 probe.py {ip} | sed 's/^/after /'; \
+         touch step3; for i in $(seq 600); do [ -e step4 ] && break; sleep 0.1; done; \
+         echo denied-later=$({code} http://later.test/); /usr/bin/python3 probe.py {ip} | sed 's/^/denied /'; \
+         echo denied-allowed=$({code} http://allowed.test/)"
     );
     let mut child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     let err = child.stderr_live();
@@ -42,6 +45,9 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     let logs = sandbox(&p, &["logs", "--denied", "--session", &id], &[]);
     let allow = sandbox(&p, &["allow", "later.test", &item], &[]);
     std::fs::write(p.path("step2"), "").unwrap();
+    assert!(wait_for(60, || p.path("step3").exists()), "the sandbox did not get past the allow step");
+    let deny = sandbox(&p, &["deny", "later.test", &item], &[]);
+    std::fs::write(p.path("step4"), "").unwrap();
     let out = child.wait_with_output();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     wait_for(10, || std::sync::Arc::strong_count(&err) == 1);
@@ -54,6 +60,12 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     assert!(stdout.contains("after-later=200"), "the hostname works in the same sandbox: {all}");
     assert!(stdout.contains(&format!("after {ip} open")), "the IP:port works in the same sandbox: {all}");
     assert!(allow.stdout.contains("allowed later.test, "), "{all}");
+    // `deny` takes both away again in the same sandbox; what else was allowed stays.
+    deny.ok();
+    assert!(deny.stdout.contains("denied later.test, "), "{}\n{}", deny.stdout, deny.stderr);
+    assert!(stdout.contains("denied-later=403"), "the hostname is refused again: {all}");
+    assert!(stdout.contains(&format!("denied {ip} refused")), "the IP:port is refused again: {all}");
+    assert!(stdout.contains("denied-allowed=200"), "positive control after deny: {all}");
     // Both refusals were said while the sandbox ran, each with its fix.
     assert!(all.contains("ai-sandbox: refused later.test:80 (add \"allow = later.test\""), "{all}");
     assert!(said, "the direct refusal was not said while the sandbox ran: {all}");
@@ -81,7 +93,10 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
         "the user's config change was taken for the sandbox's: {all}"
     );
     let config = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
-    assert!(config.ends_with(&format!("allow = later.test\nallow = {item}\n")), "{config}\n{all}");
+    assert!(
+        config.ends_with(&format!("allow = later.test\nallow = {item}\ndeny = later.test\ndeny = {item}\n")),
+        "{config}\n{all}"
+    );
     sandbox(&p, &["trust", "--show"], &[]).ok();
 
     // Nothing running: --session-only has nothing to change; a bad item is refused as in a config.
@@ -92,4 +107,36 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     assert_ne!(bad.code, 0);
     assert!(bad.stderr.contains("100.64.0.1"), "{}", bad.stderr);
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "nothing written");
+}
+
+/// `deny =` lines carve exceptions out of what allow lines open, at both layers: a name under an
+/// allowed wildcard, a port of an allowed address. Positive controls in the same run.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn deny_lines_win_over_allow_lines_at_both_layers() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("deny");
+    p.config(&format!(
+        "allow = *.example.test\ndeny = b.example.test\nresolve = a.example.test={v4}\nresolve = b.example.test={v4}\n\
+         allow = {v4}\ndeny = {v4}:7000\n",
+        v4 = th.v4
+    ));
+    let code = "curl -s -o /dev/null -w '%{http_code}'";
+    let (greet, echo) = (th.tcp4(), format!("tcp:{}:7000", th.v4));
+    let script = format!(
+        "echo a=$({code} http://a.example.test/); echo b=$({code} http://b.example.test/); \
+         /usr/bin/python3 probe.py {greet} {echo}"
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let all = format!("{}\n{}", r.stdout, r.stderr);
+    r.ok();
+    assert!(r.stdout.contains("a=200"), "positive control: a name the wildcard allows: {all}");
+    assert!(r.stdout.contains("b=403"), "the denied name: {all}");
+    assert_eq!(r.probe(&greet), "open", "positive control: another port of the allowed address");
+    assert_eq!(r.probe(&echo), "refused", "the denied port: {all}");
+    assert!(
+        all.contains("is refused by \"deny = b.example.test\""),
+        "the gate's hint names the deny line: {all}"
+    );
 }
