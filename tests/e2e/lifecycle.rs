@@ -129,11 +129,7 @@ fn launches_across_the_gates_idle_exit_moment_never_fail() {
     let p = Project::new("idle");
     p.config(&format!("allow = allowed.test\nresolve = allowed.test={}\n", th.v4));
     // A gate of its own (idle exit after 1 s) so the other tests' sessions do not keep it up.
-    let rt = env().root.join("idle-runtime");
-    std::fs::create_dir_all(&rt).unwrap();
-    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    chown_user(&rt);
-    let rt_s = rt.display().to_string();
+    let rt_s = private_runtime("idle-runtime");
     let vars = [("AISB_RUNTIME_DIR", rt_s.as_str()), ("AISB_GATE_IDLE_EXIT", "1")];
     let gate_pid = || {
         let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
@@ -167,11 +163,7 @@ fn a_gate_started_by_a_launcher_exits_on_sigterm() {
     let th = TestHost::new();
     let p = Project::new("gateterm");
     p.config(&format!("allow = allowed.test\nresolve = allowed.test={}\n", th.v4));
-    let rt = env().root.join("term-runtime");
-    std::fs::create_dir_all(&rt).unwrap();
-    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    chown_user(&rt);
-    let rt_s = rt.display().to_string();
+    let rt_s = private_runtime("term-runtime");
     let vars = [("AISB_RUNTIME_DIR", rt_s.as_str())];
     let r = sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
     assert!(r.ok().stdout.contains("TESTHOST-HTTP"), "positive control: {}", r.stdout);
@@ -186,4 +178,14 @@ fn a_gate_started_by_a_launcher_exits_on_sigterm() {
             || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
     });
     assert!(gone, "the gate ignored SIGTERM ({blocked})");
+}
+
+/// A runtime dir of the test user's own (AISB_RUNTIME_DIR): a gate and sessions apart from the
+/// shared ones.
+fn private_runtime(name: &str) -> String {
+    let rt = env().root.join(name);
+    std::fs::create_dir_all(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    chown_user(&rt);
+    rt.display().to_string()
 }
