@@ -137,6 +137,7 @@ fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>
             token: token.clone(),
             policy: SessionPolicy {
                 deny_hosts: vec![],
+                ask: None,
                 deny_nets: vec![],
                 hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(port)))],
                 nets: vec![],

@@ -451,6 +451,7 @@ pub fn change_cmd(
         host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
     }
     if !session_only {
+        let _config_lock = host.lock(&state_dir(host, &loc.project).join("config.lock"))?;
         let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
         let was_approved = approval(host, &loc.project, Some(&old))?.status == trust::Status::Approved;
         let mut text = old.clone();

@@ -161,6 +161,9 @@ pub enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Show refusals live; with `ask = SECONDS` in a project's config, answer the requests the
+    /// gate holds: o(nce), s(ession), a(lways: adds the line to the config), d(eny); q quits.
+    Watch,
     /// Running sandboxes: session, launcher pid, age, mode, the gate's allowed/refused counts,
     /// project.
     Ps {

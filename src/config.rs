@@ -22,6 +22,7 @@ pub const KEYS: &[(&str, bool)] = &[
     ("gate_port", false),
     ("image", false),
     ("cmd", false),
+    ("ask", false),
     ("net", false),
 ];
 

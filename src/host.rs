@@ -46,6 +46,9 @@ pub trait Host {
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>>;
+    /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
+    /// `ai-sandbox allow` at once both land in the config.
+    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
     /// Writes a protected file of the project for the user (see `guard::write_trusted`).
     fn write_trusted(
         &mut self,
@@ -187,6 +190,22 @@ impl Host for RealHost {
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
         crate::live_apply::sessions(runtime, project)
+    }
+    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
+        use anyhow::Context;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(Box::new(lock))
     }
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running> {
         crate::live_apply::running(runtime)
@@ -345,6 +364,10 @@ impl Host for FakeHost {
     }
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
+    }
+    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
+        self.effects.push(format!("lock {}", path.display()));
+        Ok(Box::new(()))
     }
     fn running(&self, _runtime: &Path) -> Vec<crate::live::Running> {
         self.running.clone()

@@ -42,3 +42,4 @@ pub mod refusals;
 pub mod ruleset;
 pub mod session;
 pub mod trust;
+pub mod watch;

@@ -36,6 +36,7 @@ pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
         resolve: p.resolve.clone(),
         config_path: p.project.join(".ai-sandbox/config").display().to_string(),
         gate_addr: p.gate_addr,
+        ask: p.ask,
     }
 }
 
@@ -215,6 +216,7 @@ mod tests {
                     Ports { lo: 443, hi: 443 },
                 )],
                 deny_hosts: vec![],
+                ask: None,
                 deny_nets: vec![],
                 gate_ports: vec![80, 443, 8443],
                 resolve: vec![],

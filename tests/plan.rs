@@ -420,6 +420,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
             config_path: String::new(),
             gate_addr: "100.64.0.1".parse().unwrap(),
             deny_hosts: vec![],
+            ask: None,
             deny_nets: vec![],
         },
     };

@@ -44,6 +44,9 @@ pub enum Request {
         session: String,
         policy: SessionPolicy,
     },
+    /// `ai-sandbox watch`: after the reply, the gate sends refusals and questions (JSON lines)
+    /// and reads answers (`ask::Answer` lines) until the watcher hangs up.
+    Watch,
     Status,
     Stop,
 }
@@ -378,6 +381,31 @@ pub async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             }
             None => reply(s, &refuse(format!("no session {session} in this gate")), None).await,
         },
+        Ok(Request::Watch) => {
+            use tokio::io::AsyncWriteExt;
+            let (id, mut rx) = state.asks.add_watcher();
+            reply(s, &ok, None).await;
+            let mut wr = wr;
+            // `next_line` is cancel-safe (a line half read when a message goes out is kept).
+            let mut answers = rd.lines();
+            loop {
+                tokio::select! {
+                    msg = rx.recv() => match msg {
+                        Some(m) if wr.write_all(format!("{m}\n").as_bytes()).await.is_ok() => {}
+                        _ => break,
+                    },
+                    l = answers.next_line() => match l {
+                        Ok(Some(l)) => {
+                            if let Ok(a) = serde_json::from_str::<super::ask::Answer>(&l) {
+                                state.asks.answer(&a);
+                            }
+                        }
+                        _ => break,
+                    },
+                }
+            }
+            state.asks.remove_watcher(id);
+        }
         Ok(Request::Status) => reply(s, &Reply { sessions: state.status(), ..ok }, None).await,
         Ok(Request::Stop) => {
             reply(s, &ok, None).await;

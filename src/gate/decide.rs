@@ -31,6 +31,9 @@ pub struct SessionPolicy {
     pub config_path: String,
     /// The sandbox-side address of the host's loopback: never dialled by the gate.
     pub gate_addr: Ipv4Addr,
+    /// `ask = SECONDS`: hold an allowlist refusal this long for a watcher's answer.
+    #[serde(default)]
+    pub ask: Option<u32>,
 }
 
 /// A target in its one normal spelling.
@@ -56,10 +59,13 @@ pub struct Denial {
     pub status: u16,
     pub reason: String,
     pub hint: String,
+    /// Only the allowlist said no (not a never-dialled class, a deny line, a token): a watcher
+    /// may be asked instead (`ask = SECONDS`).
+    pub askable: bool,
 }
 
 fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
-    Denial { status, reason: reason.into(), hint: hint.into() }
+    Denial { status, reason: reason.into(), hint: hint.into(), askable: false }
 }
 
 /// Constant-time equality (the token must not leak through timing); the length is not secret.
@@ -204,11 +210,24 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
         return Ok(());
     }
     let line = suggestion(t, port, &p.gate_ports);
-    Err(deny(
-        403,
-        format!("{t}:{port} is not in the allowlist"),
-        format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
-    ))
+    Err(Denial {
+        askable: true,
+        ..deny(
+            403,
+            format!("{t}:{port} is not in the allowlist"),
+            format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
+        )
+    })
+}
+
+/// `p` with `t:port` allowed, for one request a watcher let through once.
+pub fn with_once(p: &SessionPolicy, t: &Target, port: u16) -> SessionPolicy {
+    let mut out = p.clone();
+    match t {
+        Target::Name(n) => out.hosts.push((HostPattern::Exact(n.clone()), Some(Ports::one(port)))),
+        Target::Ip(ip) => out.nets.push((IpNet::host(*ip), Ports::one(port))),
+    }
+    out
 }
 
 /// `deny =` entries win over allow entries: a name matching a denied pattern (on a denied port;

@@ -7,6 +7,7 @@
 //! per-user control socket (client and server) the launcher registers sessions on; `log` the
 //! decision log; `splice` the zero-copy relay.
 
+pub mod ask;
 pub mod commands;
 pub mod control;
 pub mod decide;

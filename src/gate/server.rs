@@ -4,7 +4,7 @@
 //! the control protocol is `control`.
 
 use super::control;
-use super::decide::{self, Denial, Target};
+use super::decide::{self, Denial, SessionPolicy, Target};
 use super::log::Log;
 use super::request::{self, HeadError, Kind, MAX_HEAD};
 use super::state::{Decision, Session, State};
@@ -233,7 +233,16 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         return respond(&mut client, 503, body).await;
     }
     let _active = Active(session.clone());
-    match decide_and_dial(&session, &req).await {
+    let mut outcome = decide_and_dial(&session.policy(), &req).await;
+    if let Err(d) = &outcome
+        && d.askable
+    {
+        outcome = match ask(&state, &session, &req, d).await {
+            Some(policy) => decide_and_dial(&policy, &req).await,
+            None => outcome,
+        };
+    }
+    match outcome {
         Err(d) => {
             session.denied.fetch_add(1, Ordering::Relaxed);
             state.log(Decision { hint: &d.hint, ..decision(&session.id, &req.host, d.status, &d.reason) });
@@ -260,6 +269,31 @@ async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     }
 }
 
+/// With `ask = SECONDS` and a watcher attached: holds the refused request and asks; returns the
+/// policy to decide with again when the watcher lets it through (see `ask`).
+async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> Option<Arc<SessionPolicy>> {
+    let policy = s.policy();
+    let secs = policy.ask.filter(|_| state.asks.watched())?;
+    let q = super::ask::Question {
+        ask: 0,
+        session: s.id.clone(),
+        project: s.project.clone(),
+        method: req.method.clone(),
+        host: req.host.clone(),
+        port: req.port,
+        seconds: secs,
+        hint: d.hint.clone(),
+    };
+    match state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
+        super::ask::Verdict::Once => {
+            let target = decide::normalise(&req.host).ok()?;
+            Some(Arc::new(decide::with_once(&policy, &target, req.port)))
+        }
+        super::ask::Verdict::Allowed => Some(s.policy()),
+        super::ask::Verdict::Deny => None,
+    }
+}
+
 fn decision<'a>(
     req: &'a request::Request,
     session: &'a str,
@@ -273,14 +307,21 @@ fn decision<'a>(
 
 /// Normalise → allowlist (with the never-classes of IP literals) → resolve → address classes
 /// → dial. Every refusal comes from `decide`.
-async fn decide_and_dial(s: &Session, req: &request::Request) -> Result<(Target, TcpStream), Denial> {
+async fn decide_and_dial(
+    policy: &SessionPolicy,
+    req: &request::Request,
+) -> Result<(Target, TcpStream), Denial> {
     let target = decide::normalise(&req.host)?;
-    let policy = s.policy();
-    decide::check_target(&policy, &target, req.port)?;
-    let d = |status, reason: String, hint: &str| Denial { status, reason, hint: hint.to_string() };
+    decide::check_target(policy, &target, req.port)?;
+    let d = |status, reason: String, hint: &str| Denial {
+        status,
+        reason,
+        hint: hint.to_string(),
+        askable: false,
+    };
     let addrs: Vec<IpAddr> = match &target {
         Target::Ip(ip) => vec![*ip],
-        Target::Name(n) => match decide::pinned(&policy, n) {
+        Target::Name(n) => match decide::pinned(policy, n) {
             Some(ip) => vec![ip],
             None => match tokio::time::timeout(DIAL_TIMEOUT, tokio::net::lookup_host((n.as_str(), req.port)))
                 .await
@@ -299,7 +340,7 @@ async fn decide_and_dial(s: &Session, req: &request::Request) -> Result<(Target,
     let mut first_denial = None;
     let mut ok: Vec<IpAddr> = Vec::new();
     for ip in addrs {
-        match decide::check_address(&policy, ip, req.port) {
+        match decide::check_address(policy, ip, req.port) {
             Ok(()) => ok.push(crate::policy::allow::canonical(ip)),
             Err(e) => {
                 first_denial.get_or_insert(e);

@@ -80,6 +80,8 @@ pub struct State {
     registry: RwLock<Registry>,
     log: Log,
     pub stop: tokio::sync::Notify,
+    /// Watchers and the requests held for them (`ask = SECONDS`).
+    pub asks: super::ask::Asks,
 }
 
 impl State {
@@ -90,6 +92,7 @@ impl State {
             registry: RwLock::new(Registry { all: Vec::new(), changed: Instant::now(), closing: false }),
             log,
             stop: tokio::sync::Notify::new(),
+            asks: Default::default(),
         }
     }
 
@@ -157,7 +160,7 @@ impl State {
 
     /// Records one decision (before the client is answered).
     pub fn log(&self, d: Decision<'_>) {
-        self.log.write(&Event {
+        let e = Event {
             time: log::now(),
             session: d.session.to_string(),
             method: d.method.to_string(),
@@ -167,7 +170,12 @@ impl State {
             status: d.status,
             reason: d.reason.to_string(),
             hint: d.hint.to_string(),
-        });
+        };
+        self.log.write(&e);
+        // Watchers see refusals as they are decided.
+        if e.decision == "deny" && self.asks.watched() {
+            self.asks.broadcast(&serde_json::to_string(&e).unwrap_or_default());
+        }
     }
 }
 

@@ -126,6 +126,7 @@ fn targets_normalise_to_one_spelling() {
 fn policy(lines: &[&str]) -> SessionPolicy {
     let mut p = SessionPolicy {
         deny_hosts: vec![],
+        ask: None,
         deny_nets: vec![],
         hosts: vec![],
         nets: vec![],

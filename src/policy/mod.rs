@@ -120,6 +120,8 @@ pub struct Policy {
     pub protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
     pub notices: Vec<String>,
+    /// `ask = SECONDS`: the gate holds an allowlist refusal this long while a watcher is attached.
+    pub ask: Option<u32>,
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
     pub ssh_agent: bool,
@@ -240,6 +242,16 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
             Err(b) => c.bad(at, format!("bad deny entry: {}", b.reason), b.hint.replace("allow =", "deny =")),
         }
     }
+    let ask = match config.one("ask") {
+        None => None,
+        Some((v, at)) => match v.parse::<u32>() {
+            Ok(n) if (1..=600).contains(&n) => Some(n),
+            _ => {
+                c.bad(at, format!("ask = {v}: not a number of seconds from 1 to 600"), "e.g. `ask = 30`");
+                None
+            }
+        },
+    };
     if net != NetMode::Allow && !inputs.allow.is_empty() {
         c.bad(
             Origin::Flag("--allow"),
@@ -306,6 +318,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         nets,
         deny_hosts,
         deny_nets,
+        ask,
         publish,
         gate_addr,
         gate_port,

@@ -34,6 +34,7 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
         token: token.into(),
         policy: SessionPolicy {
             deny_hosts: vec![],
+            ask: None,
             deny_nets: vec![],
             hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
             nets: vec![],

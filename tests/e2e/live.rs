@@ -43,7 +43,14 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
         .collect();
     let id = ours.first().and_then(|r| r["session"].as_str()).unwrap_or("none").to_string();
     let logs = sandbox(&p, &["logs", "--denied", "--session", &id], &[]);
-    let allow = sandbox(&p, &["allow", "later.test", &item], &[]);
+    // Two `allow`s at once (one per layer): both must land.
+    let (a, b) = (p.dir.clone(), item.clone());
+    let other = std::thread::spawn(move || {
+        let p = Project { dir: a };
+        sandbox(&p, &["allow", &b], &[])
+    });
+    let allow = sandbox(&p, &["allow", "later.test"], &[]);
+    let allow_ip = other.join().unwrap();
     std::fs::write(p.path("step2"), "").unwrap();
     assert!(wait_for(60, || p.path("step3").exists()), "the sandbox did not get past the allow step");
     let deny = sandbox(&p, &["deny", "later.test", &item], &[]);
@@ -51,15 +58,27 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
     let out = child.wait_with_output();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     wait_for(10, || std::sync::Arc::strong_count(&err) == 1);
-    let all = format!("{stdout}\n{}\nallow: {}\n{}", err.lock().unwrap(), allow.stdout, allow.stderr);
+    let all = format!(
+        "{stdout}\n{}\nallow: {}\n{}\n{}\n{}",
+        err.lock().unwrap(),
+        allow.stdout,
+        allow.stderr,
+        allow_ip.stdout,
+        allow_ip.stderr
+    );
     assert!(out.status.success(), "{all}");
     allow.ok();
+    allow_ip.ok();
     assert!(stdout.contains("before-allowed=200"), "positive control before the change: {all}");
     assert!(stdout.contains("before-later=403"), "the hostname is refused first: {all}");
     assert!(stdout.contains(&format!("before {ip} refused")), "the IP:port is refused first: {all}");
     assert!(stdout.contains("after-later=200"), "the hostname works in the same sandbox: {all}");
     assert!(stdout.contains(&format!("after {ip} open")), "the IP:port works in the same sandbox: {all}");
-    assert!(allow.stdout.contains("allowed later.test, "), "{all}");
+    assert!(allow.stdout.contains("allowed later.test in the running sandbox"), "{all}");
+    assert!(allow_ip.stdout.contains(&format!("allowed {item} in the running sandbox")), "{all}");
+    // The summary at the end lists both refusals.
+    let summary = all.split("refused during this run").nth(1).unwrap_or_default();
+    assert!(summary.contains("later.test:80") && summary.contains(&item), "no summary of both: {all}");
     // `deny` takes both away again in the same sandbox; what else was allowed stays.
     deny.ok();
     assert!(deny.stdout.contains("denied later.test, "), "{}\n{}", deny.stdout, deny.stderr);
@@ -93,10 +112,14 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
         "the user's config change was taken for the sandbox's: {all}"
     );
     let config = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+    let added: Vec<&str> = config.lines().skip(3).collect();
+    assert_eq!(added.len(), 4, "{config}");
     assert!(
-        config.ends_with(&format!("allow = later.test\nallow = {item}\ndeny = later.test\ndeny = {item}\n")),
-        "{config}\n{all}"
+        added[..2].contains(&"allow = later.test")
+            && added[..2].contains(&format!("allow = {item}").as_str()),
+        "{config}"
     );
+    assert_eq!(added[2..], ["deny = later.test".to_string(), format!("deny = {item}")], "{config}");
     sandbox(&p, &["trust", "--show"], &[]).ok();
 
     // Nothing running: --session-only has nothing to change; a bad item is refused as in a config.
@@ -139,4 +162,69 @@ fn deny_lines_win_over_allow_lines_at_both_layers() {
         all.contains("is refused by \"deny = b.example.test\""),
         "the gate's hint names the deny line: {all}"
     );
+}
+
+/// `ask = SECONDS`: with `ai-sandbox watch` attached, a request the allowlist refuses is held and
+/// answered there (s: allowed for the running sandbox, d: refused); with no watcher it is refused
+/// at once (a held request would run into curl's 20 s limit, exit 28, not a 403).
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
+    use std::io::{Read, Write};
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("ask");
+    let config = format!(
+        "allow = allowed.test\nresolve = allowed.test={v4}\nresolve = later.test={v4}\nresolve = other.test={v4}\nask = 60\n",
+        v4 = th.v4
+    );
+    p.config(&config);
+    let code = "curl -s -o /dev/null -w '%{http_code}' -m 20";
+    let r = sandbox(&p, &["--", "sh", "-c", &format!("echo nowatch=$({code} http://later.test/)")], &[]);
+    assert!(r.ok().stdout.contains("nowatch=403"), "no watcher: refused at once: {}{}", r.stdout, r.stderr);
+
+    let mut watch = user_command(&p.dir, &env().bin, &["watch"], &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (sink, mut out) = (seen.clone(), watch.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let has = |s: &str| seen.lock().unwrap().contains(s);
+    assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
+    let code = "curl -s -o /dev/null -w '%{http_code}' -m 90";
+    let script = format!(
+        "echo first=$({code} http://later.test/); echo second=$({code} http://other.test/); \
+         echo third=$({code} http://later.test/); echo control=$({code} http://allowed.test/)"
+    );
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
+    let mut keys = watch.stdin.take().unwrap();
+    let asked_first = wait_for(60, || has("ASK  GET later.test:80"));
+    keys.write_all(b"s\n").unwrap();
+    let asked_second = wait_for(60, || has("ASK  GET other.test:80"));
+    keys.write_all(b"d\n").unwrap();
+    let out = child.wait_with_output();
+    let _ = keys.write_all(b"q\n");
+    drop(keys);
+    let _ = watch.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let all = format!("{stdout}\n{}\nwatch:\n{}", String::from_utf8_lossy(&out.stderr), seen.lock().unwrap());
+    assert!(asked_first && asked_second, "the held requests were not asked about: {all}");
+    assert!(stdout.contains("first=200"), "allowed from the watcher, without the client noticing: {all}");
+    assert!(stdout.contains("second=403"), "refused from the watcher: {all}");
+    assert!(stdout.contains("third=200"), "the session allow holds for the next request: {all}");
+    assert!(stdout.contains("control=200"), "positive control: {all}");
+    assert_eq!(seen.lock().unwrap().matches("ASK  GET later.test").count(), 1, "asked twice: {all}");
+    assert!(has("refused other.test:80"), "watch shows the refusal: {all}");
+    assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "s leaves the config");
 }

@@ -1,0 +1,138 @@
+//! Ask instead of refuse (opt-in: `ask = SECONDS` in the config). While a watcher
+//! (`ai-sandbox watch`, on the control socket) is attached, the gate holds a request the
+//! allowlist refuses for up to that long and asks the watcher; an answer lets it through (this
+//! request only, or after the watcher widened the policy with a live allow) or refuses it as
+//! before. With no watcher attached, nothing is held, ever. Only allowlist refusals are asked
+//! about: never-dialled addresses, `deny =` lines, bad tokens and SNI mismatches are refused as
+//! always. Watchers also receive every refusal as it is logged, so `watch` shows them live.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// A watcher's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Let this request through, and nothing else.
+    Once,
+    /// The watcher changed the session's policy (a live allow); decide again with it.
+    Allowed,
+    /// Refuse, as without a watcher.
+    Deny,
+}
+
+/// What a watcher is asked (one JSON line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    pub ask: u64,
+    pub session: String,
+    pub project: String,
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    /// How long the request is held.
+    pub seconds: u32,
+    /// The config line that would allow it, as the hint says.
+    pub hint: String,
+}
+
+/// A watcher's answer to question `ask` (one JSON line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub ask: u64,
+    pub verdict: Verdict,
+}
+
+#[derive(Default)]
+pub struct Asks {
+    next: AtomicU64,
+    watchers: Mutex<Vec<(u64, mpsc::UnboundedSender<String>)>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Verdict>>>,
+}
+
+impl Asks {
+    pub fn watched(&self) -> bool {
+        !self.watchers.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    pub fn add_watcher(&self) -> (u64, mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner()).push((id, tx));
+        (id, rx)
+    }
+
+    pub fn remove_watcher(&self, id: u64) {
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner()).retain(|(w, _)| *w != id);
+    }
+
+    /// Sends one line to every watcher (a watcher that is gone is dropped).
+    pub fn broadcast(&self, line: &str) {
+        self.watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, tx)| tx.send(line.to_string()).is_ok());
+    }
+
+    /// Asks the watchers and waits for the first answer, at most `wait`; no answer is `Deny`.
+    pub async fn ask(&self, mut q: Question, wait: Duration) -> Verdict {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        q.ask = id;
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        self.broadcast(&serde_json::to_string(&q).unwrap_or_default());
+        let verdict = match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(v)) => v,
+            _ => Verdict::Deny,
+        };
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        verdict
+    }
+
+    /// Delivers an answer; false when the question is no longer held (answered or timed out).
+    pub fn answer(&self, a: &Answer) -> bool {
+        match self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&a.ask) {
+            Some(tx) => tx.send(a.verdict).is_ok(),
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> Question {
+        Question {
+            ask: 0,
+            session: "s".into(),
+            project: "/p".into(),
+            method: "CONNECT".into(),
+            host: "a.test".into(),
+            port: 443,
+            seconds: 5,
+            hint: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_is_answered_by_a_watcher_or_refused_when_time_runs_out() {
+        let asks = std::sync::Arc::new(Asks::default());
+        assert!(!asks.watched());
+        let (_, mut rx) = asks.add_watcher();
+        assert!(asks.watched());
+        let a = asks.clone();
+        let held = tokio::spawn(async move { a.ask(q(), Duration::from_secs(10)).await });
+        let line = rx.recv().await.unwrap();
+        let asked: Question = serde_json::from_str(&line).unwrap();
+        assert!(asks.answer(&Answer { ask: asked.ask, verdict: Verdict::Once }));
+        assert_eq!(held.await.unwrap(), Verdict::Once);
+        assert!(!asks.answer(&Answer { ask: asked.ask, verdict: Verdict::Once }), "answered once only");
+        // Nobody answers: refused when the time is up.
+        assert_eq!(asks.ask(q(), Duration::from_millis(50)).await, Verdict::Deny);
+    }
+}

@@ -1,0 +1,139 @@
+//! `ai-sandbox watch`: a second terminal that shows your sandboxes' refusals as the gate decides
+//! them and, for a project with `ask = SECONDS`, the requests the gate is holding for an answer
+//! (see `gate::ask`). One key answers the oldest held request: `o` lets it through once, `s`
+//! allows it for the running sandboxes (a live allow), `a` allows it and adds the line to the
+//! config, `d` refuses it; `q` (or Ctrl-C) quits. Without a terminal, one letter per line.
+
+use crate::gate::ask::{Answer, Question, Verdict};
+use crate::gate::control::{self, Request};
+use crate::gate::log::Event;
+use anyhow::Context;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+
+/// The `allow =` value a refusal's hint suggests.
+fn suggested(hint: &str) -> Option<String> {
+    let rest = hint.split("allow = ").nth(1)?;
+    Some(rest.split('"').next()?.to_string())
+}
+
+/// The terminal in single-key mode for as long as this lives (restored on drop).
+struct Raw(Option<nix::sys::termios::Termios>);
+
+impl Raw {
+    fn new() -> Raw {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return Raw(None);
+        }
+        let Ok(old) = tcgetattr(&stdin) else { return Raw(None) };
+        let mut raw = old.clone();
+        // No line editing, no echo, and Ctrl-C as a key (so the terminal is always restored).
+        raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &raw);
+        Raw(Some(old))
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSANOW, old);
+        }
+    }
+}
+
+/// The next key: one byte on a terminal, the first character of a line otherwise.
+fn next_key(raw: bool) -> Option<char> {
+    let stdin = std::io::stdin();
+    if raw {
+        let mut b = [0u8; 1];
+        return match stdin.lock().read(&mut b) {
+            Ok(1) => Some(b[0] as char),
+            _ => None,
+        };
+    }
+    let mut line = String::new();
+    match stdin.lock().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim().chars().next().unwrap_or(' ')),
+    }
+}
+
+pub fn run() -> anyhow::Result<i32> {
+    let dir = control::runtime_dir();
+    let mut sock = UnixStream::connect(control::socket_path(&dir)).map_err(|_| {
+        crate::error::hinted("no gate is running", "start a sandbox first; the gate starts with it")
+    })?;
+    sock.write_all(format!("{}\n", serde_json::to_string(&Request::Watch)?).as_bytes())?;
+    let mut from_gate = BufReader::new(sock.try_clone()?);
+    let mut reply = String::new();
+    from_gate.read_line(&mut reply).context("the gate did not answer")?;
+    let raw = Raw::new();
+    let nl = if raw.0.is_some() { "\r\n" } else { "\n" };
+    let say = move |s: &str| {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{s}{nl}");
+        let _ = out.flush();
+    };
+    say(
+        "watching your sandboxes' refusals; held requests (ask = SECONDS) are answered with o(nce), s(ession), a(lways: config), d(eny); q quits",
+    );
+    let held: Arc<Mutex<VecDeque<Question>>> = Arc::default();
+    let queue = held.clone();
+    std::thread::spawn(move || {
+        for line in from_gate.lines().map_while(Result::ok) {
+            if let Ok(q) = serde_json::from_str::<Question>(&line) {
+                say(&format!(
+                    "ASK  {} {}:{} from {} (session {}), held up to {} s: o/s/a/d?",
+                    q.method, q.host, q.port, q.project, q.session, q.seconds
+                ));
+                queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(q);
+            } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
+                let fix = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.reason);
+                say(&format!("refused {}:{} (session {}): {fix}", e.host, e.port, e.session));
+            }
+        }
+        say("the gate went away");
+        std::process::exit(0);
+    });
+    let mut host = crate::host::RealHost::default();
+    while let Some(key) = next_key(raw.0.is_some()) {
+        let verdict = match key {
+            'q' | '\u{3}' | '\u{4}' => break,
+            'o' => Verdict::Once,
+            's' | 'a' => Verdict::Allowed,
+            'd' => Verdict::Deny,
+            _ => continue,
+        };
+        let Some(q) = held.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+            continue;
+        };
+        let mut verdict = verdict;
+        if verdict == Verdict::Allowed {
+            let item = suggested(&q.hint).unwrap_or_else(|| format!("{}:{}", q.host, q.port));
+            let project = std::path::PathBuf::from(&q.project);
+            if let Err(e) = crate::app::change_cmd(&mut host, &[item], false, key == 's', Some(&project)) {
+                say(&format!("could not allow it: {e:#}; refused"));
+                verdict = Verdict::Deny;
+            }
+        }
+        let answer = Answer { ask: q.ask, verdict };
+        sock.write_all(format!("{}\n", serde_json::to_string(&answer)?).as_bytes())?;
+        say(&format!("{:?}: {}:{}", verdict, q.host, q.port).to_lowercase());
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_hints_allow_line_is_what_a_live_allow_adds() {
+        let hint = "blocked by ai-sandbox: add \"allow = api.example.com:8080\" to /p/.ai-sandbox/config";
+        assert_eq!(super::suggested(hint).as_deref(), Some("api.example.com:8080"));
+        assert_eq!(super::suggested("blocked by ai-sandbox: loopback addresses are not reachable"), None);
+    }
+}
