@@ -77,11 +77,15 @@ async fn bind_from(port_from: u16) -> anyhow::Result<TcpListener> {
 }
 
 async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
+    use std::os::unix::fs::MetadataExt;
     use tokio::signal::unix::{SignalKind, signal};
     let sock = control::socket_path(&dir);
     let _ = std::fs::remove_file(&sock);
     let ctl = UnixListener::bind(&sock)?;
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // Which socket file is ours: at exit the path may belong to a later gate (the runtime dir
+    // was removed and made again while this one ran), whose socket must not be taken away.
+    let ours = std::fs::metadata(&sock).map(|m| (m.dev(), m.ino()))?;
     let listener = bind_from(port_from).await?;
     let log = Log::open(&control::log_path(&dir))?;
     let dup = listener.as_fd().try_clone_to_owned()?;
@@ -123,8 +127,10 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
         }
     }
     // Closed: no registration is accepted any more. Remove the socket so the next launcher
-    // starts the next gate, which takes the lock as soon as this process returns.
-    let _ = std::fs::remove_file(&sock);
+    // starts the next gate, which takes the lock as soon as this process returns. Only our own.
+    if std::fs::metadata(&sock).is_ok_and(|m| (m.dev(), m.ino()) == ours) {
+        let _ = std::fs::remove_file(&sock);
+    }
     Ok(0)
 }
 

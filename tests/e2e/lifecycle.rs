@@ -189,3 +189,42 @@ fn private_runtime(name: &str) -> String {
     chown_user(&rt);
     rt.display().to_string()
 }
+
+/// Found by an A/B bench that removed and re-made its runtime dir under a running gate: when the
+/// first gate exited it removed the socket path, which by then belonged to the second gate, and
+/// every launch failed ("the egress gate did not start") until that one exited too.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn an_exiting_gate_leaves_a_later_gates_socket_alone() {
+    let th = TestHost::new();
+    let p = Project::new("gatesock");
+    p.config(&format!("allow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let rt_s = private_runtime("sock-runtime");
+    let vars = [("AISB_RUNTIME_DIR", rt_s.as_str())];
+    let fetch = || sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
+    let gate_pid = || {
+        let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()["pid"].as_i64()
+    };
+    assert!(fetch().ok().stdout.contains("TESTHOST-HTTP"), "positive control: the first gate");
+    let first = gate_pid().expect("the first gate") as i32;
+    std::fs::remove_dir_all(&rt_s).unwrap();
+    private_runtime("sock-runtime");
+    assert!(fetch().ok().stdout.contains("TESTHOST-HTTP"), "a second gate in the new dir");
+    let second = gate_pid().expect("the second gate");
+    assert_ne!(second as i32, first);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(wait_for(10, || !std::path::Path::new(&format!("/proc/{first}")).exists()
+        || std::fs::read_to_string(format!("/proc/{first}/stat")).is_ok_and(|s| s.contains(") Z "))));
+    assert_eq!(gate_pid(), Some(second), "the second gate is still reachable");
+    let r = fetch();
+    assert!(
+        r.code == 0 && r.stdout.contains("TESTHOST-HTTP"),
+        "launch after the first gate exited: {}",
+        r.stderr
+    );
+    if let Some(pid) = gate_pid() {
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    }
+}
