@@ -176,19 +176,7 @@ impl Running {
     /// Collects stderr as it comes, for what the launcher says while the sandbox runs (the
     /// Output of `wait_with_output` then has none).
     pub fn stderr_live(&mut self) -> Arc<std::sync::Mutex<String>> {
-        let mut err = self.child.as_mut().unwrap().stderr.take().unwrap();
-        let text = Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = text.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        text
+        collect(self.child.as_mut().unwrap().stderr.take().unwrap())
     }
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().unwrap().try_wait().is_ok_and(|s| s.is_none())
@@ -234,6 +222,23 @@ pub fn spawn_sandbox_with_secret_env(p: &Project, args: &[&str], secret_vars: &[
         .spawn()
         .unwrap();
     Running { child: Some(child), done: p.path("done") }
+}
+
+/// Everything `r` yields, as it comes, in a string another thread can look at (the reader holds
+/// the other reference until the end: `Arc::strong_count == 1` means all is there).
+pub fn collect(mut r: impl Read + Send + 'static) -> Arc<std::sync::Mutex<String>> {
+    let text = Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
 }
 
 /// Runs any program as the test user (podman ps, say).

@@ -131,11 +131,7 @@ fn launches_across_the_gates_idle_exit_moment_never_fail() {
     // A gate of its own (idle exit after 1 s) so the other tests' sessions do not keep it up.
     let rt_s = private_runtime("idle-runtime");
     let vars = [("AISB_RUNTIME_DIR", rt_s.as_str()), ("AISB_GATE_IDLE_EXIT", "1")];
-    let gate_pid = || {
-        let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap_or_default();
-        v["pid"].as_i64()
-    };
+    let gate_pid = || gate_pid_of(&p, &vars);
     let mut pids = std::collections::BTreeSet::new();
     let mut report = Vec::new();
     // The gate exits 1.0-1.2 s after a session ends (checked every 200 ms); launch around then.
@@ -167,17 +163,11 @@ fn a_gate_started_by_a_launcher_exits_on_sigterm() {
     let vars = [("AISB_RUNTIME_DIR", rt_s.as_str())];
     let r = sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
     assert!(r.ok().stdout.contains("TESTHOST-HTTP"), "positive control: {}", r.stdout);
-    let st = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
-    let pid = v["pid"].as_i64().expect("the launcher started a gate") as i32;
+    let pid = gate_pid_of(&p, &vars).expect("the launcher started a gate") as i32;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let blocked = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap_or("").to_string();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let gone = wait_for(10, || {
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-    });
-    assert!(gone, "the gate ignored SIGTERM ({blocked})");
+    assert!(wait_for(10, || exited(pid)), "the gate ignored SIGTERM ({blocked})");
 }
 
 /// A runtime dir of the test user's own (AISB_RUNTIME_DIR): a gate and sessions apart from the
@@ -202,10 +192,7 @@ fn an_exiting_gate_leaves_a_later_gates_socket_alone() {
     let rt_s = private_runtime("sock-runtime");
     let vars = [("AISB_RUNTIME_DIR", rt_s.as_str())];
     let fetch = || sandbox(&p, &["--", "sh", "-c", "curl -sS -m 10 http://allowed.test/"], &vars);
-    let gate_pid = || {
-        let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], &vars).output().unwrap();
-        serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()["pid"].as_i64()
-    };
+    let gate_pid = || gate_pid_of(&p, &vars);
     assert!(fetch().ok().stdout.contains("TESTHOST-HTTP"), "positive control: the first gate");
     let first = gate_pid().expect("the first gate") as i32;
     std::fs::remove_dir_all(&rt_s).unwrap();
@@ -214,8 +201,7 @@ fn an_exiting_gate_leaves_a_later_gates_socket_alone() {
     let second = gate_pid().expect("the second gate");
     assert_ne!(second as i32, first);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGTERM).unwrap();
-    assert!(wait_for(10, || !std::path::Path::new(&format!("/proc/{first}")).exists()
-        || std::fs::read_to_string(format!("/proc/{first}/stat")).is_ok_and(|s| s.contains(") Z "))));
+    assert!(wait_for(10, || exited(first)), "the first gate did not exit");
     assert_eq!(gate_pid(), Some(second), "the second gate is still reachable");
     let r = fetch();
     assert!(
@@ -227,4 +213,16 @@ fn an_exiting_gate_leaves_a_later_gates_socket_alone() {
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
     }
+}
+
+/// The pid of the gate `ai-sandbox gate status` reports with these variables.
+fn gate_pid_of(p: &Project, vars: &[(&str, &str)]) -> Option<i64> {
+    let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], vars).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()["pid"].as_i64()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn exited(pid: i32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }

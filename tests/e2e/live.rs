@@ -170,7 +170,7 @@ fn deny_lines_win_over_allow_lines_at_both_layers() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("ask");
@@ -189,17 +189,7 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let (sink, mut out) = (seen.clone(), watch.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = out.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
+    let seen = collect(watch.stdout.take().unwrap());
     let has = |s: &str| seen.lock().unwrap().contains(s);
     assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
     let code = "curl -s -o /dev/null -w '%{http_code}' -m 90";
