@@ -8,13 +8,20 @@
 use crate::policy::{Command, Image, NetMode, Policy};
 use crate::session::{self, Facts};
 
+/// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
+/// to the host's loopback on the spliced path (`-T`). Through `gate_addr` every byte the sandbox
+/// sends crawls through pasta's tap path (measured: 0.04 Gbit/s against 11 spliced).
+fn gate_url(f: &Facts) -> String {
+    format!("http://aisb:{}@127.0.0.1:{}", f.token, f.gate_port)
+}
+
 /// Variables pointing clients at the gate, set in both cases because clients disagree
 /// (curl reads only lowercase `http_proxy`; others only uppercase).
 fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
+    let url = gate_url(f);
     let no_proxy = p.no_proxy.join(",");
     let mut out = Vec::new();
     for (name, value) in
@@ -43,7 +50,7 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = format!("http://aisb:{}@{}:{}", f.token, p.gate_addr, f.gate_port);
+    let url = gate_url(f);
     let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
     // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
     // config files with such an owner (it would not run at all).
@@ -95,8 +102,9 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
 
-fn network_arg(p: &Policy) -> String {
+fn network_arg(p: &Policy, f: &Facts) -> String {
     match p.net {
+        NetMode::Allow if p.gate => format!("pasta:--map-host-loopback,{},-T,{}", p.gate_addr, f.gate_port),
         NetMode::Allow => format!("pasta:--map-host-loopback,{}", p.gate_addr),
         NetMode::None => "none".into(),
         NetMode::Full => "pasta".into(),
@@ -128,7 +136,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--label",
         &format!("{}={project}", session::PROJECT_LABEL),
         "--network",
-        &network_arg(p),
+        &network_arg(p, f),
         "--http-proxy=false",
         "--userns",
         "keep-id",

@@ -165,7 +165,13 @@ fn ruleset_and_proxy_url_use_the_gates_actual_port() {
     assert!(text.contains("ip daddr 100.64.0.1 tcp dport 20000 accept"), "{text}");
     assert!(!text.contains("18081"), "{text}");
     let (_, env) = plan.env_file.expect("proxy env file");
-    assert!(env.contains("HTTPS_PROXY=http://aisb:SESSION-TOKEN@100.64.0.1:20000\n"), "{env}");
+    // The sandbox reaches the gate on its own loopback, spliced by pasta to the host's.
+    assert!(env.contains("HTTPS_PROXY=http://aisb:SESSION-TOKEN@127.0.0.1:20000\n"), "{env}");
+    assert!(
+        plan.argv.contains(&"pasta:--map-host-loopback,100.64.0.1,-T,20000".to_string()),
+        "{:?}",
+        plan.argv
+    );
     assert!(!plan.argv.iter().any(|a| a.contains("SESSION-TOKEN")), "{:?}", plan.argv);
 }
 
