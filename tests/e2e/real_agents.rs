@@ -220,7 +220,9 @@ fn refused(api: &ModelApi, p: &Project, args: &[&str], key: (&str, &str), host: 
         .split("ai-sandbox: refused during this run")
         .nth(1)
         .unwrap_or_else(|| panic!("no summary: {err}"));
-    assert!(summary.contains(&format!("{host}:443")) && summary.contains("times, first at"), "{err}");
+    // "once" or "N times": the test stops the sandbox as soon as the first notice is out.
+    let counted = summary.contains("once, first at") || summary.contains("times, first at");
+    assert!(summary.contains(&format!("{host}:443")) && counted, "{err}");
     let model_calls =
         api.requests()[before..].iter().filter(|r| r["api"].is_string() || r["upgrade"].is_string()).count();
     assert_eq!(model_calls, 0, "a request reached the refused API");
