@@ -49,7 +49,7 @@ fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
         .into());
     }
     project::check(&project, &home)?;
-    let cfg_path = project.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
+    let cfg_path = project::config_path(&project);
     let display = match cfg_path.strip_prefix(&cwd) {
         Ok(rel) => rel.display().to_string(),
         Err(_) => cfg_path.display().to_string(),
@@ -162,10 +162,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     let host_dirs: Vec<PathBuf> =
         ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
     let launchable = launchable(host, p, &host_dirs, &home);
-    let nft = match host.env("AISB_NFT") {
-        Some(v) => PathBuf::from(v),
-        None => host.which("nft").unwrap_or_else(|| PathBuf::from("/usr/sbin/nft")),
-    };
+    let nft = crate::session::nft_program(host.env("AISB_NFT"), || host.which("nft"));
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
         nft,
@@ -401,14 +398,10 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
 /// line would be, added to the project's running sandboxes (see `live`), then (unless
 /// `--session-only`) to the config as `allow =` / `deny =` lines; the config stays approved if
 /// it was.
-pub fn change_cmd(
-    host: &mut dyn Host,
-    items: &[String],
-    deny: bool,
-    session_only: bool,
-    project: Option<&Path>,
-) -> anyhow::Result<i32> {
-    let loc = locate(host, project)?;
+pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool) -> anyhow::Result<i32> {
+    let crate::cli::ChangeArgs { items, session_only, project } = args;
+    let session_only = *session_only;
+    let loc = locate(host, project.as_deref())?;
     let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
     if deny {
         inputs.deny = items.to_vec()
@@ -451,9 +444,11 @@ pub fn change_cmd(
         host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
     }
     if !session_only {
-        let _config_lock = host.lock(&state_dir(host, &loc.project).join("config.lock"))?;
+        let state = state_dir(host, &loc.project);
+        let _config_lock = host.lock(&state.join("config.lock"))?;
         let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
-        let was_approved = approval(host, &loc.project, Some(&old))?.status == trust::Status::Approved;
+        let Approval { path: approved, status, .. } = approval(host, &loc.project, Some(&old))?;
+        let was_approved = status == trust::Status::Approved;
         let mut text = old.clone();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
@@ -466,9 +461,8 @@ pub fn change_cmd(
         }
         if text != old {
             let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
-            host.write_trusted(&state_dir(host, &loc.project), &loc.project, &rel, &text)?;
+            host.write_trusted(&state, &loc.project, &rel, &text)?;
             if was_approved {
-                let approved = approval(host, &loc.project, Some(&text))?.path;
                 host.write_file(&approved, &text)?;
             }
             host.print(&format!(
@@ -567,7 +561,7 @@ pub fn init(
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
     project::check(&dir, &home).map_err(|e| hinted(format!("{}; nothing was written", e.message), e.hint))?;
-    let path = dir.join(project::CONFIG_DIR).join(project::CONFIG_FILE);
+    let path = project::config_path(&dir);
     if !force && host.read_file(&path)?.is_some() {
         return Err(hinted(
             format!("{} already exists; nothing was written", path.display()),

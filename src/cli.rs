@@ -131,6 +131,19 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// `ai-sandbox allow` and `ai-sandbox deny`: the same arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChangeArgs {
+    #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
+    pub items: Vec<String>,
+    /// Change the running sandboxes only; leave the config as it is.
+    #[arg(long)]
+    pub session_only: bool,
+    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Sub {
     /// Print the nftables ruleset for the current config.
@@ -173,28 +186,10 @@ pub enum Sub {
     },
     /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
     /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
-    Allow {
-        #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
-        items: Vec<String>,
-        /// Change the running sandboxes only; leave the config as it is.
-        #[arg(long)]
-        session_only: bool,
-        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
-        #[arg(long, value_name = "DIR")]
-        project: Option<PathBuf>,
-    },
+    Allow(ChangeArgs),
     /// Deny ITEMs (config `deny =` spellings: exceptions that win over allow entries) in this
     /// project's running sandboxes at once, for new connections, and add them to the config.
-    Deny {
-        #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
-        items: Vec<String>,
-        /// Change the running sandboxes only; leave the config as it is.
-        #[arg(long)]
-        session_only: bool,
-        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
-        #[arg(long, value_name = "DIR")]
-        project: Option<PathBuf>,
-    },
+    Deny(ChangeArgs),
     /// Approve this project's .ai-sandbox/config as it is now (a launch applies only an approved
     /// config; on a terminal it shows the config or the diff and asks).
     Trust {

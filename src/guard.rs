@@ -533,7 +533,7 @@ pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyho
             }
             continue;
         };
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.launcher_pid as i32), None).is_ok();
+        let alive = crate::keeper::alive(m.launcher_pid as i32);
         if !alive {
             settle(&r.path(), state_dir, out)?;
             let _ = fs::remove_file(&pending);

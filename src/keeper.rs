@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 /// How long the keeper keeps trying to remove a container after its launcher died.
 const STOP_DEADLINE: Duration = Duration::from_secs(60);
 
-fn alive(pid: i32) -> bool {
+/// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)
+/// would take it for a process group).
+pub fn alive(pid: i32) -> bool {
     pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
 }
 

@@ -61,7 +61,7 @@ fn sweep_sessions(sessions: &Path) {
     for e in entries.flatten() {
         let stale = match fs::read_to_string(e.path().join("pid")) {
             Ok(pid) => match pid.trim().parse::<i32>() {
-                Ok(p) => kill(Pid::from_raw(p), None).is_err(),
+                Ok(p) => !crate::keeper::alive(p),
                 Err(_) => true,
             },
             Err(_) => e
@@ -253,33 +253,20 @@ struct Refusals {
 
 impl Refusals {
     fn follow(w: &crate::plan::RefusalWatch) -> Refusals {
-        use std::io::{BufRead, Seek, SeekFrom};
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (flag, mut tally, w) = (stop.clone(), crate::refusals::Tally::new(&w.session), w.clone());
-        let log = w
-            .gate_log
-            .as_ref()
-            .and_then(|l| fs::File::open(l).and_then(|mut f| f.seek(SeekFrom::End(0)).map(|_| f)).ok());
+        let mut log = w.gate_log.as_ref().and_then(|l| crate::gate::log::Follow::open_at_end(l).ok());
         let thread = std::thread::spawn(move || {
-            let mut reader = log.map(std::io::BufReader::new);
-            let mut line = String::new();
             for tick in 0u64.. {
                 // Read the stop flag first: after it is set, one more pass takes what the gate
                 // wrote before the sandbox ended.
                 let last = flag.load(Ordering::SeqCst);
-                while let Some(r) = reader.as_mut() {
-                    match r.read_line(&mut line) {
-                        Ok(n) if n > 0 && line.ends_with('\n') => {
-                            if let Ok(e) = serde_json::from_str(&line)
-                                && let Some(notice) = tally.observe(&e)
-                            {
-                                say(&notice);
-                            }
-                            line.clear();
-                        }
-                        // Nothing more, or a partial line whose rest comes later.
-                        _ => break,
+                while let Some(Ok(Some(line))) = log.as_mut().map(crate::gate::log::Follow::next_line) {
+                    if let Ok(e) = serde_json::from_str(&line)
+                        && let Some(notice) = tally.observe(&e)
+                    {
+                        say(&notice);
                     }
                 }
                 if tick % 5 == 0 && !last {

@@ -34,7 +34,7 @@ pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
         deny_nets: p.deny_nets.clone(),
         gate_ports: p.gate_ports.clone(),
         resolve: p.resolve.clone(),
-        config_path: p.project.join(".ai-sandbox/config").display().to_string(),
+        config_path: crate::project::config_path(&p.project).display().to_string(),
         gate_addr: p.gate_addr,
         ask: p.ask,
     }
@@ -92,9 +92,13 @@ pub struct Direct {
 impl Direct {
     /// `198.51.100.7:8080`, `[fd00::1]:53`.
     pub fn dest(&self) -> String {
+        format!("{}:{}", self.host(), self.port)
+    }
+    /// The address as a destination spells it (`[fd00::1]` for IPv6).
+    pub fn host(&self) -> String {
         match self.addr {
-            std::net::IpAddr::V6(a) => format!("[{a}]:{}", self.port),
-            a => format!("{a}:{}", self.port),
+            std::net::IpAddr::V6(a) => format!("[{a}]"),
+            a => a.to_string(),
         }
     }
     /// What would allow it, in the words of a gate hint.
@@ -140,12 +144,6 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty()
-            && self.nets.is_empty()
-            && self.deny_hosts.is_empty()
-            && self.deny_nets.is_empty()
-    }
     /// The entries, as the allowlist prints them.
     pub fn summary(&self) -> String {
         let host = |(h, p): &(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)| match p

@@ -25,7 +25,7 @@ pub fn running(runtime: &Path) -> Vec<Running> {
         let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
             continue;
         };
-        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
+        if !crate::keeper::alive(pid) {
             continue;
         }
         let age = fs::metadata(&pid_file)
@@ -63,13 +63,6 @@ fn container_pid(session_dir: &Path) -> anyhow::Result<u32> {
         .with_context(|| format!("{} holds no pid", path.display()))
 }
 
-fn nft_path() -> PathBuf {
-    std::env::var_os("AISB_NFT")
-        .map(PathBuf::from)
-        .or_else(|| which::which("nft").ok())
-        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"))
-}
-
 /// Runs nft with `args` in the sandbox's network namespace: joined from outside, through the
 /// container's user namespace, which this user owns (so nft has CAP_NET_ADMIN there, and the
 /// sandbox's own processes, which dropped every capability, still have none).
@@ -77,7 +70,7 @@ fn nft_in(session_dir: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Res
     let pid = container_pid(session_dir)?;
     let mut child = Command::new("nsenter")
         .args(["-t", &pid.to_string(), "-U", "-n", "--"])
-        .arg(nft_path())
+        .arg(crate::session::nft_program(std::env::var("AISB_NFT").ok(), || which::which("nft").ok()))
         .args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())

@@ -5,10 +5,9 @@
 //! hold where, not when: they are listed after the gate's decisions, and only while the sandbox
 //! runs).
 
-use crate::gate::log::{Event, human};
+use crate::gate::log::{Event, Follow, human};
 use crate::live::Direct;
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::time::Duration;
 
 /// One gate decision as `logs` prints it: the human line, and for a refusal its fix.
@@ -18,7 +17,7 @@ fn gate_line(e: &Event, json: bool) -> String {
         v["layer"] = "gate".into();
         return v.to_string();
     }
-    let fix = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.hint);
+    let fix = e.fix();
     if e.decision == "deny" && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
 }
 
@@ -59,24 +58,16 @@ fn new_direct(
 pub fn run(denied: bool, session: Option<&str>, follow: bool, json: bool) -> anyhow::Result<i32> {
     let runtime = crate::gate::control::runtime_dir();
     let wanted = |e: &Event| (!denied || e.decision == "deny") && session.is_none_or(|s| e.session == s);
-    let mut reader = std::fs::File::open(crate::gate::control::log_path(&runtime)).ok().map(BufReader::new);
+    let path = crate::gate::control::log_path(&runtime);
+    let mut log = Follow::open(&path).ok();
     let mut seen = HashSet::new();
-    let mut line = String::new();
     loop {
-        while let Some(r) = reader.as_mut() {
-            let n = r.read_line(&mut line)?;
-            if n == 0 || !line.ends_with('\n') {
-                // Partial line: rewind to its start and take it whole next time.
-                r.seek(SeekFrom::Current(-(n as i64)))?;
-                line.clear();
-                break;
-            }
+        while let Some(line) = log.as_mut().map(Follow::next_line).transpose()?.flatten() {
             if let Ok(e) = serde_json::from_str::<Event>(&line)
                 && wanted(&e)
             {
                 println!("{}", gate_line(&e, json));
             }
-            line.clear();
         }
         for l in new_direct(&runtime, session, &mut seen, json) {
             println!("{l}");
@@ -85,8 +76,8 @@ pub fn run(denied: bool, session: Option<&str>, follow: bool, json: bool) -> any
             return Ok(0);
         }
         std::thread::sleep(Duration::from_secs(1));
-        if reader.is_none() {
-            reader = std::fs::File::open(crate::gate::control::log_path(&runtime)).ok().map(BufReader::new);
+        if log.is_none() {
+            log = Follow::open(&path).ok();
         }
     }
 }

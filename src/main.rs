@@ -23,12 +23,8 @@ fn main() {
         Some(Sub::Logs { denied, session, follow, json }) => {
             ai_sandbox::logs::run(*denied, session.as_deref(), *follow, *json)
         }
-        Some(Sub::Allow { items, session_only, project }) => {
-            app::change_cmd(&mut host, items, false, *session_only, project.as_deref())
-        }
-        Some(Sub::Deny { items, session_only, project }) => {
-            app::change_cmd(&mut host, items, true, *session_only, project.as_deref())
-        }
+        Some(Sub::Allow(args)) => app::change_cmd(&mut host, args, false),
+        Some(Sub::Deny(args)) => app::change_cmd(&mut host, args, true),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
             app::login_import(&mut host, agent)
         }

@@ -78,7 +78,8 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(f));
     let rules = hook.is_some();
-    let live = (f.live_file(), serde_json::to_string(&crate::live::record(p, f)).expect("json"));
+    let record = crate::live::record(p, f);
+    let live = (f.live_file(), serde_json::to_string(&record).expect("json"));
     Plan {
         argv: podman::argv(p, f),
         ruleset,
@@ -103,7 +104,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             session: f.session_id.clone(),
             gate_log: p.gate.then(|| crate::gate::control::log_path(&f.runtime_dir)),
             session_dir: f.session_dir.clone(),
-            config_path: p.project.join(".ai-sandbox/config").display().to_string(),
+            config_path: record.policy.config_path.clone(),
         }),
         live,
     }

@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 pub const CONFIG_DIR: &str = ".ai-sandbox";
 pub const CONFIG_FILE: &str = "config";
 
+/// The project's config file.
+pub fn config_path(project: &Path) -> PathBuf {
+    project.join(CONFIG_DIR).join(CONFIG_FILE)
+}
+
 pub fn find(cwd: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
     for marker in [CONFIG_DIR, ".git"] {
         if let Some(dir) = cwd.ancestors().find(|d| exists(&d.join(marker))) {

@@ -31,8 +31,7 @@ struct Refused {
 /// The hint without the prefix the client sees ("blocked by ai-sandbox: "), or the reason when
 /// the refusal has no hint.
 fn fix(e: &Event) -> String {
-    let hint = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.hint);
-    if hint.is_empty() { e.reason.clone() } else { hint.to_string() }
+    if e.fix().is_empty() { e.reason.clone() } else { e.fix().to_string() }
 }
 
 /// `HH:MM:SS` of an RFC 3339 time, else the time as given.
@@ -78,10 +77,7 @@ impl Tally {
         time: &str,
         config_path: &str,
     ) -> Option<String> {
-        let host = match d.addr {
-            std::net::IpAddr::V6(a) => format!("[{a}]"),
-            a => a.to_string(),
-        };
+        let host = d.host();
         let host = if d.proto == "tcp" { host } else { format!("{host} ({})", d.proto) };
         if self.seen.iter().any(|r| r.host == host && r.port == d.port && r.count.is_none()) {
             return None;

@@ -174,8 +174,7 @@ fn make_dest_accept(addr: Ipv4Addr, proto: &str, port: u16) -> RuleSpec {
 /// `ip daddr . tcp dport @allow_v4 accept` (and the ip6 twin)
 fn make_set_accept(v4: bool) -> RuleSpec {
     let (fam, set) = if v4 { ("ip", SET_V4) } else { ("ip6", SET_V6) };
-    let key =
-        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]));
+    let key = daddr_dport(fam);
     RuleSpec {
         text: format!("{fam} daddr . tcp dport @{set} accept"),
         expr: vec![eq(key, s(format!("@{set}"))), accept()],
@@ -185,14 +184,11 @@ fn make_set_accept(v4: bool) -> RuleSpec {
 /// `ip daddr . tcp dport @deny_v4 add @refused_v4 { … } reject with tcp reset` (and the ip6
 /// twin): `deny =` entries win over the allow sets, and their refusals are recorded too.
 fn make_set_deny(v4: bool) -> RuleSpec {
-    let (fam, set, rec) = if v4 { ("ip", DENY_V4, REFUSED_V4) } else { ("ip6", DENY_V6, REFUSED_V6) };
-    let key =
-        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]));
-    let record = make_record(v4).expr.pop().expect("the record rule ends with its set statement");
+    let (fam, set) = if v4 { ("ip", DENY_V4) } else { ("ip6", DENY_V6) };
+    let key = daddr_dport(fam);
+    let (record_text, record) = record(v4);
     RuleSpec {
-        text: format!(
-            "{fam} daddr . tcp dport @{set} add @{rec} {{ {fam} daddr . meta l4proto . th dport }} reject with tcp reset"
-        ),
+        text: format!("{fam} daddr . tcp dport @{set} {record_text} reject with tcp reset"),
         expr: vec![
             eq(key, s(format!("@{set}"))),
             record,
@@ -205,23 +201,39 @@ fn make_set_deny(v4: bool) -> RuleSpec {
 /// ip6 twin), just before the rejects: what is refused is recorded where the launcher can read
 /// it from outside, without privileges inside and without a log daemon.
 fn make_record(v4: bool) -> RuleSpec {
-    let (fam, set) = if v4 { ("ip", REFUSED_V4) } else { ("ip6", REFUSED_V6) };
-    let l4 = || Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto }));
     let protos =
         Expression::Named(NamedExpression::Set(vec![SetItem::Element(s("tcp")), SetItem::Element(s("udp"))]));
-    let elem =
-        Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), l4(), payload("th", "dport")]));
+    let (record_text, record) = record(v4);
     RuleSpec {
-        text: format!("meta l4proto {{ tcp, udp }} add @{set} {{ {fam} daddr . meta l4proto . th dport }}"),
-        expr: vec![
-            eq(l4(), protos),
-            Statement::Set(nftables::stmt::Set {
-                op: nftables::stmt::SetOp::Add,
-                elem,
-                set: format!("@{set}").into(),
-            }),
-        ],
+        text: format!("meta l4proto {{ tcp, udp }} {record_text}"),
+        expr: vec![eq(l4proto(), protos), record],
     }
+}
+
+/// `ip daddr . tcp dport` (or ip6): the key of the allow and deny sets.
+fn daddr_dport(fam: &'static str) -> Expression<'static> {
+    Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]))
+}
+
+fn l4proto() -> Expression<'static> {
+    Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto }))
+}
+
+/// `add @refused_v4 { ip daddr . meta l4proto . th dport }` (or the ip6 twin): the statement
+/// that records a refusal, as text and as JSON, for the record rule and the deny rule.
+fn record(v4: bool) -> (String, Statement<'static>) {
+    let (fam, set) = if v4 { ("ip", REFUSED_V4) } else { ("ip6", REFUSED_V6) };
+    let elem = Expression::Named(NamedExpression::Concat(vec![
+        payload(fam, "daddr"),
+        l4proto(),
+        payload("th", "dport"),
+    ]));
+    let stmt = Statement::Set(nftables::stmt::Set {
+        op: nftables::stmt::SetOp::Add,
+        elem,
+        set: format!("@{set}").into(),
+    });
+    (format!("add @{set} {{ {fam} daddr . meta l4proto . th dport }}"), stmt)
 }
 
 /// `meta l4proto tcp reject with tcp reset`: refused connections fail at once.
@@ -229,7 +241,7 @@ fn make_reject_tcp() -> RuleSpec {
     RuleSpec {
         text: "meta l4proto tcp reject with tcp reset".into(),
         expr: vec![
-            eq(Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto })), s("tcp")),
+            eq(l4proto(), s("tcp")),
             Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
         ],
     }

@@ -107,6 +107,12 @@ pub fn pending_report(state_dir: &std::path::Path) -> PathBuf {
     state_dir.join("restored.txt")
 }
 
+/// The nft the hook and live changes run: `AISB_NFT` when set, else `nft` on PATH, else
+/// /usr/sbin/nft.
+pub fn nft_program(aisb_nft: Option<String>, on_path: impl FnOnce() -> Option<PathBuf>) -> PathBuf {
+    aisb_nft.map(PathBuf::from).or_else(on_path).unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"))
+}
+
 pub fn container_name(session_id: &str) -> String {
     format!("aisb-{session_id}")
 }

@@ -93,7 +93,7 @@ pub fn run() -> anyhow::Result<i32> {
                 ));
                 queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(q);
             } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
-                let fix = e.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&e.reason);
+                let fix = if e.fix().is_empty() { &e.reason } else { e.fix() };
                 say(&format!("refused {}:{} (session {}): {fix}", e.host, e.port, e.session));
             }
         }
@@ -116,7 +116,12 @@ pub fn run() -> anyhow::Result<i32> {
         if verdict == Verdict::Allowed {
             let item = suggested(&q.hint).unwrap_or_else(|| format!("{}:{}", q.host, q.port));
             let project = std::path::PathBuf::from(&q.project);
-            if let Err(e) = crate::app::change_cmd(&mut host, &[item], false, key == 's', Some(&project)) {
+            let args = crate::cli::ChangeArgs {
+                items: vec![item],
+                session_only: key == 's',
+                project: Some(project),
+            };
+            if let Err(e) = crate::app::change_cmd(&mut host, &args, false) {
                 say(&format!("could not allow it: {e:#}; refused"));
                 verdict = Verdict::Deny;
             }

@@ -382,8 +382,8 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     let mut h = host("allow = a.test\n", &[]);
     h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "b.test", "10.0.0.1:5432"]).unwrap();
-    let Some(ai_sandbox::cli::Sub::Allow { items, session_only, project }) = &cli.sub else { panic!() };
-    assert_eq!(app::change_cmd(&mut h, items, false, *session_only, project.as_deref()).unwrap(), 0);
+    let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
+    assert_eq!(app::change_cmd(&mut h, args, false).unwrap(), 0);
     assert!(
         h.effects
             .iter()
@@ -401,8 +401,8 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     // A bad item: the config's message, and nothing changes anywhere.
     let before = h.effects.len();
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "100.64.0.1"]).unwrap();
-    let Some(ai_sandbox::cli::Sub::Allow { items, .. }) = &cli.sub else { panic!() };
-    let e = app::change_cmd(&mut h, items, false, false, None).unwrap_err();
+    let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
+    let e = app::change_cmd(&mut h, args, false).unwrap_err();
     assert!(format!("{e:#}").contains("100.64.0.1"), "{e:#}");
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }

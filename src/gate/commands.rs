@@ -3,9 +3,8 @@
 //! client, so everything decided before `gate logs` starts is already there.
 
 use super::control::{self, Request};
-use super::log::{Event, human};
+use super::log::{Event, Follow, human};
 use crate::cli::GateCmd;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::time::Duration;
 
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
@@ -67,27 +66,18 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
         },
         GateCmd::Logs { follow, json } => {
             let path = control::log_path(&dir);
-            let file = match std::fs::File::open(&path) {
-                Ok(f) => f,
-                Err(_) => {
-                    println!("no gate log yet ({})", path.display());
-                    return Ok(0);
-                }
+            let Ok(mut log) = Follow::open(&path) else {
+                println!("no gate log yet ({})", path.display());
+                return Ok(0);
             };
-            let mut reader = BufReader::new(file);
-            let mut line = String::new();
             loop {
-                line.clear();
-                let n = reader.read_line(&mut line)?;
-                if n == 0 || !line.ends_with('\n') {
+                let Some(line) = log.next_line()? else {
                     if !follow {
                         return Ok(0);
                     }
-                    // Partial line: rewind to its start and wait for the rest.
-                    reader.seek(SeekFrom::Current(-(n as i64)))?;
                     std::thread::sleep(Duration::from_millis(200));
                     continue;
-                }
+                };
                 if *json {
                     print!("{line}");
                 } else {

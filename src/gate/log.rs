@@ -71,6 +71,46 @@ pub fn now() -> String {
     rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
 }
 
+impl Event {
+    /// What would allow a refusal, as its hint says it, without the prefix clients see
+    /// (`blocked by ai-sandbox: `); empty when the decision has no hint.
+    pub fn fix(&self) -> &str {
+        self.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&self.hint)
+    }
+}
+
+/// Reads the decision log a whole line at a time: a line the gate is writing right now is left
+/// for the next call (the gate writes each line with one write, so this is rare, not never).
+pub struct Follow {
+    reader: std::io::BufReader<File>,
+}
+
+impl Follow {
+    pub fn open(path: &Path) -> std::io::Result<Follow> {
+        Ok(Follow { reader: std::io::BufReader::new(File::open(path)?) })
+    }
+
+    /// From the log's end: only what is decided from now on.
+    pub fn open_at_end(path: &Path) -> std::io::Result<Follow> {
+        use std::io::Seek;
+        let mut f = Self::open(path)?;
+        f.reader.seek(std::io::SeekFrom::End(0))?;
+        Ok(f)
+    }
+
+    /// The next complete line, or `None` when there is none yet.
+    pub fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        use std::io::{BufRead, Seek, SeekFrom};
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line)?;
+        if n == 0 || !line.ends_with('\n') {
+            self.reader.seek(SeekFrom::Current(-(n as i64)))?;
+            return Ok(None);
+        }
+        Ok(Some(line))
+    }
+}
+
 pub fn human(e: &Event) -> String {
     format!(
         "{} {:5} {} session={} {} {}:{} {}",
