@@ -2,7 +2,8 @@
 //! its baseline from the same run. Built by every `cargo test`, so it cannot rot.
 //!
 //!   bench serve ADDR                      load server: `D<u64>` streams that many bytes,
-//!                                         `E` echoes, `GET ` answers HTTP with ?bytes=N zeros
+//!                                         `E` echoes, `GET ` answers HTTP with ?bytes=N zeros,
+//!                                         `PUT` drops a Content-Length body (uploads)
 //!   bench relay   GATE --target A --tinyproxy A --bytes N
 //!   bench connect GATE --target A --count N
 //!   bench tunnels GATE --count N
@@ -73,6 +74,30 @@ fn handle(mut s: TcpStream) -> std::io::Result<()> {
                 .unwrap_or(0);
             write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n")?;
             stream(&mut s, n)
+        }
+        b'P' => {
+            // An upload (`PUT` with Content-Length): read and drop the body, then answer.
+            let mut r = BufReader::new(s.try_clone()?);
+            let mut len = 0u64;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line)? == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if k.eq_ignore_ascii_case("expect") {
+                        s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+                    }
+                }
+            }
+            let got = std::io::copy(&mut r.take(len), &mut std::io::sink())?;
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\nX-Received: {got}\r\n\r\n"
+            )
         }
         _ => Ok(()),
     }

@@ -41,5 +41,6 @@ pub mod project;
 pub mod refusals;
 pub mod ruleset;
 pub mod session;
+pub mod splice;
 pub mod trust;
 pub mod watch;

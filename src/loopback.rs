@@ -71,12 +71,7 @@ pub fn warning(c: &Check, gate_addr: std::net::Ipv4Addr, reply: &[u8]) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{self, Inputs};
-
-    fn policy(cfg: &str) -> Policy {
-        let (c, _) = crate::config::parse(cfg);
-        policy::build("/p".into(), &c, &Inputs::default()).unwrap()
-    }
+    use crate::policy::from_text as policy;
 
     #[test]
     fn only_allowed_host_loopback_ports_are_checked() {

@@ -174,7 +174,9 @@ fn allowlist(p: &Policy) -> Vec<String> {
         .collect();
     for (n, r) in &p.nets {
         let via = if n.contains(std::net::IpAddr::V4(p.gate_addr)) {
-            "direct (nftables): the host's 127.0.0.1".to_string()
+            let spliced = (r.lo..=r.hi).all(|port| crate::splice::is_spliced(p, port));
+            let path = if spliced { "spliced" } else { "pasta's tap path" };
+            format!("direct (nftables): the host's 127.0.0.1, {path}")
         } else {
             "direct (nftables), TCP".to_string()
         };

@@ -102,10 +102,21 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
 }
 
+/// pasta's options: the host's loopback as `gate_addr`, and spliced forwards (`-T NS:HOST`,
+/// one per option: podman splits pasta's options at commas) for the gate's port and the
+/// spliced host ports (see `splice`).
 fn network_arg(p: &Policy, f: &Facts) -> String {
     match p.net {
-        NetMode::Allow if p.gate => format!("pasta:--map-host-loopback,{},-T,{}", p.gate_addr, f.gate_port),
-        NetMode::Allow => format!("pasta:--map-host-loopback,{}", p.gate_addr),
+        NetMode::Allow => {
+            let mut opts = vec!["--map-host-loopback".to_string(), p.gate_addr.to_string()];
+            if p.gate {
+                opts.extend(["-T".to_string(), f.gate_port.to_string()]);
+            }
+            for s in crate::splice::splices(p) {
+                opts.extend(["-T".to_string(), format!("{}:{}", s.ns, s.host)]);
+            }
+            format!("pasta:{}", opts.join(","))
+        }
         NetMode::None => "none".into(),
         NetMode::Full => "pasta".into(),
     }

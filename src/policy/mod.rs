@@ -501,5 +501,13 @@ pub fn reached_directly(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, addr: IpAd
     nets.iter().any(|(n, r)| n.contains(addr) && !gate_relays(nets, gate_addr, addr, r.lo))
 }
 
+/// A policy from config text with default inputs, for the unit tests of later stages.
+#[cfg(test)]
+pub fn from_text(cfg: &str) -> Policy {
+    let (c, errs) = crate::config::parse(cfg);
+    assert!(errs.is_empty(), "{errs:?}");
+    build("/p".into(), &c, &Inputs::default()).unwrap()
+}
+
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@ mod live;
 mod real_agents;
 mod secrets;
 mod selfprotect;
+mod splice;
 mod ssh;
 
 use harness::*;

@@ -7,21 +7,27 @@
 //!
 //! IP/CIDR entries are elements of two concatenated interval sets (address . port), so
 //! 10,000 entries still cost two rules and one lookup each.
+//!
+//! The output chain runs at priority `mangle` (-150), before NAT (`dstnat`, -100, where the
+//! kernel runs every nat chain whatever its own priority): it decides on the address the
+//! sandbox asked for. That matters for spliced host ports (`splice`), whose connections the nat
+//! output chain rewrites from `100.64.0.1:PORT` to an in-sandbox listener; a filter chain after
+//! NAT would see the rewritten address with the original interface (the kernel does not update
+//! `oif` after the reroute), so neither the allow sets nor `oif "lo"` would match.
+
+mod rules;
 
 use crate::policy::allow::{IpNet, Ports};
 use crate::policy::netset::{Box2, disjoint};
 use crate::policy::{NetMode, PASTA_DNS, Policy};
-use nftables::expr::{
-    CT, Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField, Prefix, Range, SetItem,
-};
+use nftables::expr::{Expression, MetaKey, NamedExpression, Prefix};
 use nftables::schema::{
     Chain, NfListObject, NfObject, Nftables, Rule, Set, SetFlag, SetType, SetTypeValue, Table,
 };
-use nftables::stmt::{Accept, Match, Operator, Reject, RejectType, Statement};
-use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook, RejectCode};
-use std::borrow::Cow;
+use nftables::stmt::Statement;
+use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
+use rules::*;
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
 
 pub const TABLE: &str = "ai_sandbox";
 const SET_V4: &str = "allow_v4";
@@ -58,6 +64,21 @@ pub struct Ruleset {
     pub sets: Vec<SetSpec>,
     pub output: Vec<RuleSpec>,
     pub input: Vec<RuleSpec>,
+    /// Spliced host ports (`splice`): the rewrite to their listeners and of the source; both
+    /// empty, and their chains absent, when nothing is spliced.
+    pub nat_output: Vec<RuleSpec>,
+    pub nat_postrouting: Vec<RuleSpec>,
+}
+
+/// One base chain as nft declares it.
+struct ChainDecl<'a> {
+    name: &'static str,
+    nat: bool,
+    hook: NfHook,
+    hook_text: &'static str,
+    prio: i32,
+    prio_text: &'static str,
+    rules: &'a [RuleSpec],
 }
 
 /// The ruleset for `--net allow`; `None` for `none` (no interface) and `full` (no policy).
@@ -69,7 +90,12 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     }
     let (v4, v6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.nets).into_iter().partition(|b| b.net.is_v4());
     let (d4, d6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.deny_nets).into_iter().partition(|b| b.net.is_v4());
-    let mut output = vec![make_iface_accept("oif", MetaKey::Oif), make_established()];
+    let splices = crate::splice::splices(p);
+    let mut output = Vec::new();
+    if let Some(listeners) = crate::splice::listener_range(&splices) {
+        output.push(make_splice_guard(listeners));
+    }
+    output.extend([make_iface_accept("oif", MetaKey::Oif), make_established()]);
     output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
     if p.gate {
         // ip daddr GATE_ADDR tcp dport GATE_PORT accept
@@ -104,166 +130,9 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         ],
         output,
         input,
+        nat_output: splices.iter().map(|sp| make_splice_dnat(p.gate_addr, sp.host, sp.ns)).collect(),
+        nat_postrouting: if splices.is_empty() { Vec::new() } else { vec![make_splice_snat()] },
     })
-}
-
-fn s(v: impl Into<String>) -> Expression<'static> {
-    Expression::String(Cow::Owned(v.into()))
-}
-
-fn payload(protocol: &str, field: &str) -> Expression<'static> {
-    Expression::Named(NamedExpression::Payload(Payload::PayloadField(PayloadField {
-        protocol: Cow::Owned(protocol.into()),
-        field: Cow::Owned(field.into()),
-    })))
-}
-
-fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
-    Statement::Match(Match { left, right, op: Operator::EQ })
-}
-
-fn accept() -> Statement<'static> {
-    Statement::Accept(Some(Accept {}))
-}
-
-/// `oif "lo" accept` / `iif "lo" accept`
-fn make_iface_accept(word: &str, key: MetaKey) -> RuleSpec {
-    RuleSpec {
-        text: format!("{word} \"lo\" accept"),
-        expr: vec![eq(Expression::Named(NamedExpression::Meta(Meta { key })), s("lo")), accept()],
-    }
-}
-
-/// `ct state established,related accept`
-fn make_established() -> RuleSpec {
-    let ct = Expression::Named(NamedExpression::CT(CT { key: "state".into(), family: None, dir: None }));
-    RuleSpec {
-        text: "ct state established,related accept".into(),
-        expr: vec![
-            Statement::Match(Match {
-                left: ct,
-                right: Expression::List(vec![s("established"), s("related")]),
-                op: Operator::IN,
-            }),
-            accept(),
-        ],
-    }
-}
-
-/// `icmpv6 type { nd-neighbor-solicit, ... } accept`: neighbour discovery stays on the link.
-fn make_icmpv6_nd(types: &[&str]) -> RuleSpec {
-    let set = types.iter().map(|t| SetItem::Element(s(*t))).collect();
-    RuleSpec {
-        text: format!("icmpv6 type {{ {} }} accept", types.join(", ")),
-        expr: vec![eq(payload("icmpv6", "type"), Expression::Named(NamedExpression::Set(set))), accept()],
-    }
-}
-
-/// `ip daddr ADDR PROTO dport PORT accept`
-fn make_dest_accept(addr: Ipv4Addr, proto: &str, port: u16) -> RuleSpec {
-    RuleSpec {
-        text: format!("ip daddr {addr} {proto} dport {port} accept"),
-        expr: vec![
-            eq(payload("ip", "daddr"), s(addr.to_string())),
-            eq(payload(proto, "dport"), Expression::Number(u32::from(port))),
-            accept(),
-        ],
-    }
-}
-
-/// `ip daddr . tcp dport @allow_v4 accept` (and the ip6 twin)
-fn make_set_accept(v4: bool) -> RuleSpec {
-    let (fam, set) = if v4 { ("ip", SET_V4) } else { ("ip6", SET_V6) };
-    let key = daddr_dport(fam);
-    RuleSpec {
-        text: format!("{fam} daddr . tcp dport @{set} accept"),
-        expr: vec![eq(key, s(format!("@{set}"))), accept()],
-    }
-}
-
-/// `ip daddr . tcp dport @deny_v4 add @refused_v4 { … } reject with tcp reset` (and the ip6
-/// twin): `deny =` entries win over the allow sets, and their refusals are recorded too.
-fn make_set_deny(v4: bool) -> RuleSpec {
-    let (fam, set) = if v4 { ("ip", DENY_V4) } else { ("ip6", DENY_V6) };
-    let key = daddr_dport(fam);
-    let (record_text, record) = record(v4);
-    RuleSpec {
-        text: format!("{fam} daddr . tcp dport @{set} {record_text} reject with tcp reset"),
-        expr: vec![
-            eq(key, s(format!("@{set}"))),
-            record,
-            Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
-        ],
-    }
-}
-
-/// `meta l4proto { tcp, udp } add @refused_v4 { ip daddr . meta l4proto . th dport }` (and the
-/// ip6 twin), just before the rejects: what is refused is recorded where the launcher can read
-/// it from outside, without privileges inside and without a log daemon.
-fn make_record(v4: bool) -> RuleSpec {
-    let protos =
-        Expression::Named(NamedExpression::Set(vec![SetItem::Element(s("tcp")), SetItem::Element(s("udp"))]));
-    let (record_text, record) = record(v4);
-    RuleSpec {
-        text: format!("meta l4proto {{ tcp, udp }} {record_text}"),
-        expr: vec![eq(l4proto(), protos), record],
-    }
-}
-
-/// `ip daddr . tcp dport` (or ip6): the key of the allow and deny sets.
-fn daddr_dport(fam: &'static str) -> Expression<'static> {
-    Expression::Named(NamedExpression::Concat(vec![payload(fam, "daddr"), payload("tcp", "dport")]))
-}
-
-fn l4proto() -> Expression<'static> {
-    Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::L4proto }))
-}
-
-/// `add @refused_v4 { ip daddr . meta l4proto . th dport }` (or the ip6 twin): the statement
-/// that records a refusal, as text and as JSON, for the record rule and the deny rule.
-fn record(v4: bool) -> (String, Statement<'static>) {
-    let (fam, set) = if v4 { ("ip", REFUSED_V4) } else { ("ip6", REFUSED_V6) };
-    let elem = Expression::Named(NamedExpression::Concat(vec![
-        payload(fam, "daddr"),
-        l4proto(),
-        payload("th", "dport"),
-    ]));
-    let stmt = Statement::Set(nftables::stmt::Set {
-        op: nftables::stmt::SetOp::Add,
-        elem,
-        set: format!("@{set}").into(),
-    });
-    (format!("add @{set} {{ {fam} daddr . meta l4proto . th dport }}"), stmt)
-}
-
-/// `meta l4proto tcp reject with tcp reset`: refused connections fail at once.
-fn make_reject_tcp() -> RuleSpec {
-    RuleSpec {
-        text: "meta l4proto tcp reject with tcp reset".into(),
-        expr: vec![
-            eq(l4proto(), s("tcp")),
-            Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None))),
-        ],
-    }
-}
-
-/// `reject with icmpx admin-prohibited`: everything else (UDP, ICMP, v6) fails fast too.
-fn make_reject_rest() -> RuleSpec {
-    RuleSpec {
-        text: "reject with icmpx admin-prohibited".into(),
-        expr: vec![Statement::Reject(Some(Reject::new(
-            Some(RejectType::ICMPX),
-            Some(RejectCode::AdminProhibited),
-        )))],
-    }
-}
-
-/// `tcp dport PORT accept` (input chain, one per published port)
-fn make_port_accept(port: u16) -> RuleSpec {
-    RuleSpec {
-        text: format!("tcp dport {port} accept"),
-        expr: vec![eq(payload("tcp", "dport"), Expression::Number(u32::from(port))), accept()],
-    }
 }
 
 /// An nft script that sets the allow and deny sets of a running sandbox to exactly `nets` and
@@ -298,13 +167,7 @@ fn element(b: &Box2) -> Expression<'static> {
             len: u32::from(b.net.len),
         }))
     };
-    let port = if b.ports.lo == b.ports.hi {
-        Expression::Number(u32::from(b.ports.lo))
-    } else {
-        Expression::Range(Box::new(Range {
-            range: [Expression::Number(u32::from(b.ports.lo)), Expression::Number(u32::from(b.ports.hi))],
-        }))
-    };
+    let port = ports_expr(b.ports);
     Expression::Named(NamedExpression::Concat(vec![addr, port]))
 }
 
@@ -332,24 +195,22 @@ impl Ruleset {
                 ..Set::default()
             })));
         }
-        for (name, hook, rules) in
-            [("output", NfHook::Output, &self.output), ("input", NfHook::Input, &self.input)]
-        {
+        for c in self.chains() {
             objs.push(NfListObject::Chain(Chain {
                 family: fam,
                 table: TABLE.into(),
-                name: name.into(),
-                _type: Some(NfChainType::Filter),
-                hook: Some(hook),
-                prio: Some(0),
-                policy: Some(NfChainPolicy::Drop),
+                name: c.name.into(),
+                _type: Some(if c.nat { NfChainType::NAT } else { NfChainType::Filter }),
+                hook: Some(c.hook),
+                prio: Some(c.prio),
+                policy: Some(if c.nat { NfChainPolicy::Accept } else { NfChainPolicy::Drop }),
                 ..Chain::default()
             }));
-            for r in rules {
+            for r in c.rules {
                 objs.push(NfListObject::Rule(Rule {
                     family: fam,
                     table: TABLE.into(),
-                    chain: name.into(),
+                    chain: c.name.into(),
                     expr: r.expr.clone().into(),
                     ..Rule::default()
                 }));
@@ -382,21 +243,58 @@ impl Ruleset {
             }
             t += "\t}\n\n";
         }
-        for (name, rules) in [("output", &self.output), ("input", &self.input)] {
-            t += &format!("\tchain {name} {{\n\t\ttype filter hook {name} priority filter; policy drop;\n");
-            for r in rules {
+        let chains = self.chains();
+        for (i, c) in chains.iter().enumerate() {
+            let (kind, policy) = if c.nat { ("nat", "accept") } else { ("filter", "drop") };
+            t += &format!(
+                "\tchain {} {{\n\t\ttype {kind} hook {} priority {}; policy {policy};\n",
+                c.name, c.hook_text, c.prio_text
+            );
+            for r in c.rules {
                 t += &format!("\t\t{}\n", r.text);
             }
-            t += "\t}\n";
-            if name == "output" {
-                t += "\n";
-            }
+            t += if i + 1 < chains.len() { "\t}\n\n" } else { "\t}\n" };
         }
         t + "}\n"
     }
 
     /// Number of rules (constant in the number of allow entries).
     pub fn rule_count(&self) -> usize {
-        self.output.len() + self.input.len()
+        self.chains().iter().map(|c| c.rules.len()).sum()
+    }
+
+    /// The base chains, in the order nft lists them; the nat chains only when they have rules.
+    fn chains(&self) -> Vec<ChainDecl<'_>> {
+        let filter = |name, hook, hook_text, prio, prio_text, rules| ChainDecl {
+            name,
+            nat: false,
+            hook,
+            hook_text,
+            prio,
+            prio_text,
+            rules,
+        };
+        let mut out = vec![
+            filter("output", NfHook::Output, "output", -150, "mangle", &self.output[..]),
+            filter("input", NfHook::Input, "input", 0, "filter", &self.input[..]),
+        ];
+        if !self.nat_output.is_empty() {
+            out.push(ChainDecl {
+                nat: true,
+                ..filter("nat_output", NfHook::Output, "output", -100, "dstnat", &self.nat_output[..])
+            });
+            out.push(ChainDecl {
+                nat: true,
+                ..filter(
+                    "nat_postrouting",
+                    NfHook::Postrouting,
+                    "postrouting",
+                    100,
+                    "srcnat",
+                    &self.nat_postrouting[..],
+                )
+            });
+        }
+        out
     }
 }
