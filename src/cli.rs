@@ -287,8 +287,9 @@ pub enum GateCmd {
     },
     /// Stop the gate (running sandboxes lose egress: fail closed).
     Stop,
-    /// Run the gate (started by ai-sandbox itself).
-    #[command(hide = true)]
+    /// Run the gate. Started by ai-sandbox itself on this machine; with --listen and --policy,
+    /// the cluster mode: the sessions of a policy file, JSON log lines on stdout, SIGTERM
+    /// drains (docs/kubernetes.md).
     Serve {
         #[arg(long, default_value_t = crate::policy::DEFAULT_GATE_PORT)]
         port_from: u16,
@@ -298,5 +299,14 @@ pub enum GateCmd {
         /// The runtime directory to serve (the launcher passes the one it registers in).
         #[arg(long)]
         runtime_dir: Option<PathBuf>,
+        /// Cluster mode: listen here (ADDR:PORT) for the sessions of --policy.
+        #[arg(long, requires = "policy", conflicts_with_all = ["runtime_dir"])]
+        listen: Option<std::net::SocketAddr>,
+        /// Cluster mode: the policy file (`ai-sandbox export kube` writes it into a ConfigMap).
+        #[arg(long, requires = "listen")]
+        policy: Option<PathBuf>,
+        /// Cluster mode: on SIGTERM, how long open connections may finish before the gate exits.
+        #[arg(long, default_value_t = 30)]
+        drain: u64,
     },
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
     let dir = control::runtime_dir();
     match cmd {
-        GateCmd::Serve { port_from, idle_exit, runtime_dir } => super::server::serve(
+        GateCmd::Serve { listen: Some(addr), policy: Some(policy), drain, .. } => {
+            super::cluster::serve(*addr, policy, Duration::from_secs(*drain))
+        }
+        GateCmd::Serve { port_from, idle_exit, runtime_dir, .. } => super::server::serve(
             runtime_dir.clone().unwrap_or(dir),
             *port_from,
             Duration::from_secs(*idle_exit),

@@ -24,6 +24,13 @@ impl Log {
         Ok(Log(Mutex::new(f)))
     }
 
+    /// The log on standard output (cluster mode: what cluster log collectors read).
+    pub fn stdout() -> std::io::Result<Log> {
+        use std::os::fd::AsFd;
+        let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+        Ok(Log(Mutex::new(File::from(fd))))
+    }
+
     /// Appends one event as a JSON line (a single write).
     pub fn write(&self, e: &Event) {
         if let Ok(mut line) = serde_json::to_string(e)

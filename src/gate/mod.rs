@@ -5,9 +5,11 @@
 //! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
 //! does the I/O and the process's lifecycle; `state` holds the sessions; `control` is the
 //! per-user control socket (client and server) the launcher registers sessions on; `log` the
-//! decision log; `splice` the zero-copy relay.
+//! decision log; `splice` the zero-copy relay; `cluster` the gate as a cluster service
+//! (sessions from a policy file instead of the control socket).
 
 pub mod ask;
+pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod decide;

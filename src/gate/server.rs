@@ -60,7 +60,7 @@ pub fn serve(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
     rt.block_on(run(dir, port_from, idle_exit))
 }
 
-fn raise_fd_limit() {
+pub(super) fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
@@ -201,7 +201,7 @@ fn head_error(e: HeadError) -> (u16, &'static str) {
     }
 }
 
-async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
+pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let mut buf = Vec::with_capacity(4096);
     let nobody = |status, reason| Decision {
         session: "-",

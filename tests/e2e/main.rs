@@ -5,6 +5,7 @@
 
 mod agents;
 mod clients;
+mod cluster;
 mod docs;
 mod gate;
 mod gate_limits;

@@ -1,0 +1,186 @@
+//! The gate as a cluster service (`gate serve --listen ADDR:PORT --policy FILE`): the same
+//! connection code as the local gate (decisions, token check, SSRF guard, SNI check, limits),
+//! for sessions defined in a policy file rather than registered over the control socket.
+//!
+//! What differs, and why: there is no launcher, so no control socket, no per-user lock, no idle
+//! exit and no port hand-over; the policy and the tokens are files (a ConfigMap and a Secret);
+//! every session must have a token, because a cluster address is reachable by every pod the
+//! network lets through, and the gate refuses to start otherwise; the decision log goes to
+//! standard output as JSON lines, which is what cluster log collectors read; SIGTERM stops
+//! accepting and lets open connections finish for up to `drain` (a rolling update must not cut
+//! an agent's download in half), then exits.
+
+use super::decide::SessionPolicy;
+use super::log::Log;
+use super::state::{Session, State};
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The policy file: one entry per session (`ai-sandbox export kube` writes one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    pub sessions: Vec<SessionEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionEntry {
+    /// Shown in the log (`session=`).
+    pub id: String,
+    /// Shown in the log and `gate status` (the project the policy came from).
+    pub project: String,
+    /// A file holding the proxy password clients present (a mounted Secret); surrounding
+    /// whitespace is ignored.
+    pub token_file: PathBuf,
+    pub policy: SessionPolicy,
+}
+
+/// Tokens shorter than this are refused: the token is all that stands between any pod that can
+/// reach the gate and the allowlist.
+pub const MIN_TOKEN: usize = 16;
+
+/// Reads and checks the policy file and every session's token.
+pub fn load(path: &Path) -> anyhow::Result<Vec<Session>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading the policy {}", path.display()))?;
+    let file: PolicyFile =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a gate policy", path.display()))?;
+    if file.sessions.is_empty() {
+        bail!("{}: no sessions: the gate would refuse everything", path.display());
+    }
+    let mut out: Vec<Session> = Vec::new();
+    for e in file.sessions {
+        let token = std::fs::read_to_string(&e.token_file)
+            .with_context(|| format!("session {}: reading its token {}", e.id, e.token_file.display()))?;
+        let token = token.trim().to_string();
+        if token.len() < MIN_TOKEN {
+            bail!(
+                "session {}: the token in {} is {} bytes; at least {MIN_TOKEN} are needed (a gate \
+                 reachable from the cluster must not be open to whoever guesses it)",
+                e.id,
+                e.token_file.display(),
+                token.len()
+            );
+        }
+        if out.iter().any(|s| s.token == token || s.id == e.id) {
+            bail!("session {}: its id or token is the same as another session's", e.id);
+        }
+        out.push(Session::new(e.id, e.project, token, e.policy));
+    }
+    Ok(out)
+}
+
+pub fn serve(listen: SocketAddr, policy: &Path, drain: Duration) -> anyhow::Result<i32> {
+    let sessions = load(policy)?;
+    super::server::raise_fd_limit();
+    nix::sys::signal::SigSet::all().thread_unblock()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(run(listen, sessions, drain))
+}
+
+async fn run(listen: SocketAddr, sessions: Vec<Session>, drain: Duration) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+    let dup = listener.as_fd().try_clone_to_owned()?;
+    let state = Arc::new(State::new(listener.local_addr()?.port(), dup, Log::stdout()?));
+    let all: Vec<Arc<Session>> = sessions.into_iter().map(Arc::new).collect();
+    for s in &all {
+        state.register(s.clone());
+    }
+    eprintln!("ai-sandbox gate: listening on {} for {} session(s)", listener.local_addr()?, all.len());
+    let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            r = listener.accept() => match r {
+                Ok((s, _)) => {
+                    let _ = s.set_nodelay(true);
+                    tokio::spawn(super::server::proxy_conn(state.clone(), s));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            },
+        }
+    }
+    // Stop accepting (the listener and its duplicate close), then let open connections finish.
+    drop(listener);
+    state.close();
+    let end = Instant::now() + drain;
+    let open = || all.iter().map(|s| s.active.load(std::sync::atomic::Ordering::SeqCst)).sum::<usize>();
+    while open() > 0 && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = open();
+    eprintln!(
+        "ai-sandbox gate: stopped; {}",
+        if left == 0 {
+            "every connection finished".to_string()
+        } else {
+            format!("{left} connection(s) cut at the drain limit")
+        }
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> SessionPolicy {
+        SessionPolicy {
+            hosts: Vec::new(),
+            nets: Vec::new(),
+            deny_hosts: Vec::new(),
+            deny_nets: Vec::new(),
+            gate_ports: vec![80, 443],
+            resolve: Vec::new(),
+            config_path: ".ai-sandbox/config".into(),
+            gate_addr: std::net::Ipv4Addr::new(100, 64, 0, 1),
+            ask: None,
+        }
+    }
+
+    fn write(dir: &Path, token: &str, ids: &[&str]) -> PathBuf {
+        std::fs::write(dir.join("token"), token).unwrap();
+        let sessions = ids
+            .iter()
+            .map(|id| SessionEntry {
+                id: id.to_string(),
+                project: "/p".into(),
+                token_file: dir.join("token"),
+                policy: policy(),
+            })
+            .collect();
+        let path = dir.join("policy.json");
+        std::fs::write(&path, serde_json::to_string(&PolicyFile { sessions }).unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn loads_sessions_with_their_tokens() {
+        let d = tempfile::tempdir().unwrap();
+        let s = load(&write(d.path(), "0123456789abcdef0123\n", &["agent"])).unwrap();
+        assert_eq!((s[0].id.as_str(), s[0].token.as_str()), ("agent", "0123456789abcdef0123"));
+    }
+
+    #[test]
+    fn refuses_short_tokens_shared_tokens_and_no_sessions() {
+        let d = tempfile::tempdir().unwrap();
+        let e = load(&write(d.path(), "short", &["agent"])).err().unwrap().to_string();
+        assert!(e.contains("at least 16"), "{e}");
+        let e = load(&write(d.path(), "0123456789abcdef0123", &["a", "b"])).err().unwrap().to_string();
+        assert!(e.contains("same as another"), "{e}");
+        let e = load(&write(d.path(), "0123456789abcdef0123", &[])).err().unwrap().to_string();
+        assert!(e.contains("no sessions"), "{e}");
+        std::fs::write(d.path().join("bad.json"), "{\"sessions\": [], \"extra\": 1}").unwrap();
+        let e = format!("{:#}", load(&d.path().join("bad.json")).err().unwrap());
+        assert!(e.contains("not a gate policy"), "{e}");
+    }
+}
