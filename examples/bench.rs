@@ -8,8 +8,10 @@
 //!   bench connect GATE --target A --count N
 //!   bench tunnels GATE --count N
 //!   bench rules --nft PATH
+//!   bench cluster-policy --host NAME --port P --addr IP --token-file F   (prints a policy file)
 //! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
-//! (NAME:P pinned to IP), registered with the user's gate like a launcher does.
+//! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
+//! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -142,15 +144,28 @@ fn open(proxy: Option<(SocketAddr, Option<&str>)>, target: &str) -> TcpStream {
     }
 }
 
+/// The session policy of every bench session: HOST:PORT, the name pinned to ADDR.
+fn session_policy(args: &[String]) -> ai_sandbox::gate::decide::SessionPolicy {
+    use ai_sandbox::policy::allow::{HostPattern, Ports};
+    let host = need(args, "--host");
+    ai_sandbox::gate::decide::SessionPolicy {
+        deny_hosts: vec![],
+        ask: None,
+        deny_nets: vec![],
+        hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(need(args, "--port").parse().unwrap())))],
+        nets: vec![],
+        gate_ports: vec![80, 443, 8443],
+        resolve: vec![(host, need(args, "--addr").parse().unwrap())],
+        config_path: "bench".into(),
+        gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+    }
+}
+
 /// Registers `n` gate sessions allowing HOST:PORT pinned to ADDR (starting the gate with
 /// `--gate-exe` if none runs); the leases keep them registered while the measurement runs.
 fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>, Vec<String>, u16) {
-    use ai_sandbox::gate::{control, decide::SessionPolicy};
-    use ai_sandbox::policy::allow::{HostPattern, Ports};
+    use ai_sandbox::gate::control;
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
-    let host = need(args, "--host");
-    let port: u16 = need(args, "--port").parse().unwrap();
-    let addr = need(args, "--addr").parse().unwrap();
     let dir = control::runtime_dir();
     let mut leases = Vec::new();
     let mut tokens = Vec::new();
@@ -160,23 +175,40 @@ fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>
             session: format!("bench-{i}"),
             project: "bench".into(),
             token: token.clone(),
-            policy: SessionPolicy {
-                deny_hosts: vec![],
-                ask: None,
-                deny_nets: vec![],
-                hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(port)))],
-                nets: vec![],
-                gate_ports: vec![80, 443, 8443],
-                resolve: vec![(host.clone(), addr)],
-                config_path: "bench".into(),
-                gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
-            },
+            policy: session_policy(args),
         };
         leases.push(control::register(&dir, &exe, 18181, &req).expect("register with the gate"));
         tokens.push(token);
     }
     let gate_port = leases[0].port;
     (leases, tokens, gate_port)
+}
+
+/// The gate to measure: with `--proxy ADDR --token-file F`, a gate already serving (cluster
+/// mode); else one session registered with the user's local gate (kept while the lease lives).
+fn gate_for(args: &[String]) -> (Vec<ai_sandbox::gate::control::Lease>, String, SocketAddr) {
+    match arg(args, "--proxy") {
+        Some(addr) => {
+            let token = std::fs::read_to_string(need(args, "--token-file")).unwrap().trim().to_string();
+            (Vec::new(), token, addr.parse().unwrap())
+        }
+        None => {
+            let (leases, tokens, port) = sessions(args, 1);
+            (leases, tokens[0].clone(), ([127, 0, 0, 1], port).into())
+        }
+    }
+}
+
+/// A cluster-mode policy file with one session (the bench's), its token in `--token-file`.
+fn cluster_policy(args: &[String]) {
+    use ai_sandbox::gate::cluster::{PolicyFile, SessionEntry};
+    let entry = SessionEntry {
+        id: "bench".into(),
+        project: "bench".into(),
+        token_file: need(args, "--token-file").into(),
+        policy: session_policy(args),
+    };
+    println!("{}", serde_json::to_string(&PolicyFile { sessions: vec![entry] }).unwrap());
 }
 
 fn gate_pid() -> String {
@@ -190,10 +222,8 @@ fn gate_pid() -> String {
 fn relay(args: &[String]) {
     let bytes: u64 = need(args, "--bytes").parse().unwrap();
     let target = need(args, "--target");
-    let (_leases, tokens, gport) = sessions(args, 1);
-    let gate: SocketAddr = ([127, 0, 0, 1], gport).into();
+    let (_leases, token, gate) = gate_for(args);
     let tiny: SocketAddr = need(args, "--tinyproxy").parse().unwrap();
-    let token = tokens[0].clone();
     let host = need(args, "--host");
     let port = target.rsplit(':').next().unwrap();
     let named = format!("{host}:{port}");
@@ -231,9 +261,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 fn connect(args: &[String]) {
     let count: usize = need(args, "--count").parse().unwrap();
     let target = need(args, "--target");
-    let (_leases, tokens, gport) = sessions(args, 1);
-    let gate: SocketAddr = ([127, 0, 0, 1], gport).into();
-    let token = tokens[0].clone();
+    let (_leases, token, gate) = gate_for(args);
     let named = format!("{}:{}", need(args, "--host"), target.rsplit(':').next().unwrap());
     let measure = |name: &str, proxy: Option<(SocketAddr, Option<&str>)>, t: &str| {
         let mut v: Vec<f64> = (0..count)
@@ -324,6 +352,7 @@ fn main() {
         Some("connect") => connect(&args),
         Some("tunnels") => tunnels(&args),
         Some("rules") => rules(&args),
+        Some("cluster-policy") => cluster_policy(&args),
         _ => eprintln!("usage: see the module doc of examples/bench.rs"),
     }
 }
