@@ -152,7 +152,10 @@ fn session_policy(args: &[String]) -> ai_sandbox::gate::decide::SessionPolicy {
         deny_hosts: vec![],
         ask: None,
         deny_nets: vec![],
-        hosts: vec![(HostPattern::Exact(host.clone()), Some(Ports::one(need(args, "--port").parse().unwrap())))],
+        hosts: vec![(
+            HostPattern::Exact(host.clone()),
+            Some(Ports::one(need(args, "--port").parse().unwrap())),
+        )],
         nets: vec![],
         gate_ports: vec![80, 443, 8443],
         resolve: vec![(host, need(args, "--addr").parse().unwrap())],

@@ -62,7 +62,11 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
     let Located { project, cfg_path, display } = locate(host, args.policy.project.as_deref())?;
     let file = host.read_file(&cfg_path)?;
     let text = file.clone().unwrap_or_default();
-    let reject = |diagnostics: Vec<Diagnostic>| Rejected { config_path: display.clone(), diagnostics };
+    let reject = |diagnostics: Vec<Diagnostic>| Rejected {
+        config_path: display.clone(),
+        diagnostics,
+        outcome: NOT_STARTED,
+    };
     let (cfg, mut problems) = config::parse(&text);
     let inputs = Inputs {
         net: args.policy.net,
@@ -335,7 +339,7 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
     }
     let (_, problems) = config::parse(&text);
     if !problems.is_empty() {
-        return Err(Rejected { config_path: loc.display, diagnostics: problems }.into());
+        return Err(Rejected { config_path: loc.display, diagnostics: problems, outcome: NOT_STARTED }.into());
     }
     if status != trust::Status::Approved {
         host.print(&trust::explain(&status, &text, &loc.display));
@@ -408,8 +412,10 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
     } else {
         inputs.allow = items.to_vec()
     }
-    let p = policy::build(loc.project.clone(), &config::Config::default(), &inputs)
-        .map_err(|diagnostics| Rejected { config_path: loc.display.clone(), diagnostics })?;
+    let p =
+        policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
+            Rejected { config_path: loc.display.clone(), diagnostics, outcome: NOT_STARTED }
+        })?;
     let change = crate::live::Change {
         hosts: p.hosts,
         nets: p.nets,
@@ -543,6 +549,50 @@ pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Resu
         Some(rs) => host.print(&rs.to_text()),
         None => bail!("--net {} applies no nftables ruleset", policy.net.name()),
     }
+    Ok(0)
+}
+
+const NOT_STARTED: &str = "nothing was started";
+const NOT_EXPORTED: &str = "nothing was exported";
+
+/// `ai-sandbox export ...`
+pub fn export_cmd(host: &mut dyn Host, cmd: &crate::cli::ExportCmd) -> anyhow::Result<i32> {
+    let crate::cli::ExportCmd::Kube { policy, namespace, image, gate_image, cilium } = cmd;
+    let o = crate::kube::Options {
+        namespace: namespace.clone(),
+        image: image.clone(),
+        gate_image: gate_image.clone(),
+        cilium: *cilium,
+    };
+    export_kube(host, policy, &o)
+}
+
+/// `ai-sandbox export kube`: the approved config (the same validation as a launch) as
+/// Kubernetes objects; what has no cluster meaning is refused by line, and nothing is printed.
+fn export_kube(host: &mut dyn Host, args: &PolicyArgs, o: &crate::kube::Options) -> anyhow::Result<i32> {
+    let exported = |e: anyhow::Error| match e.downcast::<Rejected>() {
+        Ok(r) => Rejected { outcome: NOT_EXPORTED, ..r }.into(),
+        Err(e) => e,
+    };
+    let loaded =
+        load_policy(host, &RunArgs { policy: args.clone(), ..RunArgs::default() }).map_err(exported)?;
+    if approval(host, &loaded.policy.project, loaded.text.as_deref())?.status.needs_approval() {
+        return Err(hinted(
+            format!(
+                "{} is not approved; an export carries the policy you reviewed, nothing else",
+                loaded.display
+            ),
+            "review and approve it with `ai-sandbox trust`, then export again",
+        )
+        .into());
+    }
+    let (cfg, _) = config::parse(loaded.text.as_deref().unwrap_or_default());
+    let text = crate::kube::export(&loaded.policy, &cfg, o).map_err(|diagnostics| Rejected {
+        config_path: loaded.display.clone(),
+        diagnostics,
+        outcome: NOT_EXPORTED,
+    })?;
+    host.print(&text);
     Ok(0)
 }
 

@@ -145,7 +145,34 @@ pub struct ChangeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ExportCmd {
+    /// Kubernetes manifests for the approved config: the agent Pod, its NetworkPolicy, the gate
+    /// (Deployment + Service + ConfigMap, cluster mode) and who may reach it (docs/kubernetes.md).
+    Kube {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// The namespace of every object.
+        #[arg(long, default_value = "ai-sandbox")]
+        namespace: String,
+        /// The agent's image (else the config's `image =`; `image = host` has no cluster meaning).
+        #[arg(long)]
+        image: Option<String>,
+        /// The image holding this binary, for the gate (docs/kubernetes.md builds one).
+        #[arg(long, default_value = concat!("ai-sandbox:", env!("CARGO_PKG_VERSION")))]
+        gate_image: String,
+        /// Also a CiliumNetworkPolicy limiting the gate's own egress to the allowed names.
+        #[arg(long)]
+        cilium: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Sub {
+    /// Print the config's policy in another system's terms.
+    Export {
+        #[command(subcommand)]
+        cmd: ExportCmd,
+    },
     /// Print the nftables ruleset for the current config.
     Rules {
         #[command(flatten)]

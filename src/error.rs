@@ -92,6 +92,9 @@ pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
 pub struct Rejected {
     pub config_path: String,
     pub diagnostics: Vec<Diagnostic>,
+    /// What did not happen because of them: "nothing was started" (a launch) or
+    /// "nothing was exported".
+    pub outcome: &'static str,
 }
 
 impl fmt::Display for Rejected {
@@ -100,6 +103,6 @@ impl fmt::Display for Rejected {
             writeln!(f, "{}", d.render(&self.config_path))?;
         }
         let n = self.diagnostics.len();
-        write!(f, "{n} problem{} found; nothing was started", if n == 1 { "" } else { "s" })
+        write!(f, "{n} problem{} found; {}", if n == 1 { "" } else { "s" }, self.outcome)
     }
 }

@@ -28,6 +28,7 @@ pub mod hook;
 pub mod host;
 pub mod init;
 pub mod keeper;
+pub mod kube;
 pub mod launch;
 pub mod live;
 pub mod live_apply;

@@ -11,6 +11,7 @@ fn main() {
     let result = match &cli.sub {
         None => app::run(&mut host, &cli.run),
         Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
+        Some(Sub::Export { cmd }) => app::export_cmd(&mut host, cmd),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
         Some(Sub::Keeper { session_dir, guard, name, podman }) => {

@@ -1,0 +1,158 @@
+//! `ai-sandbox export kube`: the project's policy as Kubernetes objects (pure: policy + config
+//! lines + options → documents; the command prints them).
+//!
+//! Why a translation and not a second policy format: the config a team reviewed locally must
+//! mean the same in a cluster, so the export takes the same approved config and the same
+//! validation as a launch, and refuses — by line, with what to use instead — anything that has
+//! no cluster meaning (the host's loopback, `net = full`, `extra_args`, agent state on this
+//! machine). Nothing is half-exported: one refusal and nothing is printed.
+//!
+//! The objects are typed (`k8s-openapi`, built against Kubernetes 1.33 and validated in the
+//! tests against the schemas of 1.33 to 1.37, ADR 0036): the agent Pod, a NetworkPolicy for
+//! it (egress only to the gate and to the config's IP entries), the gate as a Deployment +
+//! Service running this binary's cluster mode (`gate serve --listen --policy`, its policy in a
+//! ConfigMap, its token from a Secret the user creates), a NetworkPolicy letting only the agent
+//! reach the gate, and with `--cilium` a CiliumNetworkPolicy limiting the gate's own egress to
+//! the allowed names (`toFQDNs`), a second layer under the gate.
+
+mod cilium;
+mod objects;
+
+use crate::config::Config;
+use crate::error::{Diagnostic, Origin};
+use crate::policy::allow::{self, IpNet, Ports};
+use crate::policy::{NetMode, Policy};
+use std::net::IpAddr;
+
+/// What the command line chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub namespace: String,
+    /// The agent's image (`--image`, else the config's `image =`).
+    pub image: Option<String>,
+    /// The image holding this binary, for the gate.
+    pub gate_image: String,
+    pub cilium: bool,
+}
+
+/// Fixed names, so that the docs and the objects agree.
+pub const GATE: &str = "ai-sandbox-gate";
+pub const AGENT: &str = "ai-sandbox-agent";
+/// The Secret holding the session token (key `token`), created by the user.
+pub const TOKEN_SECRET: &str = "ai-sandbox-token";
+/// The Secret holding the config's `secret =` values (one key per name), created by the user.
+pub const SECRETS: &str = "ai-sandbox-secrets";
+/// The PersistentVolumeClaim holding the project, created by the user.
+pub const PROJECT_CLAIM: &str = "ai-sandbox-project";
+pub const GATE_PORT: u16 = 3128;
+
+/// The manifests, as one multi-document YAML stream (each document is JSON, which is YAML).
+pub fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic>> {
+    let image = check(p, cfg, o)?;
+    let docs = objects::all(p, o, &image);
+    let mut out = format!(
+        "# ai-sandbox export kube: {} ({} objects). Apply with `kubectl apply -f`; first create\n\
+         # the Secrets and the claim this references (docs/kubernetes.md).\n",
+        p.project.display(),
+        docs.len()
+    );
+    for (what, doc) in docs {
+        out +=
+            &format!("---\n# {what}\n{}\n", serde_json::to_string_pretty(&doc).expect("objects serialise"));
+    }
+    Ok(out)
+}
+
+/// Every reason the config cannot be exported, by line; else the agent's image.
+fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic>> {
+    let mut bad = Vec::new();
+    let mut say = |at: Origin, msg: String, hint: &str| bad.push(Diagnostic::new(at, msg).hint(hint));
+    let host = IpAddr::V4(p.gate_addr);
+    // Each allow/deny line as the policy reads it (flags are not exported: only the config is).
+    let nets = |key: &'static str| {
+        cfg.all(key).filter_map(|(value, at)| match allow::parse(value) {
+            Ok(allow::Allow::Net(n, ports)) => Some((value, at, n, ports.unwrap_or(Ports::ALL))),
+            _ => None,
+        })
+    };
+    for (key, what) in [("allow", "allows"), ("deny", "denies")] {
+        for (value, at, n, _) in nets(key) {
+            if n.contains(host) {
+                say(
+                    at,
+                    format!(
+                        "`{key} = {value}` {what} this machine's loopback, which a cluster does not have"
+                    ),
+                    "reach the service by its cluster address instead (`allow = 10.96.0.10:5432`, a Service's ClusterIP) or by name through the gate",
+                );
+            }
+        }
+    }
+    for (value, at, n, r) in nets("deny") {
+        if r != Ports::ALL && p.nets.iter().any(|(a, _)| a.contains(n.addr)) {
+            say(
+                at,
+                format!(
+                    "`deny = {value}` refuses some ports of an allowed address; a NetworkPolicy can only carve out whole addresses"
+                ),
+                "narrow the allow entry's ports instead, or deny the whole address",
+            );
+        }
+    }
+    for (value, at) in cfg.all("extra_args") {
+        say(
+            at,
+            format!("`extra_args = {value}` are podman flags; a Pod has no such thing"),
+            "express it in the exported Pod (resources, volumes) after export, or remove the line",
+        );
+    }
+    for (value, at) in cfg.all("state") {
+        say(
+            at,
+            format!("`state = {value}` keeps the agent's login on this machine"),
+            "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
+        );
+    }
+    if p.net == NetMode::Allow && !p.gate {
+        say(
+            Origin::Flag("--no-gate"),
+            "an export keeps the gate: without it a cluster has nothing to enforce hostnames with".into(),
+            "export without --no-gate",
+        );
+    }
+    if p.net == NetMode::Full {
+        let at = cfg.one("net").map_or(Origin::Flag("--net"), |(_, at)| at);
+        say(
+            at,
+            "`net = full` applies no policy; an export would have nothing to enforce".into(),
+            "use `net = allow` (the default)",
+        );
+    }
+    let image = match (&o.image, &p.image) {
+        (Some(i), _) => Some(i.clone()),
+        (None, crate::policy::Image::Named(i)) => Some(i.clone()),
+        (None, crate::policy::Image::Host) => None,
+    };
+    if image.is_none() {
+        let at = cfg.one("image").map_or(Origin::Flag("--image"), |(_, at)| at);
+        say(
+            at,
+            "`image = host` (the default) is this machine's /usr; a cluster runs an image".into(),
+            "pass `--image IMAGE` (the image your agent runs in), or set `image = IMAGE`",
+        );
+    }
+    if bad.is_empty() { Ok(image.unwrap_or_default()) } else { Err(bad) }
+}
+
+/// The NetworkPolicy ports of an entry (`None`: every port).
+fn np_ports(r: Ports) -> Option<(u16, Option<u16>)> {
+    (r != Ports::ALL).then_some((r.lo, (r.hi != r.lo).then_some(r.hi)))
+}
+
+/// CIDR text of an IP entry (`10.0.0.0/8`, `192.0.2.7/32`).
+fn cidr(n: &IpNet) -> String {
+    format!("{}/{}", n.addr, n.len)
+}
+
+#[cfg(test)]
+mod tests;

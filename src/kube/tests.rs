@@ -1,0 +1,53 @@
+//! Unit tests of the export's checks and object shapes (the manifests themselves are
+//! snapshot-tested and schema-validated in tests/kube.rs).
+
+use super::*;
+
+fn opts(image: Option<&str>) -> Options {
+    Options {
+        namespace: "ns".into(),
+        image: image.map(String::from),
+        gate_image: "ai-sandbox:test".into(),
+        cilium: true,
+    }
+}
+
+fn export_of(cfg: &str, image: Option<&str>) -> Result<String, Vec<Diagnostic>> {
+    let p = crate::policy::from_text(cfg);
+    let (c, _) = crate::config::parse(cfg);
+    export(&p, &c, &opts(image))
+}
+
+#[test]
+fn what_has_no_cluster_meaning_is_refused_by_line_and_nothing_is_printed() {
+    let cfg = "allow = github.com\nallow = 100.64.0.1:5432\nextra_args = --memory=2g\nstate = claude\nallow = 10.0.0.0/8:443\ndeny = 10.1.2.3:443\n";
+    let errs = export_of(cfg, Some("img")).unwrap_err();
+    let lines: Vec<Origin> = errs.iter().map(|d| d.origin.clone()).collect();
+    assert_eq!(
+        lines,
+        [Origin::Config(2), Origin::Config(6), Origin::Config(3), Origin::Config(4)],
+        "{errs:?}"
+    );
+    assert!(
+        errs[0].message.contains("loopback")
+            && errs[0].hint.as_deref().unwrap_or_default().contains("ClusterIP")
+    );
+    // Positive control: the same config without those lines exports.
+    let ok = export_of("allow = github.com\nallow = 10.0.0.0/8:443\ndeny = 10.1.2.3\n", Some("img")).unwrap();
+    assert!(ok.contains("\"kind\": \"NetworkPolicy\"") && ok.contains("\"10.1.2.3/32\""), "{ok}");
+}
+
+#[test]
+fn image_host_needs_an_image() {
+    let errs = export_of("allow = github.com\n", None).unwrap_err();
+    assert_eq!(errs[0].origin, Origin::Flag("--image"));
+    assert!(export_of("image = docker.io/library/node:22\nallow = github.com\n", None).is_ok());
+}
+
+#[test]
+fn secrets_and_the_token_are_references_never_values() {
+    let out = export_of("allow = github.com\nsecret = ANTHROPIC_API_KEY\n", Some("img")).unwrap();
+    assert!(out.contains("\"secretKeyRef\"") && out.contains("\"ai-sandbox-secrets\""), "{out}");
+    assert!(out.contains("http://aisb:$(AISB_TOKEN)@ai-sandbox-gate.ns.svc:3128"), "{out}");
+    assert!(out.contains("\"toFQDNs\"") && out.contains("\"matchName\": \"github.com\""), "{out}");
+}
