@@ -25,7 +25,8 @@ impl Pods {
             assert!(st.success(), "ip {args:?}");
         };
         for ns in [&pods.0, &pods.1] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            // A namespace left by an interrupted run (usually none: quietly).
+            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
             ip(&["netns", "add", ns]);
             ip(&["-n", ns, "link", "set", "lo", "up"]);
         }
