@@ -172,9 +172,10 @@ fn allowlist(p: &Policy) -> Vec<String> {
             format!("{:<32} {ports}, through the gate", h.to_string())
         })
         .collect();
+    let splices = crate::splice::splices(p);
     for (n, r) in &p.nets {
         let via = if n.contains(std::net::IpAddr::V4(p.gate_addr)) {
-            let spliced = (r.lo..=r.hi).all(|port| crate::splice::is_spliced(p, port));
+            let spliced = crate::splice::covers(&splices, *r);
             let path = if spliced { "spliced" } else { "pasta's tap path" };
             format!("direct (nftables): the host's 127.0.0.1, {path}")
         } else {

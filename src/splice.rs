@@ -45,9 +45,9 @@ pub fn listener_range(s: &[Splice]) -> Option<Ports> {
     Some(Ports { lo: s.first()?.ns, hi: s.last()?.ns })
 }
 
-/// Whether `port` on the host loopback is spliced.
-pub fn is_spliced(p: &Policy, port: u16) -> bool {
-    splices(p).iter().any(|s| s.host == port)
+/// Whether every port of `r` on the host loopback is spliced.
+pub fn covers(s: &[Splice], r: Ports) -> bool {
+    usize::from(r.hi - r.lo) < MAX && (r.lo..=r.hi).all(|port| s.iter().any(|x| x.host == port))
 }
 
 fn host_ports(p: &Policy) -> Vec<u16> {
@@ -79,7 +79,8 @@ mod tests {
         let p = policy_of("allow = 100.64.0.1:6379\nallow = 100.64.0.1:5432\nallow = 192.0.2.7:5432\n");
         assert_eq!(splices(&p), [Splice { host: 5432, ns: 61000 }, Splice { host: 6379, ns: 61001 }]);
         assert_eq!(listener_range(&splices(&p)), Some(Ports { lo: 61000, hi: 61001 }));
-        assert!(is_spliced(&p, 6379) && !is_spliced(&p, 22));
+        assert!(covers(&splices(&p), Ports::one(6379)) && !covers(&splices(&p), Ports::one(22)));
+        assert!(!covers(&splices(&p), Ports { lo: 5432, hi: 6379 }), "a range with unspliced ports");
     }
 
     #[test]
