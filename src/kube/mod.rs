@@ -68,7 +68,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
     let mut bad = Vec::new();
     let mut say = |at: Origin, msg: String, hint: &str| bad.push(Diagnostic::new(at, msg).hint(hint));
     let host = IpAddr::V4(p.gate_addr);
-    // Each allow/deny line as the policy reads it (flags are not exported: only the config is).
+    // Each allow/deny line as the policy reads it; `--allow` flags are checked after the lines.
     let nets = |key: &'static str| {
         cfg.all(key).filter_map(|(value, at)| match allow::parse(value) {
             Ok(allow::Allow::Net(n, ports)) => Some((value, at, n, ports.unwrap_or(Ports::ALL))),
@@ -87,6 +87,14 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
                 );
             }
         }
+    }
+    let from_lines = nets("allow").any(|(_, _, n, _)| n.contains(host));
+    if !from_lines && p.nets.iter().any(|(n, _)| n.contains(host)) {
+        say(
+            Origin::Flag("--allow"),
+            format!("an --allow reaches this machine's loopback ({host}), which a cluster does not have"),
+            "reach the service by its cluster address instead, or drop the flag",
+        );
     }
     for (value, at, n, r) in nets("deny") {
         if r != Ports::ALL && p.nets.iter().any(|(a, _)| a.contains(n.addr)) {

@@ -51,3 +51,13 @@ fn secrets_and_the_token_are_references_never_values() {
     assert!(out.contains("http://aisb:$(AISB_TOKEN)@ai-sandbox-gate.ns.svc:3128"), "{out}");
     assert!(out.contains("\"toFQDNs\"") && out.contains("\"matchName\": \"github.com\""), "{out}");
 }
+
+#[test]
+fn an_allow_flag_to_the_host_loopback_is_refused_too() {
+    let inputs = crate::policy::Inputs { allow: vec!["100.64.0.1:5432".into()], ..Default::default() };
+    let (c, _) = crate::config::parse("allow = github.com\n");
+    let p = crate::policy::build("/p".into(), &c, &inputs).unwrap();
+    let errs = export(&p, &c, &opts(Some("img"))).unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].origin, Origin::Flag("--allow"));
+}
