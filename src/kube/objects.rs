@@ -152,7 +152,8 @@ fn agent_pod(p: &Policy, o: &Options, image: &str) -> Pod {
         vars.push(env("no_proxy", &no_proxy));
     }
     vars.push(env("HOME", HOME));
-    vars.extend(p.env.iter().map(|(k, val)| env(k, val)));
+    // Kubernetes expands `$(NAME)` in env values; the user's values are meant literally.
+    vars.extend(p.env.iter().map(|(k, val)| env(k, &val.replace("$(", "$$("))));
     vars.extend(p.secrets.iter().map(|s| from_secret(&s.name, SECRETS, &s.name)));
     let (command, interactive) = match &p.command {
         Command::Argv(a) if !a.is_empty() => (Some(a.clone()), false),

@@ -61,3 +61,10 @@ fn an_allow_flag_to_the_host_loopback_is_refused_too() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].origin, Origin::Flag("--allow"));
 }
+
+#[test]
+fn user_env_values_stay_literal_under_kubernetes_expansion() {
+    let out = export_of("allow = github.com\nenv = PS1=$(whoami)> \n", Some("img")).unwrap();
+    assert!(out.contains("\"value\": \"$$(whoami)>\""), "{out}");
+    assert!(out.contains("http://aisb:$(AISB_TOKEN)@"), "ours still expands: {out}");
+}
