@@ -138,21 +138,21 @@ fn cluster_gate_serves_a_pod_with_the_token_logs_json_and_drains_on_sigterm() {
     let tunnelled = curl(&pods, Some(TOKEN), &["-p", "http://allowed.test:8080/"]);
 
     // SIGTERM with a tunnel open: new connections are refused, the open one finishes.
-    let script = "import os, socket, sys, time\n\
-        s = socket.create_connection((sys.argv[1], 3128)); tok = sys.argv[2]\n\
-        import base64; cred = base64.b64encode(('agent:' + tok).encode()).decode()\n\
+    // The client reads the token from its stdin (never its command line) and waits for `flag`.
+    let script = "import base64, os, socket, sys, time\n\
+        tok = sys.stdin.readline().strip()\n\
+        s = socket.create_connection((sys.argv[1], 3128))\n\
+        cred = base64.b64encode(('agent:' + tok).encode()).decode()\n\
         s.sendall(('CONNECT allowed.test:8080 HTTP/1.1\\r\\nHost: allowed.test:8080\\r\\nProxy-Authorization: Basic ' + cred + '\\r\\n\\r\\n').encode())\n\
         print(s.recv(200).split(b'\\r\\n')[0].decode(), flush=True)\n\
-        while not os.path.exists(sys.argv[3]): time.sleep(0.05)\n\
+        while not os.path.exists(sys.argv[2]): time.sleep(0.05)\n\
         s.sendall(b'GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n')\n\
         data = b''\n\
         while (c := s.recv(4096)): data += c\n\
         print('after-sigterm', data.split(b'\\r\\n')[0].decode(), data.endswith(b'upstream-ok'), flush=True)\n";
     let flag = p.path("go");
-    // The token reaches the client on its stdin, not its command line.
     let mut held = pods
-        .in_pod(&["python3", "-c", &script.replace("sys.argv[2]", "sys.stdin.readline().strip()"), GATE_IP])
-        .arg("-")
+        .in_pod(&["python3", "-c", script, GATE_IP])
         .arg(&flag)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -163,6 +163,8 @@ fn cluster_gate_serves_a_pod_with_the_token_logs_json_and_drains_on_sigterm() {
     let mut held_out = BufReader::new(held.stdout.take().unwrap());
     let mut established = String::new();
     held_out.read_line(&mut established).unwrap();
+    // While the gate serves and a client holds a tunnel: the token is on no command line.
+    let leaks = command_lines_containing(&[TOKEN]);
     nix::sys::signal::kill(gate_pid(&pods), nix::sys::signal::Signal::SIGTERM).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let after_term = curl(&pods, Some(TOKEN), &["http://allowed.test:8080/"]);
@@ -204,6 +206,7 @@ fn cluster_gate_serves_a_pod_with_the_token_logs_json_and_drains_on_sigterm() {
     assert!(has("challenge", "allowed.test"), "the 407 is logged: {all}");
     assert!(events.iter().all(|e| e["session"] == "agent" || e["session"] == "-"), "{all}");
     assert!(!log.contains(TOKEN) && !err_rest.contains(TOKEN), "the token was logged: {all}");
+    assert!(leaks.is_empty(), "the token is on a command line: {leaks:?}");
     // SIGTERM: the open tunnel finished, nothing new was accepted, the gate said so and exited 0.
     assert!(established.starts_with("HTTP/1.1 200"), "{all}");
     assert!(rest.contains("after-sigterm HTTP/1.0 200 OK True"), "the open tunnel was cut: {all}");
