@@ -172,27 +172,20 @@ pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
         ));
     }
     let mut out = r.clone();
-    for h in &c.hosts {
-        if !out.policy.hosts.contains(h) {
-            out.policy.hosts.push(h.clone());
-        }
-    }
-    for n in &c.nets {
-        if !out.policy.nets.contains(n) {
-            out.policy.nets.push(*n);
-        }
-    }
-    for h in &c.deny_hosts {
-        if !out.policy.deny_hosts.contains(h) {
-            out.policy.deny_hosts.push(h.clone());
-        }
-    }
-    for n in &c.deny_nets {
-        if !out.policy.deny_nets.contains(n) {
-            out.policy.deny_nets.push(*n);
-        }
-    }
+    add_missing(&mut out.policy.hosts, &c.hosts);
+    add_missing(&mut out.policy.nets, &c.nets);
+    add_missing(&mut out.policy.deny_hosts, &c.deny_hosts);
+    add_missing(&mut out.policy.deny_nets, &c.deny_nets);
     Ok(out)
+}
+
+/// Appends each of `new` that `list` does not hold yet, in order.
+fn add_missing<T: PartialEq + Clone>(list: &mut Vec<T>, new: &[T]) {
+    for x in new {
+        if !list.contains(x) {
+            list.push(x.clone());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -46,12 +46,7 @@ const CHECKS: &[Check] = &[
 pub fn applicable(p: &Policy) -> Vec<&'static Check> {
     CHECKS
         .iter()
-        .filter(|c| {
-            p.nets.iter().any(|(n, ports)| {
-                n.contains(IpAddr::V4(p.gate_addr))
-                    && ports.contains(&crate::policy::allow::Ports::one(c.port))
-            })
-        })
+        .filter(|c| crate::policy::allow::reaches(&p.nets, IpAddr::V4(p.gate_addr), c.port))
         .collect()
 }
 

@@ -52,9 +52,6 @@ pub fn covers(s: &[Splice], r: Ports) -> bool {
 
 fn host_ports(p: &Policy) -> Vec<u16> {
     let host = IpAddr::V4(p.gate_addr);
-    let opened = |list: &[(crate::policy::allow::IpNet, Ports)], port: u16| {
-        list.iter().any(|(n, r)| n.contains(host) && r.contains(&Ports::one(port)))
-    };
     // Ranges wider than MAX (a whole-host entry) are left to the tap path: splicing the first
     // few ports of `100.64.0.1` (every port) would be arbitrary.
     let mut ports: Vec<u16> = p
@@ -62,7 +59,7 @@ fn host_ports(p: &Policy) -> Vec<u16> {
         .iter()
         .filter(|(n, r)| n.contains(host) && usize::from(r.hi - r.lo) < MAX)
         .flat_map(|(_, r)| r.lo..=r.hi)
-        .filter(|port| !opened(&p.deny_nets, *port))
+        .filter(|port| !crate::policy::allow::reaches(&p.deny_nets, host, *port))
         .collect();
     ports.sort_unstable();
     ports.dedup();

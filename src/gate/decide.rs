@@ -368,9 +368,9 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
     Ok(())
 }
 
-/// A pinned address for `name`, if the session has one.
-pub fn pinned(p: &SessionPolicy, name: &str) -> Option<IpAddr> {
-    p.resolve.iter().find(|(n, _)| n == name).map(|(_, ip)| *ip)
+/// A pinned address for `name`, if the `resolve =` pins have one.
+pub fn pinned(resolve: &[(String, IpAddr)], name: &str) -> Option<IpAddr> {
+    resolve.iter().find(|(n, _)| n == name).map(|(_, ip)| *ip)
 }
 
 /// The SNI verdict for a CONNECT to a TLS port: the ClientHello must name exactly the CONNECT

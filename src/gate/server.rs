@@ -327,7 +327,7 @@ async fn decide_and_dial(
     };
     let addrs: Vec<IpAddr> = match &target {
         Target::Ip(ip) => vec![*ip],
-        Target::Name(n) => match decide::pinned(policy, n) {
+        Target::Name(n) => match decide::pinned(&policy.resolve, n) {
             Some(ip) => vec![ip],
             None => match tokio::time::timeout(DIAL_TIMEOUT, tokio::net::lookup_host((n.as_str(), req.port)))
                 .await

@@ -300,7 +300,7 @@ fn pinned_names_and_net_entries_serialise_for_the_control_socket() {
     let json = serde_json::to_string(&p).unwrap();
     let back: SessionPolicy = serde_json::from_str(&json).unwrap();
     assert_eq!(back, p);
-    assert_eq!(decide::pinned(&back, "allowed.test"), Some("198.51.100.6".parse().unwrap()));
+    assert_eq!(decide::pinned(&back.resolve, "allowed.test"), Some("198.51.100.6".parse().unwrap()));
     assert!(back.nets.iter().any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8)));
 }
 

@@ -9,7 +9,7 @@
 
 use super::{GATE, Options};
 use crate::policy::Policy;
-use crate::policy::allow::{HostPattern, Ports};
+use crate::policy::allow::{HostPattern, IpNet, Ports};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -109,12 +109,12 @@ pub fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
         let rule = PortRule { ports, rules: None };
         // A pinned name (`resolve =`) is dialled without DNS: its address, not its name.
         let pinned = match h {
-            HostPattern::Exact(n) => crate::gate::decide::pinned(&crate::live::session_policy(p), n),
+            HostPattern::Exact(n) => crate::gate::decide::pinned(&p.resolve, n),
             HostPattern::Suffix(_) => None,
         };
         egress.push(match (pinned, h) {
             (Some(ip), _) => Egress {
-                to_cidr: vec![format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 })],
+                to_cidr: vec![super::cidr(&IpNet::masked(ip, IpNet::max_len(&ip)))],
                 to_ports: vec![rule],
                 ..Egress::default()
             },

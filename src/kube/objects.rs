@@ -47,6 +47,10 @@ fn selector(name: &str) -> LabelSelector {
     }
 }
 
+fn runtime_default() -> SeccompProfile {
+    SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
+}
+
 /// Non-root, no capabilities, no privilege escalation, RuntimeDefault seccomp, read-only root.
 fn locked_down() -> SecurityContext {
     SecurityContext {
@@ -54,7 +58,7 @@ fn locked_down() -> SecurityContext {
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        seccomp_profile: Some(runtime_default()),
         ..SecurityContext::default()
     }
 }
@@ -65,7 +69,7 @@ fn pod_security(uid: i64) -> PodSecurityContext {
         run_as_user: Some(uid),
         run_as_group: Some(uid),
         fs_group: Some(uid),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        seccomp_profile: Some(runtime_default()),
         ..PodSecurityContext::default()
     }
 }

@@ -96,6 +96,11 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// Whether an IP entry of `entries` covers `ip`:`port`.
+pub fn reaches(entries: &[(IpNet, Ports)], ip: IpAddr, port: u16) -> bool {
+    entries.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
+}
+
 /// One spelling per destination: an IPv4-mapped IPv6 address is the IPv4 address it maps.
 /// (IPv4-compatible `::a.b.c.d` is deprecated and left as IPv6.)
 pub fn canonical(ip: IpAddr) -> IpAddr {

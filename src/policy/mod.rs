@@ -490,9 +490,7 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
 /// allow entry covers that address and port.
 pub fn gate_relays(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, ip: IpAddr, port: u16) -> bool {
     let ip = allow::canonical(ip);
-    ip != IpAddr::V4(gate_addr)
-        && !ip.is_loopback()
-        && nets.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
+    ip != IpAddr::V4(gate_addr) && !ip.is_loopback() && allow::reaches(nets, ip, port)
 }
 
 /// Whether some IP allow entry reaches `addr` on a port the gate does not relay: then clients
