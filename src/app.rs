@@ -184,6 +184,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
+        relay_ports: Vec::new(),
         agents_dir: agents_dir(host),
         secrets,
         missing_secrets,
@@ -511,6 +512,11 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.
         facts.gate_port = host.register_gate(&policy, &facts)?;
+    }
+    let relays = crate::splice::relays(&crate::splice::splices(&policy));
+    if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {
+        // Bound now, held for the life of this process: their ports go into pasta's forwards.
+        facts.relay_ports = host.start_relays(&relays)?;
     }
     let plan: Plan = plan::build(&policy, &facts);
     if args.dry_run {

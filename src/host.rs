@@ -29,6 +29,9 @@ pub trait Host {
     /// Registers the session with the user's gate (starting one if needed) for the life of
     /// this process; returns the gate's port.
     fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16>;
+    /// Binds a relay on the host's loopback for each of `targets` and serves them for the life
+    /// of this process (see `relay`); returns their ports, in order.
+    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>>;
     /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
     /// time (empty when nothing listens or nothing answers).
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
@@ -77,6 +80,7 @@ pub trait Host {
 #[derive(Default)]
 pub struct RealHost {
     lease: Option<crate::gate::control::Lease>,
+    relays: Option<crate::relay::Relays>,
 }
 
 impl Host for RealHost {
@@ -161,6 +165,14 @@ impl Host for RealHost {
         let port = lease.port;
         self.lease = Some(lease);
         Ok(port)
+    }
+    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
+        // The relays' thread must not take the signals the launcher forwards to podman.
+        crate::launch::block_forwarded_signals()?;
+        let relays = crate::relay::start(targets)?;
+        let ports = relays.ports.clone();
+        self.relays = Some(relays);
+        Ok(ports)
     }
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8> {
         use std::io::{Read, Write};
@@ -396,6 +408,13 @@ impl Host for FakeHost {
     fn register_gate(&mut self, policy: &Policy, _facts: &Facts) -> anyhow::Result<u16> {
         self.effects.push(format!("register gate from port {}", policy.gate_port));
         Ok(policy.gate_port + 1)
+    }
+    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
+        let ports: Vec<u16> = (40000..).take(targets.len()).collect();
+        for (to, port) in targets.iter().zip(&ports) {
+            self.effects.push(format!("relay 127.0.0.1:{port} to {to}"));
+        }
+        Ok(ports)
     }
     fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
         self.effects.push(format!("probe 127.0.0.1:{port}"));

@@ -9,7 +9,8 @@
 //!   `manpage`, `error`, `cli`, and the gate's `request`, `decide`, `tls`;
 //! - `app` orchestrates the pipeline and touches the machine only through `host::Host`
 //!   (a trait, with a recording `FakeHost` that proves `--dry-run` asks for no effect);
-//! - `launch` executes a Plan for `RealHost` (session files, the keeper, podman, signals);
+//! - `launch` executes a Plan for `RealHost` (session files, the keeper, podman, signals), and
+//!   `relay` serves the launch's spliced IP entries;
 //! - processes of their own: `keeper` (removes a sandbox whose launcher died), `hook` (inside
 //!   podman's user namespace, loads the ruleset), the gate (`gate::server`, `state`, `control`,
 //!   `splice`, `log`);
@@ -40,6 +41,7 @@ pub mod podman;
 pub mod policy;
 pub mod project;
 pub mod refusals;
+pub mod relay;
 pub mod ruleset;
 pub mod session;
 pub mod splice;

@@ -174,12 +174,16 @@ fn allowlist(p: &Policy) -> Vec<String> {
         .collect();
     let splices = crate::splice::splices(p);
     for (n, r) in &p.nets {
-        let via = if n.contains(std::net::IpAddr::V4(p.gate_addr)) {
-            let spliced = crate::splice::covers(&splices, *r);
-            let path = if spliced { "spliced" } else { "pasta's tap path" };
-            format!("direct (nftables): the host's 127.0.0.1, {path}")
-        } else {
-            "direct (nftables), TCP".to_string()
+        let spliced = |addr| crate::splice::covers(&splices, addr, *r);
+        let via = match n.addr {
+            _ if n.contains(std::net::IpAddr::V4(p.gate_addr)) => {
+                let path = if spliced(p.gate_addr) { "spliced" } else { "pasta's tap path" };
+                format!("direct (nftables): the host's 127.0.0.1, {path}")
+            }
+            std::net::IpAddr::V4(a) if n.len == 32 && spliced(a) => {
+                "direct (nftables), TCP, spliced through a relay of the launcher's".to_string()
+            }
+            _ => "direct (nftables), TCP".to_string(),
         };
         let ports =
             if *r == crate::policy::allow::Ports::ALL { "every port".into() } else { format!("port {r}") };

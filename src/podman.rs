@@ -104,7 +104,8 @@ pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
 
 /// pasta's options: the host's loopback as `gate_addr`, and spliced forwards (`-T NS:HOST`,
 /// one per option: podman splits pasta's options at commas) for the gate's port and the
-/// spliced host ports (see `splice`).
+/// spliced destinations (see `splice`): a host port's forward goes to that port, an IP entry's
+/// to the launcher's relay for it (`<relay>` in a dry run, whose relays are not bound).
 fn network_arg(p: &Policy, f: &Facts) -> String {
     match p.net {
         NetMode::Allow => {
@@ -112,8 +113,14 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
             if p.gate {
                 opts.extend(["-T".to_string(), f.gate_port.to_string()]);
             }
+            let mut relay_ports = f.relay_ports.iter();
             for s in crate::splice::splices(p) {
-                opts.extend(["-T".to_string(), format!("{}:{}", s.ns, s.host)]);
+                let host = match (s.relayed, s.relayed.then(|| relay_ports.next()).flatten()) {
+                    (false, _) => s.to.port().to_string(),
+                    (true, Some(port)) => port.to_string(),
+                    (true, None) => "<relay>".to_string(),
+                };
+                opts.extend(["-T".to_string(), format!("{}:{host}", s.ns)]);
             }
             format!("pasta:{}", opts.join(","))
         }

@@ -107,6 +107,27 @@ fn launch_goes_through_the_host_and_root_is_refused() {
 }
 
 #[test]
+fn a_launch_relays_single_address_entries_and_forwards_them_through_pasta() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--allow", "192.0.2.7:5432", "--", "true"]).unwrap();
+    let mut h = host("allow = 100.64.0.1:6379\nallow = 198.51.100.0/24:443\n", &[]);
+    app::run(&mut h, &cli.run).unwrap();
+    let relays: Vec<&String> = h.effects.iter().filter(|e| e.starts_with("relay ")).collect();
+    assert_eq!(relays, ["relay 127.0.0.1:40000 to 192.0.2.7:5432"], "{:?}", h.effects);
+    let launch = h.effects.iter().find(|e| e.starts_with("launch")).expect("launched");
+    // The host port goes straight to itself; the IP entry to the relay bound for it; a network
+    // has no one address to relay to.
+    assert!(
+        launch.contains("pasta:--map-host-loopback,100.64.0.1,-T,18082,-T,61000:6379,-T,61001:40000 "),
+        "{launch}"
+    );
+    // Positive control: without single-address entries, nothing is relayed.
+    let mut h = host("allow = 198.51.100.0/24:443\n", &[]);
+    app::run(&mut h, &Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap().run).unwrap();
+    assert!(!h.effects.iter().any(|e| e.starts_with("relay ")), "{:?}", h.effects);
+    assert!(h.effects.iter().any(|e| e.starts_with("launch")), "{:?}", h.effects);
+}
+
+#[test]
 fn tty_adds_t_and_shell_is_the_default_command() {
     let mut h = host("", &[]);
     h.tty = true;

@@ -426,7 +426,9 @@ async fn tunnel(
         client.write_all(ESTABLISHED).await?;
     }
     upstream.write_all(&first).await?;
-    super::splice::relay(&client, &upstream, IDLE_TIMEOUT).await.map(|(a, b)| (a + first.len() as u64, b))
+    super::splice::relay(&client, &upstream, Some(IDLE_TIMEOUT))
+        .await
+        .map(|(a, b)| (a + first.len() as u64, b))
 }
 
 async fn forward(

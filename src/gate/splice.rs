@@ -128,8 +128,11 @@ impl Activity {
     }
 }
 
-/// Resolves once nothing has moved for `idle`.
-async fn idle_expired(act: &Activity, idle: Duration) {
+/// Resolves once nothing has moved for `idle` (never without a limit).
+async fn idle_expired(act: &Activity, idle: Option<Duration>) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
     loop {
         tokio::time::sleep(idle / 4).await;
         if act.quiet_for() >= idle {
@@ -138,9 +141,13 @@ async fn idle_expired(act: &Activity, idle: Duration) {
     }
 }
 
-/// Relays both directions until both have ended, or until nothing moved for `idle`.
+/// Relays both directions until both have ended, or until nothing moved for `idle` (if any).
 /// Returns (client → upstream, upstream → client) byte counts.
-pub async fn relay(client: &TcpStream, upstream: &TcpStream, idle: Duration) -> io::Result<(u64, u64)> {
+pub async fn relay(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    idle: Option<Duration>,
+) -> io::Result<(u64, u64)> {
     let act = Activity::new();
     tokio::select! {
         r = async { tokio::try_join!(one_way(client, upstream, &act), one_way(upstream, client, &act)) } => r,
@@ -153,6 +160,6 @@ pub async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Resul
     let act = Activity::new();
     tokio::select! {
         r = one_way(src, dst, &act) => r,
-        _ = idle_expired(&act, idle) => Ok(0),
+        _ = idle_expired(&act, Some(idle)) => Ok(0),
     }
 }

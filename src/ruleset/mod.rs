@@ -10,8 +10,8 @@
 //!
 //! The output chain runs at priority `mangle` (-150), before NAT (`dstnat`, -100, where the
 //! kernel runs every nat chain whatever its own priority): it decides on the address the
-//! sandbox asked for. That matters for spliced host ports (`splice`), whose connections the nat
-//! output chain rewrites from `100.64.0.1:PORT` to an in-sandbox listener; a filter chain after
+//! sandbox asked for. That matters for spliced destinations (`splice`), whose connections the nat
+//! output chain rewrites from `100.64.0.1:PORT` or an IP entry to an in-sandbox listener; a filter chain after
 //! NAT would see the rewritten address with the original interface (the kernel does not update
 //! `oif` after the reroute), so neither the allow sets nor `oif "lo"` would match.
 
@@ -64,7 +64,7 @@ pub struct Ruleset {
     pub sets: Vec<SetSpec>,
     pub output: Vec<RuleSpec>,
     pub input: Vec<RuleSpec>,
-    /// Spliced host ports (`splice`): the rewrite to their listeners and of the source; both
+    /// Spliced destinations (`splice`): the rewrite to their listeners and of the source; both
     /// empty, and their chains absent, when nothing is spliced.
     pub nat_output: Vec<RuleSpec>,
     pub nat_postrouting: Vec<RuleSpec>,
@@ -130,7 +130,7 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         ],
         output,
         input,
-        nat_output: splices.iter().map(|sp| make_splice_dnat(p.gate_addr, sp.host, sp.ns)).collect(),
+        nat_output: splices.iter().map(|sp| make_splice_dnat(sp.to, sp.ns)).collect(),
         nat_postrouting: if splices.is_empty() { Vec::new() } else { vec![make_splice_snat()] },
     })
 }

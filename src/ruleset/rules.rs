@@ -8,7 +8,7 @@ use nftables::expr::{CT, Expression, Meta, MetaKey, NamedExpression, Payload, Pa
 use nftables::stmt::{Accept, Match, NAT, NATFamily, Operator, Reject, RejectType, Statement};
 use nftables::types::RejectCode;
 use std::borrow::Cow;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 pub(super) fn s(v: impl Into<String>) -> Expression<'static> {
     Expression::String(Cow::Owned(v.into()))
@@ -179,9 +179,9 @@ fn ct(key: &str) -> Expression<'static> {
     Expression::Named(NamedExpression::CT(CT { key: key.to_string().into(), family: None, dir: None }))
 }
 
-/// `oif "lo" tcp dport 61000-61003 ct state new reject with tcp reset`: the spliced host ports'
-/// in-sandbox listeners (see `splice`) are reached only through the rewrite of an allowed
-/// `100.64.0.1:PORT`, never by connecting to them directly (on 127.0.0.1, ::1 or any loopback
+/// `oif "lo" tcp dport 61000-61003 ct state new reject with tcp reset`: the spliced
+/// destinations' in-sandbox listeners (see `splice`) are reached only through the rewrite of an
+/// allowed `100.64.0.1:PORT` or IP entry, never by connecting to them directly (on 127.0.0.1, ::1 or any loopback
 /// address), so a live `deny` of that address cannot be side-stepped.
 pub(super) fn make_splice_guard(listeners: Ports) -> RuleSpec {
     RuleSpec {
@@ -195,14 +195,25 @@ pub(super) fn make_splice_guard(listeners: Ports) -> RuleSpec {
     }
 }
 
-/// `ip daddr 100.64.0.1 tcp dport 5432 dnat ip to 127.0.0.1:61000` (nat output chain): an
-/// allowed host port's new connections go to its spliced listener.
-pub(super) fn make_splice_dnat(host_addr: Ipv4Addr, host_port: u16, ns_port: u16) -> RuleSpec {
+/// `oif != "lo" ip daddr 100.64.0.1 tcp dport 5432 dnat ip to 127.0.0.1:61000` (nat output
+/// chain): a spliced destination's new connections go to its in-sandbox listener. Never for a
+/// connection that stays inside the sandbox (`oif "lo"`): an IP entry naming the sandbox's own
+/// address (pasta gives it the host's) reaches the sandbox itself, as without a splice.
+pub(super) fn make_splice_dnat(to: SocketAddrV4, ns_port: u16) -> RuleSpec {
     RuleSpec {
-        text: format!("ip daddr {host_addr} tcp dport {host_port} dnat ip to 127.0.0.1:{ns_port}"),
+        text: format!(
+            "oif != \"lo\" ip daddr {} tcp dport {} dnat ip to 127.0.0.1:{ns_port}",
+            to.ip(),
+            to.port()
+        ),
         expr: vec![
-            eq(payload("ip", "daddr"), s(host_addr.to_string())),
-            eq(payload("tcp", "dport"), Expression::Number(u32::from(host_port))),
+            Statement::Match(Match {
+                left: Expression::Named(NamedExpression::Meta(Meta { key: MetaKey::Oif })),
+                right: s("lo"),
+                op: Operator::NEQ,
+            }),
+            eq(payload("ip", "daddr"), s(to.ip().to_string())),
+            eq(payload("tcp", "dport"), Expression::Number(u32::from(to.port()))),
             Statement::DNAT(Some(NAT {
                 addr: Some(s("127.0.0.1")),
                 family: Some(NATFamily::IP),

@@ -1,6 +1,7 @@
-//! Allowed host ports on pasta's spliced path (ADR 0034): a connection to `100.64.0.1:PORT` is
-//! rewritten to the in-sandbox listener pasta forwards to the host's `127.0.0.1:PORT`; the
-//! listener itself cannot be reached directly, and a live `deny` still closes the port.
+//! Direct destinations on pasta's spliced path: a connection to an allowed `100.64.0.1:PORT`
+//! (ADR 0034) or single-address IP entry (ADR 0037) is rewritten to an in-sandbox listener that
+//! pasta forwards to the host's loopback (the port itself, or the launcher's relay for the
+//! entry); the listeners cannot be reached directly, and a live `deny` still closes the port.
 
 use crate::harness::*;
 use std::io::Write;
@@ -89,4 +90,125 @@ fn allowed_host_ports_take_the_spliced_path_and_stay_port_scoped() {
     );
     assert!(stdout.contains(&format!("after {web_spec} open")), "positive control after deny: {all}");
     assert_eq!(db_hits.load(Ordering::SeqCst), 1, "a connection reached the denied port: {all}");
+}
+
+/// Sends 8 MiB through the test host's echo server and checks every byte came back; half way
+/// through, lists the sandbox's connections (in any state: the echo may have ended by then).
+const ECHO: &str = r#"
+import os, socket, subprocess, sys, threading
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+data = os.urandom(8 << 20)
+def send():
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=send).start()
+got, listed = bytearray(), False
+while True:
+    b = s.recv(1 << 16)
+    if not b:
+        break
+    got += b
+    if len(got) >= len(data) // 2 and not listed:
+        out = subprocess.run(["ss", "-tnH"], capture_output=True, text=True)
+        print(out.stdout, out.stderr)
+        listed = True
+print("echoed", len(got), "intact" if bytes(got) == data else "CORRUPT")
+"#;
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn single_address_entries_are_relayed_on_the_spliced_path_and_stay_port_scoped() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("relay");
+    p.config(&format!(
+        "allow = {v4}:7000\nallow = {v4}:{port}\nallow = {v4}:7001\n",
+        v4 = th.v4,
+        port = th.port
+    ));
+    std::fs::write(p.path("echo.py"), ECHO).unwrap();
+    // Listeners are given in port order from 61000 (7000 and 7001 come before the greeter's
+    // ephemeral port).
+    let (echo_ns, greeter) = (61000, th.tcp4());
+    let echo_spec = format!("tcp:{}:7000", th.v4);
+    let script = format!(
+        "/usr/bin/python3 echo.py {v4} 7000 & sleep 0.5; \
+         /usr/bin/python3 probe.py tcp:127.0.0.1:{echo_ns} tcp:[::1]:{echo_ns} tcp:{v4}:80 {greeter}; wait; \
+         /usr/bin/python3 -c \"import socket; s = socket.create_connection(('{v4}', 7001), timeout=5); print('closed-port', repr(s.recv(10)))\" 2>&1 | tail -1; \
+         touch step1; for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
+         /usr/bin/python3 probe.py {echo_spec} {greeter} | sed 's/^/after /'",
+        v4 = th.v4
+    );
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
+    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not get ready");
+    let deny = sandbox(&p, &["deny", "--session-only", &format!("{}:7000", th.v4)], &[]);
+    std::fs::write(p.path("step2"), "").unwrap();
+    let out = child.wait_with_output();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let all =
+        format!("{stdout}\n{}\ndeny: {}{}", String::from_utf8_lossy(&out.stderr), deny.stdout, deny.stderr);
+    assert!(out.status.success(), "{all}");
+    deny.ok();
+
+    // Positive control: every byte of an upload came back through the entry.
+    assert!(stdout.contains(&format!("echoed {} intact", 8 << 20)), "{all}");
+    // ...on the spliced path: the sandbox holds both ends, its socket to the entry and pasta's
+    // listener on 127.0.0.1:NS_PORT.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.iter().any(|l| l.contains(&format!("{}:7000", th.v4))), "no client socket: {all}");
+    assert!(
+        lines.iter().any(|l| l.split_whitespace().nth(3) == Some(&format!("127.0.0.1:{echo_ns}"))),
+        "the connection did not reach the spliced listener 127.0.0.1:{echo_ns}: {all}"
+    );
+    // The listener is reached only through the rewrite; other ports of the host stay refused.
+    for spec in
+        [format!("tcp:127.0.0.1:{echo_ns}"), format!("tcp:[::1]:{echo_ns}"), format!("tcp:{}:80", th.v4)]
+    {
+        assert!(stdout.contains(&format!("{spec} refused")), "{spec} must be refused: {all}");
+    }
+    assert!(stdout.contains(&format!("{greeter} open")), "positive control in the same run: {all}");
+    // Nothing listens on an allowed port: the sandbox's client fails at once, it does not hang.
+    assert!(
+        stdout.lines().any(|l| l.contains("ConnectionResetError") || l == "closed-port b''"),
+        "an allowed port with no server must fail fast: {all}"
+    );
+    // A live deny closes the relayed entry; the other one stays.
+    assert!(stdout.contains(&format!("after {echo_spec} refused")), "deny did not close the entry: {all}");
+    assert!(stdout.contains(&format!("after {greeter} open")), "positive control after deny: {all}");
+}
+
+/// The IPv4 address pasta gives the sandbox: the host's, on its default route's interface.
+fn sandbox_own_v4() -> String {
+    let out = |args: &[&str]| {
+        String::from_utf8(std::process::Command::new("ip").args(args).output().unwrap().stdout).unwrap()
+    };
+    let route = out(&["-4", "route", "show", "default"]);
+    let dev =
+        route.split_whitespace().skip_while(|w| *w != "dev").nth(1).expect("a default route").to_string();
+    let addrs = out(&["-4", "-o", "addr", "show", "dev", &dev, "scope", "global"]);
+    let inet = addrs.split_whitespace().skip_while(|w| *w != "inet").nth(1).expect("an IPv4 address");
+    inet.split('/').next().unwrap().to_string()
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn an_entry_naming_the_sandboxes_own_address_reaches_the_sandbox_itself() {
+    let _g = GATE.read().unwrap();
+    let own = sandbox_own_v4();
+    let th = TestHost::new();
+    let p = Project::new("relay-own");
+    p.config(&format!("allow = {own}:7300\nallow = {}:{}\n", th.v4, th.port));
+    // A server inside the sandbox on its own address; the entry is relayable by its form, but
+    // the connection stays inside (the rewrite skips `oif "lo"`), as it would without a splice.
+    let script = format!(
+        "/usr/bin/python3 -c \"import socket; l = socket.create_server(('0.0.0.0', 7300)); c, _ = l.accept(); c.sendall(b'INSIDE\\n')\" & sleep 0.5; \
+         /usr/bin/python3 -c \"import socket; print('own', socket.create_connection(('{own}', 7300), timeout=5).recv(10))\"; \
+         /usr/bin/python3 probe.py {}",
+        th.tcp4()
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let all = format!("{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("own b'INSIDE\\n'"), "the sandbox's own address left the sandbox: {all}");
+    assert!(r.stdout.contains(&format!("{} open", th.tcp4())), "positive control, a relayed entry: {all}");
+    r.ok();
 }
