@@ -4,9 +4,9 @@
 //!
 //! Each direction drains its pipe completely before reading more, so an EAGAIN on the way in
 //! always means "source not readable" and on the way out "destination not writable". A pipe
-//! lives only for one burst of bulk data (created when a plain read fills its buffer, dropped
-//! when the source would block), so thousands of idle tunnels hold two sockets each, not six
-//! fds and two pipe buffers; if no pipe can be had (fd limit), the burst is copied instead.
+//! lives only while data comes in bulk (created when a plain read fills its buffer, dropped at
+//! the first burst smaller than that), so thousands of quiet tunnels hold two sockets each, not
+//! six fds and two pipe buffers; if no pipe can be had (fd limit), the burst is copied instead.
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl};
 use std::io;
@@ -82,8 +82,23 @@ const PROBE: usize = 16 * 1024;
 /// Moves bytes `src` → `dst` until EOF on `src`, then half-closes `dst`. Returns bytes moved.
 async fn one_way(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> io::Result<u64> {
     let mut total = 0u64;
+    // Kept from one bulk burst to the next (setting up a 1 MiB pipe per burst showed in uploads,
+    // whose bursts are short); dropped at the first small burst, so a quiet tunnel holds none.
+    let mut bulk: Option<Pipe> = None;
     loop {
         src.readable().await?;
+        if let Some(p) = &bulk {
+            match burst(src, dst, p, activity).await? {
+                None => break,
+                Some(m) => {
+                    total += m;
+                    if m < PROBE as u64 {
+                        bulk = None;
+                    }
+                }
+            }
+            continue;
+        }
         // Allocated per read and dropped after it: an idle tunnel holds no buffer.
         let mut buf = Vec::with_capacity(PROBE);
         let n = match src.try_read_buf(&mut buf) {
@@ -104,6 +119,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> io::R
                 None => break,
                 Some(m) => total += m,
             }
+            bulk = Some(p);
         }
     }
     let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
@@ -161,5 +177,49 @@ pub async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Resul
     tokio::select! {
         r = one_way(src, dst, &act) => r,
         _ = idle_expired(&act, Some(idle)) => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (a, l.accept().await.unwrap().0)
+    }
+
+    /// Bulk, then a small message (the kept pipe is dropped), a pause, bulk again (a new pipe),
+    /// and a reply the other way: every byte arrives, in order, and both ends see the close.
+    #[tokio::test]
+    async fn bulk_and_small_bursts_arrive_intact_both_ways() {
+        let (mut client, client_end) = pair().await;
+        let (upstream_end, mut server) = pair().await;
+        let relay = tokio::spawn(async move { relay(&client_end, &upstream_end, None).await });
+        let big: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+        let sent = [&big[..], b"small", &big[..1000], &big[..]].concat();
+        let writer = {
+            let big = big.clone();
+            tokio::spawn(async move {
+                client.write_all(&big).await.unwrap();
+                client.write_all(b"small").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                client.write_all(&big[..1000]).await.unwrap();
+                client.write_all(&big).await.unwrap();
+                client.shutdown().await.unwrap();
+                let mut back = Vec::new();
+                client.read_to_end(&mut back).await.unwrap();
+                back
+            })
+        };
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert!(got == sent, "{} bytes arrived of {}, or out of order", got.len(), sent.len());
+        server.write_all(b"reply").await.unwrap();
+        server.shutdown().await.unwrap();
+        assert_eq!(writer.await.unwrap(), b"reply");
+        assert_eq!(relay.await.unwrap().unwrap(), (sent.len() as u64, 5));
     }
 }
