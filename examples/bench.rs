@@ -9,6 +9,9 @@
 //!   bench tunnels GATE --count N
 //!   bench rules --nft PATH
 //!   bench cluster-policy --host NAME --port P --addr IP --token-file F   (prints a policy file)
+//!   bench plain-relay --target A          the launcher's relay (splice(2), no decisions) on
+//!                                         127.0.0.1: prints its port, serves until killed; the
+//!                                         floor for anything relayed on the way to the host
 //! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
@@ -350,6 +353,16 @@ fn rules(args: &[String]) {
     }
 }
 
+fn plain_relay(args: &[String]) {
+    let target = need(args, "--target").parse().expect("--target IP:PORT");
+    let relays = ai_sandbox::relay::start(&[target]).expect("starting the relay");
+    println!("{}", relays.ports[0]);
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::park();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -359,6 +372,7 @@ fn main() {
         Some("tunnels") => tunnels(&args),
         Some("rules") => rules(&args),
         Some("cluster-policy") => cluster_policy(&args),
+        Some("plain-relay") => plain_relay(&args),
         _ => eprintln!("usage: see the module doc of examples/bench.rs"),
     }
 }
