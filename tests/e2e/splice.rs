@@ -27,6 +27,24 @@ fn holding_server(greeting: &'static str) -> (u16, Arc<AtomicUsize>) {
     (port, hits)
 }
 
+/// Runs `script` in a sandbox of `p`; once the script has touched `step1`, calls `ready`, denies
+/// `entry` in the running sandbox and lets the script go on (`step2`). Returns the sandbox's
+/// stdout, and everything said (for failure messages). The sandbox and the deny must succeed.
+fn with_live_deny(p: &Project, script: &str, entry: &str, ready: impl FnOnce()) -> (String, String) {
+    let child = spawn_sandbox(p, &["--", "sh", "-c", script]);
+    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not get ready");
+    ready();
+    let deny = sandbox(p, &["deny", "--session-only", entry], &[]);
+    std::fs::write(p.path("step2"), "").unwrap();
+    let out = child.wait_with_output();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let all =
+        format!("{stdout}\n{}\ndeny: {}{}", String::from_utf8_lossy(&out.stderr), deny.stdout, deny.stderr);
+    assert!(out.status.success(), "{all}");
+    deny.ok();
+    (stdout, all)
+}
+
 const HOLD: &str = r#"
 import socket, subprocess, sys
 s = socket.create_connection(("100.64.0.1", int(sys.argv[1])), timeout=5)
@@ -53,17 +71,10 @@ fn allowed_host_ports_take_the_spliced_path_and_stay_port_scoped() {
          touch step1; for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
          /usr/bin/python3 probe.py {db_spec} {web_spec} | sed 's/^/after /'"
     );
-    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
-    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not get ready");
-    let hits_before_deny = db_hits.load(Ordering::SeqCst);
-    let deny = sandbox(&p, &["deny", "--session-only", &format!("100.64.0.1:{db}")], &[]);
-    std::fs::write(p.path("step2"), "").unwrap();
-    let out = child.wait_with_output();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let all =
-        format!("{stdout}\n{}\ndeny: {}{}", String::from_utf8_lossy(&out.stderr), deny.stdout, deny.stderr);
-    assert!(out.status.success(), "{all}");
-    deny.ok();
+    let mut hits_before_deny = 0;
+    let (stdout, all) = with_live_deny(&p, &script, &format!("100.64.0.1:{db}"), || {
+        hits_before_deny = db_hits.load(Ordering::SeqCst)
+    });
 
     // Positive control: the allowed host port answers through 100.64.0.1.
     assert!(stdout.contains("banner DB-STANDIN"), "{all}");
@@ -93,17 +104,16 @@ fn allowed_host_ports_take_the_spliced_path_and_stay_port_scoped() {
 }
 
 /// Sends 8 MiB through the test host's echo server and checks every byte came back; half way
-/// through, lists the sandbox's connections (in any state: the echo may have ended by then).
+/// through, lists the sandbox's connections. It reads exactly what it sent and does not
+/// half-close first: pasta's spliced path loses the tail of a connection the sandbox half-closed
+/// while data is still on its way in (a pasta bug, docs/adr/0038), which this test is not about.
 const ECHO: &str = r#"
 import os, socket, subprocess, sys, threading
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
 data = os.urandom(8 << 20)
-def send():
-    s.sendall(data)
-    s.shutdown(socket.SHUT_WR)
-threading.Thread(target=send).start()
+threading.Thread(target=lambda: s.sendall(data)).start()
 got, listed = bytearray(), False
-while True:
+while len(got) < len(data):
     b = s.recv(1 << 16)
     if not b:
         break
@@ -139,16 +149,7 @@ fn single_address_entries_are_relayed_on_the_spliced_path_and_stay_port_scoped()
          /usr/bin/python3 probe.py {echo_spec} {greeter} | sed 's/^/after /'",
         v4 = th.v4
     );
-    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
-    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not get ready");
-    let deny = sandbox(&p, &["deny", "--session-only", &format!("{}:7000", th.v4)], &[]);
-    std::fs::write(p.path("step2"), "").unwrap();
-    let out = child.wait_with_output();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let all =
-        format!("{stdout}\n{}\ndeny: {}{}", String::from_utf8_lossy(&out.stderr), deny.stdout, deny.stderr);
-    assert!(out.status.success(), "{all}");
-    deny.ok();
+    let (stdout, all) = with_live_deny(&p, &script, &format!("{}:7000", th.v4), || {});
 
     // Positive control: every byte of an upload came back through the entry.
     assert!(stdout.contains(&format!("echoed {} intact", 8 << 20)), "{all}");
