@@ -83,8 +83,8 @@ async fn relay_one(c: TcpStream, to: SocketAddrV4) {
             // database pool may sit idle for hours); the session's end closes them all.
             let _ = crate::gate::splice::relay(&c, &u, None).await;
         }
-        // A reset, so the sandbox's client fails at once (pasta passes it on) rather than
-        // seeing a clean end of stream.
+        // Closed with a reset: the sandbox's client sees its connection end at once (trixie's
+        // pasta passes it on as an end of stream, measured), never a hang.
         Err(_) => {
             let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
         }

@@ -10,10 +10,11 @@
 //!
 //! The output chain runs at priority `mangle` (-150), before NAT (`dstnat`, -100, where the
 //! kernel runs every nat chain whatever its own priority): it decides on the address the
-//! sandbox asked for. That matters for spliced destinations (`splice`), whose connections the nat
-//! output chain rewrites from `100.64.0.1:PORT` or an IP entry to an in-sandbox listener; a filter chain after
-//! NAT would see the rewritten address with the original interface (the kernel does not update
-//! `oif` after the reroute), so neither the allow sets nor `oif "lo"` would match.
+//! sandbox asked for. That matters for spliced destinations (`splice`), whose connections the
+//! nat output chain rewrites from `100.64.0.1:PORT` or an IP entry to an in-sandbox listener; a
+//! filter chain after NAT would see the rewritten address with the original interface (the
+//! kernel does not update `oif` after the reroute), so neither the allow sets nor `oif "lo"`
+//! would match.
 
 mod rules;
 

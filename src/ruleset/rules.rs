@@ -181,8 +181,8 @@ fn ct(key: &str) -> Expression<'static> {
 
 /// `oif "lo" tcp dport 61000-61003 ct state new reject with tcp reset`: the spliced
 /// destinations' in-sandbox listeners (see `splice`) are reached only through the rewrite of an
-/// allowed `100.64.0.1:PORT` or IP entry, never by connecting to them directly (on 127.0.0.1, ::1 or any loopback
-/// address), so a live `deny` of that address cannot be side-stepped.
+/// allowed `100.64.0.1:PORT` or IP entry, never by connecting to them directly (on 127.0.0.1,
+/// ::1 or any loopback address), so a live `deny` of that address cannot be side-stepped.
 pub(super) fn make_splice_guard(listeners: Ports) -> RuleSpec {
     RuleSpec {
         text: format!("oif \"lo\" tcp dport {listeners} ct state new reject with tcp reset"),
