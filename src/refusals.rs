@@ -28,12 +28,6 @@ struct Refused {
     fix: String,
 }
 
-/// The hint without the prefix the client sees ("blocked by ai-sandbox: "), or the reason when
-/// the refusal has no hint.
-fn fix(e: &Event) -> String {
-    if e.fix().is_empty() { e.reason.clone() } else { e.fix().to_string() }
-}
-
 /// `HH:MM:SS` of an RFC 3339 time, else the time as given.
 fn clock(time: &str) -> &str {
     time.get(11..19).unwrap_or(time)
@@ -61,7 +55,7 @@ impl Tally {
             port: e.port,
             count: Some(1),
             first: e.time.clone(),
-            fix: fix(e),
+            fix: e.fix_or_reason().to_string(),
         };
         let line =
             format!("refused {}:{} ({}); later refusals of it are counted, not shown", r.host, r.port, r.fix);

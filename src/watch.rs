@@ -93,8 +93,7 @@ pub fn run() -> anyhow::Result<i32> {
                 ));
                 queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(q);
             } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
-                let fix = if e.fix().is_empty() { &e.reason } else { e.fix() };
-                say(&format!("refused {}:{} (session {}): {fix}", e.host, e.port, e.session));
+                say(&format!("refused {}:{} (session {}): {}", e.host, e.port, e.session, e.fix_or_reason()));
             }
         }
         say("the gate went away");

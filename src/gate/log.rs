@@ -84,6 +84,10 @@ impl Event {
     pub fn fix(&self) -> &str {
         self.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&self.hint)
     }
+    /// The fix, or the reason when the refusal has none: what the launcher and `watch` say.
+    pub fn fix_or_reason(&self) -> &str {
+        if self.fix().is_empty() { &self.reason } else { self.fix() }
+    }
 }
 
 /// Reads the decision log a whole line at a time: a line the gate is writing right now is left
