@@ -17,7 +17,7 @@
 //! range (32768-60999), so no outgoing connection and few servers collide with them.
 
 use crate::policy::Policy;
-use crate::policy::allow::{IpNet, Ports};
+use crate::policy::allow::Ports;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 /// The first in-sandbox listener port.
@@ -40,9 +40,10 @@ pub struct Splice {
 /// deny entry closes, in port order, then every relayable IP entry's ports (see `relayable`),
 /// in address and port order; the first `MAX` of them.
 pub fn splices(p: &Policy) -> Vec<Splice> {
-    let host = host_ports(p).into_iter().map(|port| (SocketAddrV4::new(p.gate_addr, port), false));
-    let relayed = relay_targets(p).into_iter().map(|to| (to, true));
-    host.chain(relayed)
+    let host = host_ports(p);
+    let relayed = relay_targets(p, MAX.saturating_sub(host.len()));
+    let host = host.into_iter().map(|port| (SocketAddrV4::new(p.gate_addr, port), false));
+    host.chain(relayed.into_iter().map(|to| (to, true)))
         .take(MAX)
         .zip(NS_BASE..)
         .map(|((to, relayed), ns)| Splice { to, ns, relayed })
@@ -78,15 +79,16 @@ pub fn relayable(ip: Ipv4Addr, gate_addr: Ipv4Addr) -> bool {
         || ip.is_multicast())
 }
 
-/// Ports no wider than `MAX` that an entry for `net` opens on `ip` and no deny closes.
-fn open_ports(p: &Policy, ip: Ipv4Addr, keep: impl Fn(&IpNet) -> bool) -> Vec<SocketAddrV4> {
-    // Ranges wider than MAX (a whole-host entry) are left to the tap path: splicing the first
-    // few ports of every port would be arbitrary.
-    let mut out: Vec<SocketAddrV4> = p
-        .nets
-        .iter()
-        .filter(|(n, r)| keep(n) && usize::from(r.hi - r.lo) < MAX)
-        .flat_map(|(_, r)| r.lo..=r.hi)
+/// Ranges wider than MAX (a whole-host entry) are left to the tap path: splicing the first few
+/// ports of every port would be arbitrary.
+fn narrow(r: &Ports) -> bool {
+    usize::from(r.hi - r.lo) < MAX
+}
+
+/// The ports of `ranges` on `ip` that no deny entry closes, in port order.
+fn open_ports(p: &Policy, ip: Ipv4Addr, ranges: impl Iterator<Item = Ports>) -> Vec<SocketAddrV4> {
+    let mut out: Vec<SocketAddrV4> = ranges
+        .flat_map(|r| r.lo..=r.hi)
         .filter(|port| !crate::policy::allow::reaches(&p.deny_nets, IpAddr::V4(ip), *port))
         .map(|port| SocketAddrV4::new(ip, port))
         .collect();
@@ -97,23 +99,33 @@ fn open_ports(p: &Policy, ip: Ipv4Addr, keep: impl Fn(&IpNet) -> bool) -> Vec<So
 
 fn host_ports(p: &Policy) -> Vec<u16> {
     let host = p.gate_addr;
-    open_ports(p, host, |n| n.contains(IpAddr::V4(host))).into_iter().map(|a| a.port()).collect()
+    let ranges = p.nets.iter().filter(|(n, r)| n.contains(IpAddr::V4(host)) && narrow(r)).map(|(_, r)| *r);
+    open_ports(p, host, ranges).into_iter().map(|a| a.port()).collect()
 }
 
-/// Single-address IPv4 entries (a wider network has no one address to relay to; IPv6 entries
-/// stay on the tap path).
-fn relay_targets(p: &Policy) -> Vec<SocketAddrV4> {
-    let mut addrs: Vec<Ipv4Addr> = p
+/// The first `want` ports of single-address IPv4 entries, in address and port order (a wider
+/// network has no one address to relay to; IPv6 entries stay on the tap path). One sort of the
+/// entries, then only as many addresses as it takes: a config of 10,000 addresses costs
+/// milliseconds, not one pass over every entry per address.
+fn relay_targets(p: &Policy, want: usize) -> Vec<SocketAddrV4> {
+    let mut entries: Vec<(Ipv4Addr, Ports)> = p
         .nets
         .iter()
-        .filter_map(|(n, _)| match n.addr {
-            IpAddr::V4(a) if n.len == 32 && relayable(a, p.gate_addr) => Some(a),
+        .filter_map(|(n, r)| match n.addr {
+            IpAddr::V4(a) if n.len == 32 && relayable(a, p.gate_addr) && narrow(r) => Some((a, *r)),
             _ => None,
         })
         .collect();
-    addrs.sort_unstable();
-    addrs.dedup();
-    addrs.into_iter().flat_map(|a| open_ports(p, a, |n| *n == IpNet::host(IpAddr::V4(a)))).collect()
+    entries.sort_unstable();
+    let mut out = Vec::new();
+    for same in entries.chunk_by(|x, y| x.0 == y.0) {
+        if out.len() >= want {
+            break;
+        }
+        out.extend(open_ports(p, same[0].0, same.iter().map(|(_, r)| *r)));
+    }
+    out.truncate(want);
+    out
 }
 
 #[cfg(test)]
@@ -191,5 +203,12 @@ mod tests {
         assert_eq!(s.len(), MAX);
         assert_eq!(s.last(), Some(&host(8000 + MAX as u16 - 1, NS_BASE + MAX as u16 - 1)));
         assert!(relays(&s).is_empty(), "host ports come first");
+        // Without host ports, the first MAX entry ports in address order, whatever the config's.
+        let cfg: String = (0..40).rev().map(|i| format!("allow = 192.0.2.{}:{}\n", 10 + i, 443)).collect();
+        let s = splices(&policy_of(&(cfg + "allow = 192.0.2.10:80\n")));
+        let to: Vec<String> = s.iter().map(|x| x.to.to_string()).collect();
+        assert_eq!(to.len(), MAX);
+        assert_eq!(to[..3], ["192.0.2.10:80", "192.0.2.10:443", "192.0.2.11:443"]);
+        assert_eq!(to[MAX - 1], "192.0.2.40:443");
     }
 }
