@@ -115,10 +115,9 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
             }
             let mut relay_ports = f.relay_ports.iter();
             for s in crate::splice::splices(p) {
-                let host = match (s.relayed, s.relayed.then(|| relay_ports.next()).flatten()) {
-                    (false, _) => s.to.port().to_string(),
-                    (true, Some(port)) => port.to_string(),
-                    (true, None) => "<relay>".to_string(),
+                let host = match s.relayed {
+                    false => s.to.port().to_string(),
+                    true => relay_ports.next().map_or_else(|| "<relay>".to_string(), u16::to_string),
                 };
                 opts.extend(["-T".to_string(), format!("{}:{host}", s.ns)]);
             }
