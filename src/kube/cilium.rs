@@ -114,7 +114,7 @@ pub fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
         };
         egress.push(match (pinned, h) {
             (Some(ip), _) => Egress {
-                to_cidr: vec![super::cidr(&IpNet::masked(ip, IpNet::max_len(&ip)))],
+                to_cidr: vec![super::cidr(&IpNet::host(ip))],
                 to_ports: vec![rule],
                 ..Egress::default()
             },
