@@ -189,7 +189,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         secrets,
         missing_secrets,
         state_dir: state_dir(host, &p.project),
-        protected_mounts: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
+        protected: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
     })
 }

@@ -12,7 +12,17 @@
 //! quarantine directory, the original put back, and each path is named in a report. Nothing of
 //! the user's is deleted.
 //!
+//! Every repository below the project root is guarded too (`repos`): the ones that exist are
+//! protected like the root's, the ones a session made lose what would make git run a program.
+//!
+//! A protected path that was mounted read-only inside cannot have been changed from inside
+//! while its directories are the ones recorded (same inodes): a change there is the user's, made
+//! on the host during the session, and is kept. Only paths that were absent at launch, or whose
+//! directory was replaced, are ambiguous, and are restored with the way back said.
+//!
 //! `candidates` is pure; the rest reads and writes files (called from `launch` and `keeper`).
+
+pub mod repos;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -91,6 +101,11 @@ pub enum Was {
     },
     Dir {
         mode: u32,
+        /// Its inode (0 in records of older versions): a directory mounted read-only inside
+        /// cannot be replaced from inside, so the same inode means its contents changed on the
+        /// host.
+        #[serde(default)]
+        ino: u64,
     },
     Symlink {
         target: PathBuf,
@@ -112,6 +127,30 @@ pub struct Manifest {
     pub entries: Vec<(PathBuf, Was)>,
     /// The protected paths themselves (to notice what was created below them).
     pub roots: Vec<PathBuf>,
+    /// The protected paths that were mounted read-only inside (relative): a change to one of
+    /// them, under the recorded directories, came from the host.
+    #[serde(default)]
+    pub mounted: Vec<PathBuf>,
+    /// The repositories in the project before the session (see `repos`; none in records of
+    /// older versions, whose sessions are not checked for new repositories).
+    #[serde(default)]
+    pub repos: Option<repos::Repos>,
+}
+
+/// What the guard found before a launch: the protected paths that exist (mounted read-only
+/// inside) and the project's repositories.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protected {
+    pub mounts: Vec<PathBuf>,
+    pub repos: repos::Repos,
+}
+
+/// What settling a session did: paths restored or moved aside (the sandbox's doing, or
+/// ambiguous), and host edits kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub restored: Vec<String>,
+    pub kept: Vec<String>,
 }
 
 /// Not there, for our purposes: missing, or below something that is not a directory (a
@@ -121,25 +160,27 @@ fn absent(e: &std::io::Error) -> bool {
 }
 
 /// The protected paths, relative to the project, for both the mounts and the record: the
-/// candidates; `.git` itself when it is a file (its `gitdir:` line decides which repository,
+/// candidates; every repository's (see `repos::roots`: a `.git` file decides which repository,
 /// hooks and config the host's git uses); each submodule's config and hooks under .git/modules.
-fn roots_of(project: &Path, rels: &[String]) -> Vec<PathBuf> {
+fn roots_of(project: &Path, rels: &[String], repos: &repos::Repos) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
-    if fs::symlink_metadata(project.join(".git")).is_ok_and(|m| m.is_file()) {
-        roots.push(PathBuf::from(".git"));
-    }
+    roots.extend(repos::roots(project, repos));
     for g in submodule_gitdirs(project) {
         let g = relative(project, &g);
         roots.push(g.join("config"));
         roots.push(g.join("hooks"));
     }
+    let mut seen = std::collections::HashSet::new();
+    roots.retain(|r| seen.insert(r.clone()));
     roots
 }
 
-/// A protected path that exists now and is to be mounted read-only inside the sandbox.
-pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+/// Walks the project for its repositories, then lists the protected paths that exist now and
+/// are to be mounted read-only inside the sandbox.
+pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Protected> {
+    let repos = repos::scan(project)?;
     let mut out = Vec::new();
-    for rel in roots_of(project, rels) {
+    for rel in roots_of(project, rels, &repos) {
         let p = project.join(rel);
         match fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -159,7 +200,7 @@ pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Vec<Pa
     out.retain(|p| p.exists());
     out.sort();
     out.dedup();
-    Ok(out)
+    Ok(Protected { mounts: out, repos })
 }
 
 fn submodule_gitdirs(project: &Path) -> Vec<PathBuf> {
@@ -186,20 +227,34 @@ fn relative(project: &Path, p: &Path) -> PathBuf {
     p.strip_prefix(project).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// Records the protected paths (and submodule config and hooks) into `store`.
-pub fn snapshot(project: &Path, rels: &[String], store: &Path, session: &str) -> anyhow::Result<Manifest> {
+/// Records the protected paths (and submodule config and hooks) into `store`, with what was
+/// mounted read-only (`protected`, as the plan has it) and the repositories found.
+pub fn snapshot(
+    project: &Path,
+    rels: &[String],
+    protected: &Protected,
+    store: &Path,
+    session: &str,
+) -> anyhow::Result<Manifest> {
     let files = store.join("files");
     // Copies of protected files can hold credentials (`.npmrc`, a remote URL in `.git/config`).
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
-    let roots = roots_of(project, rels);
+    let roots = roots_of(project, rels, &protected.repos);
     let mut m = Manifest {
         project: project.to_path_buf(),
         session: session.to_string(),
         launcher_pid: std::process::id(),
         entries: Vec::new(),
         roots: roots.clone(),
+        mounted: protected
+            .mounts
+            .iter()
+            .filter_map(|p| p.strip_prefix(project).ok())
+            .map(Path::to_path_buf)
+            .collect(),
+        repos: Some(protected.repos.clone()),
     };
     let mut bytes = 0u64;
     for rel in &roots {
@@ -240,7 +295,7 @@ fn record(
         Err(e) => return Err(e).with_context(|| format!("reading the protected path {}", p.display())),
         Ok(meta) if meta.file_type().is_symlink() => Was::Symlink { target: fs::read_link(&p)? },
         Ok(meta) if meta.is_dir() => {
-            out.push((rel.to_path_buf(), Was::Dir { mode: meta.mode() & 0o7777 }));
+            out.push((rel.to_path_buf(), Was::Dir { mode: meta.mode() & 0o7777, ino: meta.ino() }));
             let mut names: Vec<PathBuf> =
                 fs::read_dir(&p)?.flatten().map(|e| rel.join(e.file_name())).collect();
             names.sort();
@@ -277,7 +332,9 @@ fn unchanged(p: &Path, was: &Was) -> bool {
         (Was::Symlink { target }, Ok(m)) if m.file_type().is_symlink() => {
             fs::read_link(p).is_ok_and(|t| &t == target)
         }
-        (Was::Dir { mode }, Ok(m)) if m.is_dir() && !m.file_type().is_symlink() => m.mode() & 0o7777 == *mode,
+        (Was::Dir { mode, .. }, Ok(m)) if m.is_dir() && !m.file_type().is_symlink() => {
+            m.mode() & 0o7777 == *mode
+        }
         (Was::File { mode, copy }, Ok(m)) if m.is_file() && !m.file_type().is_symlink() => {
             m.mode() & 0o7777 == *mode && fs::read(p).ok() == fs::read(copy).ok()
         }
@@ -324,7 +381,7 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
 fn put_back(p: &Path, was: &Was) -> anyhow::Result<()> {
     match was {
         Was::Missing => Ok(()),
-        Was::Dir { mode } | Was::Parent { mode, .. } => {
+        Was::Dir { mode, .. } | Was::Parent { mode, .. } => {
             fs::create_dir_all(p)?;
             fs::set_permissions(p, fs::Permissions::from_mode(*mode))?;
             Ok(())
@@ -360,12 +417,36 @@ fn present(project: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// Compares the project with the manifest and restores every difference. Returns one line per
-/// path it touched or found replaced (empty: nothing happened).
-pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Vec<String>> {
+/// Whether a change at `rel` can only have come from the host: `rel` is, or is below, a path
+/// that was mounted read-only inside, the directories above that mount are the ones recorded
+/// (a `.git` renamed and rebuilt inside is not), and so is the mount itself when `rel` is below
+/// it. A file mount may have a new inode: editors save by writing a new file and renaming it.
+fn host_made(m: &Manifest, rel: &Path) -> bool {
+    let Some(mount) = m.mounted.iter().find(|mnt| rel.starts_with(mnt)) else { return false };
+    let same_dir = |p: &Path| {
+        let recorded = m.entries.iter().find(|(e, _)| e == p).map(|(_, w)| w);
+        let ino = match recorded {
+            Some(Was::Parent { ino, .. }) | Some(Was::Dir { ino, .. }) => *ino,
+            _ => return false,
+        };
+        ino != 0 && fs::symlink_metadata(m.project.join(p)).is_ok_and(|now| now.is_dir() && now.ino() == ino)
+    };
+    let above_ok = mount.ancestors().skip(1).take_while(|a| !a.as_os_str().is_empty()).all(same_dir);
+    above_ok && (rel == mount || same_dir(mount))
+}
+
+/// Compares the project with the manifest and restores every difference the sandbox could have
+/// made; keeps what only the host could have (see `host_made`); then takes out of each
+/// repository the session made what would run a program (see `repos::settle_new`).
+pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Outcome> {
     let project = &m.project;
-    let mut report = Vec::new();
+    let mut out = Outcome::default();
     let aside = |rel: &Path| quarantine.join(rel);
+    let yours =
+        |rel: &Path| format!("; if you made this change yourself, restore it from {}", aside(rel).display());
+    let kept = |rel: &Path| {
+        format!("{}: changed on the host during the session (it was read-only inside); kept", rel.display())
+    };
     // 1. Recorded paths, parents first: whatever differs goes aside and the original comes back.
     for (rel, was) in &m.entries {
         let p = project.join(rel);
@@ -374,12 +455,16 @@ pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Vec
                 && fs::symlink_metadata(&p).is_ok_and(|now| now.ino() != *ino)
             {
                 let original = find_by_inode(project, *ino);
-                report.push(format!(
+                out.restored.push(format!(
                     "{}: replaced by another directory during the session (its protected files are checked below){}",
                     rel.display(),
                     original.map(|o| format!("; the original is now at {}", o.display())).unwrap_or_default()
                 ));
             }
+            continue;
+        }
+        if host_made(m, rel) {
+            out.kept.push(kept(rel));
             continue;
         }
         let now = fs::symlink_metadata(&p).ok();
@@ -389,35 +474,50 @@ pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Vec
             move_aside(&p, &aside(rel))?;
         }
         put_back(&p, was)?;
-        report.push(match (now.is_some(), both_dirs) {
+        out.restored.push(match (now.is_some(), both_dirs) {
             _ if *was == Was::Missing => {
-                format!("{}: created during the session; moved to {}", rel.display(), aside(rel).display())
+                format!(
+                    "{}: created during the session; moved to {}{}",
+                    rel.display(),
+                    aside(rel).display(),
+                    yours(rel)
+                )
             }
             (false, _) => format!("{}: deleted during the session; restored", rel.display()),
             (true, true) => format!("{}: mode changed during the session; restored", rel.display()),
             (true, false) => format!(
-                "{}: changed during the session; restored (the sandbox's version is at {})",
+                "{}: changed during the session; restored (the sandbox's version is at {}{})",
                 rel.display(),
-                aside(rel).display()
+                aside(rel).display(),
+                yours(rel)
             ),
         });
     }
     // 2. Anything under a protected path (or at one) that was not there before goes aside.
     let known: std::collections::HashSet<&Path> = m.entries.iter().map(|(p, _)| p.as_path()).collect();
-    let mut moved: Vec<PathBuf> = Vec::new();
+    let mut handled: Vec<PathBuf> = Vec::new();
     for rel in present(project, &m.roots) {
-        if known.contains(rel.as_path()) || moved.iter().any(|d| rel.starts_with(d)) {
+        if known.contains(rel.as_path()) || handled.iter().any(|d| rel.starts_with(d)) {
             continue;
         }
-        move_aside(&project.join(&rel), &aside(&rel))?;
-        report.push(format!(
-            "{}: created during the session; moved to {}",
-            rel.display(),
-            aside(&rel).display()
-        ));
-        moved.push(rel);
+        if host_made(m, &rel) {
+            out.kept.push(kept(&rel));
+        } else {
+            move_aside(&project.join(&rel), &aside(&rel))?;
+            out.restored.push(format!(
+                "{}: created during the session; moved to {}{}",
+                rel.display(),
+                aside(&rel).display(),
+                yours(&rel)
+            ));
+        }
+        handled.push(rel);
     }
-    Ok(report)
+    // 3. Repositories the session made, anywhere in the project.
+    if let Some(before) = &m.repos {
+        out.restored.extend(repos::settle_new(project, before, &m.roots, quarantine)?);
+    }
+    Ok(out)
 }
 
 /// A directory at the project's top level (or one below) with this inode: where a renamed
@@ -458,8 +558,18 @@ pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> a
     };
     let stamp = crate::gate::log::now().replace(':', "");
     let quarantine = state_dir.join("quarantine").join(format!("{stamp}-{}", m.session));
-    let lines = verify_and_restore(&m, &quarantine)
+    let Outcome { restored: lines, kept } = verify_and_restore(&m, &quarantine)
         .with_context(|| format!("restoring the protected paths of {}", m.project.display()))?;
+    if !kept.is_empty() {
+        let mut text = format!(
+            "ai-sandbox: kept your changes made on the host during the session in {} (read-only inside, so not the sandbox's):\n",
+            m.project.display()
+        );
+        for l in &kept {
+            text += &format!("  {l}\n");
+        }
+        let _ = out.write_all(text.as_bytes());
+    }
     if !lines.is_empty() {
         let mut text = format!(
             "ai-sandbox: PROTECTED FILES WERE CHANGED during the session in {} ({}); restored:\n",

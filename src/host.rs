@@ -48,7 +48,7 @@ pub trait Host {
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>>;
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected>;
     /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
     /// `ai-sandbox allow` at once both land in the config.
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
@@ -197,7 +197,7 @@ impl Host for RealHost {
         std::io::stdin().read_line(&mut answer)?;
         Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
     }
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected> {
         crate::guard::existing_mounts(project, rels)
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
@@ -448,11 +448,12 @@ impl Host for FakeHost {
             .map(|(_, t)| t.trim_end_matches('\n').to_string())
             .ok_or_else(|| anyhow::anyhow!("reading the secret file {}: not found", path.display()))
     }
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-        Ok(rels
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected> {
+        let mounts = rels
             .iter()
             .map(|r| project.join(r))
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
-            .collect())
+            .collect();
+        Ok(crate::guard::Protected { mounts, repos: Default::default() })
     }
 }

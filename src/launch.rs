@@ -154,7 +154,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,
     // or this session's record would take their changes for the originals.
     crate::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())?;
-    crate::guard::snapshot(&g.project, &g.paths, &g.store, &plan.container)
+    crate::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, &plan.container)
         .context("recording the protected paths before the session")?;
     let result = run_podman(plan);
     // Whatever happened inside, the paths the host trusts are as they were.

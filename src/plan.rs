@@ -72,6 +72,8 @@ pub struct GuardSpec {
     pub state_dir: PathBuf,
     /// This session's record.
     pub store: PathBuf,
+    /// What was found before the launch: the read-only mounts and the repositories.
+    pub protected: crate::guard::Protected,
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
@@ -99,6 +101,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             paths: crate::guard::candidates(&p.protect),
             state_dir: f.state_dir.clone(),
             store: crate::session::guard_store(&f.state_dir, &f.session_id),
+            protected: f.protected.clone(),
         },
         refusals: rules.then(|| RefusalWatch {
             session: f.session_id.clone(),

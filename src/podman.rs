@@ -175,7 +175,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     }
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).
-    for m in f.launchable.mounts.iter().chain(&f.protected_mounts) {
+    for m in f.launchable.mounts.iter().chain(&f.protected.mounts) {
         let m = m.display();
         push(&["-v", &format!("{m}:{m}:ro")]);
     }

@@ -54,8 +54,9 @@ pub struct Facts {
     /// This project's directory in the user's state dir (outside every project): the approved
     /// config, the guard's records, the quarantine.
     pub state_dir: PathBuf,
-    /// Protected paths that exist now (mounted read-only inside).
-    pub protected_mounts: Vec<PathBuf>,
+    /// Protected paths that exist now (mounted read-only inside), and the project's
+    /// repositories (see `guard::repos`).
+    pub protected: crate::guard::Protected,
     /// Secret values by name, read at launch (a dry run holds placeholders); only ever written
     /// to the private env file.
     pub secrets: Vec<(String, String)>,

@@ -26,13 +26,19 @@ fn fixture() -> Fixture {
     Fixture { project, store, quarantine, _tmp: tmp }
 }
 
+/// What a launch found, as if nothing could be mounted read-only: every change below is one the
+/// sandbox could have made (a sidestep), which the mounted case must not be mistaken for.
+fn unmounted(project: &Path) -> Protected {
+    Protected { mounts: Vec::new(), repos: repos::scan(project).unwrap() }
+}
+
 fn run(f: &Fixture, change: impl FnOnce(&Path)) -> Vec<String> {
     let rels = candidates(&["scripts/deploy.sh".into()]);
-    let m = snapshot(&f.project, &rels, &f.store, "s1").unwrap();
+    let m = snapshot(&f.project, &rels, &unmounted(&f.project), &f.store, "s1").unwrap();
     change(&f.project);
     let loaded = load(&f.store).unwrap();
     assert_eq!(loaded.entries, m.entries);
-    verify_and_restore(&loaded, &f.quarantine).unwrap()
+    verify_and_restore(&loaded, &f.quarantine).unwrap().restored
 }
 
 #[test]
@@ -124,7 +130,7 @@ fn protected_paths_that_exist_are_mounted_and_links_resolve_inside_the_project()
     fs::write(f.project.join("tools/env.sh"), "export A=1\n").unwrap();
     std::os::unix::fs::symlink("tools/env.sh", f.project.join(".envrc")).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", f.project.join(".npmrc")).unwrap();
-    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap();
+    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap().mounts;
     let rel: Vec<PathBuf> = mounts.iter().map(|m| relative(&f.project, m)).collect();
     assert!(rel.contains(&PathBuf::from(".git/hooks")) && rel.contains(&PathBuf::from(".git/config")));
     assert!(
@@ -141,7 +147,7 @@ fn a_git_file_checkout_is_protected_by_its_gitdir_line() {
     let f = fixture();
     fs::remove_dir_all(f.project.join(".git")).unwrap();
     fs::write(f.project.join(".git"), "gitdir: /home/dev/repo/.git/worktrees/p\n").unwrap();
-    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap();
+    let mounts = existing_mounts(&f.project, &candidates(&[])).unwrap().mounts;
     assert!(mounts.contains(&f.project.join(".git")), "the .git file is read-only inside: {mounts:?}");
     let report = run(&f, |p| fs::write(p.join(".git"), "gitdir: /tmp/evil\n").unwrap());
     assert_eq!(
@@ -165,15 +171,62 @@ fn a_file_the_user_writes_through_write_trusted_is_kept_and_a_sandbox_write_is_s
     let state = f.store.parent().unwrap().join("state");
     let store = state.join("guard/s1");
     let rels = candidates(&[]);
-    snapshot(&f.project, &rels, &store, "s1").unwrap();
+    snapshot(&f.project, &rels, &unmounted(&f.project), &store, "s1").unwrap();
     let rel = Path::new(".ai-sandbox/config");
     write_trusted(&state, &f.project, rel, "allow = a.test\nallow = b.test\n").unwrap();
     fs::write(f.project.join(".vscode/tasks.json"), "{\"evil\": 1}\n").unwrap();
-    let lines = verify_and_restore(&load(&store).unwrap(), &f.quarantine).unwrap();
+    let lines = verify_and_restore(&load(&store).unwrap(), &f.quarantine).unwrap().restored;
     assert_eq!(fs::read_to_string(f.project.join(rel)).unwrap(), "allow = a.test\nallow = b.test\n");
     assert!(!lines.iter().any(|l| l.contains(".ai-sandbox/config")), "{lines:?}");
     assert!(
         lines.iter().any(|l| l.contains(".vscode/tasks.json")),
         "the sandbox's write is still undone: {lines:?}"
     );
+}
+
+#[test]
+fn host_edits_to_read_only_paths_are_kept_and_ambiguous_ones_say_the_way_back() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join(".ai-sandbox")).unwrap();
+    fs::write(f.project.join(".ai-sandbox/config"), "allow = a.test\n").unwrap();
+    let rels = candidates(&[]);
+    // Mounted read-only inside: what exists now, as the launch finds it.
+    let protected = existing_mounts(&f.project, &rels).unwrap();
+    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    // On the host: an editor saves the config by writing a new file and renaming it over, and
+    // adds a file to .vscode; inside (or the host, no one can tell): a new .envrc.
+    let cfg = f.project.join(".ai-sandbox/config");
+    fs::write(f.project.join(".ai-sandbox/.config.tmp"), "allow = a.test\nallow = b.test\n").unwrap();
+    fs::rename(f.project.join(".ai-sandbox/.config.tmp"), &cfg).unwrap();
+    fs::write(f.project.join(".vscode/launch.json"), "{}\n").unwrap();
+    fs::write(f.project.join(".envrc"), "echo hi\n").unwrap();
+    let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
+    assert_eq!(
+        fs::read_to_string(&cfg).unwrap(),
+        "allow = a.test\nallow = b.test\n",
+        "the host's edit is kept"
+    );
+    assert!(f.project.join(".vscode/launch.json").exists());
+    assert_eq!(out.kept.len(), 2, "{out:#?}");
+    assert!(out.kept[0].starts_with(".ai-sandbox/config: changed on the host"), "{out:#?}");
+    assert!(!f.project.join(".envrc").exists(), "absent at launch: not mounted, so restored");
+    assert_eq!(out.restored.len(), 1, "{out:#?}");
+    assert!(out.restored[0].contains("if you made this change yourself, restore it from"), "{out:#?}");
+}
+
+#[test]
+fn a_read_only_path_under_a_rebuilt_directory_is_still_the_sandboxs() {
+    let f = fixture();
+    let rels = candidates(&[]);
+    let protected = existing_mounts(&f.project, &rels).unwrap();
+    assert!(protected.mounts.contains(&f.project.join(".git/config")), "{protected:?}");
+    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    // The sidestep: .git renamed (its mounts go with it) and built again with a planted config.
+    fs::rename(f.project.join(".git"), f.project.join(".git-real")).unwrap();
+    fs::create_dir_all(f.project.join(".git/hooks")).unwrap();
+    fs::write(f.project.join(".git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
+    assert!(out.kept.is_empty(), "{out:#?}");
+    assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
+    assert!(out.restored.iter().any(|l| l.starts_with(".git/config: changed")), "{out:#?}");
 }
