@@ -95,14 +95,18 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
         Ok(_) => Err(reject(problems).into()),
         Err(more) => {
             problems.extend(more);
-            // Config-line problems first, in line order; then flags and environment.
-            problems.sort_by_key(|d| match d.origin {
-                Origin::Config(l) => (0, l),
-                _ => (1, 0),
-            });
+            in_line_order(&mut problems);
             Err(reject(problems).into())
         }
     }
+}
+
+/// Config-line problems first, in line order; then flags and environment.
+fn in_line_order(problems: &mut [Diagnostic]) {
+    problems.sort_by_key(|d| match d.origin {
+        Origin::Config(l) => (0, l),
+        _ => (1, 0),
+    });
 }
 
 /// FNV-1a, to name per-project directories stably without a crypto dependency.
@@ -338,9 +342,17 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
         }
         return Ok(if status == trust::Status::Approved { 0 } else { 1 });
     }
-    let (_, problems) = config::parse(&text);
+    // The same checks of the config as a launch (flags and environment aside): a config that
+    // could not start is never "approved".
+    let (cfg, mut problems) = config::parse(&text);
+    if let Err(more) = policy::build(loc.project.clone(), &cfg, &Inputs::default()) {
+        problems.extend(more);
+    }
     if !problems.is_empty() {
-        return Err(Rejected { config_path: loc.display, diagnostics: problems, outcome: NOT_STARTED }.into());
+        in_line_order(&mut problems);
+        return Err(
+            Rejected { config_path: loc.display, diagnostics: problems, outcome: NOT_APPROVED }.into()
+        );
     }
     if status != trust::Status::Approved {
         host.print(&trust::explain(&status, &text, &loc.display));
@@ -508,6 +520,18 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         .into());
     }
     let mut facts = gather_facts(host, &policy, !args.dry_run)?;
+    if let (crate::policy::Image::Named(image), false) = (&policy.image, args.dry_run)
+        && !host.image_present(&facts.podman, image)?
+    {
+        return Err(hinted(
+            format!(
+                "the image {image} is not on this machine, and ai-sandbox never pulls one (a pull would reach a \
+                 registry outside any policy); nothing was started"
+            ),
+            format!("fetch it outside the sandbox first: podman pull {image} (or build it: podman build -t {image} ...)"),
+        )
+        .into());
+    }
     if policy.gate && !args.dry_run {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.
@@ -560,6 +584,7 @@ pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Resu
 
 const NOT_STARTED: &str = "nothing was started";
 const NOT_EXPORTED: &str = "nothing was exported";
+const NOT_APPROVED: &str = "nothing was approved";
 
 /// `ai-sandbox export ...`
 pub fn export_cmd(host: &mut dyn Host, cmd: &crate::cli::ExportCmd) -> anyhow::Result<i32> {

@@ -131,6 +131,10 @@ pub struct Manifest {
     /// them, under the recorded directories, came from the host.
     #[serde(default)]
     pub mounted: Vec<PathBuf>,
+    /// Directories outside the project the sandbox can write (its HOME, the agents' stores, the
+    /// skeleton root), as the host sees them: a link into one made during a session is moved aside.
+    #[serde(default)]
+    pub writable: Vec<PathBuf>,
     /// The repositories in the project before the session (see `repos`; none in records of
     /// older versions, whose sessions are not checked for new repositories).
     #[serde(default)]
@@ -143,6 +147,8 @@ pub struct Manifest {
 pub struct Protected {
     pub mounts: Vec<PathBuf>,
     pub repos: repos::Repos,
+    /// Where the sandbox can write outside the project, as the host sees it (set by the plan).
+    pub writable: Vec<PathBuf>,
 }
 
 /// What settling a session did: paths restored or moved aside (the sandbox's doing, or
@@ -200,7 +206,7 @@ pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Protec
     out.retain(|p| p.exists());
     out.sort();
     out.dedup();
-    Ok(Protected { mounts: out, repos })
+    Ok(Protected { mounts: out, repos, writable: Vec::new() })
 }
 
 fn submodule_gitdirs(project: &Path) -> Vec<PathBuf> {
@@ -255,6 +261,7 @@ pub fn snapshot(
             .map(Path::to_path_buf)
             .collect(),
         repos: Some(protected.repos.clone()),
+        writable: protected.writable.clone(),
     };
     let mut bytes = 0u64;
     for rel in &roots {
@@ -515,7 +522,7 @@ pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Out
     }
     // 3. Repositories the session made, anywhere in the project.
     if let Some(before) = &m.repos {
-        out.restored.extend(repos::settle_new(project, before, &m.roots, quarantine)?);
+        out.restored.extend(repos::settle_new(project, before, &m.roots, &m.writable, quarantine)?);
     }
     Ok(out)
 }

@@ -35,6 +35,8 @@ pub trait Host {
     /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
     /// time (empty when nothing listens or nothing answers).
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
+    /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
+    fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
@@ -186,6 +188,30 @@ impl Host for RealHost {
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
     }
+    fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool> {
+        let out = std::process::Command::new(podman)
+            .args(["image", "exists", "--", image])
+            .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| {
+                hinted(format!("running {} image exists: {e}", podman.display()), "run `ai-sandbox doctor`")
+            })?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(hinted(
+                format!(
+                    "{} image exists {image} failed ({}): {}",
+                    podman.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim_end()
+                ),
+                "run `ai-sandbox doctor`",
+            )
+            .into()),
+        }
+    }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(plan)
     }
@@ -328,6 +354,8 @@ pub struct FakeHost {
     pub live: Vec<PathBuf>,
     /// What `running` returns.
     pub running: Vec<crate::live::Running>,
+    /// Images podman does not have (every other name is present).
+    pub missing_images: Vec<String>,
 }
 
 impl Host for FakeHost {
@@ -376,6 +404,9 @@ impl Host for FakeHost {
     }
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
+    }
+    fn image_present(&self, _podman: &Path, image: &str) -> anyhow::Result<bool> {
+        Ok(!self.missing_images.iter().any(|m| m == image))
     }
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
         self.effects.push(format!("lock {}", path.display()));
@@ -454,6 +485,6 @@ impl Host for FakeHost {
             .map(|r| project.join(r))
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
             .collect();
-        Ok(crate::guard::Protected { mounts, repos: Default::default() })
+        Ok(crate::guard::Protected { mounts, ..Default::default() })
     }
 }

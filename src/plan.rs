@@ -101,7 +101,13 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             paths: crate::guard::candidates(&p.protect),
             state_dir: f.state_dir.clone(),
             store: crate::session::guard_store(&f.state_dir, &f.session_id),
-            protected: f.protected.clone(),
+            protected: crate::guard::Protected {
+                writable: [f.sandbox_home.clone(), f.rootfs.clone()]
+                    .into_iter()
+                    .chain(p.agent_state.iter().map(|s| s.store(&f.agents_dir)))
+                    .collect(),
+                ..f.protected.clone()
+            },
         },
         refusals: rules.then(|| RefusalWatch {
             session: f.session_id.clone(),

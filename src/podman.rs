@@ -199,6 +199,11 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     if env_file(p, f).is_some() {
         push(&["--env-file", &f.env_file().display().to_string()]);
     }
+    // An image that is not on this machine is an error, never a pull: a pull reaches a registry
+    // outside any policy (and the launcher checks first, to say so plainly).
+    if matches!(p.image, Image::Named(_)) {
+        push(&["--pull=never"]);
+    }
     a.extend(p.extra_args.iter().cloned());
     match &p.image {
         Image::Host => a.extend(["--rootfs".to_string(), f.rootfs.display().to_string()]),

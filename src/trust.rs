@@ -119,7 +119,25 @@ fn widens(e: &Entry) -> Option<String> {
                 || name.to_ascii_uppercase().starts_with("LD_");
             sensitive.then(|| format!("overrides {name}, which changes what programs load or run"))
         }
-        "resolve" => Some("pins a name to an address for the gate".into()),
+        "resolve" => {
+            let (name, ip) = v.split_once('=').unwrap_or((v, ""));
+            let class = ip.trim().parse().ok().and_then(crate::policy::addr::classify);
+            let class = class.map(|c| format!(", which is {}", c.words())).unwrap_or_default();
+            Some(format!(
+                "pins {} to {}{class} for the gate (no DNS answer is asked)",
+                name.trim(),
+                ip.trim()
+            ))
+        }
+        "secret" => Some(match crate::policy::env::parse_secret(v) {
+            Ok((name, crate::policy::env::SecretSource::File(file))) => format!(
+                "reads the file {file} on your machine into the sandbox's environment as {name}: the agent holds its contents"
+            ),
+            _ => format!(
+                "passes {} from your environment into the sandbox: the agent holds its value",
+                v.trim()
+            ),
+        }),
         "state" => {
             Some(format!("shares the {v} login and settings kept for all your sandboxes with this one"))
         }
@@ -131,6 +149,7 @@ fn widens(e: &Entry) -> Option<String> {
 }
 
 fn allow_widens(v: &str) -> Option<String> {
+    use crate::policy::addr::{Class, reached_by};
     use crate::policy::allow::{Allow, HostPattern, parse};
     match parse(v).ok()? {
         Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
@@ -141,15 +160,19 @@ fn allow_widens(v: &str) -> Option<String> {
             if (v4 && n.len < 24) || (!v4 && n.len < 48) {
                 why.push(format!("a wide network ({n})"));
             }
-            let private = match n.addr {
-                IpAddr::V4(a) => a.is_private() || a.octets()[0] == 100 && (a.octets()[1] & 0xc0) == 64,
-                IpAddr::V6(a) => (a.segments()[0] & 0xfe00) == 0xfc00,
-            };
-            if n.contains(IpAddr::V4(crate::policy::DEFAULT_GATE_ADDR)) {
+            if !v4 {
+                why.push("an IPv6 entry (reached directly, by address)".into());
+            }
+            let host_loopback = n.contains(IpAddr::V4(crate::policy::DEFAULT_GATE_ADDR));
+            if host_loopback {
                 let p = ports.map_or("every port".to_string(), |p| format!("port {p}"));
                 why.push(format!("the host's own loopback services ({p})"));
-            } else if private {
-                why.push("your private network".into());
+            }
+            for c in reached_by(&n).into_iter().filter(|c| !(host_loopback && *c == Class::Shared)) {
+                why.push(match c {
+                    Class::Private | Class::UniqueLocal => format!("{} (your private network)", c.words()),
+                    c => format!("{} ({n} reaches it)", c.words()),
+                });
             }
             if let Some(p) = ports.filter(|p| p.hi - p.lo >= 100) {
                 why.push(format!("{} ports ({p})", u32::from(p.hi - p.lo) + 1));
@@ -271,5 +294,30 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("! line 2: extra_args = -v /:/host"), "{text}");
+    }
+
+    #[test]
+    fn secrets_special_addresses_ipv6_and_pins_are_called_out() {
+        let new = "secret = DEPLOY_KEY from ~/.ssh/id_ed25519\nsecret = ANTHROPIC_API_KEY\n\
+                   allow = 169.254.169.254:80\nallow = [2001:db8::1]:443\nallow = 64:ff9b::/96\n\
+                   resolve = api.internal.example=10.1.2.3\nallow = fd00:ec2::254\nallow = 198.51.100.7:443\n";
+        let f = findings(None, new);
+        let lines: Vec<usize> = f.iter().map(|x| x.line).collect();
+        assert_eq!(lines, [1, 2, 3, 4, 5, 6, 7], "{f:#?}");
+        assert!(
+            f[0].why.contains("reads the file ~/.ssh/id_ed25519") && f[0].why.contains("DEPLOY_KEY"),
+            "{}",
+            f[0].why
+        );
+        assert!(f[1].why.contains("passes ANTHROPIC_API_KEY from your environment"), "{}", f[1].why);
+        assert!(f[2].why.contains("the cloud metadata service"), "{}", f[2].why);
+        assert!(f[3].why.contains("IPv6 entry"), "{}", f[3].why);
+        assert!(f[4].why.contains("NAT64") && f[4].why.contains("IPv6 entry"), "{}", f[4].why);
+        assert!(
+            f[5].why.contains("pins api.internal.example to 10.1.2.3, which is a private network"),
+            "{}",
+            f[5].why
+        );
+        assert!(f[6].why.contains("the cloud metadata service"), "{}", f[6].why);
     }
 }

@@ -264,3 +264,39 @@ fn secrets_are_named_in_a_dry_run_never_shown_and_bad_ones_refused() {
     refused(Some("secret = K\nenv = K=v\n"), &[], &["K is already set on line 1"]);
     refused(Some("env = TOKEN\n"), &[], &["use `secret = TOKEN`"]);
 }
+
+#[test]
+fn trust_checks_a_config_as_a_launch_would_and_names_what_widens() {
+    for bad in ["protect = ../x\n", "resolve = x.example=notanip\n", "allow = 100.64.0.1\n"] {
+        let (_t, dir, home) = project(Some(bad));
+        let o = run_in(&dir, &home, &["trust"]);
+        assert_eq!(o.code, 125, "{bad}: {}\n{}", o.stdout, o.stderr);
+        assert!(
+            o.stderr.contains(".ai-sandbox/config:1:") && o.stderr.contains("nothing was approved"),
+            "{bad}: {}",
+            o.stderr
+        );
+        let show = run_in(&dir, &home, &["trust", "--show"]);
+        assert_eq!(show.code, 1, "{bad}: never approved: {}", show.stdout);
+    }
+    // Positive control: a valid config with lines worth a look is approved, and they are named.
+    let text = "secret = DEPLOY_KEY from ~/.ssh/id_ed25519\nallow = 169.254.169.254:80\nallow = [2001:db8::1]:443\n\
+                resolve = api.internal.example=10.1.2.3\nallow = github.com\n";
+    let (_t, dir, home) = project(Some(text));
+    let o = run_in(&dir, &home, &["trust"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for want in [
+        "line 1: secret = DEPLOY_KEY from ~/.ssh/id_ed25519",
+        "reads the file ~/.ssh/id_ed25519 on your machine",
+        "line 2: allow = 169.254.169.254:80",
+        "the cloud metadata service",
+        "line 3: allow = [2001:db8::1]:443",
+        "an IPv6 entry",
+        "line 4: resolve = api.internal.example=10.1.2.3",
+        "approved .ai-sandbox/config",
+    ] {
+        assert!(o.stdout.contains(want), "expected {want:?} in:\n{}", o.stdout);
+    }
+    assert!(!o.stdout.contains("line 5"), "a plain name is not called out:\n{}", o.stdout);
+    assert_eq!(run_in(&dir, &home, &["trust", "--show"]).code, 0);
+}

@@ -444,3 +444,22 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
     assert_eq!(v[0]["age_seconds"], 125);
     assert_eq!(v[0]["project"], "/home/dev/app");
 }
+
+#[test]
+fn an_image_is_never_pulled_and_a_missing_one_starts_nothing() {
+    let mut h = host("image = localhost/dev:1\n", &[]);
+    let dry = dry_run(&mut h, &[]);
+    assert!(argv_of(&dry).contains(&"--pull=never".to_string()), "{dry}");
+    h.missing_images.push("localhost/dev:1".into());
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(err.contains("never pulls") && err.contains("podman pull localhost/dev:1"), "{err}");
+    assert!(h.effects.is_empty(), "nothing registered or launched: {:?}", h.effects);
+    // Positive control: present, it launches (with --pull=never all the same).
+    h.missing_images.clear();
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(h.effects.iter().any(|e| e.contains("--pull=never")), "{:?}", h.effects);
+    // The host image has nothing to pull.
+    let mut plain = host("", &[]);
+    assert!(!dry_run(&mut plain, &[]).contains("--pull"));
+}

@@ -276,10 +276,6 @@ pub fn reason_phrase(hint: &str) -> String {
     if out.is_empty() { "Forbidden".into() } else { out }
 }
 
-fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u8) -> bool {
-    ipnet::Ipv4Net::new(Ipv4Addr::from(net), len).is_ok_and(|n| n.contains(&ip))
-}
-
 /// Address classes the gate never dials, whatever the allowlist says. `Ok(true)` for a
 /// private address (reached only when an IP entry allows it explicitly).
 fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
@@ -297,42 +293,10 @@ fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
             },
         )
     };
-    match ip {
-        IpAddr::V4(a) => {
-            if a == Ipv4Addr::new(169, 254, 169, 254) {
-                return Err(never("the cloud metadata service"));
-            }
-            if a.is_loopback() {
-                return Err(never("loopback"));
-            }
-            if a.is_link_local() {
-                return Err(never("link-local"));
-            }
-            if a.is_unspecified() || in_v4(a, [0, 0, 0, 0], 8) {
-                return Err(never("unspecified"));
-            }
-            if a.is_multicast() || a.is_broadcast() || in_v4(a, [240, 0, 0, 0], 4) {
-                return Err(never("multicast/broadcast/reserved"));
-            }
-            Ok(a.is_private() || in_v4(a, [100, 64, 0, 0], 10))
-        }
-        IpAddr::V6(a) => {
-            let seg0 = a.segments()[0];
-            if a.is_loopback() {
-                return Err(never("loopback"));
-            }
-            if a.is_unspecified() {
-                return Err(never("unspecified"));
-            }
-            if (seg0 & 0xffc0) == 0xfe80 {
-                return Err(never("link-local"));
-            }
-            if a.is_multicast() {
-                return Err(never("multicast"));
-            }
-            // fc00::/7 unique-local; 64:ff9b::/96 NAT64 (embeds an IPv4 we cannot vet here).
-            Ok((seg0 & 0xfe00) == 0xfc00 || a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0])
-        }
+    match crate::policy::addr::classify(ip) {
+        Some(c) if c.never() => Err(never(c.words())),
+        Some(_) => Ok(true),
+        None => Ok(false),
     }
 }
 

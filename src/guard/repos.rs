@@ -29,6 +29,10 @@ pub struct Repos {
     pub gitdirs: Vec<PathBuf>,
     /// `.git` files (`gitdir: PATH`) and `.git` symbolic links.
     pub pointers: Vec<PathBuf>,
+    /// Symbolic links that lead out of the project (`..` or absolute targets, resolved): a
+    /// directory reached through one is where the host's git looks for a repository.
+    #[serde(default)]
+    pub links_out: Vec<PathBuf>,
     /// How many entries the walk read (for the bench and the ADR).
     #[serde(default)]
     pub walked: usize,
@@ -44,6 +48,7 @@ fn looks_like_gitdir(names: &[(std::ffi::OsString, fs::FileType)]) -> bool {
 /// Walks the project (bounded, no links followed, no git directory entered).
 pub fn scan(project: &Path) -> anyhow::Result<Repos> {
     let mut out = Repos::default();
+    let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = project.join(&rel);
@@ -80,12 +85,25 @@ pub fn scan(project: &Path) -> anyhow::Result<Repos> {
                 }
             } else if t.is_dir() {
                 stack.push(child);
+            } else if t.is_symlink() && leads_out(&canon, &project.join(&child)) {
+                out.links_out.push(child);
             }
         }
     }
+    out.links_out.sort();
     out.gitdirs.sort();
     out.pointers.sort();
     Ok(out)
+}
+
+/// Whether a link leads out of the project. Only targets that can leave it lexically (absolute,
+/// or with `..`) are resolved: most links in a tree (`node_modules/.bin`) point nearby.
+fn leads_out(canon_project: &Path, link: &Path) -> bool {
+    let Ok(target) = fs::read_link(link) else { return false };
+    if target.is_relative() && !target.components().any(|c| c == Component::ParentDir) {
+        return false;
+    }
+    fs::canonicalize(link).is_ok_and(|t| !t.starts_with(canon_project))
 }
 
 /// The paths of a git directory that make git run a program or redirect to one that does.
@@ -320,11 +338,28 @@ pub fn settle_new(
     project: &Path,
     before: &Repos,
     protected: &[PathBuf],
+    writable: &[PathBuf],
     quarantine: &Path,
 ) -> anyhow::Result<Vec<String>> {
     let now = scan(project)?;
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let mut report = Vec::new();
+    // A link made during the session into a directory the sandbox can write outside the project
+    // (its HOME, the agents' stores, as they are on the host): the sandbox could make a
+    // repository there that the host's git would find on `cd` through the link.
+    let writable: Vec<PathBuf> = writable.iter().filter_map(|w| fs::canonicalize(w).ok()).collect();
+    for l in now.links_out.iter().filter(|l| !before.links_out.contains(l)) {
+        let Ok(t) = fs::canonicalize(project.join(l)) else { continue };
+        if writable.iter().any(|w| t.starts_with(w)) {
+            super::move_aside(&project.join(l), &quarantine.join(l))?;
+            report.push(format!(
+                "{}: a link made during the session into the sandbox's own files outside the project ({}); moved to {}",
+                l.display(),
+                t.display(),
+                quarantine.join(l).display()
+            ));
+        }
+    }
     let mut todo: Vec<PathBuf> =
         now.gitdirs.iter().filter(|g| !before.gitdirs.contains(g)).cloned().collect();
     for p in now.pointers.iter().filter(|p| !before.pointers.contains(p)) {

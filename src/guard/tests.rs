@@ -29,7 +29,7 @@ fn fixture() -> Fixture {
 /// What a launch found, as if nothing could be mounted read-only: every change below is one the
 /// sandbox could have made (a sidestep), which the mounted case must not be mistaken for.
 fn unmounted(project: &Path) -> Protected {
-    Protected { mounts: Vec::new(), repos: repos::scan(project).unwrap() }
+    Protected { mounts: Vec::new(), repos: repos::scan(project).unwrap(), writable: Vec::new() }
 }
 
 fn run(f: &Fixture, change: impl FnOnce(&Path)) -> Vec<String> {

@@ -85,7 +85,7 @@ enum Given {
     Secret(SecretSource),
 }
 
-fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
+pub fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
     let hint = "write `secret = NAME` (from your environment) or `secret = NAME from /path/to/file`";
     match v.split_once(" from ") {
         None => Ok((v.trim().to_string(), SecretSource::Env)),

@@ -4,6 +4,7 @@
 //! All problems are collected with their origin so a user sees every bad line at once;
 //! a `Policy` exists only when there were none (nothing starts on bad input).
 
+pub mod addr;
 pub mod allow;
 pub mod env;
 mod image;

@@ -137,7 +137,7 @@ fn a_repository_made_during_the_session_keeps_its_objects_and_loses_what_runs() 
     fs::create_dir_all(p.join("out")).unwrap();
     fs::write(p.join("out/.git"), format!("gitdir: {}\n", outside.display())).unwrap();
     let q = t.path().join("q");
-    let report = settle_new(&p, &before, &protected, &q).unwrap();
+    let report = settle_new(&p, &before, &protected, &[], &q).unwrap();
     assert_eq!(report.len(), 4, "{report:#?}");
     let cfg = fs::read_to_string(p.join("new/.git/config")).unwrap();
     assert_eq!(cfg, "[core]\n\tbare = false\n");
@@ -154,7 +154,10 @@ fn a_repository_made_during_the_session_keeps_its_objects_and_loses_what_runs() 
         "[core]\n\tpager = mine\n",
         "repositories that existed are the record's to verify, not changed here"
     );
-    assert!(settle_new(&p, &before, &protected, &q).unwrap().is_empty(), "a second pass finds nothing more");
+    assert!(
+        settle_new(&p, &before, &protected, &[], &q).unwrap().is_empty(),
+        "a second pass finds nothing more"
+    );
 }
 
 #[test]
@@ -168,6 +171,28 @@ fn a_new_repository_sharing_a_git_dir_outside_the_project_loses_the_link() {
     fs::write(wt.join("HEAD"), "ref: refs/heads/main\n").unwrap();
     fs::write(wt.join("commondir"), format!("{}\n", t.path().display())).unwrap();
     let q = t.path().join("q");
-    let report = settle_new(&p, &before, &[], &q).unwrap();
+    let report = settle_new(&p, &before, &[], &[], &q).unwrap();
     assert!(!wt.join("commondir").exists() && report.len() == 1, "{report:?}");
+}
+
+#[test]
+fn a_link_made_into_the_sandboxs_own_files_outside_the_project_goes_aside() {
+    let t = tempfile::tempdir().unwrap();
+    let (p, home) = (t.path().join("p"), t.path().join("sandbox-home"));
+    fs::create_dir_all(p.join("node_modules/.bin")).unwrap();
+    fs::create_dir_all(p.join("node_modules/x")).unwrap();
+    fs::create_dir_all(home.join("evil")).unwrap();
+    std::os::unix::fs::symlink("/usr", p.join("usr-before")).unwrap();
+    let before = scan(&p).unwrap();
+    assert_eq!(before.links_out, [PathBuf::from("usr-before")]);
+    std::os::unix::fs::symlink("../x", p.join("node_modules/.bin/x")).unwrap(); // nearby: fine
+    std::os::unix::fs::symlink(home.join("evil"), p.join("cd-me")).unwrap();
+    std::os::unix::fs::symlink("/usr/share", p.join("share")).unwrap(); // out, not the sandbox's
+    let q = t.path().join("q");
+    let report = settle_new(&p, &before, &[], std::slice::from_ref(&home), &q).unwrap();
+    assert_eq!(report.len(), 1, "{report:?}");
+    assert!(!p.join("cd-me").exists() && q.join("cd-me").symlink_metadata().is_ok());
+    assert!(
+        p.join("share").exists() && p.join("node_modules/.bin/x").exists() && p.join("usr-before").exists()
+    );
 }
