@@ -195,6 +195,12 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         state_dir: state_dir(host, &p.project),
         protected: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
+        loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
+        probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
+            crate::session::Probe::Skipped
+        } else {
+            crate::session::Probe::AtLaunch
+        },
     })
 }
 
@@ -541,6 +547,17 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {
         // Bound now, held for the life of this process: their ports go into pasta's forwards.
         facts.relay_ports = host.start_relays(&relays)?;
+    }
+    if policy.net == crate::policy::NetMode::Allow
+        && !args.dry_run
+        && facts.probe == crate::session::Probe::AtLaunch
+    {
+        let gate_addr = std::net::IpAddr::V4(policy.gate_addr);
+        let allowed = |port| crate::policy::allow::reaches(&policy.nets, gate_addr, port);
+        facts.probe = match host.bind_canary(&allowed)? {
+            Some(port) => crate::session::Probe::Canary(port),
+            None => crate::session::Probe::EveryPortAllowed,
+        };
     }
     let plan: Plan = plan::build(&policy, &facts);
     if args.dry_run {

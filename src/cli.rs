@@ -21,6 +21,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("AISB_NFT", "the nft program the hook loads the ruleset with (default: nft from PATH or /usr/sbin)"),
     (
+        "AISB_SKIP_SELF_CHECK",
+        "1: start without the self-check that proves the rules hold before the command runs (for benchmarks; said at every launch)",
+    ),
+    (
         "AISB_RUNTIME_DIR",
         "ai-sandbox's runtime directory: the gate's socket and log, session files (default: $XDG_RUNTIME_DIR/ai-sandbox)",
     ),
@@ -282,6 +286,18 @@ pub enum Sub {
         nft: PathBuf,
         #[arg(long)]
         ruleset: PathBuf,
+    },
+    /// OCI startContainer hook: proves the rules hold before the command runs (run by podman
+    /// inside the sandbox, not by hand).
+    #[command(hide = true)]
+    SelfCheck {
+        /// An address and port no rule allows, where a listener of the launcher's waits; the
+        /// sandbox must be refused there.
+        #[arg(long)]
+        canary: Option<std::net::SocketAddrV4>,
+        /// The gate's port on the sandbox's loopback; it must answer.
+        #[arg(long)]
+        gate_port: Option<u16>,
     },
 }
 

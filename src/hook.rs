@@ -5,13 +5,19 @@
 //! It runs as uid 0 of podman's rootless user namespace, which owns that network namespace,
 //! so it may change the rules while the container itself never holds CAP_NET_ADMIN. Any
 //! failure exits non-zero, and podman then refuses to start the container (fail closed).
+//!
+//! Loading is not proof: a wrapper that exits 0, an nft that loads nothing, a namespace that is
+//! not the container's. So a second hook proves the rules hold from inside, once the network is
+//! up and before the command exists (`self_check`; ADR 0040).
 
 use crate::ruleset::TABLE;
 use anyhow::{Context, bail};
 use nix::sched::{CloneFlags, setns};
-use std::io::Read;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 /// Reads the OCI state JSON from stdin and returns the container's pid.
 fn state_pid(state: &str) -> anyhow::Result<u32> {
@@ -19,6 +25,21 @@ fn state_pid(state: &str) -> anyhow::Result<u32> {
     let pid = v.get("pid").and_then(|p| p.as_u64()).context("the OCI state has no `pid`")?;
     u32::try_from(pid).ok().filter(|p| *p > 0).context("the OCI state has an invalid `pid`")
 }
+
+/// What the self-check proves before the container's command runs (see `self_check`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SelfCheck {
+    /// An address and port no rule allows, where a listener of the launcher's waits: with the
+    /// rules in force the connection is refused (and recorded in the refused set); without
+    /// them, pasta carries it to the listener and it connects.
+    pub canary: Option<SocketAddrV4>,
+    /// The gate's port on the sandbox's loopback: the gate must answer there.
+    pub gate_port: Option<u16>,
+}
+
+/// How long each probe may take (both answer at once when all is well: a reset made by the
+/// rules in the sandbox's namespace, a 407 from the gate on the host's loopback).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
     let mut state = String::new();
@@ -52,6 +73,52 @@ pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// The sandbox's first act (`ai-sandbox self-check`, an OCI `startContainer` hook: inside the
+/// container, as its user, after pasta has set up its network and before its command exists):
+/// a never-allowed destination where a listener of the launcher's waits must be refused at once
+/// (a connection there means the rules are not in force; a refusal with a listener behind it can
+/// only be the rules'), and the gate must answer. Any doubt fails, and the command never runs.
+pub fn self_check(check: &SelfCheck) -> anyhow::Result<i32> {
+    let failed = |what: String| anyhow::anyhow!("self-check failed: {what}; the command was not started");
+    if let Some(canary) = check.canary {
+        match TcpStream::connect_timeout(&SocketAddr::V4(canary), PROBE_TIMEOUT) {
+            Ok(_) => {
+                return Err(failed(format!(
+                    "the sandbox reached {canary}, which no rule allows: the ruleset is not in force"
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => {
+                return Err(failed(format!(
+                    "connecting to {canary} (which no rule allows) failed with `{e}`, not with the rules' refusal"
+                )));
+            }
+        }
+    }
+    if let Some(port) = check.gate_port {
+        let answer = gate_answer(port).map_err(|e| {
+            failed(format!("the gate did not answer at 127.0.0.1:{port} inside the sandbox ({e})"))
+        })?;
+        if !answer.starts_with(b"HTTP/1.1 407") {
+            return Err(failed(format!(
+                "what answered at 127.0.0.1:{port} inside the sandbox is not the gate (it said {:?})",
+                String::from_utf8_lossy(&answer[..answer.len().min(60)])
+            )));
+        }
+    }
+    Ok(0)
+}
+
+/// Asks the gate for nothing (no credentials): it answers 407, logged as a challenge.
+fn gate_answer(port: u16) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), PROBE_TIMEOUT)?;
+    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    s.write_all(b"CONNECT self-check.ai-sandbox.invalid:443 HTTP/1.1\r\nHost: self-check.ai-sandbox.invalid:443\r\n\r\n")?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf)?;
+    Ok(buf[..n].to_vec())
 }
 
 #[cfg(test)]

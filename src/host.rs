@@ -32,9 +32,16 @@ pub trait Host {
     /// Binds a relay on the host's loopback for each of `targets` and serves them for the life
     /// of this process (see `relay`); returns their ports, in order.
     fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>>;
+    /// Binds a listener on the host's 127.0.0.1 at a free port that `allowed` says no rule
+    /// allows, held for the life of this process (the self-check's canary); None when every
+    /// port tried is allowed.
+    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>>;
     /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
     /// time (empty when nothing listens or nothing answers).
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
+    /// The dynamic loader this program runs with (its ELF interpreter, resolved), which the
+    /// self-check hook runs it through inside any image; None for a static program.
+    fn loader(&self, exe: &Path) -> Option<PathBuf>;
     /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
@@ -83,6 +90,7 @@ pub trait Host {
 pub struct RealHost {
     lease: Option<crate::gate::control::Lease>,
     relays: Option<crate::relay::Relays>,
+    canary: Option<std::net::TcpListener>,
 }
 
 impl Host for RealHost {
@@ -176,6 +184,20 @@ impl Host for RealHost {
         self.relays = Some(relays);
         Ok(ports)
     }
+    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>> {
+        use anyhow::Context;
+        // Never accepted from: a connection the rules let through completes in the backlog.
+        for _ in 0..64 {
+            let l =
+                std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding the self-check's listener")?;
+            let port = l.local_addr()?.port();
+            if !allowed(port) {
+                self.canary = Some(l);
+                return Ok(Some(port));
+            }
+        }
+        Ok(None)
+    }
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8> {
         use std::io::{Read, Write};
         let t = std::time::Duration::from_millis(300);
@@ -187,6 +209,10 @@ impl Host for RealHost {
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
+    }
+    fn loader(&self, exe: &Path) -> Option<PathBuf> {
+        let bytes = std::fs::read(exe).ok()?;
+        std::fs::canonicalize(elf_interpreter(&bytes)?).ok()
     }
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool> {
         let out = std::process::Command::new(podman)
@@ -331,6 +357,24 @@ impl Host for RealHost {
     }
 }
 
+/// The `PT_INTERP` path of a 64-bit little-endian ELF program (None for anything else).
+pub fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?));
+    let u64_at =
+        |o: usize| Some(usize::try_from(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?)).ok()?);
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (u64_at(0x20)?, usize::from(u16_at(0x36)?), usize::from(u16_at(0x38)?));
+    (0..phnum).map(|i| phoff + i * phentsize).find(|&h| u32_at(h) == Some(3)).and_then(|h| {
+        let (off, len) = (u64_at(h + 8)?, u64_at(h + 32)?);
+        let raw = elf.get(off..off.checked_add(len)?)?;
+        let path = raw.split(|b| *b == 0).next()?;
+        Some(PathBuf::from(std::str::from_utf8(path).ok()?))
+    })
+}
+
 /// A host for tests: answers from fixed data and records what it was asked to do.
 #[derive(Debug, Default)]
 pub struct FakeHost {
@@ -356,6 +400,8 @@ pub struct FakeHost {
     pub running: Vec<crate::live::Running>,
     /// Images podman does not have (every other name is present).
     pub missing_images: Vec<String>,
+    /// The plans it was asked to launch.
+    pub launched: Vec<Plan>,
 }
 
 impl Host for FakeHost {
@@ -405,6 +451,9 @@ impl Host for FakeHost {
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
     }
+    fn loader(&self, _exe: &Path) -> Option<PathBuf> {
+        Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))
+    }
     fn image_present(&self, _podman: &Path, image: &str) -> anyhow::Result<bool> {
         Ok(!self.missing_images.iter().any(|m| m == image))
     }
@@ -447,12 +496,18 @@ impl Host for FakeHost {
         }
         Ok(ports)
     }
+    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>> {
+        let port = (45000..45064).find(|p| !allowed(*p));
+        self.effects.push(format!("canary 127.0.0.1:{}", port.map_or("-".into(), |p| p.to_string())));
+        Ok(port)
+    }
     fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
         self.effects.push(format!("probe 127.0.0.1:{port}"));
         self.loopback.iter().find(|(p, _)| *p == port).map(|(_, r)| r.clone()).unwrap_or_default()
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effects.push(format!("launch {}", plan.argv.join(" ")));
+        self.launched.push(plan.clone());
         Ok(self.exit_code)
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
@@ -486,5 +541,17 @@ impl Host for FakeHost {
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
             .collect();
         Ok(crate::guard::Protected { mounts, ..Default::default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_loader_of_this_test_program_is_read_from_its_elf_header() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let interp = super::elf_interpreter(&me).expect("a dynamically linked test binary");
+        assert!(interp.is_absolute() && interp.to_string_lossy().contains("ld-linux"), "{interp:?}");
+        assert_eq!(super::elf_interpreter(b"#!/bin/sh\n"), None);
+        assert_eq!(super::elf_interpreter(&me[..64]), None, "a truncated header is no answer");
     }
 }

@@ -107,6 +107,13 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         write(&hook.ruleset_file, &rs.to_json_string())?;
         fs::create_dir(&hook.hooks_dir).with_context(|| format!("creating {}", hook.hooks_dir.display()))?;
         write(&hook.hook_file, &hook.hook_json)?;
+        if let Some(c) = &hook.check {
+            write(&c.file, &c.json)?;
+            symlink(&c.target, &c.exe).with_context(|| format!("linking {}", c.exe.display()))?;
+        }
+        if let Some(canary) = &plan.canary {
+            write(&dir.join(crate::session::CANARY_FILE), canary)?;
+        }
     }
     Ok(())
 }

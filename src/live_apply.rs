@@ -103,6 +103,9 @@ pub fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
         let json = nft_in(session_dir, &["-j", "list", "set", "inet", crate::ruleset::TABLE, set], None)?;
         out.extend(crate::live::parse_refused(&json));
     }
+    // The self-check's own probe, refused before the command started: not the agent's.
+    let canary = fs::read_to_string(session_dir.join(crate::session::CANARY_FILE)).unwrap_or_default();
+    out.retain(|d| !(d.proto == "tcp" && format!("{}:{}", d.addr, d.port) == canary.trim()));
     Ok(out)
 }
 

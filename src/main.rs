@@ -14,6 +14,9 @@ fn main() {
         Some(Sub::Export { cmd }) => app::export_cmd(&mut host, cmd),
         Some(Sub::Doctor) => ai_sandbox::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
+        Some(Sub::SelfCheck { canary, gate_port }) => {
+            hook::self_check(&hook::SelfCheck { canary: *canary, gate_port: *gate_port })
+        }
         Some(Sub::Keeper { session_dir, guard, name, podman }) => {
             keeper::run(session_dir, guard, name, podman)
         }

@@ -8,6 +8,7 @@ use crate::podman;
 use crate::policy::{Image, NetMode, Policy};
 use crate::ruleset::{self, Ruleset};
 pub use crate::session::Facts;
+use crate::session::Probe;
 use std::path::PathBuf;
 
 /// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
@@ -17,6 +18,17 @@ pub struct HookSpec {
     pub hook_file: PathBuf,
     pub hook_json: String,
     pub ruleset_file: PathBuf,
+    /// The self-check's hook (see `check_hook`).
+    pub check: Option<CheckHook>,
+}
+
+/// The self-check's hook JSON, and its program's link on the host (see `Facts::check_exe`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckHook {
+    pub file: PathBuf,
+    pub json: String,
+    pub exe: PathBuf,
+    pub target: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +38,8 @@ pub struct Plan {
     pub hook: Option<HookSpec>,
     /// Lines said to the user before the command starts.
     pub notices: Vec<String>,
+    /// What the hook proves before the command starts, in words (`--dry-run` shows it).
+    pub self_check: Option<String>,
     /// The effective allowlist, one line per entry, as `--dry-run` shows it.
     pub allowlist: Vec<String>,
     /// The proxy variables' env file (path, text): holds the token, so never on argv.
@@ -49,6 +63,9 @@ pub struct Plan {
     pub refusals: Option<RefusalWatch>,
     /// The live record (path, JSON): what `ai-sandbox allow` changes and `ps` shows.
     pub live: (PathBuf, String),
+    /// The self-check's never-allowed destination (`ADDR:PORT`), written to the session dir so
+    /// that its refusal is not reported as the agent's.
+    pub canary: Option<String>,
 }
 
 /// What the launcher watches for refusals: the gate's decision log (when the gate is used) and
@@ -78,7 +95,7 @@ pub struct GuardSpec {
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
-    let hook = ruleset.as_ref().map(|_| hook_spec(f));
+    let hook = ruleset.as_ref().map(|_| hook_spec(p, f));
     let rules = hook.is_some();
     let record = crate::live::record(p, f);
     let live = (f.live_file(), serde_json::to_string(&record).expect("json"));
@@ -87,6 +104,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         ruleset,
         hook,
         notices: notices(p, f),
+        self_check: rules.then(|| self_check_words(p, f)),
         allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
@@ -116,10 +134,14 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             config_path: record.policy.config_path.clone(),
         }),
         live,
+        canary: match f.probe {
+            Probe::Canary(port) if rules => Some(format!("{}:{port}", p.gate_addr)),
+            _ => None,
+        },
     }
 }
 
-fn hook_spec(f: &Facts) -> HookSpec {
+fn hook_spec(p: &Policy, f: &Facts) -> HookSpec {
     let hooks_dir = f.hooks_dir();
     let ruleset_file = f.ruleset_file();
     let exe = f.self_exe.display().to_string();
@@ -140,11 +162,88 @@ fn hook_spec(f: &Facts) -> HookSpec {
         hooks_dir,
         hook_json: serde_json::to_string_pretty(&json).expect("json"),
         ruleset_file,
+        check: check_hook(p, f),
+    }
+}
+
+/// The self-check's hook (see `hook::self_check`): startContainer, so it runs inside the sandbox
+/// once pasta has set up its network (after createRuntime) and before the command exists. It is
+/// this program, mounted read-only, run through the host's loader and libraries mounted beside
+/// it (`Facts::check_exe`), so it runs the same inside any image. None when skipped
+/// (`AISB_SKIP_SELF_CHECK=1`).
+fn check_hook(p: &Policy, f: &Facts) -> Option<CheckHook> {
+    if f.probe == Probe::Skipped {
+        return None;
+    }
+    let exe = f.check_exe().display().to_string();
+    let mut args = vec![exe.clone()];
+    if f.loader.is_some() {
+        args.extend(["--library-path".into(), podman::HOST_LIB_DIR.into(), podman::CONNECT_EXE.into()]);
+    }
+    args.push("self-check".into());
+    let canary = match f.probe {
+        Probe::AtLaunch => Some("<canary>".to_string()),
+        Probe::Canary(port) => Some(port.to_string()),
+        Probe::EveryPortAllowed | Probe::Skipped => None,
+    };
+    if let Some(port) = canary {
+        args.extend(["--canary".into(), format!("{}:{port}", p.gate_addr)]);
+    }
+    if p.gate {
+        args.extend(["--gate-port".into(), f.gate_port.to_string()]);
+    }
+    let json = serde_json::json!({
+        "version": "1.0.0",
+        "hook": { "path": exe, "args": args },
+        "when": { "always": true },
+        "stages": ["startContainer"],
+    });
+    Some(CheckHook {
+        file: f.check_file(),
+        json: serde_json::to_string_pretty(&json).expect("json"),
+        exe: f.check_exe(),
+        target: f.check_exe_target(),
+    })
+}
+
+fn self_check_words(p: &Policy, f: &Facts) -> String {
+    let gate = match p.gate {
+        true => format!(", then that the gate answers at 127.0.0.1:{} inside", f.gate_port),
+        false => String::new(),
+    };
+    match f.probe {
+        Probe::Skipped => {
+            "SKIPPED (AISB_SKIP_SELF_CHECK=1): nothing proves the rules hold before the command runs".into()
+        }
+        Probe::EveryPortAllowed => format!(
+            "the hook confirms the ruleset's table is loaded{gate} (every port of the host's loopback is allowed, so no refusal can be probed there)"
+        ),
+        Probe::AtLaunch | Probe::Canary(_) => {
+            let port = match f.probe {
+                Probe::Canary(port) => port.to_string(),
+                _ => "<canary>".into(),
+            };
+            format!(
+                "before the command exists, the hook connects to {}:{port} (no rule allows it; a listener of the launcher's waits on the host's 127.0.0.1:{port}) and requires the rules' refusal{gate}; otherwise the command never runs",
+                p.gate_addr
+            )
+        }
     }
 }
 
 fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let mut n = p.notices.clone();
+    if p.net == NetMode::Allow {
+        match f.probe {
+            Probe::Skipped => n.push(
+                "AISB_SKIP_SELF_CHECK=1: the sandbox starts without proving its rules hold (meant for benchmarks)".into(),
+            ),
+            Probe::EveryPortAllowed => n.push(
+                "every port of the host's loopback is allowed, so the self-check only confirms the ruleset is loaded".into(),
+            ),
+            Probe::AtLaunch | Probe::Canary(_) => {}
+        }
+    }
     n.extend(f.launchable.notice.iter().cloned());
     for s in &f.missing_secrets {
         n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
@@ -240,6 +339,9 @@ pub fn render(plan: &Plan) -> String {
     if let Some((path, text)) = &plan.env_file {
         out += &format!("\n# {} (mode 0600: it holds the session token and secrets)\n{text}", path.display());
     }
+    if let Some(words) = &plan.self_check {
+        out += &format!("\n# self-check: {words}\n");
+    }
     match (&plan.ruleset, &plan.hook) {
         (Some(rs), Some(h)) => {
             out += &format!(
@@ -248,6 +350,15 @@ pub fn render(plan: &Plan) -> String {
             );
             out += &rs.to_text();
             out += &format!("\n# {}\n{}\n", h.hook_file.display(), h.hook_json);
+            if let Some(c) = &h.check {
+                out += &format!(
+                    "\n# {} ({} links to {})\n{}\n",
+                    c.file.display(),
+                    c.exe.display(),
+                    c.target.display(),
+                    c.json
+                );
+            }
         }
         _ => out += "\n# no nftables ruleset (none is applied in this mode)\n",
     }

@@ -40,6 +40,9 @@ fn user_sets(p: &Policy, name: &str) -> bool {
 
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
 pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
+/// Where the directory of this program's loader (the host's) is mounted inside, read-only, so
+/// the self-check runs inside any image (see `plan::check_hook`).
+pub const HOST_LIB_DIR: &str = "/run/ai-sandbox/lib";
 /// Where `--ssh-agent` mounts the user's agent socket inside (SSH_AUTH_SOCK points there).
 pub const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
 
@@ -166,9 +169,17 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &project,
     ]);
-    // This binary, for `ai-sandbox connect` (ssh through the gate).
-    if p.gate {
+    // This binary: the self-check hook, and `ai-sandbox connect` (ssh through the gate); with
+    // its loader's directory, so it runs inside any image.
+    if p.net == NetMode::Allow {
         push(&["-v", &format!("{}:{CONNECT_EXE}:ro", f.self_exe.display())]);
+        if let Some(dir) = f.loader.as_ref().and_then(|l| l.parent()) {
+            push(&["-v", &format!("{}:{HOST_LIB_DIR}:ro", dir.display())]);
+        }
+        if f.probe != crate::session::Probe::Skipped {
+            let (exe, target) = (f.check_exe(), f.check_exe_target());
+            push(&["-v", &format!("{}:{}:ro", target.display(), exe.display())]);
+        }
     }
     if let Some(sock) = &f.ssh_agent {
         push(&["-v", &format!("{}:{SSH_AGENT_SOCK}", sock.display())]);

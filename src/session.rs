@@ -11,6 +11,11 @@ const ENV_FILE: &str = "proxy.env";
 const HOOK_FILE: &str = "ai-sandbox.json";
 /// The ruleset the hook loads.
 const RULESET_FILE: &str = "ruleset.json";
+/// The self-check's hook JSON (stage startContainer), beside the ruleset's.
+const CHECK_FILE: &str = "ai-sandbox-check.json";
+/// The self-check's never-allowed destination (`ADDR:PORT`): its refusal is the check's, not the
+/// agent's, and is left out of what the rules' refused sets report.
+pub const CANARY_FILE: &str = "canary";
 /// What the running sandbox allows (see `live`), for `ai-sandbox allow`.
 pub const LIVE_FILE: &str = "live.json";
 /// The container's first process, as podman writes it (`--pidfile`): its namespaces are where
@@ -68,6 +73,25 @@ pub struct Facts {
     pub launchable: crate::agent::Launchable,
     /// The user's ssh-agent socket, with `--ssh-agent`.
     pub ssh_agent: Option<PathBuf>,
+    /// The hook's proof that the rules hold (see `hook::self_check`): where it probes.
+    pub probe: Probe,
+    /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
+    /// through it, with its directory mounted, so it runs inside any image.
+    pub loader: Option<PathBuf>,
+}
+
+/// The never-allowed destination the hook's self-check must find refused: a listener of the
+/// launcher's on the host's 127.0.0.1, reached (were the rules not in force) at `gate_addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// A dry run: the port is chosen when the launch binds the listener.
+    AtLaunch,
+    Canary(u16),
+    /// Every port of the host's loopback is allowed: nothing is left to be refused there, so
+    /// the hook confirms the table only (said at launch).
+    EveryPortAllowed,
+    /// `AISB_SKIP_SELF_CHECK=1` (benchmarks; said at launch).
+    Skipped,
 }
 
 impl Facts {
@@ -76,6 +100,19 @@ impl Facts {
     }
     pub fn hook_file(&self) -> PathBuf {
         self.hooks_dir().join(HOOK_FILE)
+    }
+    pub fn check_file(&self) -> PathBuf {
+        self.hooks_dir().join(CHECK_FILE)
+    }
+    /// The self-check hook's program, at one path on both sides: podman skips, without a word,
+    /// a hook whose path does not exist on the host, and runs it at that path inside. On the
+    /// host a link to the loader (or this program, when static); inside, the same file mounted.
+    pub fn check_exe(&self) -> PathBuf {
+        self.session_dir.join("self-check")
+    }
+    /// What `check_exe` is on the host.
+    pub fn check_exe_target(&self) -> PathBuf {
+        self.loader.clone().unwrap_or_else(|| self.self_exe.clone())
     }
     pub fn ruleset_file(&self) -> PathBuf {
         self.session_dir.join(RULESET_FILE)

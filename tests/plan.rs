@@ -88,16 +88,17 @@ fn launch_goes_through_the_host_and_root_is_refused() {
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     h.exit_code = 7;
     assert_eq!(app::run(&mut h, &cli.run).unwrap(), 7, "exit code passed through");
-    assert_eq!(h.effects.len(), 2, "{:?}", h.effects);
+    assert_eq!(h.effects.len(), 3, "{:?}", h.effects);
     assert_eq!(
         h.effects[0], "register gate from port 18081",
         "the gate is registered before the plan is built"
     );
-    assert!(h.effects[1].contains("run --rm -i"));
+    assert_eq!(h.effects[1], "canary 127.0.0.1:45000", "the self-check's listener is bound before the plan");
+    assert!(h.effects[2].contains("run --rm -i"));
     // The proxy URL (with the token) is not on the command line: `ps` would show it.
     let token = "ab".repeat(16);
-    assert!(!h.effects[1].contains(&token), "token on argv: {}", h.effects[1]);
-    assert!(h.effects[1].contains("--env-file /run/user/1000/ai-sandbox/sessions/abababababab/proxy.env"));
+    assert!(!h.effects[2].contains(&token), "token on argv: {}", h.effects[2]);
+    assert!(h.effects[2].contains("--env-file /run/user/1000/ai-sandbox/sessions/abababababab/proxy.env"));
 
     let mut root = host("", &[]);
     root.uid = 0;
@@ -462,4 +463,31 @@ fn an_image_is_never_pulled_and_a_missing_one_starts_nothing() {
     // The host image has nothing to pull.
     let mut plain = host("", &[]);
     assert!(!dry_run(&mut plain, &[]).contains("--pull"));
+}
+
+#[test]
+fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    // 45000 (the fake's first free port) is allowed: the canary is the next one.
+    let mut h = host("allow = 100.64.0.1:45000\n", &[]);
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(h.effects.contains(&"canary 127.0.0.1:45001".to_string()), "{:?}", h.effects);
+    let hook = &h.launched[0].hook.as_ref().unwrap().check.as_ref().unwrap().json;
+    assert!(
+        hook.contains("\"--canary\",\n      \"100.64.0.1:45001\"") && hook.contains("\"--gate-port\""),
+        "{hook}"
+    );
+    // Every port of the host's loopback allowed: no probe there, and said.
+    let mut all = host("allow = 100.64.0.1:1-65535\n", &[]);
+    app::run(&mut all, &cli.run).unwrap();
+    assert!(all.stderr.contains("the self-check only confirms the ruleset is loaded"), "{}", all.stderr);
+    let check = all.launched[0].hook.as_ref().unwrap().check.as_ref().unwrap();
+    assert!(!check.json.contains("--canary") && check.json.contains("--gate-port"), "{}", check.json);
+    // Skipped for a benchmark: said at every launch, and the dry run says SKIPPED.
+    let mut skip = host("", &[("AISB_SKIP_SELF_CHECK", "1")]);
+    let dry = dry_run(&mut skip, &[]);
+    assert!(dry.contains("# self-check: SKIPPED") && !dry.contains("--canary"), "{dry}");
+    app::run(&mut skip, &cli.run).unwrap();
+    assert!(skip.stderr.contains("AISB_SKIP_SELF_CHECK=1"), "{}", skip.stderr);
+    assert!(!skip.effects.iter().any(|e| e.starts_with("canary")), "{:?}", skip.effects);
 }
