@@ -361,8 +361,7 @@ impl Host for RealHost {
 pub fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
     let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?));
-    let u64_at =
-        |o: usize| Some(usize::try_from(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?)).ok()?);
+    let u64_at = |o: usize| usize::try_from(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?)).ok();
     if elf.get(..6)? != b"\x7fELF\x02\x01" {
         return None;
     }
