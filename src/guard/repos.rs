@@ -230,7 +230,10 @@ pub fn sanitize_config(text: &str) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut dropped = Vec::new();
     let mut section: Option<(String, Option<String>)> = Some((String::new(), None));
-    let mut lines = text.split_inclusive('\n').peekable();
+    // A section header (with the comments after it) is written once a setting under it is kept:
+    // a section left empty goes with its settings.
+    let mut pending: Option<String> = None;
+    let mut lines = text.split_inclusive('\n');
     while let Some(first) = lines.next() {
         let mut logical = first.to_string();
         let mut rest = first.trim_start();
@@ -240,23 +243,22 @@ pub fn sanitize_config(text: &str) -> (String, Vec<String>) {
                     section = Some((name, sub));
                     let tail = tail.trim_start();
                     if tail.is_empty() || tail.starts_with('#') || tail.starts_with(';') {
-                        out.push_str(first);
+                        pending = Some(first.to_string());
                         continue;
                     }
-                    // `[core] fsmonitor = x`: the header is kept, the setting judged on its own.
-                    out.push_str(&first[..first.len() - tail.len()]);
-                    out.push('\n');
+                    // `[core] fsmonitor = x`: the header apart, the setting judged on its own.
+                    pending = Some(format!("{}\n", &first[..first.len() - tail.len()]));
                     logical = tail.to_string();
                     rest = tail;
                 }
                 None => {
-                    section = None;
+                    (section, pending) = (None, None);
                     continue;
                 }
             }
         }
         if rest.trim().is_empty() || rest.starts_with('#') || rest.starts_with(';') {
-            out.push_str(first);
+            pending.as_mut().unwrap_or(&mut out).push_str(first);
             continue;
         }
         let mut last = logical.clone();
@@ -271,7 +273,10 @@ pub fn sanitize_config(text: &str) -> (String, Vec<String>) {
         let key =
             rest.split(|c: char| c == '=' || c.is_whitespace()).next().unwrap_or("").to_ascii_lowercase();
         match &section {
-            Some((s, _)) if kept(s, &key) => out.push_str(&logical),
+            Some((s, _)) if kept(s, &key) => {
+                out.push_str(&pending.take().unwrap_or_default());
+                out.push_str(&logical);
+            }
             Some((s, Some(sub))) => dropped.push(format!("{s}.{sub}.{key}")),
             Some((s, None)) => dropped.push(format!("{s}.{key}")),
             None => dropped.push(format!("{key} (under a section header git may read otherwise)")),

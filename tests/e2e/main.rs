@@ -7,6 +7,7 @@ mod agents;
 mod clients;
 mod cluster;
 mod docs;
+mod filelayer;
 mod gate;
 mod gate_limits;
 mod harness;

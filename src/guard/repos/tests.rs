@@ -106,6 +106,9 @@ fn a_value_continued_over_a_backslash_goes_with_its_setting() {
     let (clean, dropped) = sanitize_config("[core]\n\tbare = true # x \\\n\tfsmonitor = evil\n");
     assert_eq!(clean, "[core]\n\tbare = true # x \\\n");
     assert_eq!(dropped, ["core.fsmonitor"]);
+    // A section left with nothing goes too, with its comments.
+    let (clean, _) = sanitize_config("[alias]\n\t# mine\n\tst = !x\n[core]\n\tbare = true\n");
+    assert_eq!(clean, "[core]\n\tbare = true\n");
     // A header git might read otherwise drops what follows it, up to the next readable header.
     let (clean, dropped) = sanitize_config("[core \"x]\n\tbare = true\n[core]\n\tbare = false\n");
     assert_eq!(clean, "[core]\n\tbare = false\n");
