@@ -364,8 +364,33 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
         host.print(&trust::explain(&status, &text, &loc.display));
     }
     host.write_file(&approved_path, &text)?;
+    record_project(host, &loc.project)?;
     host.print(&format!("approved {} for {}\n", loc.display, loc.project.display()));
     Ok(0)
+}
+
+/// Notes the project's path in its state dir, for `prune` (the key's hash cannot be reversed).
+fn record_project(host: &mut dyn Host, project: &Path) -> anyhow::Result<()> {
+    let path = state_dir(host, project).join(crate::prune::PROJECT_RECORD);
+    let text = format!("{}\n", project.display());
+    if host.read_file(&path)?.as_deref() != Some(text.as_str()) {
+        host.write_file(&path, &text)?;
+    }
+    Ok(())
+}
+
+/// `ai-sandbox prune [--yes]` (see `prune`): never a project with a sandbox running.
+pub fn prune_cmd(host: &mut dyn Host, yes: bool) -> anyhow::Result<i32> {
+    let roots = crate::prune::Roots {
+        states: xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects"),
+        homes: xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/homes"),
+    };
+    let running: Vec<PathBuf> = host
+        .running(&runtime_dir(host))
+        .into_iter()
+        .filter_map(|r| r.record.map(|rec| rec.project))
+        .collect();
+    crate::prune::run(host, &roots, &running, yes)
 }
 
 /// `ai-sandbox ps [--json]`: this user's running sandboxes, with the gate's counters.
@@ -525,6 +550,9 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         )
         .into());
     }
+    if !args.dry_run {
+        record_project(host, &policy.project)?;
+    }
     let mut facts = gather_facts(host, &policy, !args.dry_run)?;
     if let (crate::policy::Image::Named(image), false) = (&policy.image, args.dry_run)
         && !host.image_present(&facts.podman, image)?
@@ -671,6 +699,7 @@ pub fn init(
     host.write_file(&path, &text)?;
     // Written by ai-sandbox itself at the user's request: approved as it is.
     host.write_file(&crate::session::approved_config(&state_dir(host, &dir)), &text)?;
+    record_project(host, &dir)?;
     host.print(&format!("wrote {}\n", path.display()));
     Ok(0)
 }

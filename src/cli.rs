@@ -221,6 +221,13 @@ pub enum Sub {
     /// Deny ITEMs (config `deny =` spellings: exceptions that win over allow entries) in this
     /// project's running sandboxes at once, for new connections, and add them to the config.
     Deny(ChangeArgs),
+    /// Remove the state ai-sandbox keeps for projects that no longer exist (their sandbox HOME,
+    /// approved config, records and quarantine); lists it first, and asks on a terminal.
+    Prune {
+        /// Remove without asking.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Approve this project's .ai-sandbox/config as it is now (a launch applies only an approved
     /// config; on a terminal it shows the config or the diff and asks).
     Trust {

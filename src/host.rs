@@ -42,6 +42,10 @@ pub trait Host {
     /// The dynamic loader this program runs with (its ELF interpreter, resolved), which the
     /// self-check hook runs it through inside any image; None for a static program.
     fn loader(&self, exe: &Path) -> Option<PathBuf>;
+    /// The entries of a directory (none when it does not exist).
+    fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>>;
+    /// Removes a directory and everything below it.
+    fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
@@ -209,6 +213,18 @@ impl Host for RealHost {
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
+    }
+    fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+        match std::fs::read_dir(dir) {
+            Ok(rd) => Ok(rd.flatten().map(|e| e.path()).collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(anyhow::anyhow!("reading {}: {e}", dir.display())),
+        }
+    }
+    fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()> {
+        // A sandbox HOME can hold read-only directories (Go's module cache, say).
+        let _ = std::process::Command::new("chmod").args(["-R", "u+w", "--"]).arg(dir).status();
+        std::fs::remove_dir_all(dir).map_err(|e| anyhow::anyhow!("removing {}: {e}", dir.display()))
     }
     fn loader(&self, exe: &Path) -> Option<PathBuf> {
         let bytes = std::fs::read(exe).ok()?;
@@ -449,6 +465,21 @@ impl Host for FakeHost {
     }
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
+    }
+    fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+        let mut out: Vec<PathBuf> = self
+            .files
+            .iter()
+            .filter_map(|(p, _)| p.strip_prefix(dir).ok()?.components().next().map(|c| dir.join(c)))
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+    fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()> {
+        self.effects.push(format!("remove {}", dir.display()));
+        self.files.retain(|(p, _)| !p.starts_with(dir));
+        Ok(())
     }
     fn loader(&self, _exe: &Path) -> Option<PathBuf> {
         Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))

@@ -40,6 +40,7 @@ pub mod plan;
 pub mod podman;
 pub mod policy;
 pub mod project;
+pub mod prune;
 pub mod refusals;
 pub mod relay;
 pub mod ruleset;

@@ -23,6 +23,7 @@ fn main() {
         Some(Sub::Connect { host, port }) => ai_sandbox::connect::run(host, *port),
         Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
+        Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
         Some(Sub::Watch) => ai_sandbox::watch::run(),
         Some(Sub::Logs { denied, session, follow, json }) => {
             ai_sandbox::logs::run(*denied, session.as_deref(), *follow, *json)

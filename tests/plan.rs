@@ -179,21 +179,23 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     h.files.clear();
     let presets = vec!["claude".to_string(), "npm".to_string()];
     assert_eq!(app::init(&mut h, &presets, false, None).unwrap(), 0);
-    assert_eq!(h.effects.len(), 2, "{:?}", h.effects);
+    assert_eq!(h.effects.len(), 3, "{:?}", h.effects);
     assert_eq!(h.effects[0], "write /home/dev/app/.ai-sandbox/config");
     assert!(
         h.effects[1].ends_with("/approved-config"),
         "what init writes counts as approved: {:?}",
         h.effects
     );
+    assert!(h.effects[2].ends_with("/project"), "the project's path is recorded for prune: {:?}", h.effects);
     let written = h.files[0].1.clone();
     assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
     let err = app::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
     assert!(err.contains("already exists") && err.contains("--force"), "{err}");
-    assert_eq!(h.effects.len(), 2, "nothing written the second time");
+    assert_eq!(h.effects.len(), 3, "nothing written the second time");
     assert_eq!(h.files[0].1, written, "the existing config is untouched");
     app::init(&mut h, &["pypi".to_string()], true, None).unwrap();
-    assert!(h.files[0].1.contains("allow = pypi.org"));
+    let config = h.files.iter().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap();
+    assert!(config.1.contains("allow = pypi.org"));
 }
 
 #[test]
@@ -490,4 +492,39 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
     app::run(&mut skip, &cli.run).unwrap();
     assert!(skip.stderr.contains("AISB_SKIP_SELF_CHECK=1"), "{}", skip.stderr);
     assert!(!skip.effects.iter().any(|e| e.starts_with("canary")), "{:?}", skip.effects);
+}
+
+#[test]
+fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() {
+    let mut h = host("", &[]);
+    let states = "/home/dev/.local/state/ai-sandbox/projects";
+    let homes = "/home/dev/.local/share/ai-sandbox/homes";
+    let add = |h: &mut FakeHost, p: &str, t: &str| h.files.push((std::path::PathBuf::from(p), t.to_string()));
+    // This project (it exists: its config is there), one that is gone, and one from an older
+    // version with no record of its project.
+    add(&mut h, &format!("{states}/old-1/project"), "/home/dev/old\n");
+    add(&mut h, &format!("{states}/old-1/approved-config"), "");
+    add(&mut h, &format!("{homes}/old-1/.bashrc"), "");
+    add(&mut h, &format!("{homes}/mystery-2/.bashrc"), "");
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    app::run(&mut h, &cli.run).unwrap();
+    h.stdout.clear();
+    h.effects.clear();
+    // No terminal, no --yes: listed, nothing removed.
+    assert_eq!(app::prune_cmd(&mut h, false).unwrap(), 0);
+    assert!(
+        h.stdout.contains("/home/dev/old (gone)") && h.stdout.contains(&format!("{homes}/old-1")),
+        "{}",
+        h.stdout
+    );
+    assert!(h.stdout.contains("kept: no record") && h.stdout.contains("mystery-2"), "{}", h.stdout);
+    assert!(!h.stdout.contains("/home/dev/app"), "an existing project is never listed: {}", h.stdout);
+    assert!(h.stdout.contains("nothing was removed") && h.effects.is_empty(), "{:?}", h.effects);
+    // --yes: the gone project's state and HOME go, nothing else.
+    app::prune_cmd(&mut h, true).unwrap();
+    assert_eq!(h.effects, [format!("remove {states}/old-1"), format!("remove {homes}/old-1")]);
+    assert!(h.files.iter().any(|(p, _)| p.starts_with(format!("{homes}/mystery-2"))));
+    h.stdout.clear();
+    app::prune_cmd(&mut h, true).unwrap();
+    assert!(h.stdout.contains("nothing to prune"), "{}", h.stdout);
 }
