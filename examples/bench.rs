@@ -12,6 +12,8 @@
 //!   bench plain-relay --target A          the launcher's relay (splice(2), no decisions) on
 //!                                         127.0.0.1: prints its port, serves until killed; the
 //!                                         floor for anything relayed on the way to the host
+//!   bench walk DIR RUNS                   the guard's repository walk of DIR beside a bare
+//!                                         listing of the same tree (median ms)
 //! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
@@ -363,6 +365,37 @@ fn plain_relay(args: &[String]) {
     }
 }
 
+/// `walk DIR RUNS`: the guard's repository walk of DIR (as before and after every session),
+/// median ms of RUNS, beside a bare listing of the same tree (read_dir only, no decisions).
+fn walk(args: &[String]) {
+    let dir = std::path::PathBuf::from(&args[1]);
+    let runs: usize = args[2].parse().expect("RUNS");
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    fn bare(d: &std::path::Path) -> usize {
+        let mut n = 0;
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            n += 1;
+            if e.file_type().is_ok_and(|t| t.is_dir()) && e.file_name() != ".git" {
+                n += bare(&e.path());
+            }
+        }
+        n
+    }
+    let (mut scan, mut list, mut entries) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        entries = ai_sandbox::guard::repos::scan(&dir).expect("walk").walked;
+        scan.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        std::hint::black_box(bare(&dir));
+        list.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!("walk {entries} {:.2} {:.2}", med(scan), med(list));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -373,6 +406,7 @@ fn main() {
         Some("rules") => rules(&args),
         Some("cluster-policy") => cluster_policy(&args),
         Some("plain-relay") => plain_relay(&args),
+        Some("walk") => walk(&args),
         _ => eprintln!("usage: see the module doc of examples/bench.rs"),
     }
 }

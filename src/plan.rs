@@ -216,7 +216,7 @@ fn self_check_words(p: &Policy, f: &Facts) -> String {
             "SKIPPED (AISB_SKIP_SELF_CHECK=1): nothing proves the rules hold before the command runs".into()
         }
         Probe::EveryPortAllowed => format!(
-            "the hook confirms the ruleset's table is loaded{gate} (every port of the host's loopback is allowed, so no refusal can be probed there)"
+            "the createRuntime hook confirms the ruleset's table is loaded{gate}; every port of the host's loopback is allowed, so no refusal can be probed there"
         ),
         Probe::AtLaunch | Probe::Canary(_) => {
             let port = match f.probe {
@@ -239,7 +239,7 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
                 "AISB_SKIP_SELF_CHECK=1: the sandbox starts without proving its rules hold (meant for benchmarks)".into(),
             ),
             Probe::EveryPortAllowed => n.push(
-                "every port of the host's loopback is allowed, so the self-check only confirms the ruleset is loaded".into(),
+                "every port of the host's loopback is allowed, so the self-check has no port left to prove refused (it checks the gate only)".into(),
             ),
             Probe::AtLaunch | Probe::Canary(_) => {}
         }

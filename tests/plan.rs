@@ -482,7 +482,7 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
     // Every port of the host's loopback allowed: no probe there, and said.
     let mut all = host("allow = 100.64.0.1:1-65535\n", &[]);
     app::run(&mut all, &cli.run).unwrap();
-    assert!(all.stderr.contains("the self-check only confirms the ruleset is loaded"), "{}", all.stderr);
+    assert!(all.stderr.contains("the self-check has no port left to prove refused"), "{}", all.stderr);
     let check = all.launched[0].hook.as_ref().unwrap().check.as_ref().unwrap();
     assert!(!check.json.contains("--canary") && check.json.contains("--gate-port"), "{}", check.json);
     // Skipped for a benchmark: said at every launch, and the dry run says SKIPPED.
