@@ -10,8 +10,8 @@
 //! would make the host's git run a program, keeping its objects, refs and work tree.
 //!
 //! The walk never follows a symbolic link and never enters a git directory (objects are most of
-//! a repository's files and hold nothing git runs). It stops, failing closed, past `MAX_WALK`
-//! entries. See docs/adr/0039-every-repository-in-the-project.md.
+//! a repository's files and hold nothing git runs). Before a session it refuses a project past
+//! `MAX_WALK` entries; after one it has no bound. See docs/adr/0039.
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -45,8 +45,15 @@ fn looks_like_gitdir(names: &[(std::ffi::OsString, fs::FileType)]) -> bool {
     has("HEAD") && ((has("objects") && has("refs")) || has("commondir"))
 }
 
-/// Walks the project (bounded, no links followed, no git directory entered).
+/// Walks the project before a session (bounded by `MAX_WALK`, no links followed, no git
+/// directory entered).
 pub fn scan(project: &Path) -> anyhow::Result<Repos> {
+    walk(project, Some(MAX_WALK))
+}
+
+/// The walk; `limit` None after a session, where the check must be complete however many files
+/// the session made (a bound there would let it hide a repository behind enough files).
+fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
     let mut out = Repos::default();
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let mut stack = vec![PathBuf::new()];
@@ -63,7 +70,7 @@ pub fn scan(project: &Path) -> anyhow::Result<Repos> {
             names.push((e.file_name(), t));
         }
         out.walked += names.len();
-        if out.walked > MAX_WALK {
+        if limit.is_some_and(|l| out.walked > l) {
             anyhow::bail!(
                 "{} holds more than {MAX_WALK} files and directories outside its git directories; ai-sandbox checks \
                  every repository in the project before and after a session and stops there; nothing was started\n  \
@@ -346,7 +353,7 @@ pub fn settle_new(
     writable: &[PathBuf],
     quarantine: &Path,
 ) -> anyhow::Result<Vec<String>> {
-    let now = scan(project)?;
+    let now = walk(project, None)?;
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let mut report = Vec::new();
     // A link made during the session into a directory the sandbox can write outside the project
