@@ -168,9 +168,9 @@ fn absent(e: &std::io::Error) -> bool {
 /// The protected paths, relative to the project, for both the mounts and the record: the
 /// candidates; every repository's (see `repos::roots`: a `.git` file decides which repository,
 /// hooks and config the host's git uses); each submodule's config and hooks under .git/modules.
-fn roots_of(project: &Path, rels: &[String], repos: &repos::Repos) -> Vec<PathBuf> {
+fn roots_of(project: &Path, rels: &[String], repos: &repos::Repos, nested: bool) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = rels.iter().map(PathBuf::from).collect();
-    roots.extend(repos::roots(project, repos));
+    roots.extend(repos::roots(project, repos, nested));
     for g in submodule_gitdirs(project) {
         let g = relative(project, &g);
         roots.push(g.join("config"));
@@ -186,7 +186,9 @@ fn roots_of(project: &Path, rels: &[String], repos: &repos::Repos) -> Vec<PathBu
 pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Protected> {
     let repos = repos::scan(project)?;
     let mut out = Vec::new();
-    for rel in roots_of(project, rels, &repos) {
+    // The root's repository only: one below it may be deleted and cloned again inside (a test
+    // suite's fixtures, a tool's checkouts), so it is verified after the session, not mounted.
+    for rel in roots_of(project, rels, &repos, false) {
         let p = project.join(rel);
         match fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -247,7 +249,7 @@ pub fn snapshot(
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
-    let roots = roots_of(project, rels, &protected.repos);
+    let roots = roots_of(project, rels, &protected.repos, true);
     let mut m = Manifest {
         project: project.to_path_buf(),
         session: session.to_string(),
@@ -264,8 +266,13 @@ pub fn snapshot(
         writable: protected.writable.clone(),
     };
     let mut bytes = 0u64;
+    // The directories above the root-level roots are recorded, to tell a renamed and rebuilt
+    // `.git` (or a host edit, see `host_made`); those above a repository below the root are
+    // not: it may be deleted, and is then left deleted (see `repos::replaced_below`).
+    let root_level = roots_of(project, rels, &protected.repos, false);
     for rel in &roots {
-        for anc in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+        let ancestors = if root_level.contains(rel) { rel.ancestors().skip(1).collect() } else { Vec::new() };
+        for anc in ancestors.into_iter().rev() {
             if anc.as_os_str().is_empty() || m.entries.iter().any(|(p, _)| p == anc) {
                 continue;
             }
@@ -454,9 +461,15 @@ pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Out
     let kept = |rel: &Path| {
         format!("{}: changed on the host during the session (it was read-only inside); kept", rel.display())
     };
+    // A repository below the root that the session deleted or made again: nothing of the
+    // record goes back into it (one made again is cleaned as new, in 3).
+    let replaced = |rel: &Path| m.repos.as_ref().is_some_and(|b| repos::replaced_below(project, b, rel));
     // 1. Recorded paths, parents first: whatever differs goes aside and the original comes back.
     for (rel, was) in &m.entries {
         let p = project.join(rel);
+        if replaced(rel) {
+            continue;
+        }
         if unchanged(&p, was) {
             if let Was::Parent { ino, .. } = was
                 && fs::symlink_metadata(&p).is_ok_and(|now| now.ino() != *ino)
@@ -504,7 +517,7 @@ pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Out
     let known: std::collections::HashSet<&Path> = m.entries.iter().map(|(p, _)| p.as_path()).collect();
     let mut handled: Vec<PathBuf> = Vec::new();
     for rel in present(project, &m.roots) {
-        if known.contains(rel.as_path()) || handled.iter().any(|d| rel.starts_with(d)) {
+        if known.contains(rel.as_path()) || handled.iter().any(|d| rel.starts_with(d)) || replaced(&rel) {
             continue;
         }
         if host_made(m, &rel) {

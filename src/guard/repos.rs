@@ -25,10 +25,11 @@ pub const MAX_WALK: usize = 2_000_000;
 /// The repositories of a project, relative to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repos {
-    /// Git directories: `X/.git` directories and bare-shaped directories.
-    pub gitdirs: Vec<PathBuf>,
-    /// `.git` files (`gitdir: PATH`) and `.git` symbolic links.
-    pub pointers: Vec<PathBuf>,
+    /// Git directories (`X/.git` directories and bare-shaped directories), with their inodes: one
+    /// deleted and made again at the same path during a session is a new one.
+    pub gitdirs: Vec<(PathBuf, u64)>,
+    /// `.git` files (`gitdir: PATH`) and `.git` symbolic links, with where they lead (resolved).
+    pub pointers: Vec<(PathBuf, Option<PathBuf>)>,
     /// Symbolic links that lead out of the project (`..` or absolute targets, resolved): a
     /// directory reached through one is where the host's git looks for a repository.
     #[serde(default)]
@@ -79,16 +80,18 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
             );
         }
         if !rel.as_os_str().is_empty() && looks_like_gitdir(&names) {
-            out.gitdirs.push(rel);
+            out.gitdirs.push((rel, inode(&dir)));
             continue;
         }
         for (name, t) in names {
             let child = rel.join(&name);
             if name == ".git" {
                 if t.is_dir() {
-                    out.gitdirs.push(child);
+                    let ino = inode(&project.join(&child));
+                    out.gitdirs.push((child, ino));
                 } else {
-                    out.pointers.push(child);
+                    let target = pointer_target(project, &child);
+                    out.pointers.push((child, target));
                 }
             } else if t.is_dir() {
                 stack.push(child);
@@ -101,6 +104,11 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
     out.gitdirs.sort();
     out.pointers.sort();
     Ok(out)
+}
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(p).map_or(0, |m| m.ino())
 }
 
 /// Whether a link leads out of the project. Only targets that can leave it lexically (absolute,
@@ -138,12 +146,14 @@ pub fn pointer_target(project: &Path, pointer: &Path) -> Option<PathBuf> {
     fs::canonicalize(target).ok()
 }
 
-/// The protected roots a repository adds (relative to the project): a git directory's config,
-/// hooks and pointers, the `.gitmodules` of its work tree, a pointer file itself and the git
-/// directory it leads to when that is inside the project.
-pub fn roots(project: &Path, repos: &Repos) -> Vec<PathBuf> {
+/// The protected roots the repositories add (relative to the project): a git directory's
+/// config, hooks and pointers, the `.gitmodules` of its work tree, a pointer file itself and the
+/// git directory it leads to when that is inside the project. `nested`: those below the root
+/// too (recorded and verified), else only the root's own (also mounted read-only).
+pub fn roots(project: &Path, repos: &Repos, nested: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for g in &repos.gitdirs {
+    let at_root = |p: &Path| nested || p == Path::new(".git");
+    for (g, _) in repos.gitdirs.iter().filter(|(g, _)| at_root(g)) {
         out.extend(gitdir_paths(g));
         if g.file_name().is_some_and(|n| n == ".git")
             && let Some(work) = g.parent()
@@ -152,19 +162,38 @@ pub fn roots(project: &Path, repos: &Repos) -> Vec<PathBuf> {
         }
     }
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
-    for p in &repos.pointers {
+    for (p, target) in repos.pointers.iter().filter(|(p, _)| at_root(p)) {
         out.push(p.clone());
         if let Some(work) = p.parent() {
             out.push(work.join(".gitmodules"));
         }
-        if let Some(t) = pointer_target(project, p)
-            && let Ok(rel) = t.strip_prefix(&canon)
-            && !rel.as_os_str().is_empty()
-        {
-            out.extend(gitdir_paths(rel));
+        if let Some(rel) = target.as_ref().and_then(|t| inside(&canon, t)) {
+            out.extend(gitdir_paths(&rel));
         }
     }
     out
+}
+
+/// Whether `rel` lies in a repository below the root that existed before the session and is no
+/// longer the same (deleted, or made again: another inode). Its recorded files are not put back
+/// there: a repository made again is a new one (see `settle_new`), a deleted one runs nothing.
+pub fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool {
+    let root = Path::new(".git");
+    let modules = |p: &Path| p.parent().map(|w| w.join(".gitmodules"));
+    let gitdir = before.gitdirs.iter().filter(|(g, _)| g != root).find(|(g, _)| {
+        rel.starts_with(g)
+            || (g.file_name().is_some_and(|n| n == ".git") && modules(g).as_deref() == Some(rel))
+    });
+    if let Some((g, ino)) = gitdir {
+        return inode(&project.join(g)) != *ino;
+    }
+    let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
+    let pointer = before.pointers.iter().filter(|(p, _)| p != root).find(|(p, t)| {
+        rel == p
+            || modules(p).as_deref() == Some(rel)
+            || t.as_ref().and_then(|t| inside(&canon, t)).is_some_and(|g| rel.starts_with(g))
+    });
+    pointer.is_some_and(|(p, t)| pointer_target(project, p) != *t)
 }
 
 /// Settings kept in the config of a repository made during a session: what a cloned or
@@ -373,9 +402,9 @@ pub fn settle_new(
         }
     }
     let mut todo: Vec<PathBuf> =
-        now.gitdirs.iter().filter(|g| !before.gitdirs.contains(g)).cloned().collect();
-    for p in now.pointers.iter().filter(|p| !before.pointers.contains(p)) {
-        match pointer_target(project, p).and_then(|t| inside(&canon, &t)) {
+        now.gitdirs.iter().filter(|g| !before.gitdirs.contains(g)).map(|(g, _)| g.clone()).collect();
+    for (p, target) in now.pointers.iter().filter(|p| !before.pointers.contains(p)) {
+        match target.as_ref().and_then(|t| inside(&canon, t)) {
             Some(rel) => todo.push(clean(&rel)),
             None => {
                 super::move_aside(&project.join(p), &quarantine.join(p))?;
@@ -389,9 +418,12 @@ pub fn settle_new(
     }
     let mut done: Vec<PathBuf> = Vec::new();
     while let Some(g) = todo.pop() {
-        // A git directory that existed before the session, or whose config is a protected path
-        // (the root's, a submodule's), is verified and restored by the record already.
-        if done.contains(&g) || before.gitdirs.contains(&g) || protected.contains(&g.join("config")) {
+        // The root's is the record's to verify, as are git dirs guarded by protected paths (the
+        // root's submodules); one below the root counts as new if it is not the same one.
+        let existed = before.gitdirs.iter().any(|(b, ino)| *b == g && *ino == inode(&project.join(&g)));
+        let nested = before.gitdirs.iter().any(|(b, _)| *b == g);
+        let root = g == Path::new(".git") || (!nested && protected.contains(&g.join("config")));
+        if done.contains(&g) || existed || root {
             continue;
         }
         done.push(g.clone());

@@ -230,3 +230,42 @@ fn a_read_only_path_under_a_rebuilt_directory_is_still_the_sandboxs() {
     assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
     assert!(out.restored.iter().any(|l| l.starts_with(".git/config: changed")), "{out:#?}");
 }
+
+fn nested_repo(dir: &Path, config: &str) {
+    fs::create_dir_all(dir.join(".git/objects")).unwrap();
+    fs::create_dir_all(dir.join(".git/refs")).unwrap();
+    fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+    fs::write(dir.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(dir.join(".git/config"), config).unwrap();
+}
+
+#[test]
+fn a_repository_below_the_root_is_verified_and_may_be_deleted_or_made_again() {
+    let f = fixture();
+    for r in ["keep", "gone", "again"] {
+        nested_repo(&f.project.join("vendor").join(r), "[core]\n\tpager = mine\n");
+    }
+    let rels = candidates(&[]);
+    let protected = existing_mounts(&f.project, &rels).unwrap();
+    assert!(
+        !protected.mounts.iter().any(|m| m.starts_with(f.project.join("vendor"))),
+        "not mounted: it may be deleted inside: {:?}",
+        protected.mounts
+    );
+    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    let v = f.project.join("vendor");
+    // Changed in place: put back. Deleted: left deleted. Deleted and made again with a planted
+    // setting: a new repository, cleaned as one (not given the old config back).
+    fs::write(v.join("keep/.git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    fs::remove_dir_all(v.join("gone")).unwrap();
+    fs::remove_dir_all(v.join("again")).unwrap();
+    nested_repo(&v.join("again"), "[core]\n\tbare = false\n\tfsmonitor = evil\n");
+    let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
+    assert_eq!(fs::read_to_string(v.join("keep/.git/config")).unwrap(), "[core]\n\tpager = mine\n");
+    assert!(!v.join("gone").exists(), "a deleted repository stays deleted: {out:#?}");
+    assert_eq!(fs::read_to_string(v.join("again/.git/config")).unwrap(), "[core]\n\tbare = false\n");
+    let lines = out.restored.join("\n");
+    assert!(lines.contains("vendor/keep/.git/config: changed during the session"), "{lines}");
+    assert!(lines.contains("vendor/again/.git/config: a repository made during the session"), "{lines}");
+    assert!(!lines.contains("vendor/gone"), "{lines}");
+}

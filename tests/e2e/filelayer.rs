@@ -39,6 +39,10 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     let lib = p.path("vendor/lib");
     assert_eq!(git_in(&lib, &["init", "-q"]).code, 0);
     assert_eq!(git_in(&lib, &["commit", "-q", "--allow-empty", "-m", "vendored"]).code, 0);
+    // One a tool or a test suite deletes inside: it may (it is not mounted read-only).
+    std::fs::create_dir_all(p.path("scratch")).unwrap();
+    chown_user(&p.path("scratch"));
+    assert_eq!(git_in(&p.path("scratch"), &["init", "-q"]).code, 0);
     // The control: the same planted setting in a repository the host made itself runs on the
     // host's `git status` (so a marker that stays absent below means something).
     std::fs::create_dir_all(p.path("control")).unwrap();
@@ -54,7 +58,8 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
          printf '#!/bin/sh\\ntouch {m4}\\n' > sub/.git/hooks/post-commit && chmod +x sub/.h/post-commit sub/.git/hooks/post-commit && echo planted; \
          mkdir -p .hidden && git init -q --separate-git-dir=.hidden/gd sub2 && git -C sub2 config core.fsmonitor 'touch {m2}' && echo sub2-made; \
          git -C vendor/lib config core.fsmonitor 'touch {m5}'; echo vendored-config-rc=$?; \
-         $G -C vendor/lib commit -q --allow-empty -m inside-vendored && echo vendored-committed",
+         $G -C vendor/lib commit -q --allow-empty -m inside-vendored && echo vendored-committed; \
+         rm -rf scratch && echo scratch-deleted",
         m1 = mark("sub-fsmonitor").display(),
         m2 = mark("sub2-fsmonitor").display(),
         m3 = mark("sub-alias").display(),
@@ -63,13 +68,10 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     );
     let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
     r.ok();
-    for done in ["sub-committed", "planted", "sub2-made", "vendored-committed"] {
+    for done in ["sub-committed", "planted", "sub2-made", "vendored-committed", "scratch-deleted"] {
         assert!(r.stdout.contains(done), "positive control {done}: {}\n{}", r.stdout, r.stderr);
     }
-    assert!(
-        !r.stdout.contains("vendored-config-rc=0"),
-        "an existing nested repository's config was writable inside"
-    );
+    assert!(!p.path("scratch").exists(), "a repository deleted inside is left deleted:\n{}", r.stderr);
     // The host's git in each folder, as a prompt or an editor would run it.
     for dir in ["sub", "sub2", "vendor/lib", "control"] {
         let st = git_in(&p.path(dir), &["status", "--short"]);
@@ -80,9 +82,14 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     for planted in ["sub-fsmonitor", "sub2-fsmonitor", "sub-hook", "vendored-fsmonitor"] {
         assert!(!mark(planted).exists(), "{planted}: code planted inside ran on the host");
     }
-    for named in
-        ["sub/.git/config", "core.fsmonitor", "alias.st", "sub/.git/hooks/post-commit", ".hidden/gd/config"]
-    {
+    for named in [
+        "sub/.git/config",
+        "core.fsmonitor",
+        "alias.st",
+        "sub/.git/hooks/post-commit",
+        ".hidden/gd/config",
+        "vendor/lib/.git/config: changed during the session; restored",
+    ] {
         assert!(r.stderr.contains(named), "the report must name {named}:\n{}", r.stderr);
     }
     let cfg = std::fs::read_to_string(p.path("sub/.git/config")).unwrap();

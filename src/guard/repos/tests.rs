@@ -28,9 +28,16 @@ fn the_walk_finds_every_kind_of_repository_and_never_enters_one() {
     fs::write(p.join("src/deep/er/HEAD"), "not a repo: no objects, refs or commondir\n").unwrap();
     let r = scan(p).unwrap();
     let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-    assert_eq!(r.gitdirs, paths(&[".git", "bare.git", "vendor/lib/.git"]));
-    assert_eq!(r.pointers, paths(&["linked/.git", "sub/.git"]));
-    let roots = super::roots(p, &r);
+    let gitdirs: Vec<PathBuf> = r.gitdirs.iter().map(|(g, _)| g.clone()).collect();
+    assert_eq!(gitdirs, paths(&[".git", "bare.git", "vendor/lib/.git"]));
+    let pointers: Vec<PathBuf> = r.pointers.iter().map(|(g, _)| g.clone()).collect();
+    assert_eq!(pointers, paths(&["linked/.git", "sub/.git"]));
+    assert_eq!(r.pointers[1].1, Some(fs::canonicalize(p.join("bare.git")).unwrap()), "where sub/.git leads");
+    assert!(
+        !super::roots(p, &r, false).iter().any(|x| x.starts_with("vendor")),
+        "only the root's are mounted"
+    );
+    let roots = super::roots(p, &r, true);
     for want in [
         "vendor/lib/.git/config",
         "vendor/lib/.git/hooks",
@@ -123,7 +130,7 @@ fn a_repository_made_during_the_session_keeps_its_objects_and_loses_what_runs() 
     gitdir(&p.join("vendored/.git"));
     fs::write(p.join("vendored/.git/config"), "[core]\n\tpager = mine\n").unwrap();
     let before = scan(&p).unwrap();
-    let protected = super::roots(&p, &before);
+    let protected = super::roots(&p, &before, true);
     // The session: a new repository with a planted fsmonitor and hook, a pointer to a git dir
     // made elsewhere in the project, and one leading outside it.
     gitdir(&p.join("new/.git"));
