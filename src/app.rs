@@ -35,6 +35,13 @@ fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
         Some(p) => cwd.join(p),
         None => project::find(&cwd, |p| host.exists(p)),
     };
+    if flag.is_some() && !host.exists(&project) {
+        return Err(hinted(
+            format!("--project {}: no such directory", project.display()),
+            "pass the project's directory (or run from inside it, without --project)",
+        )
+        .into());
+    }
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
     if flag.is_none() && project == home && host.exists(&home.join(project::CONFIG_DIR)) {
         let found = home.join(project::CONFIG_DIR);
@@ -196,6 +203,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         protected: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
+        workdir: host.cwd().ok().filter(|c| c.starts_with(&p.project)).unwrap_or_else(|| p.project.clone()),
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
             crate::session::Probe::Skipped
         } else {
@@ -545,7 +553,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let policy = loaded.policy;
     if !args.dry_run && host.uid() == 0 {
         return Err(hinted(
-            "ai-sandbox runs rootless and refuses to start as root (podman cannot use pasta as root)",
+            "this tool runs rootless and refuses to start as root (podman cannot use pasta as root)",
             "run it as a regular user; from a root shell: scripts/as-user ai-sandbox ...",
         )
         .into());

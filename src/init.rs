@@ -90,6 +90,22 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// The config text for these presets (in the order given, duplicates merged).
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 pub fn render(presets: &[String]) -> Result<String, Hinted> {
     let mut out = String::from(
         "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
@@ -98,10 +114,15 @@ pub fn render(presets: &[String]) -> Result<String, Hinted> {
     );
     let mut seen: Vec<&str> = Vec::new();
     let mut cmd: Option<(&str, &str)> = None;
-    for name in presets {
-        let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| n == name) else {
+    // `--preset claude,npm` as well as `--preset claude --preset npm`.
+    for name in presets.iter().flat_map(|p| p.split(',')).map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| *n == name) else {
+            let near = names().into_iter().find(|n| edit_distance(n, name) <= 2);
             return Err(hinted(
-                format!("unknown preset `{name}`"),
+                match near {
+                    Some(n) => format!("unknown preset `{name}`: did you mean `{n}`?"),
+                    None => format!("unknown preset `{name}`"),
+                },
                 format!("presets are {}", names().join(", ")),
             ));
         };
@@ -162,7 +183,18 @@ mod tests {
         let err = render(&["claude".into(), "codex".into()]).unwrap_err().to_string();
         assert!(err.contains("both set the command"), "{err}");
         let err = render(&["nmp".into()]).unwrap_err().to_string();
-        assert!(err.contains("unknown preset `nmp`") && err.contains("npm"), "{err}");
+        assert!(err.contains("unknown preset `nmp`: did you mean `npm`?"), "{err}");
+        let err = render(&["clade".into()]).unwrap_err().to_string();
+        assert!(err.contains("did you mean `claude`?"), "{err}");
+        let err = render(&["kubernetes".into()]).unwrap_err().to_string();
+        assert!(err.contains("unknown preset `kubernetes`") && !err.contains("did you mean"), "{err}");
+    }
+
+    #[test]
+    fn presets_given_with_commas_are_the_same_as_repeated() {
+        let both = render(&["claude".into(), "npm".into()]).unwrap();
+        assert_eq!(render(&["claude,npm".into()]).unwrap(), both);
+        assert_eq!(render(&["claude, npm,".into()]).unwrap(), both);
     }
 
     #[test]

@@ -7,6 +7,13 @@ use clap::Parser;
 
 fn main() {
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
+    if prints_for_a_reader(&cli) {
+        // `ai-sandbox logs | head -1`: end quietly when the reader goes away, as cat and git do,
+        // instead of panicking on the broken pipe. Not for the processes that serve (the gate,
+        // the keeper, the hooks, a launch): a peer that hangs up must not kill them.
+        // SAFETY: setting a signal's disposition to its default, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let mut host = RealHost::default();
     let result = match &cli.sub {
         None => app::run(&mut host, &cli.run),
@@ -50,6 +57,26 @@ fn main() {
             eprintln!("ai-sandbox: {e:#}");
             std::process::exit(125);
         }
+    }
+}
+
+/// Commands whose output is for a reader (a pager, `head`) and that change nothing a signal
+/// could leave half-done: not the processes that serve, nor `allow`/`deny` (nft, then the gate).
+fn prints_for_a_reader(cli: &Cli) -> bool {
+    use ai_sandbox::cli::GateCmd;
+    match &cli.sub {
+        None => cli.run.dry_run,
+        Some(Sub::Gate { cmd }) => matches!(cmd, GateCmd::Logs { .. } | GateCmd::Status { .. }),
+        Some(
+            Sub::Logs { .. }
+            | Sub::Man
+            | Sub::Completions { .. }
+            | Sub::Rules { .. }
+            | Sub::Export { .. }
+            | Sub::Ps { .. }
+            | Sub::Doctor,
+        ) => true,
+        Some(_) => false,
     }
 }
 

@@ -167,7 +167,7 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
         "-v",
         &format!("{project}:{project}"),
         "--workdir",
-        &project,
+        &f.workdir.display().to_string(),
     ]);
     // This binary: the self-check hook, and `ai-sandbox connect` (ssh through the gate); with
     // its loader's directory, so it runs inside any image.

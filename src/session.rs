@@ -42,6 +42,9 @@ pub struct Facts {
     /// ai-sandbox's per-user runtime dir: the gate's socket and log, `sessions/`.
     pub runtime_dir: PathBuf,
     pub session_dir: PathBuf,
+    /// Where the command starts: the working directory when it is inside the project (as git,
+    /// direnv and devcontainers do), else the project.
+    pub workdir: PathBuf,
     /// The user's real HOME path (where the sandbox home is mounted).
     pub home: PathBuf,
     /// The persistent, per-project sandbox HOME on the host.

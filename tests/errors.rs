@@ -300,3 +300,31 @@ fn trust_checks_a_config_as_a_launch_would_and_names_what_widens() {
     assert!(!o.stdout.contains("line 5"), "a plain name is not called out:\n{}", o.stdout);
     assert_eq!(run_in(&dir, &home, &["trust", "--show"]).code, 0);
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_with_no_panic() {
+    // `ai-sandbox logs | head -1`: the reader is gone before (or while) the command writes.
+    let (_t, dir, home) = project(Some("allow = github.com\n"));
+    let log = home.join("run/ai-sandbox/gate.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(&log, "{\"time\":\"2026-12-01T00:00:00Z\",\"session\":\"s\",\"host\":\"a.example\",\"port\":443,\"decision\":\"deny\",\"reason\":\"r\"}\n".repeat(50)).unwrap();
+    for args in
+        [&["man"][..], &["completions", "bash"], &["gate", "logs"], &["logs"], &["--dry-run"], &["rules"]]
+    {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let o = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+            .args(args)
+            .current_dir(&dir)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", "/usr/bin:/bin")
+            .env("XDG_RUNTIME_DIR", home.join("run"))
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert_ne!(o.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

@@ -528,3 +528,32 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     app::prune_cmd(&mut h, true).unwrap();
     assert!(h.stdout.contains("nothing to prune"), "{}", h.stdout);
 }
+
+#[test]
+fn the_command_starts_in_the_directory_it_was_started_from_inside_the_project() {
+    let mut h = host("", &[]);
+    h.cwd = "/home/dev/app/sub/deep".into();
+    let argv = argv_of(&dry_run(&mut h, &[]));
+    let at = argv.iter().position(|a| a == "--workdir").unwrap();
+    assert_eq!(argv[at + 1], "/home/dev/app/sub/deep");
+    assert!(
+        argv.contains(&"/home/dev/app:/home/dev/app".to_string()),
+        "the project is still what is mounted"
+    );
+    // Outside the project (`--project DIR` from elsewhere): the project.
+    h.cwd = "/home/dev".into();
+    h.stdout.clear();
+    let argv = argv_of(&dry_run(&mut h, &["--project", "/home/dev/app"]));
+    let at = argv.iter().position(|a| a == "--workdir").unwrap();
+    assert_eq!(argv[at + 1], "/home/dev/app");
+    // A --project that does not exist: said plainly, nothing planned.
+    let err = format!(
+        "{:#}",
+        app::run(
+            &mut h,
+            &Cli::try_parse_from(["ai-sandbox", "--project", "/nonexistent", "--dry-run"]).unwrap().run
+        )
+        .unwrap_err()
+    );
+    assert!(err.contains("--project /nonexistent: no such directory"), "{err}");
+}

@@ -239,7 +239,18 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
     }
     let colons = s.matches(':').count();
     if colons >= 2 {
-        // Bare IPv6 (no port possible without brackets).
+        // Bare IPv6 (no port possible without brackets); but `2001:db8::1:443` reads as an
+        // address *and* as an address with a port: say so rather than guess.
+        if let Some((before, last)) = s.rsplit_once(':')
+            && last.len() >= 2
+            && last.chars().all(|c| c.is_ascii_digit())
+            && before.parse::<std::net::Ipv6Addr>().is_ok()
+        {
+            return Err(bad(
+                format!("`{s}` is ambiguous: the IPv6 address {s} (every port), or {before} port {last}"),
+                format!("did you mean `[{before}]:{last}`? For the address itself write `[{s}]`"),
+            ));
+        }
         return net_entry(s, None, s);
     }
     let (host, ports) = match s.rsplit_once(':') {

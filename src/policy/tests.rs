@@ -32,6 +32,10 @@ fn allow_entries_normalise_to_one_spelling() {
         ("10.0.0.0/8:8000-8100", net("10.0.0.0/8", Some(Ports { lo: 8000, hi: 8100 }))),
         ("2001:db8::1", net("2001:db8::1", None)),
         ("[2001:db8::1]:443", net("2001:db8::1", Some(Ports::one(443)))),
+        // Not ambiguous: a one-digit last group, eight groups, a prefix; the bracketed address.
+        ("2001:db8::1:4", net("2001:db8::1:4", None)),
+        ("2001:db8:0:0:0:0:1:443", net("2001:db8::1:443", None)),
+        ("[2001:db8::1:443]", net("2001:db8::1:443", None)),
         ("[2001:db8::/32]:443", net("2001:db8::/32", Some(Ports::one(443)))),
         ("2001:DB8::/32", net("2001:db8::/32", None)),
         ("::ffff:192.0.2.7", net("192.0.2.7", None)),
@@ -86,6 +90,7 @@ fn allow_entries_that_must_be_refused() {
         ("-bad.example.com", "not a valid DNS label"),
         ("intranet", "single-label"),
         ("[2001:db8::1", "missing `]`"),
+        ("2001:db8::1:443", "did you mean `[2001:db8::1]:443`?"),
         ("0.0.0.0", "unspecified"),
     ];
     for (input, word) in cases {
