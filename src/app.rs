@@ -212,6 +212,28 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     })
 }
 
+/// The command as the sandbox would find it (the host's own tools, `image = host`): 127 when it
+/// is found nowhere, 126 when it is not executable. Not judged when the user sets PATH, or for
+/// an image (its files are not the host's).
+fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
+    let crate::policy::Command::Argv(argv) = &p.command else { return None };
+    if p.image != crate::policy::Image::Host || p.env.iter().any(|(k, _)| k == "PATH") {
+        return None;
+    }
+    let name = f.launchable.program.as_deref().unwrap_or(&argv[0]);
+    if !name.contains('/') {
+        return host
+            .find_program(name)
+            .is_none()
+            .then(|| (127, format!("{name}: command not found (not on the sandbox's PATH, nor on yours)")));
+    }
+    match host.executable(&f.workdir.join(name)) {
+        None => Some((127, format!("{name}: no such file (relative to {})", f.workdir.display()))),
+        Some(false) => Some((126, format!("{name}: not an executable file (`chmod +x {name}`)"))),
+        Some(true) => None,
+    }
+}
+
 /// The ssh-agent socket `--ssh-agent` passes in: SSH_AUTH_SOCK, which must name one.
 fn ssh_agent_socket(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<PathBuf>> {
     if !p.ssh_agent {
@@ -573,6 +595,13 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
             format!("fetch it outside the sandbox first: podman pull {image} (or build it: podman build -t {image} ...)"),
         )
         .into());
+    }
+    if !args.dry_run
+        && let Some((code, why)) = cannot_run(host, &policy, &facts)
+    {
+        // Said as podman would (127 not found, 126 not executable), before anything starts.
+        host.eprint(&format!("ai-sandbox: {why}; nothing was started\n"));
+        return Ok(code);
     }
     if policy.gate && !args.dry_run {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and

@@ -66,7 +66,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
         "125",
         "ai-sandbox refused or failed before the command ran: bad config or flags, no podman, a failed hook",
     ),
-    ("126, 127", "podman could not start the command (not executable, not found)"),
+    ("126, 127", "the command cannot run: not executable (126), not found (127)"),
     ("1", "`gate status` when no gate runs"),
 ];
 

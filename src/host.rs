@@ -42,6 +42,8 @@ pub trait Host {
     /// The dynamic loader this program runs with (its ELF interpreter, resolved), which the
     /// self-check hook runs it through inside any image; None for a static program.
     fn loader(&self, exe: &Path) -> Option<PathBuf>;
+    /// Whether `path` is a file this user may execute (None: nothing there).
+    fn executable(&self, path: &Path) -> Option<bool>;
     /// The entries of a directory (none when it does not exist).
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>>;
     /// Removes a directory and everything below it.
@@ -213,6 +215,10 @@ impl Host for RealHost {
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
+    }
+    fn executable(&self, path: &Path) -> Option<bool> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(meta.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok())
     }
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         match std::fs::read_dir(dir) {
@@ -466,6 +472,9 @@ impl Host for FakeHost {
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
     }
+    fn executable(&self, path: &Path) -> Option<bool> {
+        self.files.iter().find(|(p, _)| p == path).map(|(_, text)| text.starts_with("#!"))
+    }
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         let mut out: Vec<PathBuf> = self
             .files
@@ -553,6 +562,9 @@ impl Host for FakeHost {
     fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
         if let Some((_, f)) = self.programs.iter().find(|(n, _)| n == name) {
             return Some(f.clone());
+        }
+        if name.starts_with("nosuch") {
+            return None;
         }
         let p = PathBuf::from(format!("/usr/bin/{name}"));
         Some(crate::agent::Found { path: p.clone(), target: p, interpreter: None })

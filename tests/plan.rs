@@ -557,3 +557,31 @@ fn the_command_starts_in_the_directory_it_was_started_from_inside_the_project() 
     );
     assert!(err.contains("--project /nonexistent: no such directory"), "{err}");
 }
+
+#[test]
+fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts() {
+    let run = |h: &mut FakeHost, cmd: &[&str]| {
+        let cli = Cli::try_parse_from(["ai-sandbox", "--"].iter().chain(cmd)).unwrap();
+        app::run(h, &cli.run).unwrap()
+    };
+    let mut h = host("allow = github.com\n", &[]);
+    assert_eq!(run(&mut h, &["nosuchcmd", "x"]), 127);
+    assert!(
+        h.stderr.contains("nosuchcmd: command not found") && h.stderr.contains("nothing was started"),
+        "{}",
+        h.stderr
+    );
+    h.files.push(("/home/dev/app/plain.sh".into(), "echo hi\n".into()));
+    assert_eq!(run(&mut h, &["./plain.sh"]), 126);
+    assert!(h.stderr.contains("./plain.sh: not an executable file (`chmod +x ./plain.sh`)"), "{}", h.stderr);
+    assert_eq!(run(&mut h, &["./missing.sh"]), 127);
+    assert!(h.effects.is_empty(), "nothing registered or launched: {:?}", h.effects);
+    // Positive controls: an executable script and a program on PATH launch.
+    h.files.push(("/home/dev/app/run.sh".into(), "#!/bin/sh\necho hi\n".into()));
+    h.exit_code = 3;
+    assert_eq!(run(&mut h, &["./run.sh"]), 3);
+    assert_eq!(run(&mut h, &["npm", "test"]), 3);
+    // The user's own PATH may find what the host's does not: not judged then.
+    let mut own = host("env = PATH=/home/dev/app/bin:/usr/bin\n", &[]);
+    assert_eq!(run(&mut own, &["nosuchcmd"]), 0);
+}

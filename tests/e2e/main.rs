@@ -13,6 +13,7 @@ mod gate_limits;
 mod harness;
 mod lifecycle;
 mod live;
+mod newcomer;
 mod real_agents;
 mod secrets;
 mod selfprotect;

@@ -1,0 +1,49 @@
+//! A newcomer's first hour, on real podman: what the man page's exit-status table promises is
+//! what a launch returns, and the command starts where the user is.
+
+use crate::harness::*;
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn every_exit_status_the_man_page_lists_is_what_a_launch_returns() {
+    let p = Project::new("exitcodes");
+    std::fs::write(p.path("plain.sh"), "echo hi\n").unwrap();
+    chown_user(&p.path("plain.sh"));
+    let table: Vec<&str> = ai_sandbox::cli::EXIT_STATUS.iter().map(|(k, _)| *k).collect();
+    let cases: &[(&str, &[&str], i32)] = &[
+        ("N", &["--", "sh", "-c", "exit 7"], 7),
+        ("N", &["--", "sh", "-c", "kill -TERM $$"], 128 + 15),
+        ("125", &["--allow", "bad entry", "--", "true"], 125),
+        ("126, 127", &["--", "./plain.sh"], 126),
+        ("126, 127", &["--", "nosuchcmd"], 127),
+    ];
+    for (row, args, want) in cases {
+        assert!(table.contains(row), "the man page's table has no row {row}: {table:?}");
+        let r = sandbox(&p, args, &[]);
+        assert_eq!(r.code, *want, "{args:?}: {}\n{}", r.stdout, r.stderr);
+    }
+    // Positive control: a command that runs exits 0, and prints.
+    let r = sandbox(&p, &["--", "echo", "ran"], &[]);
+    assert_eq!((r.code, r.stdout.trim()), (0, "ran"), "{}", r.stderr);
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn the_command_runs_in_the_directory_it_was_started_from() {
+    let p = Project::new("workdir");
+    let deep = p.path("sub/deep");
+    std::fs::create_dir_all(&deep).unwrap();
+    chown_user(&p.path("sub"));
+    chown_user(&deep);
+    let o = user_command(&deep, &env().bin, &["--", "pwd"], &[]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), deep.to_str().unwrap());
+    // The project is still the one found from there (its config applies), not the subfolder.
+    let o =
+        user_command(&deep, &env().bin, &["--", "ls", "-a", p.dir.to_str().unwrap()], &[]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(".ai-sandbox"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
