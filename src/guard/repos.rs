@@ -25,8 +25,8 @@ pub const MAX_WALK: usize = 2_000_000;
 /// The repositories of a project, relative to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repos {
-    /// Git directories (`X/.git` directories and bare-shaped directories), with their inodes: one
-    /// deleted and made again at the same path during a session is a new one.
+    /// Git directories (`X/.git` directories and bare-shaped directories), with which directory
+    /// each is (`inode`): one deleted and made again at the same path during a session is new.
     pub gitdirs: Vec<(PathBuf, u64)>,
     /// `.git` files (`gitdir: PATH`) and `.git` symbolic links, with where they lead (resolved).
     pub pointers: Vec<(PathBuf, Option<PathBuf>)>,
@@ -106,9 +106,13 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
     Ok(out)
 }
 
+/// Which directory this is: its inode, mixed with its birth time where the filesystem keeps one
+/// (an inode freed by a deletion is handed to the next directory made, often at once).
 fn inode(p: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    fs::symlink_metadata(p).map_or(0, |m| m.ino())
+    let Ok(m) = fs::symlink_metadata(p) else { return 0 };
+    let born = m.created().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    m.ino() ^ born.map_or(0, |d| (d.as_nanos() as u64).rotate_left(32))
 }
 
 /// Whether a link leads out of the project. Only targets that can leave it lexically (absolute,

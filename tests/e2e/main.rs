@@ -273,8 +273,16 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
         std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--hooks-dir").unwrap() + 1]);
     let hook_file = hooks_dir.join("ai-sandbox.json");
     let marker = format!("# {}", hook_file.display());
-    let hook_json: String =
-        dry.stdout.lines().skip_while(|l| *l != marker).skip(1).collect::<Vec<_>>().join("\n");
+    // (The self-check's hook is printed after it with a `<canary>` port, which a launch picks:
+    // it is not written here; its mount in the argv is harmless without it.)
+    let hook_json: String = dry
+        .stdout
+        .lines()
+        .skip_while(|l| *l != marker)
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
     let env_file = std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--env-file").unwrap() + 1]);
     let env_marker = format!("# {} (mode 0600: it holds the session token and secrets)", env_file.display());
     let env_text: String = dry
