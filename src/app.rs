@@ -56,6 +56,13 @@ fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
         .into());
     }
     project::check(&project, &home)?;
+    if project.to_str().is_none() {
+        return Err(hinted(
+            format!("the project directory's path is not UTF-8 ({})", project.display()),
+            "rename it (or a directory above it) to a UTF-8 name: podman's options and ai-sandbox's session records carry paths as text",
+        )
+        .into());
+    }
     let cfg_path = project::config_path(&project);
     let display = match cfg_path.strip_prefix(&cwd) {
         Ok(rel) => rel.display().to_string(),

@@ -83,12 +83,13 @@ fn prints_for_a_reader(cli: &Cli) -> bool {
 /// clap's message, plus the hint a newcomer needs most: a command to run goes after `--`.
 fn usage_error(e: clap::Error) -> ! {
     use clap::error::ErrorKind;
-    let first_word = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // args_os: an argument that is not UTF-8 (the very thing clap may be refusing) must not panic.
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let first_word = args.iter().find(|a| !a.starts_with('-'));
     let bare_command =
         matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand) && first_word.is_some();
     let _ = e.print();
     if bare_command {
-        let args: Vec<String> = std::env::args().skip(1).collect();
         eprintln!(
             "\n  hint: to run a command in the sandbox, put it after `--`: ai-sandbox -- {}",
             args.join(" ")

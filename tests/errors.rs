@@ -328,3 +328,35 @@ fn output_into_a_closed_pipe_ends_quietly_with_no_panic() {
         assert_ne!(o.status.code(), Some(101), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn input_that_is_not_utf8_is_refused_in_words_never_with_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_t, dir, home) = project(None);
+    let bad = std::ffi::OsStr::from_bytes(b"X=\xff");
+    let o = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args([
+            std::ffi::OsStr::new("--dry-run"),
+            std::ffi::OsStr::new("-e"),
+            bad,
+            std::ffi::OsStr::new("--"),
+            std::ffi::OsStr::new("true"),
+        ])
+        .current_dir(&dir)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("invalid UTF-8") && !stderr.contains("panicked"), "{stderr}");
+    // A project directory whose name is not UTF-8.
+    let odd = dir.parent().unwrap().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir_all(odd.join(".git")).unwrap();
+    let o = run_in(&odd, &home, &["--dry-run", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("path is not UTF-8") && !o.stderr.contains("panicked"), "{}", o.stderr);
+    // Positive control: the same run in a UTF-8 directory plans.
+    assert_eq!(run_in(&dir, &home, &["--dry-run", "--", "true"]).code, 0);
+}
