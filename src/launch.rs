@@ -251,8 +251,9 @@ fn say(line: &str) {
 
 /// Follows this session's refusals (see `refusals`): the gate's decision log from its end at
 /// launch, polled every 100 ms, and the rules' records of refused direct connections, read from
-/// the sandbox every 500 ms, until the sandbox ends. (What the rules refuse in the last half
-/// second is not read: the namespace is gone by then.)
+/// the sandbox every 500 ms, until the sandbox ends, and once more after: the container's
+/// namespaces are held open from the moment it starts (`live_apply::Held`), so what its rules
+/// refused in its last moments, or in a command that ended at once, is read too.
 struct Refusals {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<crate::refusals::Tally>,
@@ -265,6 +266,7 @@ impl Refusals {
         let (flag, mut tally, w) = (stop.clone(), crate::refusals::Tally::new(&w.session), w.clone());
         let mut log = w.gate_log.as_ref().and_then(|l| crate::gate::log::Follow::open_at_end(l).ok());
         let thread = std::thread::spawn(move || {
+            let mut held: Option<crate::live_apply::Held> = None;
             for tick in 0u64.. {
                 // Read the stop flag first: after it is set, one more pass takes what the gate
                 // wrote before the sandbox ended.
@@ -276,9 +278,14 @@ impl Refusals {
                         say(&notice);
                     }
                 }
-                if tick % 5 == 0 && !last {
+                if held.is_none() {
+                    held = crate::live_apply::Held::open(&w.session_dir);
+                }
+                // Every half second while it runs, and once more at the end through the held
+                // namespaces (the container is gone by then; a quick command's refusals too).
+                if let Some(h) = held.as_ref().filter(|_| tick % 5 == 0 || last) {
                     let now = crate::gate::log::now();
-                    for d in crate::live_apply::refused(&w.session_dir).unwrap_or_default() {
+                    for d in crate::live_apply::refused_held(&w.session_dir, h).unwrap_or_default() {
                         if let Some(notice) = tally.observe_direct(&d, &now, &w.config_path) {
                             say(&notice);
                         }
@@ -289,7 +296,10 @@ impl Refusals {
                 }
                 // Parked, not asleep: `finish` wakes it at once, so the launcher's exit does not
                 // wait out the rest of a 100 ms poll (measured: ~50 ms of start-up-to-exit).
-                std::thread::park_timeout(std::time::Duration::from_millis(100));
+                // Every 10 ms until the container's namespaces are held: a command may end soon
+                // after it starts.
+                let wait = if held.is_none() { 10 } else { 100 };
+                std::thread::park_timeout(std::time::Duration::from_millis(wait));
             }
             tally
         });

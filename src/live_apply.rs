@@ -68,8 +68,38 @@ fn container_pid(session_dir: &Path) -> anyhow::Result<u32> {
 /// sandbox's own processes, which dropped every capability, still have none).
 fn nft_in(session_dir: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     let pid = container_pid(session_dir)?;
+    nft_at(&["-t", &pid.to_string(), "-U", "-n", "--"], args, stdin)
+}
+
+/// The sandbox's user and network namespaces, held open by this process: they outlive the
+/// container, so what its rules recorded can still be read once its command has exited (a
+/// command that ends within the launcher's polling interval).
+pub struct Held {
+    user: fs::File,
+    net: fs::File,
+}
+
+impl Held {
+    /// Opens the namespaces of the session's container, once its pid file is there.
+    pub fn open(session_dir: &Path) -> Option<Held> {
+        let pid = container_pid(session_dir).ok()?;
+        let open = |ns: &str| fs::File::open(format!("/proc/{pid}/ns/{ns}")).ok();
+        Some(Held { user: open("user")?, net: open("net")? })
+    }
+}
+
+/// `refused`, through namespaces held open (see `Held`).
+pub fn refused_held(session_dir: &Path, held: &Held) -> anyhow::Result<Vec<crate::live::Direct>> {
+    use std::os::fd::AsRawFd;
+    let me = std::process::id();
+    let user = format!("--user=/proc/{me}/fd/{}", held.user.as_raw_fd());
+    let net = format!("--net=/proc/{me}/fd/{}", held.net.as_raw_fd());
+    refused_with(session_dir, |args| nft_at(&[&user, &net, "--"], args, None))
+}
+
+fn nft_at(enter: &[&str], args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     let mut child = Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-U", "-n", "--"])
+        .args(enter)
         .arg(crate::session::nft_program(std::env::var("AISB_NFT").ok(), || which::which("nft").ok()))
         .args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
@@ -98,9 +128,16 @@ fn nft_script(session_dir: &Path, script: &str) -> anyhow::Result<()> {
 
 /// What the rules of a running sandbox have refused so far (see `ruleset::REFUSED_V4`).
 pub fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
+    refused_with(session_dir, |args| nft_in(session_dir, args, None))
+}
+
+fn refused_with(
+    session_dir: &Path,
+    nft: impl Fn(&[&str]) -> anyhow::Result<String>,
+) -> anyhow::Result<Vec<crate::live::Direct>> {
     let mut out = Vec::new();
     for set in [crate::ruleset::REFUSED_V4, crate::ruleset::REFUSED_V6] {
-        let json = nft_in(session_dir, &["-j", "list", "set", "inet", crate::ruleset::TABLE, set], None)?;
+        let json = nft(&["-j", "list", "set", "inet", crate::ruleset::TABLE, set])?;
         out.extend(crate::live::parse_refused(&json));
     }
     // The self-check's own probe, refused before the command started: not the agent's.

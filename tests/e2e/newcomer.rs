@@ -47,3 +47,29 @@ fn the_command_runs_in_the_directory_it_was_started_from() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_command_that_ends_at_once_still_has_its_direct_refusals_summed_up() {
+    let (allowed, other) = (Banner::start("OK\n"), Banner::start("NO\n"));
+    let p = Project::new("quickrefusal");
+    let allow = format!("100.64.0.1:{}", allowed.port);
+    let (a, b) = (format!("tcp:100.64.0.1:{}", allowed.port), format!("tcp:100.64.0.1:{}", other.port));
+    // The probe connects and exits at once: no half-second poll of the rules happens in between.
+    let mut args = vec!["--allow", allow.as_str()];
+    args.extend(probe_args(&[&a, &b]));
+    for round in 0..3 {
+        let r = sandbox(&p, &args, &[]);
+        r.ok();
+        assert_eq!(r.probe(&a), "open", "positive control");
+        assert_ne!(r.probe(&b), "open");
+        let item = format!("100.64.0.1:{}", other.port);
+        assert!(
+            r.stderr.contains(&format!("refused a direct connection to {item}"))
+                && r.stderr.contains("refused during this run"),
+            "round {round}: the refusal was not said:\n{}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains(&format!("refused a direct connection to {allow}")), "{}", r.stderr);
+    }
+}
