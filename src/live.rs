@@ -87,6 +87,10 @@ pub struct Direct {
     pub proto: String,
     pub addr: std::net::IpAddr,
     pub port: u16,
+    /// The `deny` entry that refused it, when one did (`ai-sandbox deny`, a `deny =` line):
+    /// then no "add allow" is advised, the deny line is named.
+    #[serde(default)]
+    pub denied_by: Option<String>,
 }
 
 impl Direct {
@@ -103,12 +107,13 @@ impl Direct {
     }
     /// What would allow it, in the words of a gate hint.
     pub fn fix(&self, config_path: &str) -> String {
-        match self.proto.as_str() {
-            "tcp" => format!("add \"allow = {}\" to {config_path}", self.dest()),
+        match (self.proto.as_str(), &self.denied_by) {
+            ("tcp", Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
+            ("tcp", None) => format!("add \"allow = {}\" to {config_path}", self.dest()),
             _ if self.port == 53 => {
                 "DNS is not reachable: names go through the gate, allow the name instead".to_string()
             }
-            p => format!("{p} is never allowed: only TCP leaves the sandbox"),
+            (p, _) => format!("{p} is never allowed: only TCP leaves the sandbox"),
         }
     }
 }
@@ -127,7 +132,7 @@ pub fn parse_refused(json: &str) -> Vec<Direct> {
             ) else {
                 continue;
             };
-            out.push(Direct { proto: proto.to_string(), addr, port });
+            out.push(Direct { proto: proto.to_string(), addr, port, denied_by: None });
         }
     }
     out
@@ -251,6 +256,18 @@ mod tests {
         assert_eq!(r[0].dest(), "[fd00::1]:9");
         assert_eq!(r[0].fix("c"), "udp is never allowed: only TCP leaves the sandbox");
         assert!(parse_refused("not json").is_empty());
+    }
+
+    #[test]
+    fn a_refusal_by_a_deny_entry_names_it_and_never_advises_an_allow() {
+        let mut d =
+            Direct { proto: "tcp".into(), addr: "100.64.0.1".parse().unwrap(), port: 9090, denied_by: None };
+        assert_eq!(d.fix("c"), "add \"allow = 100.64.0.1:9090\" to c");
+        let mut p = rec(true).policy;
+        p.deny_nets =
+            vec![(crate::policy::allow::IpNet::host(d.addr), crate::policy::allow::Ports::one(9090))];
+        d.denied_by = crate::gate::decide::deny_net(&p, d.addr, d.port);
+        assert_eq!(d.fix("c"), "refused by \"deny = 100.64.0.1:9090\" in c");
     }
 
     #[test]

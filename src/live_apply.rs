@@ -140,6 +140,14 @@ fn refused_with(
         let json = nft(&["-j", "list", "set", "inet", crate::ruleset::TABLE, set])?;
         out.extend(crate::live::parse_refused(&json));
     }
+    // Which were refused by a deny entry (as the sandbox's live record has them now).
+    if let Ok(text) = fs::read_to_string(session_dir.join(crate::session::LIVE_FILE))
+        && let Ok(record) = serde_json::from_str::<Record>(&text)
+    {
+        for d in out.iter_mut().filter(|d| d.proto == "tcp") {
+            d.denied_by = crate::gate::decide::deny_net(&record.policy, d.addr, d.port);
+        }
+    }
     // The self-check's own probe, refused before the command started: not the agent's.
     let canary = fs::read_to_string(session_dir.join(crate::session::CANARY_FILE)).unwrap_or_default();
     out.retain(|d| !(d.proto == "tcp" && format!("{}:{}", d.addr, d.port) == canary.trim()));

@@ -108,7 +108,12 @@ mod tests {
         assert_eq!(v["layer"], "gate");
         let allowed = Event { decision: "allow".into(), hint: String::new(), ..e };
         assert!(!gate_line(&allowed, false).contains('→'));
-        let d = Direct { proto: "tcp".into(), addr: "198.51.100.6".parse().unwrap(), port: 7000 };
+        let d = Direct {
+            proto: "tcp".into(),
+            addr: "198.51.100.6".parse().unwrap(),
+            port: 7000,
+            denied_by: None,
+        };
         assert_eq!(
             direct_line("s1", &d, "/p/c", false),
             "rules deny session=s1 tcp 198.51.100.6:7000  → add \"allow = 198.51.100.6:7000\" to /p/c"

@@ -160,15 +160,24 @@ mod tests {
     #[test]
     fn direct_refusals_are_said_once_and_summed_up_beside_the_gates() {
         let mut t = Tally::new("s1");
-        let d =
-            crate::live::Direct { proto: "tcp".into(), addr: "198.51.100.6".parse().unwrap(), port: 7000 };
+        let d = crate::live::Direct {
+            proto: "tcp".into(),
+            addr: "198.51.100.6".parse().unwrap(),
+            port: 7000,
+            denied_by: None,
+        };
         let line = t.observe_direct(&d, "2026-11-29T16:30:01Z", "/p/c").unwrap();
         assert_eq!(
             line,
             "refused a direct connection to 198.51.100.6:7000 (add \"allow = 198.51.100.6:7000\" to /p/c)"
         );
         assert_eq!(t.observe_direct(&d, "later", "/p/c"), None, "said once");
-        let u = crate::live::Direct { proto: "udp".into(), addr: "fd00::1".parse().unwrap(), port: 9 };
+        let u = crate::live::Direct {
+            proto: "udp".into(),
+            addr: "fd00::1".parse().unwrap(),
+            port: 9,
+            denied_by: None,
+        };
         assert!(t.observe_direct(&u, "2026-11-29T16:30:02Z", "/p/c").unwrap().contains("[fd00::1] (udp):9"));
         assert_eq!(
             t.summary()[1],

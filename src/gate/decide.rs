@@ -254,7 +254,8 @@ fn denied(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     }
 }
 
-fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
+/// The `deny` entry of `p` covering `ip`:`port`, as its line reads (`deny = LINE`).
+pub fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
     let ip = canonical(ip);
     p.deny_nets
         .iter()

@@ -162,6 +162,10 @@ fn deny_lines_win_over_allow_lines_at_both_layers() {
         all.contains("is refused by \"deny = b.example.test\""),
         "the gate's hint names the deny line: {all}"
     );
+    // So does the launcher's notice of the rules' refusal, which never advises an allow line.
+    let denied = format!("{}:7000", th.v4);
+    assert!(all.contains(&format!("refused by \"deny = {denied}\"")), "{all}");
+    assert!(!all.contains(&format!("add \"allow = {denied}\"")), "{all}");
 }
 
 /// `ask = SECONDS`: with `ai-sandbox watch` attached, a request the allowlist refuses is held and
