@@ -232,7 +232,7 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
         return host
             .find_program(name)
             .is_none()
-            .then(|| (127, format!("{name}: command not found (not on the sandbox's PATH, nor on yours)")));
+            .then(|| (127, format!("`{name}` is not on this host's PATH (the sandbox looks for it in /usr, /opt and the project only): command not found")));
     }
     match host.executable(&f.workdir.join(name)) {
         None => Some((127, format!("{name}: no such file (relative to {})", f.workdir.display()))),

@@ -567,7 +567,8 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     let mut h = host("allow = github.com\n", &[]);
     assert_eq!(run(&mut h, &["nosuchcmd", "x"]), 127);
     assert!(
-        h.stderr.contains("nosuchcmd: command not found") && h.stderr.contains("nothing was started"),
+        h.stderr.contains("`nosuchcmd` is not on this host's PATH")
+            && h.stderr.contains("command not found; nothing was started"),
         "{}",
         h.stderr
     );
