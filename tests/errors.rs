@@ -360,3 +360,23 @@ fn input_that_is_not_utf8_is_refused_in_words_never_with_a_panic() {
     // Positive control: the same run in a UTF-8 directory plans.
     assert_eq!(run_in(&dir, &home, &["--dry-run", "--", "true"]).code, 0);
 }
+
+#[test]
+fn home_and_the_proxy_variables_are_refused_with_words_that_fit_where_they_were_given() {
+    refused(None, &["-e", "HOME=/tmp"], &["-e: HOME is the sandbox's own per-project home", "drop this -e"]);
+    refused(Some("env = HOME=/tmp\n"), &[], &["config:1: HOME is the sandbox's own", "delete this line"]);
+    let flag = refused(
+        None,
+        &["-e", "HTTP_PROXY=http://other:3128"],
+        &["set by ai-sandbox to the egress gate", "drop this -e"],
+    );
+    assert!(!flag.contains("delete this line"), "{flag}");
+    refused(
+        Some("env = HTTP_PROXY=x\n"),
+        &[],
+        &["config:1: HTTP_PROXY is set by ai-sandbox", "delete this line"],
+    );
+    // Positive control: another variable passes.
+    let (_t, dir, home) = project(None);
+    assert_eq!(run_in(&dir, &home, &["--dry-run", "-e", "FOO=1", "--", "true"]).code, 0);
+}

@@ -144,10 +144,24 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
             out.no_proxy.extend(value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from));
             continue;
         }
+        // "delete this line" only where there is a line: a flag is dropped, not deleted.
+        let drop_it = match at {
+            Origin::Config(_) => "delete this line",
+            _ => "drop this -e",
+        };
         if gate && (PROXY_VARS.contains(&lower.as_str()) || lower == "no_proxy") {
             diags.push(
-                Diagnostic::new(at, format!("{name} is set by ai-sandbox to the egress gate"))
-                    .hint("delete this line; use `allow = HOST` to let traffic through the gate, or --net full for your own proxy"),
+                Diagnostic::new(at, format!("{name} is set by ai-sandbox to the egress gate")).hint(format!(
+                    "{drop_it}; use `allow = HOST` to let traffic through the gate, or --net full for your own proxy"
+                )),
+            );
+            continue;
+        }
+        if name == "HOME" {
+            // It would be silently overridden: HOME is where the sandbox's own home is mounted.
+            diags.push(
+                Diagnostic::new(at, "HOME is the sandbox's own per-project home (mounted at your home's path) and cannot be set")
+                    .hint(format!("{drop_it}; files the agent keeps in its HOME persist there between runs")),
             );
             continue;
         }
