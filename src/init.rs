@@ -90,22 +90,6 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// The config text for these presets (in the order given, duplicates merged).
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
-
 pub fn render(presets: &[String]) -> Result<String, Hinted> {
     let mut out = String::from(
         "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
@@ -117,7 +101,7 @@ pub fn render(presets: &[String]) -> Result<String, Hinted> {
     // `--preset claude,npm` as well as `--preset claude --preset npm`.
     for name in presets.iter().flat_map(|p| p.split(',')).map(str::trim).filter(|p| !p.is_empty()) {
         let Some((n, what, lines)) = PRESETS.iter().find(|(n, _, _)| *n == name) else {
-            let near = names().into_iter().find(|n| edit_distance(n, name) <= 2);
+            let near = names().into_iter().find(|n| strsim::levenshtein(n, name) <= 2);
             return Err(hinted(
                 match near {
                     Some(n) => format!("unknown preset `{name}`: did you mean `{n}`?"),
