@@ -6,24 +6,49 @@
 
 use crate::error::{Diagnostic, Origin};
 
-/// Keys the config file accepts. Single-valued keys may appear once.
-pub const KEYS: &[(&str, bool)] = &[
-    ("allow", true),
-    ("deny", true),
-    ("env", true),
-    ("extra_args", true),
-    ("publish", true),
-    ("resolve", true),
-    ("protect", true),
-    ("secret", true),
-    ("state", true),
-    ("gate_ports", false),
-    ("gate_addr", false),
-    ("gate_port", false),
-    ("image", false),
-    ("cmd", false),
-    ("ask", false),
-    ("net", false),
+/// Keys the config file accepts: name, whether it may repeat (single-valued keys may appear
+/// once), and what it does (the man page's CONFIGURATION section, `ai-sandbox help config`).
+pub const KEYS: &[(&str, bool, &str)] = &[
+    (
+        "allow",
+        true,
+        "what the sandbox may reach: HOST, *.SUFFIX (through the gate), IP[:PORTS], CIDR[:PORTS], [IPv6]:PORTS (direct)",
+    ),
+    ("deny", true, "the same forms, refused even where an allow line would let them through"),
+    (
+        "env",
+        true,
+        "NAME=VALUE in the sandbox's environment (NO_PROXY values are merged into the one ai-sandbox sets)",
+    ),
+    (
+        "extra_args",
+        true,
+        "more `podman run` options, shell-split (options that would undo the sandbox are refused)",
+    ),
+    ("publish", true, "PORT or HOSTPORT:PORT: serve a sandbox port on the host's 127.0.0.1 only"),
+    ("resolve", true, "NAME=IP: pin a name for the gate (the address is still checked)"),
+    ("protect", true, "PATH inside the project: read-only inside and verified after each session"),
+    (
+        "secret",
+        true,
+        "NAME, or NAME from FILE: a value from your environment or a 0600 file, never written in the config",
+    ),
+    ("state", true, "AGENT or ~/PATH: an agent's login and settings kept for all your sandboxes"),
+    (
+        "gate_ports",
+        false,
+        "the ports the gate relays for hostname entries without a port (default 80,443,8443)",
+    ),
+    ("gate_addr", false, "the address inside the sandbox that is the host's loopback (default 100.64.0.1)"),
+    ("gate_port", false, "the gate binds the first free port at or above this (default 18081)"),
+    (
+        "image",
+        false,
+        "host (default: the host's own /usr, /etc, /opt read-only) or a local image; never pulled",
+    ),
+    ("cmd", false, "the command `ai-sandbox` runs with no `--` (default: an interactive shell)"),
+    ("ask", false, "SECONDS: with `ai-sandbox watch` attached, hold a refused request for an answer"),
+    ("net", false, "allow (default: the allowlist), none (no interface) or full (no policy at all)"),
 ];
 
 /// Longer lines are refused without being echoed (no config line needs this much).
@@ -94,7 +119,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         }
         let Some((key, value)) = content.split_once('=') else {
             let hint = match content.split_once(':') {
-                Some((k, v)) if KEYS.iter().any(|(name, _)| *name == k.trim()) => {
+                Some((k, v)) if KEYS.iter().any(|(name, _, _)| *name == k.trim()) => {
                     format!("write `{} = {}` (with `=`, not `:`)", k.trim(), v.trim())
                 }
                 _ => "every line is `key = value`, e.g. `allow = github.com`".to_string(),
@@ -103,7 +128,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
-        let Some(&(_, repeatable)) = KEYS.iter().find(|(k, _)| *k == key) else {
+        let Some(&(_, repeatable, _)) = KEYS.iter().find(|(k, _, _)| *k == key) else {
             errors.push(unknown_key(at, key));
             continue;
         };
@@ -152,10 +177,10 @@ fn strip_comment(line: &str) -> &str {
 
 fn unknown_key(at: Origin, key: &str) -> Diagnostic {
     let d = Diagnostic::new(at, format!("unknown key `{key}`"));
-    match KEYS.iter().map(|(k, _)| (*k, edit_distance(key, k))).min_by_key(|(_, d)| *d) {
+    match KEYS.iter().map(|(k, _, _)| (*k, edit_distance(key, k))).min_by_key(|(_, d)| *d) {
         Some((k, dist)) if dist <= 2 || k.starts_with(key) => d.hint(format!("did you mean `{k}`?")),
         _ => {
-            let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            let names: Vec<&str> = KEYS.iter().map(|(k, _, _)| *k).collect();
             d.hint(format!("known keys: {}", names.join(", ")))
         }
     }

@@ -93,7 +93,7 @@ pub fn names() -> Vec<&'static str> {
 pub fn render(presets: &[String]) -> Result<String, Hinted> {
     let mut out = String::from(
         "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
-         # Written by `ai-sandbox init`; see config.example in the ai-sandbox repository for every key.\n\
+         # Written by `ai-sandbox init`; `ai-sandbox help config` lists every key.\n\
          # Check what it allows with `ai-sandbox --dry-run`; refusals name the line that would allow them.\n",
     );
     let mut seen: Vec<&str> = Vec::new();

@@ -6,6 +6,14 @@ use ai_sandbox::{app, hook, keeper};
 use clap::Parser;
 
 fn main() {
+    // `ai-sandbox help config`: the config's keys (clap's `help` knows only the commands).
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if raw.len() == 2 && raw[0] == "help" && raw[1] == "config" {
+        // SAFETY: as below (`prints_for_a_reader`): a default disposition, before any thread.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        print!("{}", ai_sandbox::manpage::config_help());
+        std::process::exit(0);
+    }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     if prints_for_a_reader(&cli) {
         // `ai-sandbox logs | head -1`: end quietly when the reader goes away, as cat and git do,

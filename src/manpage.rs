@@ -25,6 +25,31 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+/// The keys of `.ai-sandbox/config`, as the parser knows them (`config::KEYS`).
+fn config_keys() -> Vec<(String, String)> {
+    let mut out = vec![(
+        ".ai-sandbox/config".to_string(),
+        "one `key = value` per line; `#` after whitespace starts a comment; repeatable keys may appear on many lines. The keys:".to_string(),
+    )];
+    for (k, repeats, doc) in crate::config::KEYS {
+        out.push((format!("{k} = …{}", if *repeats { " (repeatable)" } else { "" }), doc.to_string()));
+    }
+    out
+}
+
+/// `ai-sandbox help config`: the same list, for a terminal.
+pub fn config_help() -> String {
+    let width = crate::config::KEYS.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::from(
+        ".ai-sandbox/config: one `key = value` per line (`#` after whitespace starts a comment).\n\
+         Keys marked * may repeat. Every key, with an example: config.example in the ai-sandbox sources.\n\n",
+    );
+    for (k, repeats, doc) in crate::config::KEYS {
+        out += &format!("  {k:<width$} {} {doc}\n", if *repeats { "*" } else { " " });
+    }
+    out
+}
+
 pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
     let cmd = Cli::command();
     let man = clap_mangen::Man::new(cmd.clone());
@@ -53,6 +78,7 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
         writeln!(w, "{}", roff(line.trim_start()))?;
     }
     writeln!(w, ".fi")?;
+    section(w, "CONFIGURATION", &config_keys())?;
     section(w, "ENVIRONMENT", &pairs(ENVIRONMENT))?;
     section(w, "FILES", &pairs(FILES))?;
     section(w, "EXIT STATUS", &pairs(EXIT_STATUS))?;

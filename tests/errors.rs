@@ -380,3 +380,17 @@ fn home_and_the_proxy_variables_are_refused_with_words_that_fit_where_they_were_
     let (_t, dir, home) = project(None);
     assert_eq!(run_in(&dir, &home, &["--dry-run", "-e", "FOO=1", "--", "true"]).code, 0);
 }
+
+#[test]
+fn every_config_key_is_listed_by_help_config_and_the_man_page() {
+    let (_t, dir, home) = project(None);
+    let help = run_in(&dir, &home, &["help", "config"]);
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    let man = run_in(&dir, &home, &["man"]);
+    let conf = man.stdout.split(".SH CONFIGURATION").nth(1).unwrap_or_default();
+    let conf = conf.split(".SH ENVIRONMENT").next().unwrap_or_default();
+    for (key, _, _) in ai_sandbox::config::KEYS {
+        assert!(help.stdout.contains(&format!("  {key} ")), "help config lacks {key}:\n{}", help.stdout);
+        assert!(conf.contains(&format!("\\fB{key} ")), "the man page lacks {key}:\n{conf}");
+    }
+}
