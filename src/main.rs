@@ -94,8 +94,17 @@ fn usage_error(e: clap::Error) -> ! {
     // args_os: an argument that is not UTF-8 (the very thing clap may be refusing) must not panic.
     let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     let first_word = args.iter().find(|a| !a.starts_with('-'));
-    let bare_command =
-        matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand) && first_word.is_some();
+    // Not when clap has the right hint already (`--alow`: "a similar argument exists"), nor for a
+    // word of ai-sandbox's own (`export docker` is a mistyped export, not a command to run).
+    use clap::error::ContextKind;
+    let suggested =
+        e.get(ContextKind::SuggestedArg).is_some() || e.get(ContextKind::SuggestedSubcommand).is_some();
+    let ours =
+        first_word.is_some_and(|w| <Cli as clap::CommandFactory>::command().find_subcommand(w).is_some());
+    let bare_command = matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand)
+        && first_word.is_some()
+        && !suggested
+        && !ours;
     let _ = e.print();
     if bare_command {
         eprintln!(

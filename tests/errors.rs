@@ -394,3 +394,17 @@ fn every_config_key_is_listed_by_help_config_and_the_man_page() {
         assert!(conf.contains(&format!("\\fB{key} ")), "the man page lacks {key}:\n{conf}");
     }
 }
+
+#[test]
+fn a_mistyped_flag_or_subcommand_gets_one_hint_not_two_that_disagree() {
+    let (_t, dir, home) = project(None);
+    for args in [&["--alow", "x"][..], &["export", "docker"]] {
+        let o = run_in(&dir, &home, args);
+        assert_eq!(o.code, 125, "{args:?}");
+        assert!(!o.stderr.contains("put it after `--`"), "{args:?}: {}", o.stderr);
+    }
+    assert!(run_in(&dir, &home, &["--alow", "x"]).stderr.contains("a similar argument exists: '--allow'"));
+    // Positive control: a command given without `--` still gets the `--` hint.
+    let o = run_in(&dir, &home, &["npm", "test"]);
+    assert!(o.stderr.contains("put it after `--`: ai-sandbox -- npm test"), "{}", o.stderr);
+}
