@@ -210,6 +210,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         protected: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
+        host_ssh_config: host.exists(Path::new(crate::podman::SSH_CONFIG)),
         workdir: host.cwd().ok().filter(|c| c.starts_with(&p.project)).unwrap_or_else(|| p.project.clone()),
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
             crate::session::Probe::Skipped

@@ -103,6 +103,10 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     write(&plan.live.0, &plan.live.1)?;
+    if let Some((path, text)) = &plan.ssh_config {
+        write(path, text)?;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644))?;
+    }
     if let (Some(rs), Some(hook)) = (&plan.ruleset, &plan.hook) {
         write(&hook.ruleset_file, &rs.to_json_string())?;
         fs::create_dir(&hook.hooks_dir).with_context(|| format!("creating {}", hook.hooks_dir.display()))?;

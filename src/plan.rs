@@ -44,6 +44,8 @@ pub struct Plan {
     pub allowlist: Vec<String>,
     /// The proxy variables' env file (path, text): holds the token, so never on argv.
     pub env_file: Option<(PathBuf, String)>,
+    /// The sandbox's ssh client config (path, text), see `podman::ssh_config`.
+    pub ssh_config: Option<(PathBuf, String)>,
     /// Skeleton rootfs to create before launch (`image = host`).
     pub rootfs: Option<PathBuf>,
     pub sandbox_home: PathBuf,
@@ -107,6 +109,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         self_check: rules.then(|| self_check_words(p, f)),
         allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
+        ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         agent_stores: p.agent_state.iter().map(|s| s.store(&f.agents_dir)).collect(),
@@ -338,6 +341,9 @@ pub fn render(plan: &Plan) -> String {
     }
     if let Some((path, text)) = &plan.env_file {
         out += &format!("\n# {} (mode 0600: it holds the session token and secrets)\n{text}", path.display());
+    }
+    if let Some((path, text)) = &plan.ssh_config {
+        out += &format!("\n# {} (mounted at {} inside)\n{text}", path.display(), podman::SSH_CONFIG);
     }
     if let Some(words) = &plan.self_check {
         out += &format!("\n# self-check: {words}\n");

@@ -43,6 +43,28 @@ pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
 /// Where the directory of this program's loader (the host's) is mounted inside, read-only, so
 /// the self-check runs inside any image (see `plan::check_hook`).
 pub const HOST_LIB_DIR: &str = "/run/ai-sandbox/lib";
+/// The system ssh client config, replaced inside for `image = host` (see `ssh_config`).
+pub const SSH_CONFIG: &str = "/etc/ssh/ssh_config";
+
+/// The sandbox's /etc/ssh/ssh_config for `image = host`: the host's file, and the files it
+/// includes, belong to the host's root, which the sandbox does not map, and ssh refuses to read
+/// them ("Bad owner or permissions"), so plain `ssh`, `scp`, `rsync -e ssh` and git over ssh
+/// would not run at all. With the gate in use, every host goes through it (ssh's ProxyCommand),
+/// so an allowed `HOST:22` works with no flags.
+pub fn ssh_config(p: &Policy, f: &Facts) -> Option<String> {
+    if p.image != Image::Host || !f.host_ssh_config || p.net == NetMode::None {
+        return None;
+    }
+    let mut text = String::from(
+        "# Written by ai-sandbox for this sandbox in place of the host's /etc/ssh/ssh_config, which\n\
+         # belongs to a user the sandbox does not map (ssh refuses such files).\n",
+    );
+    if p.gate {
+        text += &format!("Host *\n    ProxyCommand {CONNECT_EXE} connect %h %p\n");
+    }
+    Some(text)
+}
+
 /// Where `--ssh-agent` mounts the user's agent socket inside (SSH_AUTH_SOCK points there).
 pub const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
 
@@ -180,6 +202,9 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
             let (exe, target) = (f.check_exe(), f.check_exe_target());
             push(&["-v", &format!("{}:{}:ro", target.display(), exe.display())]);
         }
+    }
+    if ssh_config(p, f).is_some() {
+        push(&["-v", &format!("{}:{SSH_CONFIG}:ro", f.ssh_config_file().display())]);
     }
     if let Some(sock) = &f.ssh_agent {
         push(&["-v", &format!("{}:{SSH_AGENT_SOCK}", sock.display())]);

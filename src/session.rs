@@ -42,6 +42,8 @@ pub struct Facts {
     /// ai-sandbox's per-user runtime dir: the gate's socket and log, `sessions/`.
     pub runtime_dir: PathBuf,
     pub session_dir: PathBuf,
+    /// Whether the host has /etc/ssh/ssh_config (replaced inside, see `podman::ssh_config`).
+    pub host_ssh_config: bool,
     /// Where the command starts: the working directory when it is inside the project (as git,
     /// direnv and devcontainers do), else the project.
     pub workdir: PathBuf,
@@ -125,6 +127,10 @@ impl Facts {
     }
     pub fn env_file(&self) -> PathBuf {
         self.session_dir.join(ENV_FILE)
+    }
+    /// The sandbox's /etc/ssh/ssh_config (see `podman::ssh_config`).
+    pub fn ssh_config_file(&self) -> PathBuf {
+        self.session_dir.join("ssh_config")
     }
     /// What every keeper of this runtime dir reports, beside the session directories.
     pub fn keeper_log(&self) -> PathBuf {

@@ -34,7 +34,8 @@ fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
     let script = format!(
         "set +e; eval \"$GIT_SSH_COMMAND {opts} {u}@ssh.test\"; echo allowed-rc=$?; \
          eval \"$GIT_SSH_COMMAND {opts} {u}@refused.test\"; echo refused-rc=$?; \
-         ssh -F none {opts} {u}@{v4}; echo direct-rc=$?",
+         ssh -F none {opts} {u}@{v4}; echo direct-rc=$?; \
+         ssh {opts} {u}@ssh.test; echo plain-rc=$?",
         u = env().user,
         v4 = th.v4
     );
@@ -51,8 +52,12 @@ fn ssh_reaches_an_allowed_host_through_the_gate_and_nothing_else() {
         "a refused host shows the gate's hint through ssh:\n{all}"
     );
     assert!(
-        !r.stdout.contains("direct-rc=0") && r.stdout.matches("ssh-through-the-gate-works").count() == 1,
+        !r.stdout.contains("direct-rc=0") && r.stdout.matches("ssh-through-the-gate-works").count() == 2,
         "{all}"
+    );
+    assert!(
+        r.stdout.contains("ssh-through-the-gate-works\nplain-rc=0"),
+        "plain `ssh HOST` (no -F, no ProxyCommand) reaches the allowed host through the gate:\n{all}"
     );
     assert!(
         r.stderr.contains(&format!("connect to host {} port 22: Connection refused", th.v4)),
