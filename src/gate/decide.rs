@@ -191,6 +191,10 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
                     None => p.gate_ports.contains(&port),
                 }
         }),
+        // The host's loopback port an IP entry allows: reached directly by clients that bypass
+        // the proxy, and relayed here for those that do not (NO_PROXY is fixed at launch, and an
+        // entry added to a running sandbox is not in it). Any other port is refused.
+        Target::Ip(ip) if *ip == IpAddr::V4(p.gate_addr) && host_loopback(p, *ip, port) => true,
         Target::Ip(ip) if *ip == IpAddr::V4(p.gate_addr) => {
             return Err(deny(
                 403,
@@ -218,6 +222,13 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
             format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
         )
     })
+}
+
+/// Whether `ip:port` is gate_addr on a port an IP entry allows: the host's own 127.0.0.1:`port`,
+/// which the gate then dials (see `check_target`).
+pub fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {
+    let ip = canonical(ip);
+    ip == IpAddr::V4(p.gate_addr) && crate::policy::allow::reaches(&p.nets, ip, port)
 }
 
 /// `p` with `t:port` allowed, for one request a watcher let through once.

@@ -326,6 +326,21 @@ async fn decide_and_dial(
         askable: false,
     };
     let addrs: Vec<IpAddr> = match &target {
+        // gate_addr on an allowed port is the host's loopback (checked in `check_target`).
+        Target::Ip(ip) if decide::host_loopback(policy, *ip, req.port) => {
+            let local = SocketAddr::from(([127, 0, 0, 1], req.port));
+            return match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(local)).await {
+                Ok(Ok(up)) => {
+                    let _ = up.set_nodelay(true);
+                    Ok((target, up))
+                }
+                _ => Err(d(
+                    502,
+                    format!("cannot connect to {target}:{} (the host's 127.0.0.1:{})", req.port, req.port),
+                    "ai-sandbox gate: nothing accepts connections on that port of the host's loopback",
+                )),
+            };
+        }
         Target::Ip(ip) => vec![*ip],
         Target::Name(n) => match decide::pinned(&policy.resolve, n) {
             Some(ip) => vec![ip],

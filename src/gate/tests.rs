@@ -332,3 +332,21 @@ fn deny_entries_win_over_allow_entries_for_names_and_addresses() {
     assert!(decide::check_address(&p, "198.51.100.7".parse().unwrap(), 22).is_err());
     assert!(decide::check_address(&p, "198.51.100.8".parse().unwrap(), 22).is_ok());
 }
+
+#[test]
+fn an_allowed_host_loopback_port_is_relayed_and_no_other_is() {
+    let p = policy(&["100.64.0.1:9090", "198.51.100.7:443"]);
+    let t = decide::normalise("100.64.0.1").unwrap();
+    assert!(decide::check_target(&p, &t, 9090).is_ok(), "allowed: a client that did not bypass the proxy");
+    assert!(decide::host_loopback(&p, "100.64.0.1".parse().unwrap(), 9090));
+    assert!(decide::host_loopback(&p, "::ffff:100.64.0.1".parse().unwrap(), 9090), "the mapped spelling");
+    let d = decide::check_target(&p, &t, 9091).unwrap_err();
+    assert!(d.hint.contains("add \"allow = 100.64.0.1:9091\""), "{}", d.hint);
+    assert!(!decide::host_loopback(&p, "100.64.0.1".parse().unwrap(), 9091));
+    assert!(!decide::host_loopback(&p, "198.51.100.7".parse().unwrap(), 443), "not the host's loopback");
+    assert!(!decide::host_loopback(&p, "127.0.0.1".parse().unwrap(), 9090), "loopback itself never");
+    // A deny entry wins here too.
+    let mut denied = p.clone();
+    denied.deny_nets.push((IpNet::host("100.64.0.1".parse().unwrap()), Ports::one(9090)));
+    assert!(decide::check_target(&denied, &t, 9090).unwrap_err().hint.contains("deny = 100.64.0.1:9090"));
+}

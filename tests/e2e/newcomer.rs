@@ -73,3 +73,35 @@ fn a_command_that_ends_at_once_still_has_its_direct_refusals_summed_up() {
         assert!(!r.stderr.contains(&format!("refused a direct connection to {allow}")), "{}", r.stderr);
     }
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_host_port_allowed_on_a_running_sandbox_works_for_clients_that_use_the_proxy_too() {
+    let _g = GATE.read().unwrap();
+    let web = Banner::start("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+    let p = Project::new("liveloopback");
+    p.config("allow = example.test\n");
+    let url = format!("http://100.64.0.1:{}/", web.port);
+    let code = "curl -s -o /dev/null -m 10 -w '%{http_code}'";
+    // curl follows HTTP_PROXY, fixed at launch without 100.64.0.1 in NO_PROXY.
+    let script = format!(
+        "echo before=$({code} {url}); touch step1; for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
+         echo proxied=$({code} {url}); echo direct=$({code} --noproxy '*' {url})"
+    );
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
+    assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not start");
+    let item = format!("100.64.0.1:{}", web.port);
+    let allow = sandbox(&p, &["allow", &item], &[]);
+    std::fs::write(p.path("step2"), "").unwrap();
+    let out = child.wait_with_output();
+    let all = format!(
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        allow.stderr
+    );
+    allow.ok();
+    assert!(all.contains("before=403"), "refused before the allow (the gate's 403): {all}");
+    assert!(all.contains("proxied=200"), "through the proxy after the allow: {all}");
+    assert!(all.contains("direct=200"), "positive control: directly after the allow: {all}");
+}
