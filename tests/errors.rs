@@ -408,3 +408,18 @@ fn a_mistyped_flag_or_subcommand_gets_one_hint_not_two_that_disagree() {
     let o = run_in(&dir, &home, &["npm", "test"]);
     assert!(o.stderr.contains("put it after `--`: ai-sandbox -- npm test"), "{}", o.stderr);
 }
+
+#[test]
+fn several_entries_in_one_flag_are_told_how_to_give_them_as_flags() {
+    let e = refused(
+        None,
+        &["--allow", "a.example,b.example"],
+        &["--allow: bad allow entry", "--allow a.example --allow b.example"],
+    );
+    assert!(!e.contains("one entry per line"), "a flag has no lines: {e}");
+    refused(
+        Some("allow = a.example,b.example\n"),
+        &[],
+        &["config:1:", "one entry per line: `allow = a.example`"],
+    );
+}

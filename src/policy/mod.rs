@@ -216,7 +216,21 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                     nets.push(entry);
                 }
             }
-            Err(b) => c.bad(at, format!("bad allow entry: {}", b.reason), b.hint),
+            Err(b) => {
+                // A flag has no lines: say how to give several entries on the command line.
+                let hint = match at {
+                    Origin::Flag(_) if value.contains(',') => {
+                        let items: Vec<&str> = value.split(',').map(str::trim).filter(|i| !i.is_empty()).collect();
+                        format!(
+                            "give each entry on its own: {} (or `ai-sandbox allow {}` on a running sandbox)",
+                            items.iter().map(|i| format!("--allow {i}")).collect::<Vec<_>>().join(" "),
+                            items.join(" ")
+                        )
+                    }
+                    _ => b.hint,
+                };
+                c.bad(at, format!("bad allow entry: {}", b.reason), hint)
+            }
         }
     }
     // deny: the same spellings; a hostname needs the gate, a network without a port means all.
