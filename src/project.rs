@@ -31,6 +31,19 @@ pub fn check(project: &Path, home: &Path) -> Result<(), Hinted> {
             hint,
         ));
     }
+    // The sandbox's own directories: its /tmp is a fresh tmpfs, the others are the host's
+    // read-only or the skeleton's; a project there would be mounted twice at one place.
+    const OWN: &[&str] =
+        &["/tmp", "/usr", "/etc", "/opt", "/home", "/proc", "/dev", "/sys", "/run", "/var", "/root", "/mnt"];
+    if OWN.iter().any(|d| project == Path::new(d)) {
+        return Err(hinted(
+            format!("the project directory is {}, which the sandbox has as its own", project.display()),
+            format!(
+                "make a project directory inside it: mkdir {0}/myproject && cd {0}/myproject",
+                project.display()
+            ),
+        ));
+    }
     if project == home {
         return Err(hinted(
             format!(
@@ -62,5 +75,11 @@ mod tests {
         assert!(check(Path::new("/"), Path::new("/home/u")).is_err());
         assert!(check(Path::new("/home/u"), Path::new("/home/u")).is_err());
         assert!(check(Path::new("/home/u/p"), Path::new("/home/u")).is_ok());
+        let e = check(Path::new("/tmp"), Path::new("/home/u")).unwrap_err();
+        assert!(
+            e.message.contains("/tmp, which the sandbox has as its own")
+                && e.hint.contains("mkdir /tmp/myproject")
+        );
+        assert!(check(Path::new("/tmp/proj"), Path::new("/home/u")).is_ok());
     }
 }
