@@ -605,6 +605,19 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         .into());
     }
     if !args.dry_run
+        && let Some((publ, who)) = policy.publish.iter().find_map(|x| host.port_taken(x.host).map(|w| (x, w)))
+    {
+        return Err(hinted(
+            format!("host port {} is in use ({who}); nothing was started", publ.host),
+            format!(
+                "stop what holds it, or publish another host port: --publish {}:{}",
+                publ.host.saturating_add(1),
+                publ.container
+            ),
+        )
+        .into());
+    }
+    if !args.dry_run
         && let Some((code, why)) = cannot_run(host, &policy, &facts)
     {
         // Said as podman would (127 not found, 126 not executable), before anything starts.

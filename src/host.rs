@@ -42,6 +42,9 @@ pub trait Host {
     /// The dynamic loader this program runs with (its ELF interpreter, resolved), which the
     /// self-check hook runs it through inside any image; None for a static program.
     fn loader(&self, exe: &Path) -> Option<PathBuf>;
+    /// Whether the host's 127.0.0.1:`port` is taken (for `--publish`): None when free, else who
+    /// has it, as far as this user can see.
+    fn port_taken(&self, port: u16) -> Option<String>;
     /// Whether `path` is a file this user may execute (None: nothing there).
     fn executable(&self, path: &Path) -> Option<bool>;
     /// The entries of a directory (none when it does not exist).
@@ -216,6 +219,12 @@ impl Host for RealHost {
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
     }
+    fn port_taken(&self, port: u16) -> Option<String> {
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(listener_of(port)),
+            _ => None,
+        }
+    }
     fn executable(&self, path: &Path) -> Option<bool> {
         let meta = std::fs::metadata(path).ok()?;
         Some(meta.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok())
@@ -379,6 +388,33 @@ impl Host for RealHost {
     }
 }
 
+/// Who listens on TCP `port` (from /proc/net/tcp{,6} and this user's processes' sockets).
+fn listener_of(port: u16) -> String {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>())
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            (u16::from_str_radix(local_port, 16).ok()? == port && *f.get(3)? == "0A")
+                .then(|| f.get(9).map(|s| s.to_string()))?
+        })
+        .collect();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        for fd in std::fs::read_dir(e.path().join("fd")).into_iter().flatten().flatten() {
+            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
+            let link = link.to_string_lossy();
+            if inodes.iter().any(|i| link == format!("socket:[{i}]")) {
+                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                return format!("by pid {pid} ({})", comm.trim());
+            }
+        }
+    }
+    "by a process of another user".to_string()
+}
+
 /// The `PT_INTERP` path of a 64-bit little-endian ELF program (None for anything else).
 pub fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
     let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
@@ -423,6 +459,8 @@ pub struct FakeHost {
     pub missing_images: Vec<String>,
     /// The plans it was asked to launch.
     pub launched: Vec<Plan>,
+    /// Host loopback ports something else listens on.
+    pub taken_ports: Vec<u16>,
 }
 
 impl Host for FakeHost {
@@ -474,6 +512,9 @@ impl Host for FakeHost {
     }
     fn executable(&self, path: &Path) -> Option<bool> {
         self.files.iter().find(|(p, _)| p == path).map(|(_, text)| text.starts_with("#!"))
+    }
+    fn port_taken(&self, port: u16) -> Option<String> {
+        self.taken_ports.contains(&port).then(|| "by pid 4242 (python3)".to_string())
     }
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         let mut out: Vec<PathBuf> = self

@@ -586,3 +586,20 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     let mut own = host("env = PATH=/home/dev/app/bin:/usr/bin\n", &[]);
     assert_eq!(run(&mut own, &["nosuchcmd"]), 0);
 }
+
+#[test]
+fn a_published_port_already_in_use_is_said_with_who_has_it() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--publish", "8080", "--", "true"]).unwrap();
+    let mut h = host("", &[]);
+    h.taken_ports.push(8080);
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(
+        err.contains("host port 8080 is in use (by pid 4242 (python3))")
+            && err.contains("--publish 8081:8080"),
+        "{err}"
+    );
+    assert!(h.effects.is_empty(), "{:?}", h.effects);
+    h.taken_ports.clear();
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(h.effects.iter().any(|e| e.contains("127.0.0.1:8080:8080")), "control: {:?}", h.effects);
+}

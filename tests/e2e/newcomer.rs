@@ -105,3 +105,20 @@ fn a_host_port_allowed_on_a_running_sandbox_works_for_clients_that_use_the_proxy
     assert!(all.contains("proxied=200"), "through the proxy after the allow: {all}");
     assert!(all.contains("direct=200"), "positive control: directly after the allow: {all}");
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn publishing_a_busy_host_port_says_so_before_anything_starts() {
+    let busy = Banner::start("busy\n");
+    let p = Project::new("busyport");
+    let port = busy.port.to_string();
+    let r = sandbox(&p, &["--publish", &port, "--", "touch", "ran"], &[]);
+    assert_eq!(r.code, 125, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(&format!("host port {port} is in use (by ")), "{}", r.stderr);
+    assert!(!r.stderr.contains("Failed to bind") && !p.path("ran").exists(), "{}", r.stderr);
+    // Positive control: a free port publishes.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let r = sandbox(&p, &["--publish", &free, "--", "touch", "ran"], &[]);
+    r.ok();
+    assert!(p.path("ran").exists());
+}
