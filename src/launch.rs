@@ -124,15 +124,37 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
 
 /// Forwards signals sent to ai-sandbox (by `kill`, a supervisor) to podman, which relays them
 /// to the container. Terminal-generated ones (Ctrl-C) already reach podman through the
-/// foreground process group, so they are not sent twice.
-fn forward_signals(child: u32, set: SigSet) {
+/// foreground process group, so they are not sent twice. A command may ignore SIGINT: the
+/// second one says the third will stop the sandbox, and the third kills the container.
+fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
     std::thread::spawn(move || {
+        let mut interrupts = 0;
         loop {
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: `set` is a valid sigset; `info` is a properly sized out-parameter.
             let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
             if sig < 0 {
                 continue;
+            }
+            if sig == libc::SIGINT {
+                interrupts += 1;
+                match interrupts {
+                    2 => {
+                        say("interrupted twice; once more stops the sandbox (the command may be ignoring it)")
+                    }
+                    3 => {
+                        say("stopping the sandbox");
+                        let _ = Command::new(&podman)
+                            .args(["kill", "--signal", "KILL", &container])
+                            .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+                            .stdin(std::process::Stdio::null())
+                            .stdout(std::process::Stdio::null())
+                            .stderr(std::process::Stdio::null())
+                            .status();
+                        continue;
+                    }
+                    _ => {}
+                }
             }
             if info.si_code == libc::SI_KERNEL {
                 continue;
@@ -346,7 +368,7 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
     // If this write fails the keeper is gone; the sandbox still stops with this launcher
     // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
     let _ = writeln!(keeper, "podman {}", child.id());
-    forward_signals(child.id(), set);
+    forward_signals(child.id(), set, plan.argv[0].clone(), plan.container.clone());
     let status = child.wait().context("waiting for podman")?;
     let _ = writeln!(keeper, "ok");
     if let Some(r) = refusals {

@@ -122,3 +122,31 @@ fn publishing_a_busy_host_port_says_so_before_anything_starts() {
     r.ok();
     assert!(p.path("ran").exists());
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_command_that_ignores_interrupts_is_stopped_at_the_third() {
+    let p = Project::new("ctrlc");
+    let mut child = spawn_sandbox(&p, &["--", "sh", "-c", "trap '' INT; touch ready; sleep 120"]);
+    let err = child.stderr_live();
+    assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
+    let launcher = nix::unistd::Pid::from_raw(pid_of_launcher(&p).expect("launcher"));
+    let int = || nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGINT).unwrap();
+    int();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(child.is_running(), "control: the command ignores one interrupt and runs on");
+    int();
+    assert!(
+        wait_for(10, || err.lock().unwrap().contains("once more stops the sandbox")),
+        "{}",
+        err.lock().unwrap()
+    );
+    assert!(child.is_running(), "still running after the second");
+    int();
+    assert!(wait_for(20, || !child.is_running()), "the third interrupt did not stop it");
+    let out = child.wait_with_output();
+    wait_for(10, || std::sync::Arc::strong_count(&err) == 1);
+    assert!(err.lock().unwrap().contains("stopping the sandbox"), "{}", err.lock().unwrap());
+    assert_ne!(out.status.code(), Some(0));
+    assert!(wait_for(20, || containers_of(&p).is_empty()), "a container was left");
+}
