@@ -82,7 +82,7 @@ pub fn run() -> anyhow::Result<i32> {
     say(
         "watching your sandboxes' refusals; held requests (ask = SECONDS) are answered with o(nce), s(ession), a(lways: config), d(eny); q quits",
     );
-    let held: Arc<Mutex<VecDeque<Question>>> = Arc::default();
+    let held: Arc<Mutex<VecDeque<(Question, std::time::Instant)>>> = Arc::default();
     let queue = held.clone();
     std::thread::spawn(move || {
         for line in from_gate.lines().map_while(Result::ok) {
@@ -91,7 +91,7 @@ pub fn run() -> anyhow::Result<i32> {
                     "ASK  {} {}:{} from {} (session {}), held up to {} s: o/s/a/d?",
                     q.method, q.host, q.port, q.project, q.session, q.seconds
                 ));
-                queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(q);
+                queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((q, std::time::Instant::now()));
             } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
                 say(&format!("refused {}:{} (session {}): {}", e.host, e.port, e.session, e.fix_or_reason()));
             }
@@ -108,9 +108,16 @@ pub fn run() -> anyhow::Result<i32> {
             'd' => Verdict::Deny,
             _ => continue,
         };
-        let Some(q) = held.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+        let Some((q, since)) = held.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
             continue;
         };
+        if expired(q.seconds, since.elapsed()) {
+            say(&format!(
+                "expired: {}:{} was held {} s and refused before this answer; nothing was changed",
+                q.host, q.port, q.seconds
+            ));
+            continue;
+        }
         let mut verdict = verdict;
         if verdict == Verdict::Allowed {
             let item = suggested(&q.hint).unwrap_or_else(|| format!("{}:{}", q.host, q.port));
@@ -132,8 +139,21 @@ pub fn run() -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Whether a request held for `seconds` was answered by the gate's own refusal already.
+fn expired(seconds: u32, elapsed: std::time::Duration) -> bool {
+    elapsed >= std::time::Duration::from_secs(u64::from(seconds))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_request_held_longer_than_its_time_is_expired_not_answered() {
+        use std::time::Duration;
+        assert!(!super::expired(30, Duration::from_secs(29)));
+        assert!(super::expired(30, Duration::from_secs(30)));
+        assert!(super::expired(1, Duration::from_millis(1500)));
+    }
+
     #[test]
     fn the_hints_allow_line_is_what_a_live_allow_adds() {
         let hint = "blocked by ai-sandbox: add \"allow = api.example.com:8080\" to /p/.ai-sandbox/config";
