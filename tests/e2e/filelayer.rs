@@ -5,51 +5,32 @@
 //! its command runs. Each refusal is paired with the same work succeeding where it should.
 
 use crate::harness::*;
-use std::path::Path;
-
-fn git_in(dir: &Path, args: &[&str]) -> Run {
-    let mut all = vec!["-c", "user.name=dev", "-c", "user.email=dev@example.invalid"];
-    all.extend_from_slice(args);
-    let o = user_command(dir, Path::new("/usr/bin/git"), &all, &[]).output().unwrap();
-    Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn markers(name: &str) -> std::path::PathBuf {
-    let d = env().root.join(format!("markers-{name}"));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    d
-}
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     let p = Project::new("nested");
-    let m = markers("nested");
+    let m = marker_dir("nested");
     let mark = |n: &str| m.join(n);
     // Before the session: the root repository and a vendored one inside it, each with a commit.
-    assert_eq!(git_in(&p.dir, &["init", "-q"]).code, 0);
+    assert_eq!(git_at(&p.dir, &["init", "-q"]).code, 0);
     std::fs::create_dir_all(p.path("vendor/lib")).unwrap();
     chown_user(&p.path("vendor"));
     chown_user(&p.path("vendor/lib"));
     let lib = p.path("vendor/lib");
-    assert_eq!(git_in(&lib, &["init", "-q"]).code, 0);
-    assert_eq!(git_in(&lib, &["commit", "-q", "--allow-empty", "-m", "vendored"]).code, 0);
+    assert_eq!(git_at(&lib, &["init", "-q"]).code, 0);
+    assert_eq!(git_at(&lib, &["commit", "-q", "--allow-empty", "-m", "vendored"]).code, 0);
     // One a tool or a test suite deletes inside: it may (it is not mounted read-only).
     std::fs::create_dir_all(p.path("scratch")).unwrap();
     chown_user(&p.path("scratch"));
-    assert_eq!(git_in(&p.path("scratch"), &["init", "-q"]).code, 0);
+    assert_eq!(git_at(&p.path("scratch"), &["init", "-q"]).code, 0);
     // The control: the same planted setting in a repository the host made itself runs on the
     // host's `git status` (so a marker that stays absent below means something).
     std::fs::create_dir_all(p.path("control")).unwrap();
     chown_user(&p.path("control"));
-    assert_eq!(git_in(&p.path("control"), &["init", "-q"]).code, 0);
+    assert_eq!(git_at(&p.path("control"), &["init", "-q"]).code, 0);
     let fsmon = format!("touch {}", mark("control-ran").display());
-    assert_eq!(git_in(&p.path("control"), &["config", "core.fsmonitor", &fsmon]).code, 0);
+    assert_eq!(git_at(&p.path("control"), &["config", "core.fsmonitor", &fsmon]).code, 0);
     let script = format!(
         "set +e; G='git -c user.name=agent -c user.email=a@example.invalid'; \
          git init -q sub && echo kept > sub/file && $G -C sub add file && $G -C sub commit -qm inside-sub && echo sub-committed; \
@@ -74,10 +55,10 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     assert!(!p.path("scratch").exists(), "a repository deleted inside is left deleted:\n{}", r.stderr);
     // The host's git in each folder, as a prompt or an editor would run it.
     for dir in ["sub", "sub2", "vendor/lib", "control"] {
-        let st = git_in(&p.path(dir), &["status", "--short"]);
+        let st = git_at(&p.path(dir), &["status", "--short"]);
         assert_eq!(st.code, 0, "git status in {dir}: {}", st.stderr);
     }
-    assert_eq!(git_in(&p.path("sub"), &["commit", "-q", "--allow-empty", "-m", "host"]).code, 0);
+    assert_eq!(git_at(&p.path("sub"), &["commit", "-q", "--allow-empty", "-m", "host"]).code, 0);
     assert!(mark("control-ran").exists(), "control: a host-made repository's fsmonitor runs");
     for planted in ["sub-fsmonitor", "sub2-fsmonitor", "sub-hook", "vendored-fsmonitor"] {
         assert!(!mark(planted).exists(), "{planted}: code planted inside ran on the host");
@@ -95,10 +76,10 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
     let cfg = std::fs::read_to_string(p.path("sub/.git/config")).unwrap();
     assert!(!cfg.contains("fsmonitor") && !cfg.contains("alias") && !cfg.contains("hooksPath"), "{cfg}");
     // The work is kept: the new repository's commit and file, the vendored one's commits.
-    let log = git_in(&p.path("sub"), &["log", "--format=%s"]);
+    let log = git_at(&p.path("sub"), &["log", "--format=%s"]);
     assert!(log.stdout.contains("inside-sub") && log.stdout.contains("host"), "{}", log.stdout);
     assert_eq!(std::fs::read_to_string(p.path("sub/file")).unwrap(), "kept\n");
-    let log = git_in(&lib, &["log", "--format=%s"]);
+    let log = git_at(&lib, &["log", "--format=%s"]);
     assert!(log.stdout.contains("inside-vendored") && log.stdout.contains("vendored"), "{}", log.stdout);
 }
 

@@ -555,3 +555,19 @@ pub fn command_lines_containing(secrets: &[&str]) -> Vec<String> {
 pub fn sessions_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(format!("/run/user/{}/ai-sandbox/sessions", env().uid))
 }
+
+/// `git -c user.name=dev -c user.email=… ARGS` as the test user in `dir`: the host's git, as a
+/// prompt or an editor runs it there.
+pub fn git_at(dir: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["-c", "user.name=dev", "-c", "user.email=dev@example.invalid"];
+    all.extend_from_slice(args);
+    Run::from(user_command(dir, Path::new("/usr/bin/git"), &all, &[]).output().unwrap())
+}
+
+/// A directory outside every project that anyone may write (what planted code would touch).
+pub fn marker_dir(name: &str) -> PathBuf {
+    let d = env().root.join(format!("markers-{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    d
+}

@@ -6,24 +6,6 @@
 
 use crate::harness::*;
 
-fn marker_dir(name: &str) -> std::path::PathBuf {
-    let d = env().root.join(format!("markers-{name}"));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    d
-}
-
-fn git(p: &Project, args: &[&str]) -> Run {
-    let mut all = vec!["-c", "user.name=dev", "-c", "user.email=dev@example.invalid"];
-    all.extend_from_slice(args);
-    let o = user_command(&p.dir, std::path::Path::new("/usr/bin/git"), &all, &[]).output().unwrap();
-    Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn an_edit_of_the_config_applies_only_after_trust() {
@@ -100,11 +82,11 @@ fn hooks_and_git_config_planted_inside_never_run_on_the_host() {
     let p = Project::new("githooks");
     let m = marker_dir("githooks");
     let (hook_m, fsmon_m, hp_m) = (m.join("hook-ran"), m.join("fsmonitor-ran"), m.join("hookspath-ran"));
-    assert_eq!(git(&p, &["init", "-q"]).code, 0);
+    assert_eq!(git_at(&p.dir, &["init", "-q"]).code, 0);
     std::fs::write(p.path("README"), "hi\n").unwrap();
     chown_user(&p.path("README"));
-    assert_eq!(git(&p, &["add", "README"]).code, 0);
-    assert_eq!(git(&p, &["commit", "-qm", "host"]).code, 0, "setup commit");
+    assert_eq!(git_at(&p.dir, &["add", "README"]).code, 0);
+    assert_eq!(git_at(&p.dir, &["commit", "-qm", "host"]).code, 0, "setup commit");
     let script = format!(
         "set +e; G='git -c user.name=agent -c user.email=a@example.invalid'; \
          printf '#!/bin/sh\\ntouch {hook}\\n' > .git/hooks/post-commit; echo hook-rc=$?; \
@@ -143,12 +125,12 @@ fn hooks_and_git_config_planted_inside_never_run_on_the_host() {
         assert!(r.stderr.contains(named), "the report must name {named}:\n{}", r.stderr);
     }
     // The host's next git commands: nothing the sandbox wrote runs.
-    let st = git(&p, &["status", "--short"]);
+    let st = git_at(&p.dir, &["status", "--short"]);
     assert_eq!(st.code, 0, "{}", st.stderr);
-    let c = git(&p, &["commit", "--allow-empty", "-qm", "after"]);
+    let c = git_at(&p.dir, &["commit", "--allow-empty", "-qm", "after"]);
     assert_eq!(c.code, 0, "{}", c.stderr);
     assert!(!hook_m.exists() && !fsmon_m.exists() && !hp_m.exists(), "code planted inside ran on the host");
-    let log = git(&p, &["log", "--format=%s"]);
+    let log = git_at(&p.dir, &["log", "--format=%s"]);
     assert!(
         log.stdout.contains("inside") && log.stdout.contains("after"),
         "the work done inside is kept: {}",
