@@ -220,6 +220,41 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     })
 }
 
+/// What would make a launch fail after it started, refused before anything starts (no gate
+/// registration, no relay, no record): an image that is not here (never pulled), a published
+/// host port in use, a command that cannot run (126/127, as podman would say, returned as the
+/// exit code with its words on stderr).
+fn preflight(host: &mut dyn Host, policy: &Policy, facts: &Facts) -> anyhow::Result<Option<i32>> {
+    if let crate::policy::Image::Named(image) = &policy.image
+        && !host.image_present(&facts.podman, image)?
+    {
+        return Err(hinted(
+            format!(
+                "the image {image} is not on this machine, and ai-sandbox never pulls one (a pull would reach a \
+                 registry outside any policy); nothing was started"
+            ),
+            format!("fetch it outside the sandbox first: podman pull {image} (or build it: podman build -t {image} ...)"),
+        )
+        .into());
+    }
+    if let Some((publ, who)) = policy.publish.iter().find_map(|x| host.port_taken(x.host).map(|w| (x, w))) {
+        return Err(hinted(
+            format!("host port {} is in use ({who}); nothing was started", publ.host),
+            format!(
+                "stop what holds it, or publish another host port: --publish {}:{}",
+                publ.host.saturating_add(1),
+                publ.container
+            ),
+        )
+        .into());
+    }
+    if let Some((code, why)) = cannot_run(host, policy, facts) {
+        host.eprint(&format!("ai-sandbox: {why}; nothing was started\n"));
+        return Ok(Some(code));
+    }
+    Ok(None)
+}
+
 /// The command as the sandbox would find it (the host's own tools, `image = host`): 127 when it
 /// is found nowhere, 126 when it is not executable. Not judged when the user sets PATH, or for
 /// an image (its files are not the host's).
@@ -592,36 +627,9 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         record_project(host, &policy.project)?;
     }
     let mut facts = gather_facts(host, &policy, !args.dry_run)?;
-    if let (crate::policy::Image::Named(image), false) = (&policy.image, args.dry_run)
-        && !host.image_present(&facts.podman, image)?
-    {
-        return Err(hinted(
-            format!(
-                "the image {image} is not on this machine, and ai-sandbox never pulls one (a pull would reach a \
-                 registry outside any policy); nothing was started"
-            ),
-            format!("fetch it outside the sandbox first: podman pull {image} (or build it: podman build -t {image} ...)"),
-        )
-        .into());
-    }
     if !args.dry_run
-        && let Some((publ, who)) = policy.publish.iter().find_map(|x| host.port_taken(x.host).map(|w| (x, w)))
+        && let Some(code) = preflight(host, &policy, &facts)?
     {
-        return Err(hinted(
-            format!("host port {} is in use ({who}); nothing was started", publ.host),
-            format!(
-                "stop what holds it, or publish another host port: --publish {}:{}",
-                publ.host.saturating_add(1),
-                publ.container
-            ),
-        )
-        .into());
-    }
-    if !args.dry_run
-        && let Some((code, why)) = cannot_run(host, &policy, &facts)
-    {
-        // Said as podman would (127 not found, 126 not executable), before anything starts.
-        host.eprint(&format!("ai-sandbox: {why}; nothing was started\n"));
         return Ok(code);
     }
     if policy.gate && !args.dry_run {

@@ -13,7 +13,8 @@
 //! the user's is deleted.
 //!
 //! Every repository below the project root is guarded too (`repos`): the ones that exist are
-//! protected like the root's, the ones a session made lose what would make git run a program.
+//! recorded and verified like the root's (not mounted: they may be deleted or cloned again
+//! inside), the ones a session made lose what would make git run a program.
 //!
 //! A protected path that was mounted read-only inside cannot have been changed from inside
 //! while its directories are the ones recorded (same inodes): a change there is the user's, made
