@@ -729,10 +729,9 @@ fn export_kube(host: &mut dyn Host, args: &PolicyArgs, o: &crate::kube::Options)
         .into());
     }
     let (cfg, _) = config::parse(loaded.text.as_deref().unwrap_or_default());
-    let text = crate::kube::export(&loaded.policy, &cfg, o).map_err(|diagnostics| Rejected {
-        config_path: loaded.display.clone(),
-        diagnostics,
-        outcome: NOT_EXPORTED,
+    let text = crate::kube::export(&loaded.policy, &cfg, o).map_err(|mut diagnostics| {
+        in_line_order(&mut diagnostics);
+        Rejected { config_path: loaded.display.clone(), diagnostics, outcome: NOT_EXPORTED }
     })?;
     host.print(&text);
     Ok(0)

@@ -80,6 +80,19 @@ fn refusals_name_each_line_with_what_to_use_instead() {
         assert!(e.contains(want), "missing {want}: {e}");
     }
     assert!(e.contains("ClusterIP"), "{e}");
+    // In line order, whichever check found each.
+    let e = export(
+        &mut host("extra_args = -v /data:/data\nallow = 100.64.0.1:5432\npublish = 8000\n", &[]),
+        &["--image", "img"],
+    )
+    .unwrap_err();
+    let lines: Vec<usize> = e
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(".ai-sandbox/config:")?.split(':').next()?.parse().ok())
+        .collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert!(lines.len() >= 2 && lines == sorted, "out of line order: {lines:?}\n{e}");
     // An unapproved config is not exported at all.
     let mut h = host("allow = github.com\n", &[]);
     h.files.retain(|(p, _)| !p.to_string_lossy().contains("/.local/state/"));
