@@ -196,8 +196,11 @@ pub enum Sub {
         #[arg(long)]
         denied: bool,
         /// Only this session (see `ai-sandbox ps`).
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with = "all")]
         session: Option<String>,
+        /// Every project's (default: the project of the working directory).
+        #[arg(long)]
+        all: bool,
         /// Keep printing the gate's new decisions (and new direct refusals, read every second).
         #[arg(short, long)]
         follow: bool,

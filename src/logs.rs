@@ -32,17 +32,35 @@ fn direct_line(session: &str, d: &Direct, config_path: &str, json: bool) -> Stri
     format!("rules deny session={session} {} {}  → {}", d.proto, d.dest(), d.fix(config_path))
 }
 
+/// Which decisions `logs` shows: one session, one project's (the default: the project of the
+/// working directory), or every project's (`--all`).
+pub enum Scope {
+    Session(String),
+    Project(std::path::PathBuf),
+    All,
+}
+
+impl Scope {
+    fn wants(&self, session: &str, project: &str) -> bool {
+        match self {
+            Scope::Session(s) => s == session,
+            Scope::Project(p) => std::path::Path::new(project) == p,
+            Scope::All => true,
+        }
+    }
+}
+
 /// The direct refusals of running sandboxes not printed yet.
 fn new_direct(
     runtime: &std::path::Path,
-    session: Option<&str>,
+    scope: &Scope,
     seen: &mut HashSet<String>,
     json: bool,
 ) -> Vec<String> {
     let mut lines = Vec::new();
     for r in crate::live_apply::running(runtime) {
         let Some(rec) = &r.record else { continue };
-        if session.is_some_and(|s| s != r.session) || rec.net != "allow" {
+        if !scope.wants(&r.session, &rec.project.to_string_lossy()) || rec.net != "allow" {
             continue;
         }
         let Some(dir) = r.path.parent() else { continue };
@@ -55,22 +73,34 @@ fn new_direct(
     lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, json)).collect()
 }
 
-pub fn run(denied: bool, session: Option<&str>, follow: bool, json: bool) -> anyhow::Result<i32> {
+pub fn run(denied: bool, scope: &Scope, follow: bool, json: bool) -> anyhow::Result<i32> {
     let runtime = crate::gate::control::runtime_dir();
-    let wanted = |e: &Event| (!denied || e.decision == "deny") && session.is_none_or(|s| e.session == s);
+    let mut known = false;
     let path = crate::gate::control::log_path(&runtime);
     let mut log = Follow::open(&path).ok();
     let mut seen = HashSet::new();
     loop {
         while let Some(line) = log.as_mut().map(Follow::next_line).transpose()?.flatten() {
-            if let Ok(e) = serde_json::from_str::<Event>(&line)
-                && wanted(&e)
-            {
-                println!("{}", gate_line(&e, json));
+            let Ok(e) = serde_json::from_str::<Event>(&line) else { continue };
+            if scope.wants(&e.session, &e.project) {
+                known = true;
+                if !denied || e.decision == "deny" {
+                    println!("{}", gate_line(&e, json));
+                }
             }
         }
-        for l in new_direct(&runtime, session, &mut seen, json) {
+        for l in new_direct(&runtime, scope, &mut seen, json) {
             println!("{l}");
+        }
+        if let Scope::Session(s) = scope
+            && !known
+            && !crate::live_apply::running(&runtime).iter().any(|r| r.session == *s)
+        {
+            return Err(crate::error::hinted(
+                format!("no session {s} in the gate's log or among the running sandboxes"),
+                "`ai-sandbox ps` lists the running ones; `ai-sandbox logs --all` shows every session's decisions",
+            )
+            .into());
         }
         if !follow {
             return Ok(0);
@@ -91,6 +121,7 @@ mod tests {
         let e = Event {
             time: "2026-11-29T16:30:00Z".into(),
             session: "s1".into(),
+            project: "/p".into(),
             method: "GET".into(),
             host: "later.test".into(),
             port: 80,

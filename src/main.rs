@@ -40,8 +40,17 @@ fn main() {
         Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
         Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
         Some(Sub::Watch) => ai_sandbox::watch::run(),
-        Some(Sub::Logs { denied, session, follow, json }) => {
-            ai_sandbox::logs::run(*denied, session.as_deref(), *follow, *json)
+        Some(Sub::Logs { denied, session, all, follow, json }) => {
+            use ai_sandbox::logs::Scope;
+            let scope = match (session, all) {
+                (Some(s), _) => Scope::Session(s.clone()),
+                (None, true) => Scope::All,
+                (None, false) => Scope::Project(ai_sandbox::project::find(
+                    &std::env::current_dir().unwrap_or_default(),
+                    |p| p.exists(),
+                )),
+            };
+            ai_sandbox::logs::run(*denied, &scope, *follow, *json)
         }
         Some(Sub::Allow(args)) => app::change_cmd(&mut host, args, false),
         Some(Sub::Deny(args)) => app::change_cmd(&mut host, args, true),

@@ -110,6 +110,7 @@ mod tests {
         Event {
             time: time.into(),
             session: session.into(),
+            project: "/p".into(),
             method: "CONNECT".into(),
             host: host.into(),
             port,

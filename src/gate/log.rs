@@ -46,6 +46,10 @@ impl Log {
 pub struct Event {
     pub time: String,
     pub session: String,
+    /// The session's project directory (empty for a request with no session, and in lines of
+    /// older versions): `logs` shows the project it is run in.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub project: String,
     pub method: String,
     pub host: String,
     pub port: u16,

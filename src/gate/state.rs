@@ -163,6 +163,7 @@ impl State {
         let e = Event {
             time: log::now(),
             session: d.session.to_string(),
+            project: self.session(d.session).map(|s| s.project.clone()).unwrap_or_default(),
             method: d.method.to_string(),
             host: d.host.to_string(),
             port: d.port,

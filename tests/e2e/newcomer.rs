@@ -150,3 +150,28 @@ fn a_command_that_ignores_interrupts_is_stopped_at_the_third() {
     assert_ne!(out.status.code(), Some(0));
     assert!(wait_for(20, || containers_of(&p).is_empty()), "a container was left");
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn logs_show_this_projects_refusals_unless_asked_for_all_and_an_unknown_session_is_an_error() {
+    let _g = GATE.read().unwrap();
+    let (a, b) = (Project::new("logsa"), Project::new("logsb"));
+    for (p, name) in [(&a, "refused-a.test"), (&b, "refused-b.test")] {
+        p.config("allow = example.test\n");
+        let url = format!("http://{name}/");
+        let r = sandbox(p, &["--", "curl", "-s", "-o", "/dev/null", "-m", "10", &url], &[]);
+        assert!(r.stderr.contains(&format!("refused {name}:80")), "{}", r.stderr);
+    }
+    let mine = sandbox(&a, &["logs", "--denied"], &[]);
+    assert!(mine.ok().stdout.contains("refused-a.test"), "this project's refusal: {}", mine.stdout);
+    assert!(!mine.stdout.contains("refused-b.test"), "another project's refusal shown: {}", mine.stdout);
+    let all = sandbox(&a, &["logs", "--denied", "--all"], &[]);
+    assert!(
+        all.ok().stdout.contains("refused-a.test") && all.stdout.contains("refused-b.test"),
+        "{}",
+        all.stdout
+    );
+    let nope = sandbox(&a, &["logs", "--session", "nope"], &[]);
+    assert_eq!(nope.code, 125, "{}", nope.stdout);
+    assert!(nope.stderr.contains("no session nope"), "{}", nope.stderr);
+}
