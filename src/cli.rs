@@ -253,8 +253,9 @@ pub enum Sub {
     Doctor,
     /// Write .ai-sandbox/config from presets (claude, codex, gemini, opencode, aider, npm, pypi, cargo, github).
     Init {
-        /// A preset to include; repeat for several.
-        #[arg(long = "preset", value_name = "NAME")]
+        /// A preset to include; repeat for several, or give them as claude,npm.
+        #[arg(long = "preset", value_name = "NAME", value_delimiter = ',',
+              value_parser = clap::builder::PossibleValuesParser::new(crate::init::names()))]
         presets: Vec<String>,
         /// Overwrite an existing config.
         #[arg(long)]

@@ -423,3 +423,24 @@ fn several_entries_in_one_flag_are_told_how_to_give_them_as_flags() {
         &["config:1:", "one entry per line: `allow = a.example`"],
     );
 }
+
+#[test]
+fn presets_are_completed_split_at_commas_and_a_near_miss_is_named() {
+    let (_t, dir, home) = project(None);
+    let bash = run_in(&dir, &home, &["completions", "bash"]);
+    assert!(
+        bash.stdout.contains("claude codex gemini opencode aider npm pypi cargo github"),
+        "no preset names to complete"
+    );
+    let miss = run_in(&dir, &home, &["init", "--preset", "clade"]);
+    assert_eq!(miss.code, 125);
+    assert!(miss.stderr.contains("a similar value exists: 'claude'"), "{}", miss.stderr);
+    assert!(!dir.join(".ai-sandbox/config").exists(), "nothing written on a miss");
+    let both = run_in(&dir, &home, &["init", "--preset", "claude,npm"]);
+    assert_eq!(both.code, 0, "{}", both.stderr);
+    let text = std::fs::read_to_string(dir.join(".ai-sandbox/config")).unwrap();
+    assert!(
+        text.contains("allow = api.anthropic.com") && text.contains("allow = registry.npmjs.org"),
+        "{text}"
+    );
+}
