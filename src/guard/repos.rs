@@ -4,10 +4,10 @@
 //!
 //! Before a session the whole project is walked once (`scan`) for git directories (`.git`
 //! directories, and directories shaped like a bare repository: git uses those too) and `.git`
-//! files or links that point at one. The ones that exist are protected like the root's (their
-//! config and hooks join the read-only mounts and the record, see `guard`). After the session a
-//! second walk finds the repositories the session made, and `settle_new` takes out of each what
-//! would make the host's git run a program, keeping its objects, refs and work tree.
+//! files or links that point at one. The ones that exist are recorded and verified like the
+//! root's (see `guard`; only the root's are also mounted read-only). After the session a second
+//! walk finds the repositories the session made, and `settle_new` takes out of each what would
+//! make the host's git run a program, keeping its objects, refs and work tree.
 //!
 //! The walk never follows a symbolic link and never enters a git directory (objects are most of
 //! a repository's files and hold nothing git runs). Before a session it refuses a project past
@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// The walk refuses a project with more files and directories than this (outside git
-/// directories): past it, the check after the session could not be complete.
+/// The walk before a launch refuses a project with more files and directories than this
+/// (outside git directories), so that a launch's cost stays bounded.
 pub const MAX_WALK: usize = 2_000_000;
 
 /// The repositories of a project, relative to it.
@@ -37,6 +37,10 @@ pub struct Repos {
     /// How many entries the walk read (for the bench and the ADR).
     #[serde(default)]
     pub walked: usize,
+    /// Directories of the user's that the walk after a session could not read, and opened
+    /// (u+rx) to check: a repository the session hid in one would otherwise go unseen.
+    #[serde(default)]
+    pub opened: Vec<PathBuf>,
 }
 
 /// Whether a directory's entry names make it a git directory as git's discovery sees it: a
@@ -62,7 +66,18 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
         let dir = project.join(&rel);
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
-            // Unreadable or gone meanwhile: git cannot read it either.
+            // After a session, a directory of the user's that the sandbox made unreadable is
+            // opened to be checked, and said; otherwise (gone meanwhile, another owner's) git
+            // cannot read it either.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && limit.is_none() => {
+                match open_up(&dir).and_then(|()| fs::read_dir(&dir)) {
+                    Ok(rd) => {
+                        out.opened.push(rel.clone());
+                        rd
+                    }
+                    Err(_) => continue,
+                }
+            }
             Err(_) => continue,
         };
         let mut names = Vec::new();
@@ -104,6 +119,16 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
     out.gitdirs.sort();
     out.pointers.sort();
     Ok(out)
+}
+
+/// Adds u+rx to a directory this user owns.
+fn open_up(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = fs::symlink_metadata(dir)?;
+    if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::ErrorKind::PermissionDenied.into());
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode((m.mode() & 0o7777) | 0o500))
 }
 
 /// Which directory this is: its inode, mixed with its birth time where the filesystem keeps one
@@ -388,7 +413,16 @@ pub fn settle_new(
 ) -> anyhow::Result<Vec<String>> {
     let now = walk(project, None)?;
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
-    let mut report = Vec::new();
+    let mut report: Vec<String> = now
+        .opened
+        .iter()
+        .map(|d| {
+            format!(
+                "{}: made unreadable during the session; opened (u+rx) to check it for repositories",
+                d.display()
+            )
+        })
+        .collect();
     // A link made during the session into a directory the sandbox can write outside the project
     // (its HOME, the agents' stores, as they are on the host): the sandbox could make a
     // repository there that the host's git would find on `cd` through the link.

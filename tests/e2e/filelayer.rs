@@ -40,27 +40,31 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
          mkdir -p .hidden && git init -q --separate-git-dir=.hidden/gd sub2 && git -C sub2 config core.fsmonitor 'touch {m2}' && echo sub2-made; \
          git -C vendor/lib config core.fsmonitor 'touch {m5}'; echo vendored-config-rc=$?; \
          $G -C vendor/lib commit -q --allow-empty -m inside-vendored && echo vendored-committed; \
-         rm -rf scratch && echo scratch-deleted",
+         rm -rf scratch && echo scratch-deleted; \
+         mkdir -p hidden && git init -q hidden/x && git -C hidden/x config core.fsmonitor 'touch {m6}' && chmod 000 hidden && echo hidden-made",
         m1 = mark("sub-fsmonitor").display(),
         m2 = mark("sub2-fsmonitor").display(),
         m3 = mark("sub-alias").display(),
         m4 = mark("sub-hook").display(),
         m5 = mark("vendored-fsmonitor").display(),
+        m6 = mark("hidden-fsmonitor").display(),
     );
     let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
     r.ok();
-    for done in ["sub-committed", "planted", "sub2-made", "vendored-committed", "scratch-deleted"] {
+    for done in
+        ["sub-committed", "planted", "sub2-made", "vendored-committed", "scratch-deleted", "hidden-made"]
+    {
         assert!(r.stdout.contains(done), "positive control {done}: {}\n{}", r.stdout, r.stderr);
     }
     assert!(!p.path("scratch").exists(), "a repository deleted inside is left deleted:\n{}", r.stderr);
     // The host's git in each folder, as a prompt or an editor would run it.
-    for dir in ["sub", "sub2", "vendor/lib", "control"] {
+    for dir in ["sub", "sub2", "vendor/lib", "control", "hidden/x"] {
         let st = git_at(&p.path(dir), &["status", "--short"]);
         assert_eq!(st.code, 0, "git status in {dir}: {}", st.stderr);
     }
     assert_eq!(git_at(&p.path("sub"), &["commit", "-q", "--allow-empty", "-m", "host"]).code, 0);
     assert!(mark("control-ran").exists(), "control: a host-made repository's fsmonitor runs");
-    for planted in ["sub-fsmonitor", "sub2-fsmonitor", "sub-hook", "vendored-fsmonitor"] {
+    for planted in ["sub-fsmonitor", "sub2-fsmonitor", "sub-hook", "vendored-fsmonitor", "hidden-fsmonitor"] {
         assert!(!mark(planted).exists(), "{planted}: code planted inside ran on the host");
     }
     for named in [
@@ -70,6 +74,8 @@ fn repositories_made_or_planted_below_the_root_run_nothing_on_the_host() {
         "sub/.git/hooks/post-commit",
         ".hidden/gd/config",
         "vendor/lib/.git/config: changed during the session; restored",
+        "hidden: made unreadable during the session; opened",
+        "hidden/x/.git/config",
     ] {
         assert!(r.stderr.contains(named), "the report must name {named}:\n{}", r.stderr);
     }
