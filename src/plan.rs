@@ -184,12 +184,7 @@ fn check_hook(p: &Policy, f: &Facts) -> Option<CheckHook> {
         args.extend(["--library-path".into(), podman::HOST_LIB_DIR.into(), podman::CONNECT_EXE.into()]);
     }
     args.push("self-check".into());
-    let canary = match f.probe {
-        Probe::AtLaunch => Some("<canary>".to_string()),
-        Probe::Canary(port) => Some(port.to_string()),
-        Probe::EveryPortAllowed | Probe::Skipped => None,
-    };
-    if let Some(port) = canary {
+    if let Some(port) = canary_port(f.probe) {
         args.extend(["--canary".into(), format!("{}:{port}", p.gate_addr)]);
     }
     if p.gate {
@@ -209,28 +204,31 @@ fn check_hook(p: &Policy, f: &Facts) -> Option<CheckHook> {
     })
 }
 
+/// The canary's port as the plan shows it (`<canary>` in a dry run: the launch picks it).
+fn canary_port(probe: Probe) -> Option<String> {
+    match probe {
+        Probe::AtLaunch => Some("<canary>".to_string()),
+        Probe::Canary(port) => Some(port.to_string()),
+        Probe::EveryPortAllowed | Probe::Skipped => None,
+    }
+}
+
 fn self_check_words(p: &Policy, f: &Facts) -> String {
     let gate = match p.gate {
         true => format!(", then that the gate answers at 127.0.0.1:{} inside", f.gate_port),
         false => String::new(),
     };
-    match f.probe {
-        Probe::Skipped => {
+    match (f.probe, canary_port(f.probe)) {
+        (Probe::Skipped, _) => {
             "SKIPPED (AISB_SKIP_SELF_CHECK=1): nothing proves the rules hold before the command runs".into()
         }
-        Probe::EveryPortAllowed => format!(
+        (_, None) => format!(
             "the createRuntime hook confirms the ruleset's table is loaded{gate}; every port of the host's loopback is allowed, so no refusal can be probed there"
         ),
-        Probe::AtLaunch | Probe::Canary(_) => {
-            let port = match f.probe {
-                Probe::Canary(port) => port.to_string(),
-                _ => "<canary>".into(),
-            };
-            format!(
-                "before the command exists, the hook connects to {}:{port} (no rule allows it; a listener of the launcher's waits on the host's 127.0.0.1:{port}) and requires the rules' refusal{gate}; otherwise the command never runs",
-                p.gate_addr
-            )
-        }
+        (_, Some(port)) => format!(
+            "before the command exists, a hook inside the sandbox connects to {}:{port} (no rule allows it; a listener of the launcher's waits on the host's 127.0.0.1:{port}) and requires the rules' refusal{gate}; otherwise the command never runs",
+            p.gate_addr
+        ),
     }
 }
 
