@@ -265,9 +265,12 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
     }
     let name = f.launchable.program.as_deref().unwrap_or(&argv[0]);
     if !name.contains('/') {
-        return host
-            .find_program(name)
-            .is_none()
+        // Yours (an agent in your home is mounted, see `agent`), or the sandbox's own PATH, which
+        // has /usr/sbin where a user's often does not.
+        let in_sandbox_path = crate::podman::SANDBOX_PATH
+            .split(':')
+            .any(|d| host.executable(&Path::new(d).join(name)) == Some(true));
+        return (host.find_program(name).is_none() && !in_sandbox_path)
             .then(|| (127, format!("`{name}` is not on this host's PATH (the sandbox looks for it in /usr, /opt and the project only): command not found")));
     }
     match host.executable(&f.workdir.join(name)) {

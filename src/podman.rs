@@ -88,6 +88,10 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     v
 }
 
+/// The PATH a command is looked up in inside (podman's default for a rootfs without an image
+/// config), unless the user sets one.
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// The sandbox's PATH with the agent's interpreter first (nvm's node, say), unless the user set
 /// PATH themselves.
 fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
@@ -95,10 +99,7 @@ fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
     if user_sets(p, "PATH") {
         return None;
     }
-    Some((
-        "PATH".into(),
-        format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", prefix.display()),
-    ))
+    Some(("PATH".into(), format!("{}:{SANDBOX_PATH}", prefix.display())))
 }
 
 /// The variables that point known agents at their shared state (unless the user set them).

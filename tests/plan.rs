@@ -582,6 +582,9 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     h.exit_code = 3;
     assert_eq!(run(&mut h, &["./run.sh"]), 3);
     assert_eq!(run(&mut h, &["npm", "test"]), 3);
+    // Not on the user's PATH but on the sandbox's (/usr/sbin, which a user's PATH often lacks).
+    h.files.push(("/usr/sbin/nosuch-on-user-path".into(), "#!/bin/sh\n".into()));
+    assert_eq!(run(&mut h, &["nosuch-on-user-path"]), 3);
     // The user's own PATH may find what the host's does not: not judged then.
     let mut own = host("env = PATH=/home/dev/app/bin:/usr/bin\n", &[]);
     assert_eq!(run(&mut own, &["nosuchcmd"]), 0);
