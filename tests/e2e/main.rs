@@ -294,6 +294,19 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert!(env_text.contains("HTTPS_PROXY="), "env file not printed:\n{}", dry.stdout);
+    // The sandbox's ssh client config, as printed (image = host, see podman::ssh_config).
+    let ssh_mount =
+        argv.iter().find_map(|a| a.strip_suffix(":/etc/ssh/ssh_config:ro")).map(std::path::PathBuf::from);
+    let ssh_text: Option<String> = ssh_mount.as_ref().map(|path| {
+        let marker = format!("# {} (mounted at /etc/ssh/ssh_config inside)", path.display());
+        dry.stdout
+            .lines()
+            .skip_while(|l| *l != marker)
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect()
+    });
     let rules = sandbox(&p, &["rules", "--json"], &[]);
     rules.ok();
     let session = hooks_dir.parent().unwrap();
@@ -301,6 +314,11 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
     std::fs::write(&hook_file, hook_json).unwrap();
     std::fs::write(session.join("ruleset.json"), &rules.stdout).unwrap();
     std::fs::write(&env_file, env_text).unwrap();
+    if let (Some(path), Some(text)) = (&ssh_mount, &ssh_text) {
+        assert!(text.contains("ProxyCommand"), "ssh config not printed:\n{}", dry.stdout);
+        std::fs::write(path, text).unwrap();
+        chown_user(path);
+    }
     for f in
         [session, hooks_dir.as_path(), hook_file.as_path(), &session.join("ruleset.json"), env_file.as_path()]
     {
