@@ -24,6 +24,8 @@ pub struct Roots {
 pub struct Found {
     pub gone: Vec<(String, Vec<PathBuf>)>,
     pub unknown: Vec<PathBuf>,
+    /// Projects whose directory above is missing too (kept: a drive may be unmounted).
+    pub unreachable: Vec<(String, PathBuf)>,
 }
 
 /// Sorts every key under the roots (pure over the host's answers).
@@ -41,6 +43,11 @@ pub fn find(host: &dyn Host, roots: &Roots, running: &[PathBuf]) -> anyhow::Resu
         known.push(key.clone());
         let project = PathBuf::from(project.trim_end_matches('\n'));
         if host.exists(&project) || running.contains(&project) {
+            continue;
+        }
+        // Its parent gone too: more likely a drive not mounted now than a deleted project.
+        if !project.parent().is_some_and(|d| host.exists(d)) {
+            found.unreachable.push((project.display().to_string(), state.clone()));
             continue;
         }
         let mut dirs = vec![state.clone()];
@@ -72,6 +79,12 @@ pub fn describe(f: &Found) -> String {
             for d in dirs {
                 out += &format!("    {}\n", d.display());
             }
+        }
+    }
+    if !f.unreachable.is_empty() {
+        out += "kept: the directory above these projects is missing too (a drive not mounted?); remove by hand if they are gone:\n";
+        for (project, state) in &f.unreachable {
+            out += &format!("    {project} ({})\n", state.display());
         }
     }
     if !f.unknown.is_empty() {

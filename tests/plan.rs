@@ -506,6 +506,7 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     add(&mut h, &format!("{states}/old-1/approved-config"), "");
     add(&mut h, &format!("{homes}/old-1/.bashrc"), "");
     add(&mut h, &format!("{homes}/mystery-2/.bashrc"), "");
+    add(&mut h, &format!("{states}/usb-3/project"), "/media/usb/proj\n");
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     app::run(&mut h, &cli.run).unwrap();
     h.stdout.clear();
@@ -518,6 +519,11 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
         h.stdout
     );
     assert!(h.stdout.contains("kept: no record") && h.stdout.contains("mystery-2"), "{}", h.stdout);
+    assert!(
+        h.stdout.contains("a drive not mounted?") && h.stdout.contains("/media/usb/proj"),
+        "{}",
+        h.stdout
+    );
     assert!(!h.stdout.contains("/home/dev/app"), "an existing project is never listed: {}", h.stdout);
     assert!(h.stdout.contains("nothing was removed") && h.effects.is_empty(), "{:?}", h.effects);
     // --yes: the gone project's state and HOME go, nothing else.
