@@ -9,18 +9,13 @@ fn main() {
     // `ai-sandbox help config`: the config's keys (clap's `help` knows only the commands).
     let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if raw.len() == 2 && raw[0] == "help" && raw[1] == "config" {
-        // SAFETY: as below (`prints_for_a_reader`): a default disposition, before any thread.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        end_quietly_on_a_closed_pipe();
         print!("{}", ai_sandbox::manpage::config_help());
         std::process::exit(0);
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     if prints_for_a_reader(&cli) {
-        // `ai-sandbox logs | head -1`: end quietly when the reader goes away, as cat and git do,
-        // instead of panicking on the broken pipe. Not for the processes that serve (the gate,
-        // the keeper, the hooks, a launch): a peer that hangs up must not kill them.
-        // SAFETY: setting a signal's disposition to its default, before any thread exists.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        end_quietly_on_a_closed_pipe();
     }
     let mut host = RealHost::default();
     let result = match &cli.sub {
@@ -75,6 +70,14 @@ fn main() {
             std::process::exit(125);
         }
     }
+}
+
+/// `ai-sandbox logs | head -1`: end quietly when the reader goes away, as cat and git do,
+/// instead of panicking on the broken pipe. Only for commands that print for a reader (see
+/// `prints_for_a_reader`): a peer that hangs up must not kill a process that serves.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 /// Commands whose output is for a reader (a pager, `head`) and that change nothing a signal
