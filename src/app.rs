@@ -263,7 +263,8 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
     if p.image != crate::policy::Image::Host || p.env.iter().any(|(k, _)| k == "PATH") {
         return None;
     }
-    let name = f.launchable.program.as_deref().unwrap_or(&argv[0]);
+    // A name that is not UTF-8 is left to podman to find (or not).
+    let name = f.launchable.program.as_deref().or(argv[0].to_str())?;
     if !name.contains('/') {
         // Yours (an agent in your home is mounted, see `agent`), or the sandbox's own PATH, which
         // has /usr/sbin where a user's often does not.
@@ -306,7 +307,7 @@ fn ssh_agent_socket(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<PathBu
 /// and a bare command name only: an image brings its own programs).
 fn launchable(host: &dyn Host, p: &Policy, host_dirs: &[PathBuf], home: &Path) -> crate::agent::Launchable {
     let crate::policy::Command::Argv(argv) = &p.command else { return Default::default() };
-    let name = &argv[0];
+    let Some(name) = argv[0].to_str() else { return Default::default() };
     if p.image != crate::policy::Image::Host || name.contains('/') {
         return Default::default();
     }
@@ -339,6 +340,13 @@ fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) ->
                 bail!("the secret {} contains a newline; an environment variable cannot carry it", s.name)
             }
             Some(v) => values.push((s.name.clone(), v)),
+            None if host.env_not_text(&s.name) => {
+                return Err(hinted(
+                    format!("the value of {} in your environment is not UTF-8 text", s.name),
+                    "set it to text (an API key or token is); the sandbox's variables go through a text file",
+                )
+                .into());
+            }
             None => missing.push(s.name.clone()),
         }
     }

@@ -131,8 +131,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// The command to run in the sandbox.
+    // Bytes, as the kernel passes them: a file name that is not UTF-8 reaches the command as is.
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `ai-sandbox allow` and `ai-sandbox deny`: the same arguments.

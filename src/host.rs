@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 pub trait Host {
     fn env(&self, key: &str) -> Option<String>;
+    /// Set, but not UTF-8 (`env` says None for it): said as such, never taken for unset.
+    fn env_not_text(&self, _key: &str) -> bool {
+        false
+    }
     fn cwd(&self) -> anyhow::Result<PathBuf>;
     fn exists(&self, path: &Path) -> bool;
     /// `Ok(None)` when the file does not exist.
@@ -105,6 +109,9 @@ pub struct RealHost {
 impl Host for RealHost {
     fn env(&self, key: &str) -> Option<String> {
         std::env::var(key).ok()
+    }
+    fn env_not_text(&self, key: &str) -> bool {
+        matches!(std::env::var(key), Err(std::env::VarError::NotUnicode(_)))
     }
     fn cwd(&self) -> anyhow::Result<PathBuf> {
         Ok(std::env::current_dir()?)
@@ -461,9 +468,14 @@ pub struct FakeHost {
     pub launched: Vec<Plan>,
     /// Host loopback ports something else listens on.
     pub taken_ports: Vec<u16>,
+    /// Variables set to a value that is not UTF-8 (`env` says None for them).
+    pub not_text: Vec<String>,
 }
 
 impl Host for FakeHost {
+    fn env_not_text(&self, key: &str) -> bool {
+        self.not_text.iter().any(|k| k == key)
+    }
     fn env(&self, key: &str) -> Option<String> {
         self.vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
     }

@@ -117,6 +117,15 @@ fn usage_error(e: clap::Error) -> ! {
         && first_word.is_some()
         && !suggested
         && !ours;
+    if e.kind() == ErrorKind::InvalidUtf8 {
+        // clap does not say which; the first one that is not text is the one to fix.
+        let raw = std::env::args_os().skip(1).find(|a| a.to_str().is_none()).unwrap_or_default();
+        eprintln!(
+            "ai-sandbox: the argument {} is not UTF-8 text\n  hint: ai-sandbox's own options and values are text; only the command after `--` may carry any bytes (`ai-sandbox -- ls $'caf\\xe9.txt'`)",
+            ai_sandbox::plan::quote(&raw)
+        );
+        std::process::exit(125);
+    }
     let _ = e.print();
     if bare_command {
         eprintln!(

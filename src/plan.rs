@@ -9,6 +9,7 @@ use crate::policy::{Image, NetMode, Policy};
 use crate::ruleset::{self, Ruleset};
 pub use crate::session::Facts;
 use crate::session::Probe;
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 /// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
@@ -313,8 +314,21 @@ fn allowlist(p: &Policy) -> Vec<String> {
     out
 }
 
-/// Shell-quotes one argument so the printed command can be pasted into a shell.
-pub fn quote(arg: &str) -> String {
+/// Shell-quotes one argument so the printed command can be pasted into a shell. Bytes that are
+/// not UTF-8 are written as bash's `$'\xNN'`, so the pasted command gets the same bytes.
+pub fn quote(arg: &OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(arg) = arg.to_str() else {
+        let mut out = String::from("$'");
+        for &b in arg.as_bytes() {
+            match b {
+                b'\\' | b'\'' => out += &format!("\\{}", b as char),
+                0x20..=0x7e => out.push(b as char),
+                _ => out += &format!("\\x{b:02x}"),
+            }
+        }
+        return out + "'";
+    };
     shlex::try_quote(arg)
         .map(|c| c.into_owned())
         .unwrap_or_else(|_| format!("'{}'", arg.replace('\'', "'\\''")))
@@ -335,7 +349,7 @@ pub fn render(plan: &Plan) -> String {
     for (i, a) in plan.argv.iter().enumerate() {
         let indent = if i == 0 { "" } else { "  " };
         let cont = if i == last { "" } else { " \\" };
-        out += &format!("{indent}{}{cont}\n", quote(a));
+        out += &format!("{indent}{}{cont}\n", quote(OsStr::new(a)));
     }
     if let Some((path, text)) = &plan.env_file {
         out += &format!("\n# {} (mode 0600: it holds the session token and secrets)\n{text}", path.display());

@@ -7,6 +7,7 @@
 
 use crate::policy::{Command, Image, NetMode, Policy};
 use crate::session::{self, Facts};
+use std::ffi::OsString;
 
 /// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
 /// to the host's loopback on the spliced path (`-T`). Through `gate_addr` every byte the sandbox
@@ -154,7 +155,53 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
     }
 }
 
+/// The whole vector: podman's options, then the command.
 pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
+    let mut a = options(p, f);
+    match &p.command {
+        Command::Argv(argv) => {
+            let mut argv = argv.clone();
+            if let Some(program) = &f.launchable.program {
+                argv[0] = program.into();
+            }
+            a.extend(command_words(&argv));
+        }
+        Command::Shell if p.image == Image::Host => a.push("/bin/bash".into()),
+        Command::Shell => a.push("/bin/sh".into()),
+    }
+    a
+}
+
+/// The command as podman can carry it. Arguments are bytes, but podman writes them into the
+/// container's config.json, and JSON strings are text: a byte that is not UTF-8 arrives as
+/// U+FFFD (measured: `cat $'caf\xe9.txt'` looked for `caf\xef\xbf\xbd.txt`). Such a command
+/// goes through `/bin/sh -c`, whose script (text) makes each argument from `printf` octal
+/// escapes and then `exec`s it: same program, same bytes, same process.
+fn command_words(argv: &[OsString]) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(text) = argv.iter().map(|a| a.to_str().map(String::from)).collect::<Option<Vec<_>>>() {
+        return text;
+    }
+    let mut script = String::new();
+    for (i, arg) in argv.iter().enumerate() {
+        // `$(...)` drops trailing newlines: a final `_` keeps them, and is removed after.
+        let mut fmt = String::new();
+        for &b in arg.as_bytes() {
+            match b {
+                b'%' => fmt += "%%",
+                0x20..=0x7e if b != b'\\' && b != b'\'' => fmt.push(b as char),
+                _ => fmt += &format!("\\{b:03o}"),
+            }
+        }
+        script += &format!("a{i}=$(printf '{fmt}_'); a{i}=${{a{i}%_}}; ");
+    }
+    let names: Vec<String> = (0..argv.len()).map(|i| format!("\"$a{i}\"")).collect();
+    script += &format!("exec {}", names.join(" "));
+    vec!["/bin/sh".into(), "-c".into(), script]
+}
+
+/// podman, its options, and the image (or `--rootfs DIR`): everything before the command.
+fn options(p: &Policy, f: &Facts) -> Vec<String> {
     let mut a: Vec<String> = vec![f.podman.display().to_string()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     if p.net == NetMode::Allow {
@@ -245,14 +292,6 @@ pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     match &p.image {
         Image::Host => a.extend(["--rootfs".to_string(), f.rootfs.display().to_string()]),
         Image::Named(n) => a.push(n.clone()),
-    }
-    match &p.command {
-        Command::Argv(argv) => {
-            a.push(f.launchable.program.clone().unwrap_or_else(|| argv[0].clone()));
-            a.extend(argv[1..].iter().cloned());
-        }
-        Command::Shell if p.image == Image::Host => a.push("/bin/bash".into()),
-        Command::Shell => a.push("/bin/sh".into()),
     }
     a
 }

@@ -350,7 +350,25 @@ fn input_that_is_not_utf8_is_refused_in_words_never_with_a_panic() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(125), "{stderr}");
-    assert!(stderr.contains("invalid UTF-8") && !stderr.contains("panicked"), "{stderr}");
+    // Which argument, and that the command after `--` is where bytes may go.
+    assert!(stderr.contains("the argument $'X=\\xff' is not UTF-8 text"), "{stderr}");
+    assert!(stderr.contains("only the command after `--` may carry any bytes"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Positive control: bytes after `--` are planned, rebuilt inside by a shell (octal escapes).
+    let o = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args([std::ffi::OsStr::new("--dry-run"), "--".as_ref(), "ls".as_ref(), bad])
+        .current_dir(&dir)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let cmd: Vec<&str> =
+        out.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
+    let words = shlex::split(&cmd.join("\n").replace(" \\\n", " ")).unwrap();
+    assert!(words.last().unwrap().contains("a1=$(printf 'X=\\377_')"), "{out}");
     // A project directory whose name is not UTF-8.
     let odd = dir.parent().unwrap().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
     std::fs::create_dir_all(odd.join(".git")).unwrap();

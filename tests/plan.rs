@@ -612,3 +612,41 @@ fn a_published_port_already_in_use_is_said_with_who_has_it() {
     app::run(&mut h, &cli.run).unwrap();
     assert!(h.effects.iter().any(|e| e.contains("127.0.0.1:8080:8080")), "control: {:?}", h.effects);
 }
+
+#[test]
+fn an_argument_that_is_not_utf8_reaches_the_command_as_its_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let name = OsStr::from_bytes(b"caf\xe9 'x'.txt");
+    let odd: [&OsStr; 4] = ["printf".as_ref(), "%s|".as_ref(), name, OsStr::from_bytes(b"%d\\\xff\n\n")];
+    let args: Vec<&OsStr> = ["ai-sandbox".as_ref(), "--".as_ref()].into_iter().chain(odd).collect();
+    let cli = Cli::try_parse_from(&args).expect("clap takes bytes after --");
+    let mut h = host("", &[]);
+    app::run(&mut h, &cli.run).unwrap();
+    // podman's config.json cannot carry them (JSON is text): a shell script rebuilds them.
+    let argv = &h.launched[0].argv;
+    let tail: Vec<&str> = argv[argv.len() - 3..].iter().map(String::as_str).collect();
+    assert_eq!(tail[..2], ["/bin/sh", "-c"], "{argv:?}");
+    let o = std::process::Command::new("/bin/sh").args(["-c", tail[2]]).output().unwrap();
+    assert_eq!(o.stdout, b"caf\xe9 'x'.txt|%d\\\xff\n\n|", "{}", tail[2]);
+    // Positive control: a command in UTF-8 is passed as it is, no shell between.
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "printf", "%s|", "café 'x'.txt"]).unwrap();
+    let mut h = host("", &[]);
+    app::run(&mut h, &cli.run).unwrap();
+    assert!(h.launched[0].argv.ends_with(&["printf".into(), "%s|".into(), "café 'x'.txt".into()]));
+}
+
+#[test]
+fn a_secret_whose_value_is_not_utf8_is_refused_not_taken_for_unset() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "-e", "API_KEY", "--", "true"]).unwrap();
+    let mut h = host("", &[]);
+    h.not_text.push("API_KEY".into());
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(err.contains("the value of API_KEY in your environment is not UTF-8 text"), "{err}");
+    assert!(h.launched.is_empty(), "launched with a secret dropped");
+    // Positive control: the same launch with a text value starts, the value in the env file.
+    let mut h = host("", &[("API_KEY", "sk-text")]);
+    app::run(&mut h, &cli.run).unwrap();
+    let (_, env) = h.launched[0].env_file.clone().expect("env file");
+    assert!(env.contains("API_KEY=sk-text\n"), "{env}");
+}

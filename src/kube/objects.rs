@@ -160,7 +160,10 @@ fn agent_pod(p: &Policy, o: &Options, image: &str) -> Pod {
     vars.extend(p.env.iter().map(|(k, val)| env(k, &val.replace("$(", "$$("))));
     vars.extend(p.secrets.iter().map(|s| from_secret(&s.name, SECRETS, &s.name)));
     let (command, interactive) = match &p.command {
-        Command::Argv(a) if !a.is_empty() => (Some(a.clone()), false),
+        // From the config's `cmd` (an export takes no `--`), so text: the conversion is exact.
+        Command::Argv(a) if !a.is_empty() => {
+            (Some(a.iter().map(|s| s.to_string_lossy().into_owned()).collect()), false)
+        }
         _ => (Some(vec!["/bin/sh".to_string()]), true),
     };
     let container = Container {

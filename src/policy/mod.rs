@@ -14,6 +14,7 @@ pub mod state;
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
 use allow::{Allow, HostPattern, IpNet, Ports};
+use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
@@ -56,7 +57,8 @@ pub enum Image {
 pub enum Command {
     /// An interactive shell.
     Shell,
-    Argv(Vec<String>),
+    /// Bytes, not text: `-- ls $'caf\xe9.txt'` names a file that is not UTF-8.
+    Argv(Vec<OsString>),
 }
 
 /// A published port: host 127.0.0.1:`host` → container `container`.
@@ -76,7 +78,7 @@ pub struct Inputs {
     pub shell: bool,
     pub image: Option<String>,
     pub env: Vec<String>,
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
     /// `AISB_EXTRA_ARGS`, if set.
     pub extra_args_env: Option<String>,
     /// `--ssh-agent`: pass the user's ssh-agent in.
@@ -475,7 +477,9 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
     match config.one("cmd") {
         None => Command::Shell,
         Some((v, at)) => match shlex::split(v) {
-            Some(argv) if argv.first().is_some_and(|a| !a.is_empty()) => Command::Argv(argv),
+            Some(argv) if argv.first().is_some_and(|a| !a.is_empty()) => {
+                Command::Argv(argv.into_iter().map(OsString::from).collect())
+            }
             Some(_) => {
                 c.bad(
                     at,

@@ -175,3 +175,24 @@ fn logs_show_this_projects_refusals_unless_asked_for_all_and_an_unknown_session_
     assert_eq!(nope.code, 125, "{}", nope.stdout);
     assert!(nope.stderr.contains("no session nope"), "{}", nope.stderr);
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_file_name_that_is_not_utf8_reaches_the_command_as_its_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let p = Project::new("bytes");
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(p.dir.join(name), "latin-1 name\n").unwrap();
+    chown_user(&p.dir.join(name));
+    let o =
+        user_command(&p.dir, &env().bin, &["--net", "none", "--", "cat"], &[]).arg(name).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "latin-1 name\n", "{err}");
+    // Negative, with its control above: a name that differs in that one byte is not that file.
+    let o = user_command(&p.dir, &env().bin, &["--net", "none", "--", "cat"], &[])
+        .arg(std::ffi::OsStr::from_bytes(b"caf\xe8.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+}
