@@ -211,13 +211,27 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
         host_ssh_config: host.exists(Path::new(crate::podman::SSH_CONFIG)),
-        workdir: host.cwd().ok().filter(|c| c.starts_with(&p.project)).unwrap_or_else(|| p.project.clone()),
+        workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
             crate::session::Probe::Skipped
         } else {
             crate::session::Probe::AtLaunch
         },
     })
+}
+
+/// Where the command starts: the working directory when it is in the project, else the project.
+/// podman carries it as text (config.json), so a name that is not UTF-8 is refused, not mangled.
+fn workdir(host: &dyn Host, p: &Policy) -> anyhow::Result<PathBuf> {
+    let dir = host.cwd().ok().filter(|c| c.starts_with(&p.project)).unwrap_or_else(|| p.project.clone());
+    if dir.to_str().is_none() {
+        return Err(hinted(
+            format!("the working directory's path is not UTF-8 ({})", dir.display()),
+            "run from a directory with a UTF-8 name (the command starts where you are, and podman takes that path as text)",
+        )
+        .into());
+    }
+    Ok(dir)
 }
 
 /// What would make a launch fail after it started, refused before anything starts (no gate

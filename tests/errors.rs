@@ -375,8 +375,17 @@ fn input_that_is_not_utf8_is_refused_in_words_never_with_a_panic() {
     let o = run_in(&odd, &home, &["--dry-run", "--", "true"]);
     assert_eq!(o.code, 125, "{}", o.stderr);
     assert!(o.stderr.contains("path is not UTF-8") && !o.stderr.contains("panicked"), "{}", o.stderr);
-    // Positive control: the same run in a UTF-8 directory plans.
-    assert_eq!(run_in(&dir, &home, &["--dry-run", "--", "true"]).code, 0);
+    // A working directory inside the project whose name is not UTF-8: podman would mangle it.
+    let sub = dir.join(std::ffi::OsStr::from_bytes(b"sub\xe9"));
+    std::fs::create_dir_all(&sub).unwrap();
+    let o = run_in(&sub, &home, &["--dry-run", "--", "true"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("the working directory's path is not UTF-8"), "{}", o.stderr);
+    // Positive control: the same run in a UTF-8 directory plans, and starts there.
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let o = run_in(&dir.join("sub"), &home, &["--dry-run", "--", "true"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains(&format!("--workdir \\\n  {}/sub \\", dir.display())), "{}", o.stdout);
 }
 
 #[test]
