@@ -330,7 +330,7 @@ fn rules(args: &[String]) {
             (0..n).map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255)).collect();
         let (cfg, _) = ai_sandbox::config::parse(&cfg);
         let p = policy::build("/bench".into(), &cfg, &Inputs::default()).unwrap();
-        let rs = ai_sandbox::ruleset::build(&p, p.gate_port).unwrap();
+        let rs = ai_sandbox::plan::ruleset::build(&p, p.gate_port).unwrap();
         let json = rs.to_json_string();
         let mut best = f64::MAX;
         for _ in 0..5 {
@@ -357,7 +357,7 @@ fn rules(args: &[String]) {
 
 fn plain_relay(args: &[String]) {
     let target = need(args, "--target").parse().expect("--target IP:PORT");
-    let relays = ai_sandbox::relay::start(&[target]).expect("starting the relay");
+    let relays = ai_sandbox::launch::relay::start(&[target]).expect("starting the relay");
     println!("{}", relays.ports[0]);
     std::io::stdout().flush().unwrap();
     loop {
@@ -387,7 +387,7 @@ fn walk(args: &[String]) {
     let (mut scan, mut list, mut entries) = (Vec::new(), Vec::new(), 0);
     for _ in 0..runs {
         let t = Instant::now();
-        entries = ai_sandbox::guard::repos::scan(&dir).expect("walk").walked;
+        entries = ai_sandbox::launch::guard::repos::scan(&dir).expect("walk").walked;
         scan.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         std::hint::black_box(bare(&dir));

@@ -16,35 +16,13 @@
 //!   `splice`, `log`);
 //! - `doctor` and `loopback`'s probe read the machine (through `Host` for the probe).
 
-pub mod agent;
-pub mod app;
 pub mod cli;
 pub mod config;
-pub mod connect;
-pub mod doctor;
 pub mod error;
 pub mod gate;
-pub mod guard;
-pub mod hook;
 pub mod host;
-pub mod init;
-pub mod keeper;
 pub mod kube;
 pub mod launch;
 pub mod live;
-pub mod live_apply;
-pub mod logs;
-pub mod loopback;
-pub mod manpage;
 pub mod plan;
-pub mod podman;
 pub mod policy;
-pub mod project;
-pub mod prune;
-pub mod refusals;
-pub mod relay;
-pub mod ruleset;
-pub mod session;
-pub mod splice;
-pub mod trust;
-pub mod watch;

@@ -2,7 +2,7 @@
 
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::host::RealHost;
-use ai_sandbox::{app, hook, keeper};
+use ai_sandbox::{cli::app, launch::hook, launch::keeper};
 use clap::Parser;
 
 fn main() {
@@ -10,7 +10,7 @@ fn main() {
     let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if raw.len() == 2 && raw[0] == "help" && raw[1] == "config" {
         end_quietly_on_a_closed_pipe();
-        print!("{}", ai_sandbox::manpage::config_help());
+        print!("{}", ai_sandbox::cli::manpage::config_help());
         std::process::exit(0);
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
@@ -22,7 +22,7 @@ fn main() {
         None => app::run(&mut host, &cli.run),
         Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
         Some(Sub::Export { cmd }) => app::export_cmd(&mut host, cmd),
-        Some(Sub::Doctor) => ai_sandbox::doctor::run(),
+        Some(Sub::Doctor) => ai_sandbox::cli::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
         Some(Sub::SelfCheck { canary, gate_port }) => {
             hook::self_check(&hook::SelfCheck { canary: *canary, gate_port: *gate_port })
@@ -30,22 +30,22 @@ fn main() {
         Some(Sub::Keeper { session_dir, guard, name, podman }) => {
             keeper::run(session_dir, guard, name, podman)
         }
-        Some(Sub::Connect { host, port }) => ai_sandbox::connect::run(host, *port),
+        Some(Sub::Connect { host, port }) => ai_sandbox::gate::connect::run(host, *port),
         Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
         Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
-        Some(Sub::Watch) => ai_sandbox::watch::run(),
+        Some(Sub::Watch) => ai_sandbox::cli::watch::run(),
         Some(Sub::Logs { denied, session, all, follow, json }) => {
-            use ai_sandbox::logs::Scope;
+            use ai_sandbox::cli::logs::Scope;
             let scope = match (session, all) {
                 (Some(s), _) => Scope::Session(s.clone()),
                 (None, true) => Scope::All,
-                (None, false) => Scope::Project(ai_sandbox::project::find(
+                (None, false) => Scope::Project(ai_sandbox::config::project::find(
                     &std::env::current_dir().unwrap_or_default(),
                     |p| p.exists(),
                 )),
             };
-            ai_sandbox::logs::run(*denied, &scope, *follow, *json)
+            ai_sandbox::cli::logs::run(*denied, &scope, *follow, *json)
         }
         Some(Sub::Allow(args)) => app::change_cmd(&mut host, args, false),
         Some(Sub::Deny(args)) => app::change_cmd(&mut host, args, true),
@@ -61,7 +61,9 @@ fn main() {
             clap_complete::generate(*shell, &mut cmd, "ai-sandbox", &mut std::io::stdout());
             Ok(0)
         }
-        Some(Sub::Man) => ai_sandbox::manpage::render(&mut std::io::stdout()).map(|_| 0).map_err(Into::into),
+        Some(Sub::Man) => {
+            ai_sandbox::cli::manpage::render(&mut std::io::stdout()).map(|_| 0).map_err(Into::into)
+        }
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -57,7 +57,7 @@ proptest! {
             prop_assert!(matches!(e.origin, ai_sandbox::error::Origin::Config(l) if l >= 1));
         }
         if let Ok(p) = policy::build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
-            && let Some(rs) = ai_sandbox::ruleset::build(&p, p.gate_port)
+            && let Some(rs) = ai_sandbox::plan::ruleset::build(&p, p.gate_port)
         {
             prop_assert!(rs.to_text().starts_with("table inet ai_sandbox "), "text form");
             prop_assert!(rs.to_json_string().contains("\"policy\": \"drop\""), "json form");

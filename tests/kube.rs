@@ -5,7 +5,7 @@
 
 mod support;
 
-use ai_sandbox::app;
+use ai_sandbox::cli::app;
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::host::FakeHost;
 use clap::Parser;

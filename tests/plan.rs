@@ -1,8 +1,8 @@
 //! Snapshot tests of the whole pure pipeline (config + CLI + env → Plan → `--dry-run` text),
 //! driven through `FakeHost`, which also proves that a dry run asks for no side effect.
 
-use ai_sandbox::app;
 use ai_sandbox::cli::Cli;
+use ai_sandbox::cli::app;
 use ai_sandbox::host::FakeHost;
 use clap::Parser;
 

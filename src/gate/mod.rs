@@ -8,6 +8,8 @@
 //! decision log; `splice` the zero-copy relay; `cluster` the gate as a cluster service
 //! (sessions from a policy file instead of the control socket).
 
+pub mod connect;
+
 pub mod ask;
 pub mod cluster;
 pub mod commands;

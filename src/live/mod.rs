@@ -8,6 +8,8 @@
 //! connections), and nothing else. The record is updated under a lock, so two concurrent
 //! changes both land. Applying it is the host's part (`host::RealHost::live_allow`).
 
+pub mod apply;
+
 use crate::gate::decide::SessionPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -34,14 +36,14 @@ pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
         deny_nets: p.deny_nets.clone(),
         gate_ports: p.gate_ports.clone(),
         resolve: p.resolve.clone(),
-        config_path: crate::project::config_path(&p.project).display().to_string(),
+        config_path: crate::config::project::config_path(&p.project).display().to_string(),
         gate_addr: p.gate_addr,
         ask: p.ask,
     }
 }
 
 /// The record a launch starts with.
-pub fn record(p: &crate::policy::Policy, f: &crate::session::Facts) -> Record {
+pub fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts) -> Record {
     Record {
         session: f.session_id.clone(),
         container: f.container_name(),

@@ -21,11 +21,11 @@ pub fn running(runtime: &Path) -> Vec<Running> {
     };
     let mut out = Vec::new();
     for e in entries.flatten() {
-        let pid_file = e.path().join(crate::session::PID_FILE);
+        let pid_file = e.path().join(crate::plan::session::PID_FILE);
         let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
             continue;
         };
-        if !crate::keeper::alive(pid) {
+        if !crate::launch::keeper::alive(pid) {
             continue;
         }
         let age = fs::metadata(&pid_file)
@@ -33,7 +33,7 @@ pub fn running(runtime: &Path) -> Vec<Running> {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .map_or(0, |d| d.as_secs());
-        let path = e.path().join(crate::session::LIVE_FILE);
+        let path = e.path().join(crate::plan::session::LIVE_FILE);
         let record = fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok());
         let session = e.file_name().to_string_lossy().into_owned();
         out.push(Running { session, pid, age, record, path });
@@ -53,7 +53,7 @@ pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
 
 /// The container's first process, from the pidfile podman wrote in the session directory.
 fn container_pid(session_dir: &Path) -> anyhow::Result<u32> {
-    let path = session_dir.join(crate::session::CONTAINER_PID_FILE);
+    let path = session_dir.join(crate::plan::session::CONTAINER_PID_FILE);
     let text = fs::read_to_string(&path)
         .with_context(|| format!("the sandbox has not started yet (no {})", path.display()))?;
     text.trim()
@@ -100,7 +100,7 @@ pub fn refused_held(session_dir: &Path, held: &Held) -> anyhow::Result<Vec<crate
 fn nft_at(enter: &[&str], args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     let mut child = Command::new("nsenter")
         .args(enter)
-        .arg(crate::session::nft_program(std::env::var("AISB_NFT").ok(), || which::which("nft").ok()))
+        .arg(crate::plan::session::nft_program(std::env::var("AISB_NFT").ok(), || which::which("nft").ok()))
         .args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -136,12 +136,12 @@ fn refused_with(
     nft: impl Fn(&[&str]) -> anyhow::Result<String>,
 ) -> anyhow::Result<Vec<crate::live::Direct>> {
     let mut out = Vec::new();
-    for set in [crate::ruleset::REFUSED_V4, crate::ruleset::REFUSED_V6] {
-        let json = nft(&["-j", "list", "set", "inet", crate::ruleset::TABLE, set])?;
+    for set in [crate::plan::ruleset::REFUSED_V4, crate::plan::ruleset::REFUSED_V6] {
+        let json = nft(&["-j", "list", "set", "inet", crate::plan::ruleset::TABLE, set])?;
         out.extend(crate::live::parse_refused(&json));
     }
     // Which were refused by a deny entry (as the sandbox's live record has them now).
-    if let Ok(text) = fs::read_to_string(session_dir.join(crate::session::LIVE_FILE))
+    if let Ok(text) = fs::read_to_string(session_dir.join(crate::plan::session::LIVE_FILE))
         && let Ok(record) = serde_json::from_str::<Record>(&text)
     {
         for d in out.iter_mut().filter(|d| d.proto == "tcp") {
@@ -149,7 +149,7 @@ fn refused_with(
         }
     }
     // The self-check's own probe, refused before the command started: not the agent's.
-    let canary = fs::read_to_string(session_dir.join(crate::session::CANARY_FILE)).unwrap_or_default();
+    let canary = fs::read_to_string(session_dir.join(crate::plan::session::CANARY_FILE)).unwrap_or_default();
     out.retain(|d| !(d.proto == "tcp" && format!("{}:{}", d.addr, d.port) == canary.trim()));
     Ok(out)
 }
@@ -181,13 +181,15 @@ pub fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<(
         return Ok(());
     }
     let session_dir = record.parent().context("the record has no session directory")?;
-    nft_script(session_dir, &crate::ruleset::set_script(&new.policy.nets, &new.policy.deny_nets))?;
+    nft_script(session_dir, &crate::plan::ruleset::set_script(&new.policy.nets, &new.policy.deny_nets))?;
     if new.gate
         && let Err(e) = gate_update(runtime, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
-        let undo =
-            nft_script(session_dir, &crate::ruleset::set_script(&old.policy.nets, &old.policy.deny_nets));
+        let undo = nft_script(
+            session_dir,
+            &crate::plan::ruleset::set_script(&old.policy.nets, &old.policy.deny_nets),
+        );
         return Err(e.context(match undo {
             Ok(()) => "nothing was changed".to_string(),
             Err(u) => format!("and restoring the sandbox's rules failed too: {u:#}"),

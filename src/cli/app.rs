@@ -6,7 +6,7 @@ use crate::error::{Diagnostic, Origin, Rejected, hinted};
 use crate::host::Host;
 use crate::plan::{self, Facts, Plan};
 use crate::policy::{self, Inputs, Policy};
-use crate::{config, project, trust};
+use crate::{config, config::project, config::trust};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
@@ -143,7 +143,7 @@ struct Approval {
 }
 
 fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -> anyhow::Result<Approval> {
-    let path = crate::session::approved_config(&state_dir(host, project));
+    let path = crate::plan::session::approved_config(&state_dir(host, project));
     let stored = host.read_file(&path)?;
     let status = trust::status(current, stored.as_deref());
     Ok(Approval { path, stored, status })
@@ -184,7 +184,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
     let host_dirs: Vec<PathBuf> =
         ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
     let launchable = launchable(host, p, &host_dirs, &home);
-    let nft = crate::session::nft_program(host.env("AISB_NFT"), || host.which("nft"));
+    let nft = crate::plan::session::nft_program(host.env("AISB_NFT"), || host.which("nft"));
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
         nft,
@@ -207,15 +207,15 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         secrets,
         missing_secrets,
         state_dir: state_dir(host, &p.project),
-        protected: host.protected_mounts(&p.project, &crate::guard::candidates(&p.protect))?,
+        protected: host.protected_mounts(&p.project, &crate::launch::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
-        host_ssh_config: host.exists(Path::new(crate::podman::SSH_CONFIG)),
+        host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
-            crate::session::Probe::Skipped
+            crate::plan::session::Probe::Skipped
         } else {
-            crate::session::Probe::AtLaunch
+            crate::plan::session::Probe::AtLaunch
         },
     })
 }
@@ -282,7 +282,7 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
     if !name.contains('/') {
         // Yours (an agent in your home is mounted, see `agent`), or the sandbox's own PATH, which
         // has /usr/sbin where a user's often does not.
-        let in_sandbox_path = crate::podman::SANDBOX_PATH
+        let in_sandbox_path = crate::plan::podman::SANDBOX_PATH
             .split(':')
             .any(|d| host.executable(&Path::new(d).join(name)) == Some(true));
         return (host.find_program(name).is_none() && !in_sandbox_path)
@@ -319,14 +319,19 @@ fn ssh_agent_socket(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<PathBu
 
 /// How the command runs when it is installed where the sandbox does not look (`image = host`
 /// and a bare command name only: an image brings its own programs).
-fn launchable(host: &dyn Host, p: &Policy, host_dirs: &[PathBuf], home: &Path) -> crate::agent::Launchable {
+fn launchable(
+    host: &dyn Host,
+    p: &Policy,
+    host_dirs: &[PathBuf],
+    home: &Path,
+) -> crate::plan::agent::Launchable {
     let crate::policy::Command::Argv(argv) = &p.command else { return Default::default() };
     let Some(name) = argv[0].to_str() else { return Default::default() };
     if p.image != crate::policy::Image::Host || name.contains('/') {
         return Default::default();
     }
     let visible: Vec<PathBuf> = host_dirs.iter().cloned().chain([p.project.clone()]).collect();
-    crate::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
+    crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
 }
 
 /// Secret values by name, and the names that have none.
@@ -469,7 +474,7 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
 
 /// Notes the project's path in its state dir, for `prune` (the key's hash cannot be reversed).
 fn record_project(host: &mut dyn Host, project: &Path) -> anyhow::Result<()> {
-    let path = state_dir(host, project).join(crate::prune::PROJECT_RECORD);
+    let path = state_dir(host, project).join(crate::cli::prune::PROJECT_RECORD);
     let text = format!("{}\n", project.display());
     if host.read_file(&path)?.as_deref() != Some(text.as_str()) {
         host.write_file(&path, &text)?;
@@ -479,7 +484,7 @@ fn record_project(host: &mut dyn Host, project: &Path) -> anyhow::Result<()> {
 
 /// `ai-sandbox prune [--yes]` (see `prune`): never a project with a sandbox running.
 pub fn prune_cmd(host: &mut dyn Host, yes: bool) -> anyhow::Result<i32> {
-    let roots = crate::prune::Roots {
+    let roots = crate::cli::prune::Roots {
         states: xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects"),
         homes: xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/homes"),
     };
@@ -488,7 +493,7 @@ pub fn prune_cmd(host: &mut dyn Host, yes: bool) -> anyhow::Result<i32> {
         .into_iter()
         .filter_map(|r| r.record.map(|rec| rec.project))
         .collect();
-    crate::prune::run(host, &roots, &running, yes)
+    crate::cli::prune::run(host, &roots, &running, yes)
 }
 
 /// `ai-sandbox ps [--json]`: this user's running sandboxes, with the gate's counters.
@@ -662,20 +667,20 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         // the proxy URL; the registration lasts as long as this process.
         facts.gate_port = host.register_gate(&policy, &facts)?;
     }
-    let relays = crate::splice::relays(&crate::splice::splices(&policy));
+    let relays = crate::plan::forwards::relays(&crate::plan::forwards::splices(&policy));
     if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {
         // Bound now, held for the life of this process: their ports go into pasta's forwards.
         facts.relay_ports = host.start_relays(&relays)?;
     }
     if policy.net == crate::policy::NetMode::Allow
         && !args.dry_run
-        && facts.probe == crate::session::Probe::AtLaunch
+        && facts.probe == crate::plan::session::Probe::AtLaunch
     {
         let gate_addr = std::net::IpAddr::V4(policy.gate_addr);
         let allowed = |port| crate::policy::allow::reaches(&policy.nets, gate_addr, port);
         facts.probe = match host.bind_canary(&allowed)? {
-            Some(port) => crate::session::Probe::Canary(port),
-            None => crate::session::Probe::EveryPortAllowed,
+            Some(port) => crate::plan::session::Probe::Canary(port),
+            None => crate::plan::session::Probe::EveryPortAllowed,
         };
     }
     let plan: Plan = plan::build(&policy, &facts);
@@ -691,9 +696,9 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
             "ai-sandbox: AISB_NFT={nft}: the hook loads the ruleset with this program, not the system nft\n"
         ));
     }
-    for c in crate::loopback::applicable(&policy) {
+    for c in crate::host::loopback::applicable(&policy) {
         let reply = host.probe_loopback(c.port, c.ask);
-        if let Some(w) = crate::loopback::warning(c, policy.gate_addr, &reply) {
+        if let Some(w) = crate::host::loopback::warning(c, policy.gate_addr, &reply) {
             host.eprint(&format!("ai-sandbox: {w}\n"));
         }
     }
@@ -710,7 +715,7 @@ pub fn rules(host: &mut dyn Host, args: &PolicyArgs, json: bool) -> anyhow::Resu
         ));
     }
     let policy = loaded.policy;
-    match crate::ruleset::build(&policy, policy.gate_port) {
+    match crate::plan::ruleset::build(&policy, policy.gate_port) {
         Some(rs) if json => host.print(&(rs.to_json_string() + "\n")),
         Some(rs) => host.print(&rs.to_text()),
         None => bail!("--net {} applies no nftables ruleset", policy.net.name()),
@@ -785,10 +790,10 @@ pub fn init(
         )
         .into());
     }
-    let text = crate::init::render(presets)?;
+    let text = crate::config::init::render(presets)?;
     host.write_file(&path, &text)?;
     // Written by ai-sandbox itself at the user's request: approved as it is.
-    host.write_file(&crate::session::approved_config(&state_dir(host, &dir)), &text)?;
+    host.write_file(&crate::plan::session::approved_config(&state_dir(host, &dir)), &text)?;
     record_project(host, &dir)?;
     host.print(&format!("wrote {}\n", path.display()));
     Ok(0)

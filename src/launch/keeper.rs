@@ -15,7 +15,7 @@
 //! directory is gone or whose launcher is dead is removed. This runs off the launch's critical
 //! path (the keeper is detached), so it costs the launch nothing.
 
-use crate::session::{PID_FILE, SESSION_DIR_LABEL};
+use crate::plan::session::{PID_FILE, SESSION_DIR_LABEL};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::io::BufRead;
@@ -109,7 +109,7 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
         // next launch (and is in this log).
         if let Some(state_dir) = guard.parent().and_then(Path::parent) {
             let mut report = Vec::new();
-            if let Err(e) = crate::guard::settle(guard, state_dir, &mut report) {
+            if let Err(e) = crate::launch::guard::settle(guard, state_dir, &mut report) {
                 eprintln!("keeper: verifying the protected paths failed: {e:#}");
             }
             eprint!("{}", String::from_utf8_lossy(&report));

@@ -8,6 +8,12 @@
 //! SIGKILL is removed by the keeper or the next launch (its owner pid is dead).
 //! The project directory is only ever mounted, never created, deleted or chowned here.
 
+pub mod guard;
+pub mod hook;
+pub mod keeper;
+pub mod refusals;
+pub mod relay;
+
 use crate::plan::Plan;
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal, kill};
@@ -61,7 +67,7 @@ fn sweep_sessions(sessions: &Path) {
     for e in entries.flatten() {
         let stale = match fs::read_to_string(e.path().join("pid")) {
             Ok(pid) => match pid.trim().parse::<i32>() {
-                Ok(p) => !crate::keeper::alive(p),
+                Ok(p) => !crate::launch::keeper::alive(p),
                 Err(_) => true,
             },
             Err(_) => e
@@ -91,7 +97,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
     let write = |path: &Path, text: &str| {
         fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     };
-    write(&dir.join(crate::session::PID_FILE), &std::process::id().to_string())?;
+    write(&dir.join(crate::plan::session::PID_FILE), &std::process::id().to_string())?;
     if let Some((path, text)) = &plan.env_file {
         use std::io::Write;
         let mut f = fs::OpenOptions::new()
@@ -116,7 +122,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
             symlink(&c.target, &c.exe).with_context(|| format!("linking {}", c.exe.display()))?;
         }
         if let Some(canary) = &plan.canary {
-            write(&dir.join(crate::session::CANARY_FILE), canary)?;
+            write(&dir.join(crate::plan::session::CANARY_FILE), canary)?;
         }
     }
     Ok(())
@@ -186,12 +192,12 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
     let g = &plan.guard;
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,
     // or this session's record would take their changes for the originals.
-    crate::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())?;
-    crate::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, &plan.container)
+    crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())?;
+    crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, &plan.container)
         .context("recording the protected paths before the session")?;
     let result = run_podman(plan);
     // Whatever happened inside, the paths the host trusts are as they were.
-    let settled = crate::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr());
+    let settled = crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr());
     let cleanup = fs::remove_dir_all(&plan.session_dir)
         .with_context(|| format!("removing the session dir {}", plan.session_dir.display()));
     if let Err(e) = settled {
@@ -282,17 +288,17 @@ fn say(line: &str) {
 /// refused in its last moments, or in a command that ended at once, is read too.
 struct Refusals {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<crate::refusals::Tally>,
+    thread: std::thread::JoinHandle<crate::launch::refusals::Tally>,
 }
 
 impl Refusals {
     fn follow(w: &crate::plan::RefusalWatch) -> Refusals {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, mut tally, w) = (stop.clone(), crate::refusals::Tally::new(&w.session), w.clone());
+        let (flag, mut tally, w) = (stop.clone(), crate::launch::refusals::Tally::new(&w.session), w.clone());
         let mut log = w.gate_log.as_ref().and_then(|l| crate::gate::log::Follow::open_at_end(l).ok());
         let thread = std::thread::spawn(move || {
-            let mut held: Option<crate::live_apply::Held> = None;
+            let mut held: Option<crate::live::apply::Held> = None;
             for tick in 0u64.. {
                 // Read the stop flag first: after it is set, one more pass takes what the gate
                 // wrote before the sandbox ended.
@@ -305,13 +311,13 @@ impl Refusals {
                     }
                 }
                 if held.is_none() {
-                    held = crate::live_apply::Held::open(&w.session_dir);
+                    held = crate::live::apply::Held::open(&w.session_dir);
                 }
                 // Every half second while it runs, and once more at the end through the held
                 // namespaces (the container is gone by then; a quick command's refusals too).
                 if let Some(h) = held.as_ref().filter(|_| tick % 5 == 0 || last) {
                     let now = crate::gate::log::now();
-                    for d in crate::live_apply::refused_held(&w.session_dir, h).unwrap_or_default() {
+                    for d in crate::live::apply::refused_held(&w.session_dir, h).unwrap_or_default() {
                         if let Some(notice) = tally.observe_direct(&d, &now, &w.config_path) {
                             say(&notice);
                         }

@@ -4,6 +4,10 @@
 //! *means* is decided by `policy`, which reports problems against the same line numbers.
 //! Every bad line is collected (not just the first), so a user fixes a file in one pass.
 
+pub mod init;
+pub mod project;
+pub mod trust;
+
 use crate::error::{Diagnostic, Origin};
 
 /// Keys the config file accepts: name, whether it may repeat (single-valued keys may appear

@@ -4,11 +4,16 @@
 //! host state (paths, the chosen gate port, the session token, whether stdin is a terminal)
 //! comes in as `Facts`, so building a Plan never reads the live system.
 
-use crate::podman;
+pub mod agent;
+pub mod forwards;
+pub mod podman;
+pub mod ruleset;
+pub mod session;
+
+use crate::plan::ruleset::Ruleset;
+pub use crate::plan::session::Facts;
+use crate::plan::session::Probe;
 use crate::policy::{Image, NetMode, Policy};
-use crate::ruleset::{self, Ruleset};
-pub use crate::session::Facts;
-use crate::session::Probe;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
@@ -93,7 +98,7 @@ pub struct GuardSpec {
     /// This session's record.
     pub store: PathBuf,
     /// What was found before the launch: the read-only mounts and the repositories.
-    pub protected: crate::guard::Protected,
+    pub protected: crate::launch::guard::Protected,
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
@@ -120,10 +125,10 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         keeper_log: f.keeper_log(),
         guard: GuardSpec {
             project: p.project.clone(),
-            paths: crate::guard::candidates(&p.protect),
+            paths: crate::launch::guard::candidates(&p.protect),
             state_dir: f.state_dir.clone(),
-            store: crate::session::guard_store(&f.state_dir, &f.session_id),
-            protected: crate::guard::Protected {
+            store: crate::plan::session::guard_store(&f.state_dir, &f.session_id),
+            protected: crate::launch::guard::Protected {
                 writable: [f.sandbox_home.clone(), f.rootfs.clone()]
                     .into_iter()
                     .chain(p.agent_state.iter().map(|s| s.store(&f.agents_dir)))
@@ -282,9 +287,9 @@ fn allowlist(p: &Policy) -> Vec<String> {
             format!("{:<32} {ports}, through the gate", h.to_string())
         })
         .collect();
-    let splices = crate::splice::splices(p);
+    let splices = crate::plan::forwards::splices(p);
     for (n, r) in &p.nets {
-        let spliced = |addr| crate::splice::covers(&splices, addr, *r);
+        let spliced = |addr| crate::plan::forwards::covers(&splices, addr, *r);
         let via = match n.addr {
             _ if n.contains(std::net::IpAddr::V4(p.gate_addr)) => {
                 let path = if spliced(p.gate_addr) { "spliced" } else { "pasta's tap path" };

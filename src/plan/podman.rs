@@ -5,8 +5,8 @@
 //! refused in `policy`); then the image, or `--rootfs DIR` for `image = host`, which podman
 //! takes as the positional image argument; then the command.
 
+use crate::plan::session::{self, Facts};
 use crate::policy::{Command, Image, NetMode, Policy};
-use crate::session::{self, Facts};
 use std::ffi::OsString;
 
 /// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
@@ -141,7 +141,7 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
                 opts.extend(["-T".to_string(), f.gate_port.to_string()]);
             }
             let mut relay_ports = f.relay_ports.iter();
-            for s in crate::splice::splices(p) {
+            for s in crate::plan::forwards::splices(p) {
                 let host = match s.relayed {
                     false => s.to.port().to_string(),
                     true => relay_ports.next().map_or_else(|| "<relay>".to_string(), u16::to_string),
@@ -246,7 +246,7 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         if let Some(dir) = f.loader.as_ref().and_then(|l| l.parent()) {
             push(&["-v", &format!("{}:{HOST_LIB_DIR}:ro", dir.display())]);
         }
-        if f.probe != crate::session::Probe::Skipped {
+        if f.probe != crate::plan::session::Probe::Skipped {
             let (exe, target) = (f.check_exe(), f.check_exe_target());
             push(&["-v", &format!("{}:{}:ro", target.display(), exe.display())]);
         }

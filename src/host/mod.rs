@@ -4,6 +4,8 @@
 //! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
+pub mod loopback;
+
 use crate::error::hinted;
 use crate::plan::{Facts, Plan};
 use crate::policy::Policy;
@@ -63,14 +65,18 @@ pub trait Host {
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
-    fn find_program(&self, name: &str) -> Option<crate::agent::Found>;
+    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
     /// Copies a file readable only by the user (0600, parents 0700): credentials.
     fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()>;
     /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected>;
+    fn protected_mounts(
+        &self,
+        project: &Path,
+        rels: &[String],
+    ) -> anyhow::Result<crate::launch::guard::Protected>;
     /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
     /// `ai-sandbox allow` at once both land in the config.
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
@@ -102,7 +108,7 @@ pub trait Host {
 #[derive(Default)]
 pub struct RealHost {
     lease: Option<crate::gate::control::Lease>,
-    relays: Option<crate::relay::Relays>,
+    relays: Option<crate::launch::relay::Relays>,
     canary: Option<std::net::TcpListener>,
 }
 
@@ -195,7 +201,7 @@ impl Host for RealHost {
     fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
         // The relays' thread must not take the signals the launcher forwards to podman.
         crate::launch::block_forwarded_signals()?;
-        let relays = crate::relay::start(targets)?;
+        let relays = crate::launch::relay::start(targets)?;
         let ports = relays.ports.clone();
         self.relays = Some(relays);
         Ok(ports)
@@ -287,11 +293,15 @@ impl Host for RealHost {
         std::io::stdin().read_line(&mut answer)?;
         Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
     }
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected> {
-        crate::guard::existing_mounts(project, rels)
+    fn protected_mounts(
+        &self,
+        project: &Path,
+        rels: &[String],
+    ) -> anyhow::Result<crate::launch::guard::Protected> {
+        crate::launch::guard::existing_mounts(project, rels)
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
-        crate::live_apply::sessions(runtime, project)
+        crate::live::apply::sessions(runtime, project)
     }
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
         use anyhow::Context;
@@ -310,7 +320,7 @@ impl Host for RealHost {
         Ok(Box::new(lock))
     }
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running> {
-        crate::live_apply::running(runtime)
+        crate::live::apply::running(runtime)
     }
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
         match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
@@ -325,7 +335,7 @@ impl Host for RealHost {
         rel: &Path,
         text: &str,
     ) -> anyhow::Result<()> {
-        crate::guard::write_trusted(state_dir, project, rel, text)
+        crate::launch::guard::write_trusted(state_dir, project, rel, text)
     }
     fn live_allow(
         &mut self,
@@ -333,7 +343,7 @@ impl Host for RealHost {
         record: &Path,
         change: &crate::live::Change,
     ) -> anyhow::Result<()> {
-        crate::live_apply::allow(runtime, record, change)
+        crate::live::apply::allow(runtime, record, change)
     }
     fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
         use anyhow::Context;
@@ -352,7 +362,7 @@ impl Host for RealHost {
         std::io::Write::write_all(&mut f, &bytes)?;
         Ok(())
     }
-    fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
+    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
         use std::io::Read;
         let resolve = |n: &str| {
             let path = which::which(n).ok()?;
@@ -373,7 +383,7 @@ impl Host for RealHost {
                 None => Some((PathBuf::from(prog), Path::new(prog).canonicalize().ok()?)),
             }
         });
-        Some(crate::agent::Found { path, target, interpreter })
+        Some(crate::plan::agent::Found { path, target, interpreter })
     }
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
         use std::os::unix::fs::MetadataExt;
@@ -457,7 +467,7 @@ pub struct FakeHost {
     /// Answers to `confirm`, in order (none left: no).
     pub answers: Vec<bool>,
     /// Programs on PATH that are not in /usr/bin (every other name is).
-    pub programs: Vec<(String, crate::agent::Found)>,
+    pub programs: Vec<(String, crate::plan::agent::Found)>,
     /// Live records of running sandboxes (`live_sessions` returns them all).
     pub live: Vec<PathBuf>,
     /// What `running` returns.
@@ -612,7 +622,7 @@ impl Host for FakeHost {
         self.files.push((to.to_path_buf(), text));
         Ok(())
     }
-    fn find_program(&self, name: &str) -> Option<crate::agent::Found> {
+    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
         if let Some((_, f)) = self.programs.iter().find(|(n, _)| n == name) {
             return Some(f.clone());
         }
@@ -620,7 +630,7 @@ impl Host for FakeHost {
             return None;
         }
         let p = PathBuf::from(format!("/usr/bin/{name}"));
-        Some(crate::agent::Found { path: p.clone(), target: p, interpreter: None })
+        Some(crate::plan::agent::Found { path: p.clone(), target: p, interpreter: None })
     }
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
         self.files
@@ -629,13 +639,17 @@ impl Host for FakeHost {
             .map(|(_, t)| t.trim_end_matches('\n').to_string())
             .ok_or_else(|| anyhow::anyhow!("reading the secret file {}: not found", path.display()))
     }
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> anyhow::Result<crate::guard::Protected> {
+    fn protected_mounts(
+        &self,
+        project: &Path,
+        rels: &[String],
+    ) -> anyhow::Result<crate::launch::guard::Protected> {
         let mounts = rels
             .iter()
             .map(|r| project.join(r))
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
             .collect();
-        Ok(crate::guard::Protected { mounts, ..Default::default() })
+        Ok(crate::launch::guard::Protected { mounts, ..Default::default() })
     }
 }
 

@@ -1,6 +1,13 @@
 //! Command-line definition (clap). Values stay raw strings here; `policy` validates them,
 //! so a bad `--allow` is reported the same way as a bad config line.
 
+pub mod app;
+pub mod doctor;
+pub mod logs;
+pub mod manpage;
+pub mod prune;
+pub mod watch;
+
 use crate::policy::NetMode;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -256,7 +263,7 @@ pub enum Sub {
     Init {
         /// A preset to include; repeat for several, or give them as claude,npm.
         #[arg(long = "preset", value_name = "NAME", value_delimiter = ',',
-              value_parser = clap::builder::PossibleValuesParser::new(crate::init::names()))]
+              value_parser = clap::builder::PossibleValuesParser::new(crate::config::init::names()))]
         presets: Vec<String>,
         /// Overwrite an existing config.
         #[arg(long)]

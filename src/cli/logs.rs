@@ -58,13 +58,13 @@ fn new_direct(
     json: bool,
 ) -> Vec<String> {
     let mut lines = Vec::new();
-    for r in crate::live_apply::running(runtime) {
+    for r in crate::live::apply::running(runtime) {
         let Some(rec) = &r.record else { continue };
         if !scope.wants(&r.session, &rec.project.to_string_lossy()) || rec.net != "allow" {
             continue;
         }
         let Some(dir) = r.path.parent() else { continue };
-        for d in crate::live_apply::refused(dir).unwrap_or_default() {
+        for d in crate::live::apply::refused(dir).unwrap_or_default() {
             if seen.insert(format!("{} {} {}", r.session, d.proto, d.dest())) {
                 lines.push((r.session.clone(), d, rec.policy.config_path.clone()));
             }
@@ -94,7 +94,7 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, json: bool) -> anyhow::Res
         }
         if let Scope::Session(s) = scope
             && !known
-            && !crate::live_apply::running(&runtime).iter().any(|r| r.session == *s)
+            && !crate::live::apply::running(&runtime).iter().any(|r| r.session == *s)
         {
             return Err(crate::error::hinted(
                 format!("no session {s} in the gate's log or among the running sandboxes"),

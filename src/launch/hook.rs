@@ -10,7 +10,7 @@
 //! not the container's. So a second hook proves the rules hold from inside, once the network is
 //! up and before the command exists (`self_check`; ADR 0040).
 
-use crate::ruleset::TABLE;
+use crate::plan::ruleset::TABLE;
 use anyhow::{Context, bail};
 use nix::sched::{CloneFlags, setns};
 use std::io::{Read, Write};

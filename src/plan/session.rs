@@ -66,7 +66,7 @@ pub struct Facts {
     pub state_dir: PathBuf,
     /// Protected paths that exist now (mounted read-only inside), and the project's
     /// repositories (see `guard::repos`).
-    pub protected: crate::guard::Protected,
+    pub protected: crate::launch::guard::Protected,
     /// Secret values by name, read at launch (a dry run holds placeholders); only ever written
     /// to the private env file.
     pub secrets: Vec<(String, String)>,
@@ -75,7 +75,7 @@ pub struct Facts {
     /// The per-user store of agent state shared by sandboxes (`$XDG_DATA_HOME/ai-sandbox/agents`).
     pub agents_dir: PathBuf,
     /// How to run the command when it is installed outside what the sandbox sees (see `agent`).
-    pub launchable: crate::agent::Launchable,
+    pub launchable: crate::plan::agent::Launchable,
     /// The user's ssh-agent socket, with `--ssh-agent`.
     pub ssh_agent: Option<PathBuf>,
     /// The hook's proof that the rules hold (see `hook::self_check`): where it probes.

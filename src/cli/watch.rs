@@ -127,7 +127,7 @@ pub fn run() -> anyhow::Result<i32> {
                 session_only: key == 's',
                 project: Some(project),
             };
-            if let Err(e) = crate::app::change_cmd(&mut host, &args, false) {
+            if let Err(e) = crate::cli::app::change_cmd(&mut host, &args, false) {
                 say(&format!("could not allow it: {e:#}; refused"));
                 verdict = Verdict::Deny;
             }
