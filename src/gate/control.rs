@@ -294,7 +294,6 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
 }
 
 fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
-    use std::os::unix::process::CommandExt;
     let err = std::fs::File::create(dir.join("gate.err"))
         .with_context(|| format!("creating {}/gate.err", dir.display()))?;
     let mut cmd = std::process::Command::new(self_exe);
@@ -305,18 +304,10 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(err);
-    // SAFETY: setsid and sigprocmask are async-signal-safe. The gate must not die with the
-    // launcher's session, and must not inherit the launcher's blocked signals (it blocks the
-    // ones it forwards to podman): a gate with SIGTERM blocked would ignore `kill`.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            nix::sys::signal::SigSet::all().thread_unblock().map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd.spawn().with_context(|| format!("starting the gate ({})", self_exe.display()))?;
-    // Reap it when it exits so no zombie is left while the launcher runs.
-    std::thread::spawn(move || child.wait());
+    // The gate must not die with the launcher's session (one gate serves every sandbox).
+    let child = crate::host::process::spawn(&mut cmd, crate::host::process::Tie::Detached)
+        .with_context(|| format!("starting the gate ({})", self_exe.display()))?;
+    crate::host::process::reap_later(child);
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
 pub mod loopback;
+pub mod process;
 
 use crate::error::hinted;
 use crate::plan::{Facts, Plan};

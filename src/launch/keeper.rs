@@ -16,8 +16,6 @@
 //! path (the keeper is detached), so it costs the launch nothing.
 
 use crate::plan::session::{PID_FILE, SESSION_DIR_LABEL};
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -25,12 +23,6 @@ use std::time::{Duration, Instant};
 
 /// How long the keeper keeps trying to remove a container after its launcher died.
 const STOP_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)
-/// would take it for a process group).
-pub fn alive(pid: i32) -> bool {
-    pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
-}
 
 fn podman(podman: &Path, args: &[&str]) -> Option<std::process::Output> {
     Command::new(podman)
@@ -53,7 +45,7 @@ fn session_over(dir: &Path) -> bool {
         return true;
     }
     match std::fs::read_to_string(dir.join(PID_FILE)) {
-        Ok(pid) => !pid.trim().parse().is_ok_and(alive),
+        Ok(pid) => !pid.trim().parse().is_ok_and(crate::host::process::alive),
         // No pid file: a launch that is starting, or a session dir written by hand. Not ours.
         Err(_) => false,
     }
@@ -98,7 +90,7 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
     let gone = loop {
         let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
         let gone = !exists(pm, name);
-        if (gone && !alive(podman_pid)) || Instant::now() > end {
+        if (gone && !crate::host::process::alive(podman_pid)) || Instant::now() > end {
             break gone;
         }
         std::thread::sleep(Duration::from_millis(250));

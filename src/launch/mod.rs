@@ -14,13 +14,14 @@ pub mod keeper;
 pub mod refusals;
 pub mod relay;
 
+use crate::host::process::{self, Tie};
 use crate::plan::Plan;
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -67,7 +68,7 @@ fn sweep_sessions(sessions: &Path) {
     for e in entries.flatten() {
         let stale = match fs::read_to_string(e.path().join("pid")) {
             Ok(pid) => match pid.trim().parse::<i32>() {
-                Ok(p) => !crate::launch::keeper::alive(p),
+                Ok(p) => !process::alive(p),
                 Err(_) => true,
             },
             Err(_) => e
@@ -253,19 +254,10 @@ fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(log);
-    // SAFETY: only async-signal-safe calls (setsid, sigprocmask) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let mut child =
-        cmd.spawn().with_context(|| format!("starting the keeper ({})", plan.self_exe.display()))?;
+    let mut child = process::spawn(&mut cmd, Tie::Detached)
+        .with_context(|| format!("starting the keeper ({})", plan.self_exe.display()))?;
     let stdin = child.stdin.take().context("the keeper's stdin")?;
-    // Reap it when it exits, so no zombie is left while the launcher runs.
-    std::thread::spawn(move || child.wait());
+    process::reap_later(child);
     Ok(stdin)
 }
 
@@ -358,17 +350,9 @@ fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
     if std::env::var_os("PODMAN_IGNORE_CGROUPSV1_WARNING").is_none() {
         cmd.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
     }
-    // SAFETY: only async-signal-safe calls (prctl, sigprocmask) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Some(Signal::SIGTERM)).map_err(std::io::Error::from)?;
-            SigSet::all().thread_unblock().map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
     // From the log's end before the sandbox exists: nothing of this session is missed.
     let refusals = plan.refusals.as_ref().map(Refusals::follow);
-    let mut child = cmd.spawn().map_err(|e| {
+    let mut child = process::spawn(&mut cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
         crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
     })?;
     // If this write fails the keeper is gone; the sandbox still stops with this launcher

@@ -25,7 +25,7 @@ pub fn running(runtime: &Path) -> Vec<Running> {
         let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
             continue;
         };
-        if !crate::launch::keeper::alive(pid) {
+        if !crate::host::process::alive(pid) {
             continue;
         }
         let age = fs::metadata(&pid_file)

@@ -152,11 +152,6 @@ pub fn guard_store(state_dir: &std::path::Path, session_id: &str) -> PathBuf {
     state_dir.join("guard").join(session_id)
 }
 
-/// Reports of restores that happened with no terminal to tell (keeper), shown at the next launch.
-pub fn pending_report(state_dir: &std::path::Path) -> PathBuf {
-    state_dir.join("restored.txt")
-}
-
 /// The nft the hook and live changes run: `AISB_NFT` when set, else `nft` on PATH, else
 /// /usr/sbin/nft.
 pub fn nft_program(aisb_nft: Option<String>, on_path: impl FnOnce() -> Option<PathBuf>) -> PathBuf {

@@ -601,7 +601,7 @@ pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> a
             text += &format!("  ! {l}\n");
         }
         let _ = out.write_all(text.as_bytes());
-        let pending = crate::plan::session::pending_report(state_dir);
+        let pending = pending_report(state_dir);
         let mut f = fs::OpenOptions::new().create(true).append(true).open(&pending)?;
         std::io::Write::write_all(&mut f, text.as_bytes())?;
     }
@@ -645,7 +645,7 @@ pub fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: &str) -
 /// Settles the records of earlier sessions whose launcher is dead, and shows (then clears) the
 /// reports of restores that happened with no terminal to tell.
 pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    let pending = crate::plan::session::pending_report(state_dir);
+    let pending = pending_report(state_dir);
     if let Ok(text) = fs::read_to_string(&pending) {
         let _ = out.write_all(format!("ai-sandbox: since your last session here:\n{text}").as_bytes());
         let _ = fs::remove_file(&pending);
@@ -664,11 +664,16 @@ pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyho
             }
             continue;
         };
-        let alive = crate::launch::keeper::alive(m.launcher_pid as i32);
+        let alive = crate::host::process::alive(m.launcher_pid as i32);
         if !alive {
             settle(&r.path(), state_dir, out)?;
             let _ = fs::remove_file(&pending);
         }
     }
     Ok(())
+}
+
+/// Reports of restores that happened with no terminal to tell (keeper), shown at the next launch.
+pub fn pending_report(state_dir: &Path) -> PathBuf {
+    state_dir.join("restored.txt")
 }

@@ -1,0 +1,48 @@
+//! Processes the launcher starts and watches: one place for the fork-time setup that must be
+//! async-signal-safe (and so `unsafe`), and for "is that pid alive". The gate, the keeper and
+//! podman are started here; nothing else in the crate calls `pre_exec`.
+
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+
+/// How a child is tied to the launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tie {
+    /// Its own session: it outlives the launcher and its terminal (the gate, the keeper).
+    Detached,
+    /// Sent this signal when the launcher dies, however it dies (podman).
+    DiesWithLauncher(Signal),
+}
+
+/// Spawns `cmd` with every signal unblocked (the launcher blocks the ones it forwards; a child
+/// with SIGTERM blocked would ignore `kill`) and tied as `tie` says.
+pub fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
+    // SAFETY: only async-signal-safe calls (setsid, prctl, sigprocmask) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            match tie {
+                Tie::Detached => {
+                    nix::unistd::setsid().map_err(std::io::Error::from)?;
+                }
+                Tie::DiesWithLauncher(sig) => {
+                    nix::sys::prctl::set_pdeathsig(Some(sig)).map_err(std::io::Error::from)?;
+                }
+            }
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)
+        });
+    }
+    cmd.spawn()
+}
+
+/// Reaps `child` when it exits, so no zombie is left while the launcher runs.
+pub fn reap_later(mut child: Child) {
+    std::thread::spawn(move || child.wait());
+}
+
+/// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)
+/// would take it for a process group).
+pub fn alive(pid: i32) -> bool {
+    pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
+}
