@@ -10,7 +10,9 @@ use crate::gate::log::Event;
 use anyhow::Context;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The `allow =` value a refusal's hint suggests.
@@ -46,9 +48,23 @@ impl Drop for Raw {
     }
 }
 
-/// The next key: one byte on a terminal, the first character of a line otherwise.
-fn next_key(raw: bool) -> Option<char> {
+/// The next key: one byte on a terminal, the first character of a line otherwise. `None` when
+/// input ends or the gate is `gone`: the caller returns, and the terminal is restored on the way
+/// out (a reader thread that exited the process would leave it without echo).
+fn next_key(raw: bool, gone: &AtomicBool) -> Option<char> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let stdin = std::io::stdin();
+    loop {
+        if gone.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(200u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => break,
+            Err(_) => return None,
+        }
+    }
     if raw {
         let mut b = [0u8; 1];
         return match stdin.lock().read(&mut b) {
@@ -84,6 +100,8 @@ pub fn run() -> anyhow::Result<i32> {
     );
     let held: Arc<Mutex<VecDeque<(Question, std::time::Instant)>>> = Arc::default();
     let queue = held.clone();
+    let gone = Arc::new(AtomicBool::new(false));
+    let gate_gone = gone.clone();
     std::thread::spawn(move || {
         for line in from_gate.lines().map_while(Result::ok) {
             if let Ok(q) = serde_json::from_str::<Question>(&line) {
@@ -97,10 +115,10 @@ pub fn run() -> anyhow::Result<i32> {
             }
         }
         say("the gate went away");
-        std::process::exit(0);
+        gate_gone.store(true, Ordering::SeqCst);
     });
     let mut host = crate::host::RealHost::default();
-    while let Some(key) = next_key(raw.0.is_some()) {
+    while let Some(key) = next_key(raw.0.is_some(), &gone) {
         let verdict = match key {
             'q' | '\u{3}' | '\u{4}' => break,
             'o' => Verdict::Once,

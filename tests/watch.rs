@@ -1,0 +1,73 @@
+//! `ai-sandbox watch` under a real pseudo-terminal: it puts the terminal in single-key mode
+//! while it runs, and gives the terminal back (echo, line editing) on every way out, here the
+//! gate going away, which once left the terminal without echo.
+
+use nix::sys::termios::{LocalFlags, tcgetattr};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::time::{Duration, Instant};
+
+fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_terminal_gets_its_echo_back_when_the_gate_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join("gate.sock")).unwrap();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let tty = std::fs::File::from(pty.slave);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .arg("watch")
+        .env("AISB_RUNTIME_DIR", dir.path())
+        .stdin(tty.try_clone().unwrap())
+        .stdout(tty.try_clone().unwrap())
+        .stderr(tty.try_clone().unwrap())
+        .spawn()
+        .unwrap();
+    // Whatever watch prints goes to the master side; read it so no write can block.
+    let master = std::fs::File::from(pty.master);
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = printed.clone();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut master = master;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    // A stand-in gate: takes the watch request, answers, then goes away.
+    let (conn, _) = listener.accept().unwrap();
+    let mut request = String::new();
+    BufReader::new(conn.try_clone().unwrap()).read_line(&mut request).unwrap();
+    assert!(request.contains("watch"), "{request}");
+    (&conn).write_all(b"{\"ok\":true}\n").unwrap();
+    let echo = |t: &std::fs::File| tcgetattr(t).unwrap().local_flags.contains(LocalFlags::ECHO);
+    // Control: while watch runs, the terminal is in single-key mode (no echo), so the check
+    // below can tell a restored terminal from one never changed.
+    assert!(wait_until(10, || !echo(&tty)), "watch never put the terminal in single-key mode");
+    drop(conn);
+    assert!(
+        wait_until(10, || child.try_wait().unwrap().is_some()),
+        "watch kept running after the gate went away"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let flags = tcgetattr(&tty).unwrap().local_flags;
+    assert!(flags.contains(LocalFlags::ECHO | LocalFlags::ICANON | LocalFlags::ISIG), "{flags:?}");
+    assert!(
+        wait_until(5, || String::from_utf8_lossy(&printed.lock().unwrap()).contains("the gate went away")),
+        "{}",
+        String::from_utf8_lossy(&printed.lock().unwrap())
+    );
+}
