@@ -416,7 +416,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         session: "abc123".into(),
         container: "aisb-abc123".into(),
         project: "/home/dev/app".into(),
-        net: "allow".into(),
+        net: ai_sandbox::policy::NetMode::Allow,
         gate: false,
         policy: ai_sandbox::gate::decide::SessionPolicy {
             hosts: vec![],

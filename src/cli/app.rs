@@ -498,26 +498,38 @@ pub fn prune_cmd(host: &mut dyn Host, yes: bool) -> anyhow::Result<i32> {
 
 /// `ai-sandbox ps [--json]`: this user's running sandboxes, with the gate's counters.
 pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
+    /// One running sandbox, as `ps` prints it (a table row, or an object of `--json`).
+    #[derive(serde::Serialize)]
+    struct Row {
+        session: String,
+        pid: i32,
+        age_seconds: u64,
+        /// `-` for a launch whose record is not written yet (or from an older version).
+        mode: &'static str,
+        project: Option<String>,
+        allowed: Option<u64>,
+        refused: Option<u64>,
+    }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
-    let rows: Vec<serde_json::Value> = host
+    let rows: Vec<Row> = host
         .running(&runtime)
         .iter()
         .map(|r| {
             let counts = gate.iter().find(|g| g.session == r.session);
-            serde_json::json!({
-                "session": r.session,
-                "pid": r.pid,
-                "age_seconds": r.age,
-                "mode": r.record.as_ref().map_or("-", |rec| rec.net.as_str()),
-                "project": r.record.as_ref().map(|rec| rec.project.display().to_string()),
-                "allowed": counts.map(|c| c.allowed),
-                "refused": counts.map(|c| c.denied),
-            })
+            Row {
+                session: r.session.clone(),
+                pid: r.pid,
+                age_seconds: r.age,
+                mode: r.record.as_ref().map_or("-", |rec| rec.net.name()),
+                project: r.record.as_ref().map(|rec| rec.project.display().to_string()),
+                allowed: counts.map(|c| c.allowed),
+                refused: counts.map(|c| c.denied),
+            }
         })
         .collect();
     if json {
-        host.print(&format!("{}\n", serde_json::Value::Array(rows)));
+        host.print(&format!("{}\n", serde_json::to_string(&rows)?));
         return Ok(0);
     }
     if rows.is_empty() {
@@ -528,17 +540,17 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  PROJECT\n",
         "SESSION", "PID", "AGE", "MODE", "ALLOWED", "REFUSED"
     );
+    let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for r in &rows {
-        let n = |k: &str| r[k].as_u64().map_or("-".to_string(), |v| v.to_string());
         out += &format!(
             "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  {}\n",
-            r["session"].as_str().unwrap_or("-"),
-            r["pid"],
-            crate::live::age(r["age_seconds"].as_u64().unwrap_or(0)),
-            r["mode"].as_str().unwrap_or("-"),
-            n("allowed"),
-            n("refused"),
-            r["project"].as_str().unwrap_or("-"),
+            r.session,
+            r.pid,
+            crate::live::age(r.age_seconds),
+            r.mode,
+            n(r.allowed),
+            n(r.refused),
+            r.project.as_deref().unwrap_or("-"),
         );
     }
     host.print(&out);

@@ -5,7 +5,7 @@
 //! hold where, not when: they are listed after the gate's decisions, and only while the sandbox
 //! runs).
 
-use crate::gate::log::{Event, Follow, human};
+use crate::gate::log::{Decision, Event, Follow, human};
 use crate::live::Direct;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -18,7 +18,11 @@ fn gate_line(e: &Event, json: bool) -> String {
         return v.to_string();
     }
     let fix = e.fix();
-    if e.decision == "deny" && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
+    if e.decision == Decision::Deny && !fix.is_empty() {
+        format!("{}  → {fix}", human(e))
+    } else {
+        human(e)
+    }
 }
 
 fn direct_line(session: &str, d: &Direct, config_path: &str, json: bool) -> String {
@@ -60,7 +64,9 @@ fn new_direct(
     let mut lines = Vec::new();
     for r in crate::live::apply::running(runtime) {
         let Some(rec) = &r.record else { continue };
-        if !scope.wants(&r.session, &rec.project.to_string_lossy()) || rec.net != "allow" {
+        if !scope.wants(&r.session, &rec.project.to_string_lossy())
+            || rec.net != crate::policy::NetMode::Allow
+        {
             continue;
         }
         let Some(dir) = r.path.parent() else { continue };
@@ -84,7 +90,7 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, json: bool) -> anyhow::Res
             let Ok(e) = serde_json::from_str::<Event>(&line) else { continue };
             if scope.wants(&e.session, &e.project) {
                 known = true;
-                if !denied || e.decision == "deny" {
+                if !denied || e.decision == Decision::Deny {
                     println!("{}", gate_line(&e, json));
                 }
             }
@@ -125,10 +131,11 @@ mod tests {
             method: "GET".into(),
             host: "later.test".into(),
             port: 80,
-            decision: "deny".into(),
+            decision: Decision::Deny,
             status: 403,
             reason: "later.test:80 is not in the allowlist".into(),
             hint: "blocked by ai-sandbox: add \"allow = later.test\" to /p/c".into(),
+            allow: Some("later.test".into()),
         };
         assert!(
             gate_line(&e, false).ends_with("  → add \"allow = later.test\" to /p/c"),
@@ -137,10 +144,10 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&gate_line(&e, true)).unwrap();
         assert_eq!(v["layer"], "gate");
-        let allowed = Event { decision: "allow".into(), hint: String::new(), ..e };
+        let allowed = Event { decision: Decision::Allow, hint: String::new(), ..e };
         assert!(!gate_line(&allowed, false).contains('→'));
         let d = Direct {
-            proto: "tcp".into(),
+            proto: crate::live::Proto::Tcp,
             addr: "198.51.100.6".parse().unwrap(),
             port: 7000,
             denied_by: None,

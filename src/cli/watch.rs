@@ -15,12 +15,6 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The `allow =` value a refusal's hint suggests.
-fn suggested(hint: &str) -> Option<String> {
-    let rest = hint.split("allow = ").nth(1)?;
-    Some(rest.split('"').next()?.to_string())
-}
-
 /// The terminal in single-key mode for as long as this lives (restored on drop).
 struct Raw(Option<nix::sys::termios::Termios>);
 
@@ -138,7 +132,7 @@ pub fn run() -> anyhow::Result<i32> {
         }
         let mut verdict = verdict;
         if verdict == Verdict::Allowed {
-            let item = suggested(&q.hint).unwrap_or_else(|| format!("{}:{}", q.host, q.port));
+            let item = q.allow.clone().unwrap_or_else(|| format!("{}:{}", q.host, q.port));
             let project = std::path::PathBuf::from(&q.project);
             let args = crate::cli::ChangeArgs {
                 items: vec![item],
@@ -170,12 +164,5 @@ mod tests {
         assert!(!super::expired(30, Duration::from_secs(29)));
         assert!(super::expired(30, Duration::from_secs(30)));
         assert!(super::expired(1, Duration::from_millis(1500)));
-    }
-
-    #[test]
-    fn the_hints_allow_line_is_what_a_live_allow_adds() {
-        let hint = "blocked by ai-sandbox: add \"allow = api.example.com:8080\" to /p/.ai-sandbox/config";
-        assert_eq!(super::suggested(hint).as_deref(), Some("api.example.com:8080"));
-        assert_eq!(super::suggested("blocked by ai-sandbox: loopback addresses are not reachable"), None);
     }
 }

@@ -36,8 +36,9 @@ pub struct Question {
     pub port: u16,
     /// How long the request is held.
     pub seconds: u32,
-    /// The config line that would allow it, as the hint says.
-    pub hint: String,
+    /// The `allow =` value that would let it through (what `a` and `s` add).
+    #[serde(default)]
+    pub allow: Option<String>,
 }
 
 /// A watcher's answer to question `ask` (one JSON line).
@@ -115,7 +116,7 @@ mod tests {
             host: "a.test".into(),
             port: 443,
             seconds: 5,
-            hint: String::new(),
+            allow: None,
         }
     }
 

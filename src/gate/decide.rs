@@ -59,13 +59,15 @@ pub struct Denial {
     pub status: u16,
     pub reason: String,
     pub hint: String,
+    /// The `allow =` value that would lift it, when one would.
+    pub allow: Option<String>,
     /// Only the allowlist said no (not a never-dialled class, a deny line, a token): a watcher
     /// may be asked instead (`ask = SECONDS`).
     pub askable: bool,
 }
 
 fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
-    Denial { status, reason: reason.into(), hint: hint.into(), askable: false }
+    Denial { status, reason: reason.into(), hint: hint.into(), allow: None, askable: false }
 }
 
 /// Constant-time equality (the token must not leak through timing); the length is not secret.
@@ -196,14 +198,17 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
         // entry added to a running sandbox is not in it). Any other port is refused.
         Target::Ip(ip) if *ip == IpAddr::V4(p.gate_addr) && host_loopback(p, *ip, port) => true,
         Target::Ip(ip) if *ip == IpAddr::V4(p.gate_addr) => {
-            return Err(deny(
-                403,
-                format!("{ip}:{port} is gate_addr, the host's loopback mapping"),
-                format!(
-                    "blocked by ai-sandbox: {ip} is never relayed by the gate; an allowed {ip}:PORT is reached directly (it is in NO_PROXY); to allow one, add \"allow = {ip}:{port}\" to {}",
-                    p.config_path
-                ),
-            ));
+            return Err(Denial {
+                allow: Some(format!("{ip}:{port}")),
+                ..deny(
+                    403,
+                    format!("{ip}:{port} is gate_addr, the host's loopback mapping"),
+                    format!(
+                        "blocked by ai-sandbox: {ip} is never relayed by the gate; an allowed {ip}:PORT is reached directly (it is in NO_PROXY); to allow one, add \"allow = {ip}:{port}\" to {}",
+                        p.config_path
+                    ),
+                )
+            });
         }
         Target::Ip(ip) => {
             never_dialled(*ip)?;
@@ -216,6 +221,7 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
     let line = suggestion(t, port, &p.gate_ports);
     Err(Denial {
         askable: true,
+        allow: Some(line.clone()),
         ..deny(
             403,
             format!("{t}:{port} is not in the allowlist"),
@@ -362,14 +368,14 @@ pub fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> {
     }
 }
 
-/// How a decision is logged: `allow` (relayed), `challenge` (407 to a client that sent no
-/// credentials yet: git, pip and others first try without, by design, then retry with them),
-/// or `deny`.
-pub fn verdict(status: u16, presented_token: bool) -> &'static str {
+/// How a decision is logged: relayed, a 407 challenge to a client that sent no credentials
+/// yet, or refused.
+pub fn verdict(status: u16, presented_token: bool) -> crate::gate::log::Decision {
+    use crate::gate::log::Decision;
     match status {
-        200 => "allow",
-        407 if !presented_token => "challenge",
-        _ => "deny",
+        200 => Decision::Allow,
+        407 if !presented_token => Decision::Challenge,
+        _ => Decision::Deny,
     }
 }
 

@@ -212,6 +212,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         presented_token: false,
         reason,
         hint: "",
+        allow: None,
     };
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
@@ -251,7 +252,11 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     match outcome {
         Err(d) => {
             session.denied.fetch_add(1, Ordering::Relaxed);
-            state.log(Decision { hint: &d.hint, ..decision(&session.id, &req.host, d.status, &d.reason) });
+            state.log(Decision {
+                hint: &d.hint,
+                allow: d.allow.as_deref(),
+                ..decision(&session.id, &req.host, d.status, &d.reason)
+            });
             let reason = decide::reason_phrase(&d.hint);
             respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
         }
@@ -288,7 +293,7 @@ async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> 
         host: req.host.clone(),
         port: req.port,
         seconds: secs,
-        hint: d.hint.clone(),
+        allow: d.allow.clone(),
     };
     match state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
         super::ask::Verdict::Once => {
@@ -308,7 +313,17 @@ fn decision<'a>(
     reason: &'a str,
 ) -> Decision<'a> {
     let presented_token = req.token.is_some();
-    Decision { session, method: &req.method, host, port: req.port, status, presented_token, reason, hint: "" }
+    Decision {
+        session,
+        method: &req.method,
+        host,
+        port: req.port,
+        status,
+        presented_token,
+        reason,
+        hint: "",
+        allow: None,
+    }
 }
 
 /// Normalise → allowlist (with the never-classes of IP literals) → resolve → address classes
@@ -323,6 +338,7 @@ async fn decide_and_dial(
         status,
         reason,
         hint: hint.to_string(),
+        allow: None,
         askable: false,
     };
     let addrs: Vec<IpAddr> = match &target {

@@ -167,14 +167,15 @@ impl State {
             method: d.method.to_string(),
             host: d.host.to_string(),
             port: d.port,
-            decision: decide::verdict(d.status, d.presented_token).into(),
+            decision: decide::verdict(d.status, d.presented_token),
             status: d.status,
             reason: d.reason.to_string(),
             hint: d.hint.to_string(),
+            allow: d.allow.map(str::to_string),
         };
         self.log.write(&e);
         // Watchers see refusals as they are decided.
-        if e.decision == "deny" && self.asks.watched() {
+        if e.decision == log::Decision::Deny && self.asks.watched() {
             self.asks.broadcast(&serde_json::to_string(&e).unwrap_or_default());
         }
     }
@@ -192,4 +193,6 @@ pub struct Decision<'a> {
     pub reason: &'a str,
     /// What would allow it (the refusal's hint), or empty.
     pub hint: &'a str,
+    /// The `allow =` value that would lift it, when one would.
+    pub allow: Option<&'a str>,
 }

@@ -9,7 +9,7 @@
 //! so a retry loop cannot flood the terminal; the counts are said once more when the sandbox
 //! ends.
 
-use crate::gate::log::Event;
+use crate::gate::log::{Decision, Event};
 
 /// Refusals of one session, per destination, in the order first seen.
 #[derive(Debug, Default)]
@@ -41,7 +41,7 @@ impl Tally {
     /// Takes one decision; returns the line to say now when it is this session's first refusal
     /// of its destination.
     pub fn observe(&mut self, e: &Event) -> Option<String> {
-        if e.session != self.session || e.decision != "deny" {
+        if e.session != self.session || e.decision != Decision::Deny {
             return None;
         }
         if let Some(r) =
@@ -72,7 +72,7 @@ impl Tally {
         config_path: &str,
     ) -> Option<String> {
         let host = d.host();
-        let host = if d.proto == "tcp" { host } else { format!("{host} ({})", d.proto) };
+        let host = if d.proto == crate::live::Proto::Tcp { host } else { format!("{host} ({})", d.proto) };
         if self.seen.iter().any(|r| r.host == host && r.port == d.port && r.count.is_none()) {
             return None;
         }
@@ -106,7 +106,7 @@ impl Tally {
 mod tests {
     use super::*;
 
-    fn ev(session: &str, host: &str, port: u16, decision: &str, time: &str) -> Event {
+    fn ev(session: &str, host: &str, port: u16, decision: Decision, time: &str) -> Event {
         Event {
             time: time.into(),
             session: session.into(),
@@ -114,21 +114,22 @@ mod tests {
             method: "CONNECT".into(),
             host: host.into(),
             port,
-            decision: decision.into(),
-            status: if decision == "deny" { 403 } else { 200 },
+            decision,
+            status: if decision == Decision::Deny { 403 } else { 200 },
             reason: format!("{host}:{port} is not in the allowlist"),
-            hint: if decision == "deny" {
+            hint: if decision == Decision::Deny {
                 format!("blocked by ai-sandbox: add \"allow = {host}\" to /p/.ai-sandbox/config")
             } else {
                 String::new()
             },
+            allow: (decision == Decision::Deny).then(|| host.to_string()),
         }
     }
 
     #[test]
     fn the_first_refusal_of_a_destination_is_said_with_its_fix_and_the_rest_counted() {
         let mut t = Tally::new("s1");
-        let first = t.observe(&ev("s1", "chatgpt.com", 443, "deny", "2026-11-29T15:34:19Z"));
+        let first = t.observe(&ev("s1", "chatgpt.com", 443, Decision::Deny, "2026-11-29T15:34:19Z"));
         assert_eq!(
             first.as_deref(),
             Some(
@@ -136,9 +137,14 @@ mod tests {
             )
         );
         for _ in 0..11 {
-            assert_eq!(t.observe(&ev("s1", "chatgpt.com", 443, "deny", "2026-11-29T15:34:20Z")), None);
+            assert_eq!(
+                t.observe(&ev("s1", "chatgpt.com", 443, Decision::Deny, "2026-11-29T15:34:20Z")),
+                None
+            );
         }
-        assert!(t.observe(&ev("s1", "ab.chatgpt.com", 443, "deny", "2026-11-29T15:34:25Z")).is_some());
+        assert!(
+            t.observe(&ev("s1", "ab.chatgpt.com", 443, Decision::Deny, "2026-11-29T15:34:25Z")).is_some()
+        );
         assert_eq!(
             t.summary(),
             [
@@ -152,9 +158,9 @@ mod tests {
     #[test]
     fn other_sessions_allows_and_challenges_are_not_refusals_of_this_run() {
         let mut t = Tally::new("s1");
-        assert_eq!(t.observe(&ev("s2", "x.test", 443, "deny", "t")), None);
-        assert_eq!(t.observe(&ev("s1", "x.test", 443, "allow", "t")), None);
-        assert_eq!(t.observe(&ev("s1", "x.test", 443, "challenge", "t")), None);
+        assert_eq!(t.observe(&ev("s2", "x.test", 443, Decision::Deny, "t")), None);
+        assert_eq!(t.observe(&ev("s1", "x.test", 443, Decision::Allow, "t")), None);
+        assert_eq!(t.observe(&ev("s1", "x.test", 443, Decision::Challenge, "t")), None);
         assert!(t.summary().is_empty());
     }
 
@@ -162,7 +168,7 @@ mod tests {
     fn direct_refusals_are_said_once_and_summed_up_beside_the_gates() {
         let mut t = Tally::new("s1");
         let d = crate::live::Direct {
-            proto: "tcp".into(),
+            proto: crate::live::Proto::Tcp,
             addr: "198.51.100.6".parse().unwrap(),
             port: 7000,
             denied_by: None,
@@ -174,7 +180,7 @@ mod tests {
         );
         assert_eq!(t.observe_direct(&d, "later", "/p/c"), None, "said once");
         let u = crate::live::Direct {
-            proto: "udp".into(),
+            proto: crate::live::Proto::Udp,
             addr: "fd00::1".parse().unwrap(),
             port: 9,
             denied_by: None,
@@ -189,7 +195,7 @@ mod tests {
     #[test]
     fn a_refusal_without_a_hint_shows_its_reason() {
         let mut t = Tally::new("s1");
-        let mut e = ev("s1", "a.test", 443, "deny", "t");
+        let mut e = ev("s1", "a.test", 443, Decision::Deny, "t");
         e.hint.clear();
         e.reason = "TLS server name b.test does not match a.test".into();
         assert!(t.observe(&e).unwrap().contains("(TLS server name b.test does not match a.test)"));

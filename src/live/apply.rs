@@ -46,7 +46,11 @@ pub fn running(runtime: &Path) -> Vec<Running> {
 pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
     running(runtime)
         .into_iter()
-        .filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project && rec.net == "allow"))
+        .filter(|r| {
+            r.record
+                .as_ref()
+                .is_some_and(|rec| rec.project == project && rec.net == crate::policy::NetMode::Allow)
+        })
         .map(|r| r.path)
         .collect()
 }
@@ -144,13 +148,15 @@ fn refused_with(
     if let Ok(text) = fs::read_to_string(session_dir.join(crate::plan::session::LIVE_FILE))
         && let Ok(record) = serde_json::from_str::<Record>(&text)
     {
-        for d in out.iter_mut().filter(|d| d.proto == "tcp") {
+        for d in out.iter_mut().filter(|d| d.proto == crate::live::Proto::Tcp) {
             d.denied_by = crate::gate::decide::deny_net(&record.policy, d.addr, d.port);
         }
     }
     // The self-check's own probe, refused before the command started: not the agent's.
     let canary = fs::read_to_string(session_dir.join(crate::plan::session::CANARY_FILE)).unwrap_or_default();
-    out.retain(|d| !(d.proto == "tcp" && format!("{}:{}", d.addr, d.port) == canary.trim()));
+    out.retain(|d| {
+        !(d.proto == crate::live::Proto::Tcp && format!("{}:{}", d.addr, d.port) == canary.trim())
+    });
     Ok(out)
 }
 

@@ -20,8 +20,8 @@ pub struct Record {
     pub session: String,
     pub container: String,
     pub project: PathBuf,
-    /// `allow`, `none` or `full`: only `allow` has an allowlist to widen.
-    pub net: String,
+    /// Only `allow` has an allowlist to widen.
+    pub net: crate::policy::NetMode,
     /// Whether the gate serves this session (hostnames can be added only then).
     pub gate: bool,
     pub policy: SessionPolicy,
@@ -48,12 +48,7 @@ pub fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts) -> Rec
         session: f.session_id.clone(),
         container: f.container_name(),
         project: p.project.clone(),
-        net: match p.net {
-            crate::policy::NetMode::Allow => "allow",
-            crate::policy::NetMode::None => "none",
-            crate::policy::NetMode::Full => "full",
-        }
-        .into(),
+        net: p.net,
         gate: p.gate,
         policy: session_policy(p),
     }
@@ -82,11 +77,27 @@ pub fn age(secs: u64) -> String {
     }
 }
 
+/// The transport of a direct connection the rules refused: the sets record only these two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl std::fmt::Display for Proto {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        })
+    }
+}
+
 /// A direct connection the rules refused (recorded in the sandbox's `refused_*` sets).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Direct {
-    /// `tcp` or `udp`.
-    pub proto: String,
+    pub proto: Proto,
     pub addr: std::net::IpAddr,
     pub port: u16,
     /// The `deny` entry that refused it, when one did (`ai-sandbox deny`, a `deny =` line):
@@ -109,9 +120,9 @@ impl Direct {
     }
     /// What would allow it, in the words of a gate hint.
     pub fn fix(&self, config_path: &str) -> String {
-        match (self.proto.as_str(), &self.denied_by) {
-            ("tcp", Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
-            ("tcp", None) => format!("add \"allow = {}\" to {config_path}", self.dest()),
+        match (self.proto, &self.denied_by) {
+            (Proto::Tcp, Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
+            (Proto::Tcp, None) => format!("add \"allow = {}\" to {config_path}", self.dest()),
             _ if self.port == 53 => {
                 "DNS is not reachable: names go through the gate, allow the name instead".to_string()
             }
@@ -129,12 +140,12 @@ pub fn parse_refused(json: &str) -> Vec<Direct> {
             let c = &e["concat"];
             let (Some(addr), Some(proto), Some(port)) = (
                 c[0].as_str().and_then(|a| a.parse().ok()),
-                c[1].as_str(),
+                serde_json::from_value::<Proto>(c[1].clone()).ok(),
                 c[2].as_u64().and_then(|p| u16::try_from(p).ok()),
             ) else {
                 continue;
             };
-            out.push(Direct { proto: proto.to_string(), addr, port, denied_by: None });
+            out.push(Direct { proto, addr, port, denied_by: None });
         }
     }
     out
@@ -168,7 +179,7 @@ impl Change {
 /// The record with `c` added; `Err` when it asks for a hostname and the sandbox has no gate.
 /// Entries already there are not added twice; nothing else changes.
 pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
-    if r.net != "allow" {
+    if r.net != crate::policy::NetMode::Allow {
         return Err(format!("session {} runs with --net {}: it has no allowlist to widen", r.session, r.net));
     }
     let names = !(c.hosts.is_empty() && c.deny_hosts.is_empty());
@@ -205,7 +216,7 @@ mod tests {
             session: "s1".into(),
             container: "aisb-s1".into(),
             project: "/p".into(),
-            net: "allow".into(),
+            net: crate::policy::NetMode::Allow,
             gate,
             policy: SessionPolicy {
                 hosts: vec![(HostPattern::Exact("a.test".into()), None)],
@@ -263,7 +274,7 @@ mod tests {
     #[test]
     fn a_refusal_by_a_deny_entry_names_it_and_never_advises_an_allow() {
         let mut d =
-            Direct { proto: "tcp".into(), addr: "100.64.0.1".parse().unwrap(), port: 9090, denied_by: None };
+            Direct { proto: Proto::Tcp, addr: "100.64.0.1".parse().unwrap(), port: 9090, denied_by: None };
         assert_eq!(d.fix("c"), "add \"allow = 100.64.0.1:9090\" to c");
         let mut p = rec(true).policy;
         p.deny_nets =
@@ -281,7 +292,7 @@ mod tests {
             ..Change::default()
         };
         assert_eq!(merged(&rec(false), &net).unwrap().policy.nets.len(), 2);
-        let full = Record { net: "full".into(), ..rec(true) };
+        let full = Record { net: crate::policy::NetMode::Full, ..rec(true) };
         assert!(merged(&full, &net).unwrap_err().contains("--net full"));
     }
 }

@@ -25,7 +25,9 @@ const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
 /// Where pasta forwards DNS inside the namespace (podman passes `--dns-forward 169.254.1.1`).
 pub const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// The one spelling of a mode: `--net`, the config's `net =`, and the live record's `net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NetMode {
     /// Allowlist enforced by nftables (and the gate for hostnames).
     Allow,
@@ -42,6 +44,12 @@ impl NetMode {
             NetMode::None => "none",
             NetMode::Full => "full",
         }
+    }
+}
+
+impl std::fmt::Display for NetMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
     }
 }
 
