@@ -34,17 +34,21 @@ pub fn run(host: &str, port: u16) -> anyhow::Result<i32> {
     // The response head, byte by byte: nothing after it may be consumed here.
     let mut head = Vec::new();
     let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
+    let (status, reason) = loop {
         if s.read(&mut b)? == 0 || head.len() > 16 * 1024 {
             bail!("the egress gate closed the connection to {target}");
         }
         head.push(b[0]);
-    }
-    let status_line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
-    if status_line.split_whitespace().nth(1) != Some("200") {
+        match crate::gate::http::response_head(&head) {
+            Ok(None) => {}
+            Ok(Some((status, reason, _))) => break (status, reason),
+            Err(e) => bail!("the egress gate's answer for {target} is not HTTP ({e})"),
+        }
+    };
+    if status != 200 {
         let mut body = String::new();
         let _ = s.read_to_string(&mut body);
-        eprintln!("ai-sandbox connect {target}: {status_line}\n{}", body.trim_end());
+        eprintln!("ai-sandbox connect {target}: {status} {reason}\n{}", body.trim_end());
         return Ok(1);
     }
     let mut up = s.try_clone()?;

@@ -5,7 +5,8 @@
 //! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
 //! does the I/O and the process's lifecycle; `state` holds the sessions; `control` is the
 //! per-user control socket (client and server) the launcher registers sessions on; `log` the
-//! decision log; `splice` the zero-copy relay; `cluster` the gate as a cluster service
+//! decision log; `http` the one response writer and the head readers; `connect` the client
+//! side inside the sandbox (ssh's ProxyCommand); `splice` the zero-copy relay; `cluster` the gate as a cluster service
 //! (sessions from a policy file instead of the control socket).
 
 pub mod connect;
@@ -15,6 +16,7 @@ pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod decide;
+pub mod http;
 pub mod log;
 pub mod request;
 pub mod server;

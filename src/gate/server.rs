@@ -5,6 +5,7 @@
 
 use super::control;
 use super::decide::{self, Denial, SessionPolicy, Target};
+use super::http;
 use super::log::Log;
 use super::request::{self, HeadError, Kind, MAX_HEAD};
 use super::state::{Decision, Session, State};
@@ -134,34 +135,14 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
     Ok(0)
 }
 
-fn phrase(status: u16) -> &'static str {
-    match status {
-        200 => "Connection established",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        431 => "Request Header Fields Too Large",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Error",
-    }
-}
-
 async fn respond(s: &mut TcpStream, status: u16, body: &str) {
-    respond_with(s, status, phrase(status), body).await
+    respond_with(s, status, http::phrase(status), body).await
 }
 
 /// A reply whose reason phrase is `reason`: for a refusal, its hint, because the status line is
 /// what most clients print of a failed CONNECT (Python, git), never the body.
 async fn respond_with(s: &mut TcpStream, status: u16, reason: &str, body: &str) {
-    let extra = if status == 407 { "Proxy-Authenticate: Basic realm=\"ai-sandbox\"\r\n" } else { "" };
-    let msg = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-        body.len()
-    );
-    let _ = s.write_all(msg.as_bytes()).await;
+    let _ = s.write_all(http::response(status, reason, body).as_bytes()).await;
     let _ = s.shutdown().await;
 }
 

@@ -1,0 +1,172 @@
+//! The control socket's client side: the launcher registers a session (starting the gate when
+//! none runs) and holds the lease for the sandbox's life; `gate` commands, `live` and `watch`
+//! ask one question each.
+
+use super::{CLOSING, Reply, Request, private_dir, socket_path};
+use anyhow::{Context, bail};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+use std::io::{IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long a launcher waits for a gate to start (or for an exiting one to hand over).
+const START_DEADLINE: Duration = Duration::from_secs(10);
+/// A launcher starts another gate if the one it started has not answered after this long.
+const RESTART_AFTER: Duration = Duration::from_millis(750);
+
+/// Reads one reply line, collecting any file descriptor passed with it (SCM_RIGHTS,
+/// received close-on-exec so podman never inherits it).
+fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
+    let mut line = Vec::new();
+    let mut fd = None;
+    let mut buf = [0u8; 4096];
+    while !line.ends_with(b"\n") {
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg =
+            match recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
+                Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
+            };
+        for c in msg.cmsgs().context("reading the gate's reply")? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed this descriptor in our table for us.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    fd.get_or_insert(owned);
+                }
+            }
+        }
+        let n = msg.bytes;
+        if n == 0 {
+            return Err(HungUp.into());
+        }
+        line.extend_from_slice(&buf[..n]);
+    }
+    let r: Reply = serde_json::from_slice(&line).context("bad reply from the gate")?;
+    Ok((r, fd))
+}
+
+/// Why a request got no usable answer.
+enum Failed {
+    /// The gate is going away: it said it is closing, or hung up without answering (its
+    /// runtime shut down with the connection accepted). Start the next gate and retry.
+    Going(String),
+    /// A real refusal or a broken reply: retrying would not help.
+    Refused(anyhow::Error),
+}
+
+fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+    let mut line = serde_json::to_string(req).map_err(|e| Failed::Refused(e.into()))?;
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(|e| Failed::Going(format!("the gate hung up ({e})")))?;
+    let (r, fd) = read_reply(stream).map_err(|e| match e.downcast_ref::<HungUp>() {
+        Some(_) => Failed::Going("the gate hung up without answering".into()),
+        None => Failed::Refused(e),
+    })?;
+    match (r.ok, r.error.as_deref()) {
+        (true, _) => Ok((r, fd)),
+        (false, Some(CLOSING)) => Err(Failed::Going(CLOSING.into())),
+        (false, why) => {
+            Err(Failed::Refused(anyhow::anyhow!("the gate refused: {}", why.unwrap_or_default())))
+        }
+    }
+}
+
+/// The gate closed the connection (or reset it) before a whole reply.
+#[derive(Debug, thiserror::Error)]
+#[error("the gate closed the connection before replying")]
+struct HungUp;
+
+/// One request to a running gate (`None` when no gate runs).
+pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
+    match UnixStream::connect(socket_path(dir)) {
+        Ok(mut s) => match send(&mut s, req) {
+            Ok((r, _)) => Ok(Some(r)),
+            Err(Failed::Going(_)) => Ok(None),
+            Err(Failed::Refused(e)) => Err(e),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
+/// A registered session; dropping it (or the process dying) unregisters it.
+pub struct Lease {
+    pub port: u16,
+    stream: UnixStream,
+    /// The gate's listening socket (see the module doc).
+    listener: Option<OwnedFd>,
+}
+
+impl Lease {
+    /// If the gate goes away while the lease is held: calls `on_lost` once, then answers every
+    /// connection to the gate's port with a refusal for as long as this process lives.
+    pub fn watch(&mut self, on_lost: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
+        let mut s = self.stream.try_clone()?;
+        let listener = self.listener.take();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            use std::io::Read;
+            if matches!(s.read(&mut buf), Ok(0) | Err(_)) {
+                on_lost();
+                if let Some(l) = listener {
+                    super::stand_in::stand_in(l);
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs or
+/// the running one is closing, and registers the session.
+pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> anyhow::Result<Lease> {
+    private_dir(dir)?;
+    let deadline = Instant::now() + START_DEADLINE;
+    let mut last_start: Option<Instant> = None;
+    let mut last_err = String::new();
+    while Instant::now() < deadline {
+        match UnixStream::connect(socket_path(dir)) {
+            Ok(mut stream) => match send(&mut stream, req) {
+                Ok((reply, listener)) => return Ok(Lease { port: reply.port, stream, listener }),
+                Err(Failed::Going(why)) => last_err = why,
+                Err(Failed::Refused(e)) => {
+                    return Err(e.context("registering the session with the egress gate"));
+                }
+            },
+            Err(e) => {
+                last_err = e.to_string();
+                // None runs (or it is exiting): start one. Gates are one per user (a lock), so
+                // a second start while the first is coming up is harmless.
+                if last_start.is_none_or(|t| t.elapsed() >= RESTART_AFTER) {
+                    start(dir, self_exe, port_from)?;
+                    last_start = Some(Instant::now());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = std::fs::read_to_string(dir.join("gate.err")).unwrap_or_default();
+    bail!("the egress gate did not start ({last_err}); nothing was started\n{}", err.trim())
+}
+
+fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
+    let err = std::fs::File::create(dir.join("gate.err"))
+        .with_context(|| format!("creating {}/gate.err", dir.display()))?;
+    let mut cmd = std::process::Command::new(self_exe);
+    cmd.args(["gate", "serve", "--port-from", &port_from.to_string()])
+        .arg("--runtime-dir")
+        .arg(dir)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(err);
+    // The gate must not die with the launcher's session (one gate serves every sandbox).
+    let child = crate::host::process::spawn(&mut cmd, crate::host::process::Tie::Detached)
+        .with_context(|| format!("starting the gate ({})", self_exe.display()))?;
+    crate::host::process::reap_later(child);
+    Ok(())
+}

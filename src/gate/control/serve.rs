@@ -1,0 +1,102 @@
+//! The control socket's server side, inside the gate: one task per connection, one request line,
+//! one reply (with the listening socket passed to a registration).
+
+use super::{CLOSING, Reply, Request};
+use crate::gate::state::{Session, State};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+async fn reply(wr: &tokio::net::UnixStream, r: &Reply, pass: Option<&OwnedFd>) {
+    let line = serde_json::to_string(r).unwrap_or_default() + "\n";
+    let fds: Vec<std::os::fd::RawFd> = pass.iter().map(|f| f.as_raw_fd()).collect();
+    let mut sent = 0;
+    while sent < line.len() {
+        if wr.writable().await.is_err() {
+            return;
+        }
+        let cmsgs: Vec<ControlMessage> =
+            if sent == 0 && !fds.is_empty() { vec![ControlMessage::ScmRights(&fds)] } else { vec![] };
+        let res = wr.try_io(tokio::io::Interest::WRITABLE, || {
+            sendmsg::<()>(
+                wr.as_raw_fd(),
+                &[IoSlice::new(&line.as_bytes()[sent..])],
+                &cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            )
+            .map_err(std::io::Error::from)
+        });
+        match res {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Serves one control connection.
+pub async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let (rd, wr) = s.into_split();
+    let s: &tokio::net::UnixStream = wr.as_ref();
+    let mut rd = tokio::io::BufReader::new(rd);
+    let mut line = String::new();
+    if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
+        return;
+    }
+    let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
+    let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
+    match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Register { session, project, token, policy }) => {
+            let sess = Arc::new(Session::new(session, project, token, policy));
+            if !state.register(sess.clone()) {
+                return reply(s, &refuse(CLOSING.into()), None).await;
+            }
+            reply(s, &ok, Some(&state.listener)).await;
+            // The session lives as long as this connection.
+            let mut sink = [0u8; 64];
+            while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
+            state.unregister(&sess);
+        }
+        Ok(Request::Update { session, policy }) => match state.session(&session) {
+            Some(sess) => {
+                sess.set_policy(policy);
+                reply(s, &ok, None).await
+            }
+            None => reply(s, &refuse(format!("no session {session} in this gate")), None).await,
+        },
+        Ok(Request::Watch) => {
+            use tokio::io::AsyncWriteExt;
+            let (id, mut rx) = state.asks.add_watcher();
+            reply(s, &ok, None).await;
+            let mut wr = wr;
+            // `next_line` is cancel-safe (a line half read when a message goes out is kept).
+            let mut answers = rd.lines();
+            loop {
+                tokio::select! {
+                    msg = rx.recv() => match msg {
+                        Some(m) if wr.write_all(format!("{m}\n").as_bytes()).await.is_ok() => {}
+                        _ => break,
+                    },
+                    l = answers.next_line() => match l {
+                        Ok(Some(l)) => {
+                            if let Ok(a) = serde_json::from_str::<crate::gate::ask::Answer>(&l) {
+                                state.asks.answer(&a);
+                            }
+                        }
+                        _ => break,
+                    },
+                }
+            }
+            state.asks.remove_watcher(id);
+        }
+        Ok(Request::Status) => reply(s, &Reply { sessions: state.status(), ..ok }, None).await,
+        Ok(Request::Stop) => {
+            reply(s, &ok, None).await;
+            state.close();
+        }
+        Err(e) => reply(s, &refuse(format!("bad request: {e}")), None).await,
+    }
+}
