@@ -1,4 +1,5 @@
-//! Fuzz targets for the config parser and the allow-entry parser. cargo-fuzz needs a nightly
+//! Fuzz targets for the parsers that read untrusted text: the config, allow entries, the gate's
+//! request heads and TLS ClientHellos. cargo-fuzz needs a nightly
 //! toolchain, which these machines cannot fetch, so these are proptest properties run for a
 //! bounded number of cases in CI (`PROPTEST_CASES`, default below); none may panic.
 
@@ -91,13 +92,87 @@ proptest! {
             let _ = ai_sandbox::gate::decide::normalise(&r.host);
         }
     }
+}
 
+/// A TLS record carrying a ClientHello with `sni` (none: no server_name extension).
+fn client_hello(sni: Option<&str>) -> Vec<u8> {
+    let mut ext = Vec::new();
+    if let Some(name) = sni {
+        let n = name.as_bytes();
+        let list_len = (n.len() + 3) as u16;
+        ext.extend_from_slice(&[0, 0]); // server_name
+        ext.extend_from_slice(&(list_len + 2).to_be_bytes());
+        ext.extend_from_slice(&list_len.to_be_bytes());
+        ext.push(0); // host_name
+        ext.extend_from_slice(&(n.len() as u16).to_be_bytes());
+        ext.extend_from_slice(n);
+    }
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]); // random
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend_from_slice(&[1, 0]); // null compression
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1];
+    hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// The gate reads the SNI from bytes the sandbox sends: any bytes, never a panic; "need
+    /// more" always asks for more than it has (no loop on a stuck read).
     #[test]
-    fn sni_parser_never_panics(mut bytes in any::<Vec<u8>>(), tls in any::<bool>()) {
-        if tls && bytes.len() > 5 {
-            bytes[0] = 0x16;
-            bytes[1] = 3;
+    fn client_hello_parser_never_panics_and_always_makes_progress(
+        buf in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..600),
+            (prop::collection::vec(any::<u8>(), 0..200))
+                .prop_map(|tail| [&[0x16u8, 3, 1][..], &tail].concat()),
+        ]
+    ) {
+        use ai_sandbox::gate::tls::{Hello, parse_client_hello};
+        if let Hello::NeedMore(n) = parse_client_hello(&buf) {
+            prop_assert!(n > buf.len(), "needs {} with {} bytes", n, buf.len());
         }
-        let _ = ai_sandbox::gate::tls::parse_client_hello(&bytes);
+    }
+
+    /// A well-formed ClientHello gives its name (lowercased) only once complete: every strict
+    /// prefix is "need more", never a name or a refusal; and a flipped byte never panics.
+    #[test]
+    fn client_hello_sni_is_read_whole_or_not_at_all(
+        name in "[a-zA-Z0-9-]{1,20}(\\.[a-zA-Z0-9-]{1,20}){0,3}",
+        flip in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        use ai_sandbox::gate::tls::{Hello, parse_client_hello};
+        let rec = client_hello(Some(&name));
+        prop_assert_eq!(parse_client_hello(&rec), Hello::Sni(Some(name.to_ascii_lowercase())));
+        for cut in 0..rec.len() {
+            prop_assert!(matches!(parse_client_hello(&rec[..cut]), Hello::NeedMore(_)), "prefix {}", cut);
+        }
+        prop_assert_eq!(parse_client_hello(&client_hello(None)), Hello::Sni(None));
+        let mut bad = rec.clone();
+        bad[flip.index(rec.len())] ^= 1 << bit;
+        let _ = parse_client_hello(&bad);
+    }
+
+    /// A CONNECT the way clients write it parses to its own target and token.
+    #[test]
+    fn a_connect_head_parses_to_its_target(
+        host in "[a-z0-9-]{1,20}(\\.[a-z0-9-]{1,12}){0,3}",
+        port in 1u16..,
+        token in "[0-9a-f]{32}",
+    ) {
+        use base64::Engine;
+        let cred = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{token}"));
+        let head = format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nProxy-Authorization: Basic {cred}\r\n\r\n");
+        let r = ai_sandbox::gate::request::parse(head.as_bytes()).unwrap();
+        prop_assert_eq!((r.host.as_str(), r.port, r.token.as_deref(), r.head_len), (host.as_str(), port, Some(token.as_str()), head.len()));
     }
 }
