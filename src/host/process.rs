@@ -1,6 +1,7 @@
 //! Processes the launcher starts and watches: one place for the fork-time setup that must be
-//! async-signal-safe (and so `unsafe`), and for "is that pid alive". The gate, the keeper and
-//! podman are started here; nothing else in the crate calls `pre_exec`.
+//! async-signal-safe (and so `unsafe`), for waiting on signals, and for "is that pid alive". The
+//! gate, the keeper and podman are started here; nothing else in the crate calls `pre_exec` or
+//! `sigwaitinfo`.
 
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
@@ -39,6 +40,19 @@ pub fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
 /// Reaps `child` when it exits, so no zombie is left while the launcher runs.
 pub fn reap_later(mut child: Child) {
     std::thread::spawn(move || child.wait());
+}
+
+/// Waits for one of the signals in `set` (blocked by the caller): the signal, and whether the
+/// kernel sent it (a terminal's Ctrl-C, which reaches the foreground group by itself) rather
+/// than a process (`kill`, a supervisor). nix has no sigwaitinfo and signal-hook works with
+/// handlers, not a blocked mask the children must not inherit, hence libc here.
+pub fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
+    // SAFETY: siginfo_t is plain data; zeroed is a valid value for an out-parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset; `info` is a properly sized out-parameter.
+    let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+    let sig = Signal::try_from(sig).ok()?;
+    Some((sig, info.si_code == libc::SI_KERNEL))
 }
 
 /// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)

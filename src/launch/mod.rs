@@ -137,13 +137,8 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
     std::thread::spawn(move || {
         let mut interrupts = 0;
         loop {
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: `set` is a valid sigset; `info` is a properly sized out-parameter.
-            let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
-            if sig < 0 {
-                continue;
-            }
-            if sig == libc::SIGINT {
+            let Some((sig, from_kernel)) = process::wait_for_signal(&set) else { continue };
+            if sig == Signal::SIGINT {
                 interrupts += 1;
                 match interrupts {
                     2 => {
@@ -163,12 +158,10 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
                     _ => {}
                 }
             }
-            if info.si_code == libc::SI_KERNEL {
+            if from_kernel {
                 continue;
             }
-            if let Ok(s) = Signal::try_from(sig) {
-                let _ = kill(Pid::from_raw(child as i32), s);
-            }
+            let _ = kill(Pid::from_raw(child as i32), sig);
         }
     });
 }

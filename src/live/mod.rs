@@ -131,17 +131,25 @@ impl Direct {
     }
 }
 
-/// The elements of `nft -j list set … refused_v4|refused_v6`.
+/// The elements of `nft -j list set … refused_v4|refused_v6`, read through nftables' own schema
+/// types. An element of another shape (none is written by our rules) is skipped.
 pub fn parse_refused(json: &str) -> Vec<Direct> {
-    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    use nftables::expr::{Expression, NamedExpression};
+    use nftables::schema::{NfListObject, NfObject, Nftables};
+    let Ok(doc) = serde_json::from_str::<Nftables>(json) else { return Vec::new() };
     let mut out = Vec::new();
-    for obj in v["nftables"].as_array().into_iter().flatten() {
-        for e in obj["set"]["elem"].as_array().into_iter().flatten() {
-            let c = &e["concat"];
-            let (Some(addr), Some(proto), Some(port)) = (
-                c[0].as_str().and_then(|a| a.parse().ok()),
-                serde_json::from_value::<Proto>(c[1].clone()).ok(),
-                c[2].as_u64().and_then(|p| u16::try_from(p).ok()),
+    for obj in doc.objects.iter() {
+        let NfObject::ListObject(NfListObject::Set(set)) = obj else { continue };
+        for e in set.elem.iter().flat_map(|e| e.iter()) {
+            let Expression::Named(NamedExpression::Concat(c)) = e else { continue };
+            let [Expression::String(addr), Expression::String(proto), Expression::Number(port)] = &c[..]
+            else {
+                continue;
+            };
+            let (Ok(addr), Some(proto), Ok(port)) = (
+                addr.parse(),
+                serde_json::from_value::<Proto>(serde_json::Value::from(proto.as_ref())).ok(),
+                u16::try_from(*port),
             ) else {
                 continue;
             };
@@ -258,13 +266,13 @@ mod tests {
 
     #[test]
     fn refusal_records_are_read_from_nfts_listing_with_their_fix() {
-        let json = r#"{"nftables": [{"metainfo": {"version": "1.1.3"}}, {"set": {"family": "inet", "name": "refused_v4",
-            "elem": [{"concat": ["10.0.0.1", "tcp", 80]}, {"concat": ["169.254.1.1", "udp", 53]}]}}]}"#;
+        // As nft 1.1.3 prints it.
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.1.3", "release_name": "Commodore Bullmoose #4", "json_schema_version": 1}}, {"set": {"family": "inet", "name": "refused_v4", "table": "aisb", "type": ["ipv4_addr", "inet_proto", "inet_service"], "handle": 1, "size": 1024, "flags": ["dynamic"], "elem": [{"concat": ["10.0.0.1", "tcp", 80]}, {"concat": ["169.254.1.1", "udp", 53]}]}}]}"#;
         let r = parse_refused(json);
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].fix("/p/.ai-sandbox/config"), "add \"allow = 10.0.0.1:80\" to /p/.ai-sandbox/config");
         assert!(r[1].fix("c").starts_with("DNS is not reachable"));
-        let v6 = r#"{"nftables": [{"set": {"elem": [{"concat": ["fd00::1", "udp", 9]}]}}]}"#;
+        let v6 = r#"{"nftables": [{"set": {"family": "inet", "name": "refused_v6", "table": "aisb", "type": ["ipv6_addr", "inet_proto", "inet_service"], "handle": 2, "elem": [{"concat": ["fd00::1", "udp", 9]}]}}]}"#;
         let r = parse_refused(v6);
         assert_eq!(r[0].dest(), "[fd00::1]:9");
         assert_eq!(r[0].fix("c"), "udp is never allowed: only TCP leaves the sandbox");
