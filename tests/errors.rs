@@ -416,7 +416,7 @@ fn every_config_key_is_listed_by_help_config_and_the_man_page() {
     let man = run_in(&dir, &home, &["man"]);
     let conf = man.stdout.split(".SH CONFIGURATION").nth(1).unwrap_or_default();
     let conf = conf.split(".SH ENVIRONMENT").next().unwrap_or_default();
-    for (key, _, _) in ai_sandbox::config::KEYS {
+    for key in ai_sandbox::policy::keys::KEYS.iter().map(|k| k.name) {
         assert!(help.stdout.contains(&format!("  {key} ")), "help config lacks {key}:\n{}", help.stdout);
         assert!(conf.contains(&format!("\\fB{key} ")), "the man page lacks {key}:\n{conf}");
     }

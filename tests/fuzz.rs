@@ -25,7 +25,7 @@ fn entry_like() -> impl Strategy<Value = String> {
 }
 
 fn config_like() -> impl Strategy<Value = String> {
-    let names: Vec<String> = config::KEYS.iter().map(|(k, _, _)| k.to_string()).collect();
+    let names: Vec<String> = ai_sandbox::policy::keys::KEYS.iter().map(|k| k.name.to_string()).collect();
     let key = prop_oneof![prop::sample::select(names), "[a-z_]{1,8}"];
     let tail = prop::sample::select(vec!["", " # c", "\r"]);
     let line = (key, "[ \t]{0,2}=?[ \t]{0,2}", entry_like(), tail)

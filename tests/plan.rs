@@ -145,7 +145,7 @@ fn config_example_parses_and_dry_runs() {
     assert!(out.contains("100.64.0.1 . 5432"), "{out}");
     assert!(out.contains("DATABASE_URL=postgresql://dev@100.64.0.1:5432/app_dev"));
     assert!(out.contains("NO_PROXY=localhost,127.0.0.1,::1,internal.example,100.64.0.1"));
-    for (key, _, _) in ai_sandbox::config::KEYS {
+    for key in ai_sandbox::policy::keys::KEYS.iter().map(|k| k.name) {
         assert!(text.contains(&format!("{key} =")), "config.example does not show `{key}`");
     }
 }

@@ -25,13 +25,13 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// The keys of `.ai-sandbox/config`, as the parser knows them (`config::KEYS`).
+/// The keys of `.ai-sandbox/config`, as the parser knows them (`policy::keys::KEYS`).
 fn config_keys() -> Vec<(String, String)> {
     let mut out = vec![(
         ".ai-sandbox/config".to_string(),
         "one `key = value` per line; `#` after whitespace starts a comment; repeatable keys may appear on many lines. The keys:".to_string(),
     )];
-    for (k, repeats, doc) in crate::config::KEYS {
+    for crate::policy::keys::Key { name: k, repeats, doc, .. } in crate::policy::keys::KEYS {
         out.push((format!("{k} = …{}", if *repeats { " (repeatable)" } else { "" }), doc.to_string()));
     }
     out
@@ -39,12 +39,12 @@ fn config_keys() -> Vec<(String, String)> {
 
 /// `ai-sandbox help config`: the same list, for a terminal.
 pub fn config_help() -> String {
-    let width = crate::config::KEYS.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+    let width = crate::policy::keys::KEYS.iter().map(|k| k.name.len()).max().unwrap_or(0);
     let mut out = String::from(
         ".ai-sandbox/config: one `key = value` per line (`#` after whitespace starts a comment).\n\
          Keys marked * may repeat. Every key, with an example: config.example in the ai-sandbox sources.\n\n",
     );
-    for (k, repeats, doc) in crate::config::KEYS {
+    for crate::policy::keys::Key { name: k, repeats, doc, .. } in crate::policy::keys::KEYS {
         out += &format!("  {k:<width$} {} {doc}\n", if *repeats { "*" } else { " " });
     }
     out

@@ -10,56 +10,10 @@ pub mod trust;
 
 use crate::error::{Diagnostic, Origin};
 
-/// Keys the config file accepts: name, whether it may repeat (single-valued keys may appear
-/// once), and what it does (the man page's CONFIGURATION section, `ai-sandbox help config`).
-pub const KEYS: &[(&str, bool, &str)] = &[
-    (
-        "allow",
-        true,
-        "what the sandbox may reach: HOST, *.SUFFIX (through the gate), IP[:PORTS], CIDR[:PORTS], [IPv6]:PORTS (direct)",
-    ),
-    ("deny", true, "the same forms, refused even where an allow line would let them through"),
-    (
-        "env",
-        true,
-        "NAME=VALUE in the sandbox's environment (NO_PROXY values are merged into the one ai-sandbox sets)",
-    ),
-    (
-        "extra_args",
-        true,
-        "more `podman run` options, shell-split (options that would undo the sandbox are refused)",
-    ),
-    ("publish", true, "PORT or HOSTPORT:PORT: serve a sandbox port on the host's 127.0.0.1 only"),
-    ("resolve", true, "NAME=IP: pin a name for the gate (the address is still checked)"),
-    ("protect", true, "PATH inside the project: read-only inside and verified after each session"),
-    (
-        "secret",
-        true,
-        "NAME, or NAME from FILE: a value from your environment or a 0600 file, never written in the config",
-    ),
-    ("state", true, "AGENT or ~/PATH: an agent's login and settings kept for all your sandboxes"),
-    (
-        "gate_ports",
-        false,
-        "the ports the gate relays for hostname entries without a port (default 80,443,8443)",
-    ),
-    ("gate_addr", false, "the address inside the sandbox that is the host's loopback (default 100.64.0.1)"),
-    ("gate_port", false, "the gate binds the first free port at or above this (default 18081)"),
-    (
-        "image",
-        false,
-        "host (default: the host's own /usr, /etc, /opt read-only) or a local image; never pulled",
-    ),
-    ("cmd", false, "the command `ai-sandbox` runs with no `--` (default: an interactive shell)"),
-    ("ask", false, "SECONDS: with `ai-sandbox watch` attached, hold a refused request for an answer"),
-    ("net", false, "allow (default: the allowlist), none (no interface) or full (no policy at all)"),
-];
+use crate::policy::keys::{self, KEYS};
 
 /// Longer lines are refused without being echoed (no config line needs this much).
 const MAX_LINE: usize = 8192;
-
-/// Keys whose values are shell-split, where quotes mean something.
-const SHELL_KEYS: &[&str] = &["cmd", "extra_args"];
 
 /// One `key = value` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +77,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         }
         let Some((key, value)) = content.split_once('=') else {
             let hint = match content.split_once(':') {
-                Some((k, v)) if KEYS.iter().any(|(name, _, _)| *name == k.trim()) => {
+                Some((k, v)) if keys::get(k.trim()).is_some() => {
                     format!("write `{} = {}` (with `=`, not `:`)", k.trim(), v.trim())
                 }
                 _ => "every line is `key = value`, e.g. `allow = github.com`".to_string(),
@@ -132,7 +86,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
-        let Some(&(_, repeatable, _)) = KEYS.iter().find(|(k, _, _)| *k == key) else {
+        let Some(spec) = keys::get(key) else {
             errors.push(unknown_key(at, key));
             continue;
         };
@@ -146,7 +100,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         let quoted = value.len() >= 2
             && ((value.starts_with('"') && value.ends_with('"'))
                 || (value.starts_with('\'') && value.ends_with('\'')));
-        if quoted && !SHELL_KEYS.contains(&key) {
+        if quoted && !spec.shell {
             let inner = &value[1..value.len() - 1];
             errors.push(
                 Diagnostic::new(at, format!("the value of `{key}` is in quotes"))
@@ -154,7 +108,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             );
             continue;
         }
-        if let Some(first) = entries.iter().find(|e| !repeatable && e.key == key) {
+        if let Some(first) = entries.iter().find(|e| !spec.repeats && e.key == key) {
             errors.push(
                 Diagnostic::new(at, format!("duplicate `{key}` (already set on line {})", first.line))
                     .hint(format!("`{key}` takes one value: keep one of the two lines")),
@@ -181,10 +135,10 @@ fn strip_comment(line: &str) -> &str {
 
 fn unknown_key(at: Origin, key: &str) -> Diagnostic {
     let d = Diagnostic::new(at, format!("unknown key `{key}`"));
-    match KEYS.iter().map(|(k, _, _)| (*k, edit_distance(key, k))).min_by_key(|(_, d)| *d) {
+    match KEYS.iter().map(|k| (k.name, edit_distance(key, k.name))).min_by_key(|(_, d)| *d) {
         Some((k, dist)) if dist <= 2 || k.starts_with(key) => d.hint(format!("did you mean `{k}`?")),
         _ => {
-            let names: Vec<&str> = KEYS.iter().map(|(k, _, _)| *k).collect();
+            let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
             d.hint(format!("known keys: {}", names.join(", ")))
         }
     }

@@ -8,8 +8,7 @@
 //! lines and spacing may change freely. This module decides and explains; `app` asks the user
 //! and stores approvals through `Host`.
 
-use crate::config::{self, Entry};
-use std::net::IpAddr;
+use crate::config;
 
 /// Where a config stands against the approved copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,134 +55,8 @@ pub struct Finding {
     pub why: String,
 }
 
-/// Variables that change what programs load or run, or where credentials come from.
-const SENSITIVE_ENV: &[&str] = &[
-    "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "PYTHONPATH",
-    "PYTHONSTARTUP",
-    "PYTHONHOME",
-    "PERL5OPT",
-    "PERL5LIB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "BASH_ENV",
-    "ENV",
-    "PROMPT_COMMAND",
-    "HOME",
-    "SHELL",
-    "JAVA_TOOL_OPTIONS",
-    "CARGO_HOME",
-    "RUSTC_WRAPPER",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_CONFIG_GLOBAL",
-    "GIT_EXEC_PATH",
-    "SSH_AUTH_SOCK",
-];
-
-/// Why an entry widens the sandbox, if it does in a way worth calling out.
-fn widens(e: &Entry) -> Option<String> {
-    let v = e.value.as_str();
-    match e.key.as_str() {
-        "net" if v == "full" => Some("turns the egress policy off: the sandbox reaches everything".into()),
-        "extra_args" => {
-            let args = shlex::split(v).unwrap_or_default();
-            let mut why = Vec::new();
-            for (i, a) in args.iter().enumerate() {
-                let next = args.get(i + 1).map(String::as_str).unwrap_or("");
-                let flag = a.split('=').next().unwrap_or(a);
-                let val = a.split_once('=').map(|x| x.1).unwrap_or(next);
-                match flag {
-                    "-v" | "--volume" | "--mount" => why.push(format!("mounts a host path ({val})")),
-                    "--device" => why.push(format!("passes a host device ({val})")),
-                    "--env-file" => why.push(format!("reads an env file from the host ({val})")),
-                    _ if a.starts_with("-v") && a.len() > 2 => {
-                        why.push(format!("mounts a host path ({})", &a[2..]))
-                    }
-                    _ => {}
-                }
-            }
-            (!why.is_empty()).then(|| why.join("; "))
-        }
-        "image" if v != "host" => Some(format!("runs the image {v} instead of the host's own tools")),
-        "cmd" => Some(format!("sets the command that runs: {v}")),
-        "env" => {
-            let name = v.split('=').next().unwrap_or("").trim();
-            let sensitive = SENSITIVE_ENV.iter().any(|s| s.eq_ignore_ascii_case(name))
-                || name.to_ascii_uppercase().starts_with("GIT_")
-                || name.to_ascii_uppercase().starts_with("LD_");
-            sensitive.then(|| format!("overrides {name}, which changes what programs load or run"))
-        }
-        "resolve" => {
-            let (name, ip) = v.split_once('=').unwrap_or((v, ""));
-            let class = ip.trim().parse().ok().and_then(crate::policy::addr::classify);
-            let class = class.map(|c| format!(", which is {}", c.words())).unwrap_or_default();
-            Some(format!(
-                "pins {} to {}{class} for the gate (no DNS answer is asked)",
-                name.trim(),
-                ip.trim()
-            ))
-        }
-        "secret" => Some(match crate::policy::env::parse_secret(v) {
-            Ok((name, crate::policy::env::SecretSource::File(file))) => format!(
-                "reads the file {file} on your machine into the sandbox's environment as {name}: the agent holds its contents"
-            ),
-            _ => format!(
-                "passes {} from your environment into the sandbox: the agent holds its value",
-                v.trim()
-            ),
-        }),
-        "state" => {
-            Some(format!("shares the {v} login and settings kept for all your sandboxes with this one"))
-        }
-        "gate_ports" => Some(format!("the gate relays these ports for every allowed name: {v}")),
-        "gate_addr" => Some("moves the host's loopback mapping".into()),
-        "allow" => allow_widens(v),
-        _ => None,
-    }
-}
-
-fn allow_widens(v: &str) -> Option<String> {
-    use crate::policy::addr::{Class, reached_by};
-    use crate::policy::allow::{Allow, HostPattern, parse};
-    match parse(v).ok()? {
-        Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
-        Allow::Host(..) => None,
-        Allow::Net(n, ports) => {
-            let mut why = Vec::new();
-            let v4 = n.is_v4();
-            if (v4 && n.len < 24) || (!v4 && n.len < 48) {
-                why.push(format!("a wide network ({n})"));
-            }
-            if !v4 {
-                why.push("an IPv6 entry (reached directly, by address)".into());
-            }
-            let host_loopback = n.contains(IpAddr::V4(crate::policy::DEFAULT_GATE_ADDR));
-            if host_loopback {
-                let p = ports.map_or("every port".to_string(), |p| format!("port {p}"));
-                why.push(format!("the host's own loopback services ({p})"));
-            }
-            for c in reached_by(&n).into_iter().filter(|c| !(host_loopback && *c == Class::Shared)) {
-                why.push(match c {
-                    Class::Private | Class::UniqueLocal => format!("{} (your private network)", c.words()),
-                    c => format!("{} ({n} reaches it)", c.words()),
-                });
-            }
-            if let Some(p) = ports.filter(|p| p.hi - p.lo >= 100) {
-                why.push(format!("{} ports ({p})", u32::from(p.hi - p.lo) + 1));
-            }
-            (!why.is_empty()).then(|| why.join("; "))
-        }
-    }
-}
-
 /// The entries of `new` that widen the sandbox and were not in `old` (all of them when there is
-/// no `old`), plus `protect` lines that `new` dropped.
+/// no `old`), plus the narrowing lines (`protect`, `deny`) that `new` dropped.
 pub fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
     let before: Vec<(String, String)> = old.map(entries).unwrap_or_default();
     let (cfg, _) = config::parse(new);
@@ -192,18 +65,17 @@ pub fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
         .iter()
         .filter(|e| !before.iter().any(|(k, v)| *k == e.key && *v == e.value))
         .filter_map(|e| {
-            widens(e).map(|why| Finding { line: e.line, text: format!("{} = {}", e.key, e.value), why })
+            crate::policy::keys::widening(&e.key, &e.value).map(|why| Finding {
+                line: e.line,
+                text: format!("{} = {}", e.key, e.value),
+                why,
+            })
         })
         .collect();
-    let kept: Vec<String> =
-        cfg.entries.iter().filter(|e| e.key == "protect").map(|e| e.value.clone()).collect();
     for (k, v) in &before {
-        if k == "protect" && !kept.contains(v) {
-            out.push(Finding {
-                line: 0,
-                text: format!("protect = {v}"),
-                why: "removed: that path is no longer protected".into(),
-            });
+        let kept = cfg.entries.iter().any(|e| e.key == *k && e.value == *v);
+        if let Some(why) = crate::policy::keys::widening_when_dropped(k).filter(|_| !kept) {
+            out.push(Finding { line: 0, text: format!("{k} = {v}"), why: why.into() });
         }
     }
     out
@@ -286,6 +158,10 @@ mod tests {
         let new = "extra_args = -v /data:/data:ro\nextra_args = -v /:/host\n";
         let f = findings(Some(old), new);
         assert_eq!(f.len(), 2, "{f:#?}");
+        // A deny line dropped widens too; one kept does not.
+        let f2 = findings(Some("deny = 10.0.0.0/8\ndeny = a.example\n"), "deny = a.example\n");
+        assert_eq!(f2.len(), 1, "{f2:#?}");
+        assert!(f2[0].text == "deny = 10.0.0.0/8" && f2[0].why.contains("no longer refused"));
         assert_eq!(f[0].line, 2);
         assert!(f[1].text == "protect = scripts/deploy.sh" && f[1].why.contains("no longer protected"));
         let text = explain(&Status::Changed { approved: old.into() }, new, ".ai-sandbox/config");

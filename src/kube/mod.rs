@@ -21,6 +21,7 @@ mod objects;
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
 use crate::policy::allow::{self, IpNet, Ports};
+use crate::policy::keys::{self, Export, ExportCx};
 use crate::policy::{NetMode, Policy};
 use std::net::IpAddr;
 
@@ -56,6 +57,12 @@ pub fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagn
         p.project.display(),
         docs.len()
     );
+    // Lines with no cluster meaning are said, never dropped in silence.
+    for e in &cfg.entries {
+        if let Some(keys::Key { export: Export::LeftOut(why), .. }) = keys::get(&e.key) {
+            out += &format!("# left out: `{} = {}` (line {}): {why}\n", e.key, e.value, e.line);
+        }
+    }
     for (what, doc) in docs {
         out +=
             &format!("---\n# {what}\n{}\n", serde_json::to_string_pretty(&doc).expect("objects serialise"));
@@ -67,58 +74,32 @@ pub fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagn
 fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic>> {
     let mut bad = Vec::new();
     let mut say = |at: Origin, msg: String, hint: &str| bad.push(Diagnostic::new(at, msg).hint(hint));
-    let host = IpAddr::V4(p.gate_addr);
-    // Each allow/deny line as the policy reads it; `--allow` flags are checked after the lines.
-    let nets = |key: &'static str| {
-        cfg.all(key).filter_map(|(value, at)| match allow::parse(value) {
-            Ok(allow::Allow::Net(n, ports)) => Some((value, at, n, ports.unwrap_or(Ports::ALL))),
-            _ => None,
-        })
-    };
-    for (key, what) in [("allow", "allows"), ("deny", "denies")] {
-        for (value, at, n, _) in nets(key) {
-            if n.contains(host) {
-                say(
-                    at,
-                    format!(
-                        "`{key} = {value}` {what} this machine's loopback, which a cluster does not have"
-                    ),
-                    "reach the service by its cluster address instead (`allow = 10.96.0.10:5432`, a Service's ClusterIP) or by name through the gate",
-                );
+    // Each line by its key's export verdict (`policy::keys`), in line order.
+    let cx = ExportCx { gate_addr: IpAddr::V4(p.gate_addr), allowed: p.nets.clone() };
+    for e in &cfg.entries {
+        let Some(key) = keys::get(&e.key) else { continue };
+        let at = Origin::Config(e.line);
+        match key.export {
+            Export::Carried | Export::LeftOut(_) => {}
+            Export::Checked(check) => {
+                if let Some((why, instead)) = check(&e.value, &cx) {
+                    say(at, why, instead);
+                }
             }
+            Export::Refused(why, instead) => say(at, format!("`{} = {}` {why}", e.key, e.value), instead),
         }
     }
-    let from_lines = nets("allow").any(|(_, _, n, _)| n.contains(host));
+    // `--allow` flags are checked after the lines.
+    let host = cx.gate_addr;
+    let from_lines = cfg.entries.iter().any(|e| {
+        e.key == keys::ALLOW
+            && matches!(allow::parse(&e.value), Ok(allow::Allow::Net(n, _)) if n.contains(host))
+    });
     if !from_lines && p.nets.iter().any(|(n, _)| n.contains(host)) {
         say(
             Origin::Flag("--allow"),
             format!("an --allow reaches this machine's loopback ({host}), which a cluster does not have"),
             "reach the service by its cluster address instead, or drop the flag",
-        );
-    }
-    for (value, at, n, r) in nets("deny") {
-        if r != Ports::ALL && p.nets.iter().any(|(a, _)| a.contains(n.addr)) {
-            say(
-                at,
-                format!(
-                    "`deny = {value}` refuses some ports of an allowed address; a NetworkPolicy can only carve out whole addresses"
-                ),
-                "narrow the allow entry's ports instead, or deny the whole address",
-            );
-        }
-    }
-    for (value, at) in cfg.all("extra_args") {
-        say(
-            at,
-            format!("`extra_args = {value}` are podman flags; a Pod has no such thing"),
-            "express it in the exported Pod (resources, volumes) after export, or remove the line",
-        );
-    }
-    for (value, at) in cfg.all("state") {
-        say(
-            at,
-            format!("`state = {value}` keeps the agent's login on this machine"),
-            "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
         );
     }
     if p.net == NetMode::Allow && !p.gate {

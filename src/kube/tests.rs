@@ -25,7 +25,7 @@ fn what_has_no_cluster_meaning_is_refused_by_line_and_nothing_is_printed() {
     let lines: Vec<Origin> = errs.iter().map(|d| d.origin.clone()).collect();
     assert_eq!(
         lines,
-        [Origin::Config(2), Origin::Config(6), Origin::Config(3), Origin::Config(4)],
+        [Origin::Config(2), Origin::Config(3), Origin::Config(4), Origin::Config(6)],
         "{errs:?}"
     );
     assert!(
@@ -67,4 +67,17 @@ fn user_env_values_stay_literal_under_kubernetes_expansion() {
     let out = export_of("allow = github.com\nenv = PS1=$(whoami)> \n", Some("img")).unwrap();
     assert!(out.contains("\"value\": \"$$(whoami)>\""), "{out}");
     assert!(out.contains("http://aisb:$(AISB_TOKEN)@"), "ours still expands: {out}");
+}
+
+#[test]
+fn lines_with_no_cluster_meaning_are_said_to_be_left_out_never_dropped_in_silence() {
+    let cfg = "allow = github.com\nask = 30\nprotect = scripts/deploy.sh\n";
+    let out = export_of(cfg, Some("img")).unwrap();
+    assert!(
+        out.contains("# left out: `ask = 30` (line 2): no one watches a cluster's gate to answer"),
+        "{out}"
+    );
+    assert!(out.contains("# left out: `protect = scripts/deploy.sh` (line 3)"), "{out}");
+    // Control: a line the export carries is not listed as left out.
+    assert!(!out.contains("left out: `allow"), "{out}");
 }

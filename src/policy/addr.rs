@@ -6,6 +6,9 @@
 use super::allow::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Where the host's loopback appears inside the sandbox unless `gate_addr` moves it.
+pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     Metadata,

@@ -6,6 +6,7 @@
 //! one value instead of being lost to flag order, and no host proxy leaks in.
 
 use super::allow::{IpNet, Ports};
+pub use super::secret::{SecretSource, parse_secret};
 use super::{Inputs, NetMode};
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -51,16 +52,6 @@ fn valid_name(n: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Where a secret's value comes from, read only when a sandbox launches (never by a dry run,
-/// never into the Policy).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    /// The launching environment (`-e NAME`, `secret = NAME`).
-    Env,
-    /// A file (`secret = NAME from FILE`), absolute or `~/`, owned by the user, mode 0600 or less.
-    File(String),
-}
-
 /// A variable whose value is passed without ever being written down in the config or on a
 /// command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,21 +74,6 @@ pub struct UserEnv {
 enum Given {
     Value(String),
     Secret(SecretSource),
-}
-
-pub fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
-    let hint = "write `secret = NAME` (from your environment) or `secret = NAME from /path/to/file`";
-    match v.split_once(" from ") {
-        None => Ok((v.trim().to_string(), SecretSource::Env)),
-        Some((name, file)) => {
-            let file = file.trim();
-            if file.starts_with('/') || file.starts_with("~/") {
-                Ok((name.trim().to_string(), SecretSource::File(file.to_string())))
-            } else {
-                Err((format!("secret file `{file}` is not an absolute path (or `~/...`)"), hint))
-            }
-        }
-    }
 }
 
 /// `env` and `secret` lines, then `-e` flags (`-e NAME=VALUE`, or `-e NAME` for the value of

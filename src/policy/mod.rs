@@ -8,7 +8,9 @@ pub mod addr;
 pub mod allow;
 pub mod env;
 mod image;
+pub mod keys;
 pub mod netset;
+pub mod secret;
 pub mod state;
 
 use crate::config::Config;
@@ -18,7 +20,7 @@ use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
-pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+pub use addr::DEFAULT_GATE_ADDR;
 pub const DEFAULT_GATE_PORT: u16 = 18081;
 /// Ports the gate relays for hostname entries without an explicit port.
 const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
@@ -192,81 +194,14 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
             }
         },
     };
-    // allow: config lines first, then --allow flags.
-    let mut hosts = Vec::new();
-    let mut nets: Vec<(IpNet, Ports)> = Vec::new();
+    // allow, then deny: config lines first, then flags, through the one entry reader.
+    let hostnames = net != NetMode::Allow || gate;
     let flag_allow = inputs.allow.iter().map(|v| (v.as_str(), Origin::Flag("--allow")));
-    for (value, at) in config.all("allow").chain(flag_allow) {
-        match allow::parse(value) {
-            Ok(Allow::Host(p, ports)) => {
-                if net == NetMode::Allow && !gate {
-                    c.bad(
-                        at,
-                        format!(
-                            "`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"
-                        ),
-                        "use IP/CIDR entries with --no-gate, or drop --no-gate",
-                    );
-                } else if !hosts.contains(&(p.clone(), ports)) {
-                    hosts.push((p, ports));
-                }
-            }
-            Ok(Allow::Net(n, None)) if n.contains(IpAddr::V4(gate_addr)) => c.bad(
-                at,
-                format!(
-                    "`{value}` has no port, so it would open every port of the host's loopback ({gate_addr} is the host's 127.0.0.1): sshd, databases, the Docker API"
-                ),
-                format!(
-                    "name the port, e.g. `allow = {gate_addr}:5432`; if you really mean every port, write `allow = {value}:1-65535`"
-                ),
-            ),
-            Ok(Allow::Net(n, ports)) => {
-                let entry = (n, ports.unwrap_or(Ports::ALL));
-                if !nets.contains(&entry) {
-                    nets.push(entry);
-                }
-            }
-            Err(b) => {
-                // A flag has no lines: say how to give several entries on the command line.
-                let hint = match at {
-                    Origin::Flag(_) if value.contains(',') => {
-                        let items: Vec<&str> = value.split(',').map(str::trim).filter(|i| !i.is_empty()).collect();
-                        format!(
-                            "give each entry on its own: {} (or `ai-sandbox allow {}` on a running sandbox)",
-                            items.iter().map(|i| format!("--allow {i}")).collect::<Vec<_>>().join(" "),
-                            items.join(" ")
-                        )
-                    }
-                    _ => b.hint,
-                };
-                c.bad(at, format!("bad allow entry: {}", b.reason), hint)
-            }
-        }
-    }
-    // deny: the same spellings; a hostname needs the gate, a network without a port means all.
-    let (mut deny_hosts, mut deny_nets) = (Vec::new(), Vec::new());
+    let (hosts, nets) =
+        entries(List::Allow, config.all("allow").chain(flag_allow), hostnames, gate_addr, &mut c);
     let flag_deny = inputs.deny.iter().map(|v| (v.as_str(), Origin::Flag("ai-sandbox deny")));
-    for (value, at) in config.all("deny").chain(flag_deny) {
-        match allow::parse(value) {
-            Ok(Allow::Host(_, _)) if net == NetMode::Allow && !gate => c.bad(
-                at,
-                format!("`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"),
-                "use IP/CIDR entries with --no-gate, or drop --no-gate",
-            ),
-            Ok(Allow::Host(p, ports)) => {
-                if !deny_hosts.contains(&(p.clone(), ports)) {
-                    deny_hosts.push((p, ports));
-                }
-            }
-            Ok(Allow::Net(n, ports)) => {
-                let entry = (n, ports.unwrap_or(Ports::ALL));
-                if !deny_nets.contains(&entry) {
-                    deny_nets.push(entry);
-                }
-            }
-            Err(b) => c.bad(at, format!("bad deny entry: {}", b.reason), b.hint.replace("allow =", "deny =")),
-        }
-    }
+    let (deny_hosts, deny_nets) =
+        entries(List::Deny, config.all("deny").chain(flag_deny), hostnames, gate_addr, &mut c);
     let ask = match config.one("ask") {
         None => None,
         Some((v, at)) => match v.parse::<u32>() {
@@ -506,6 +441,86 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
             }
         },
     }
+}
+
+/// Which list an entry goes to. Both are read by `entries`, with the same checks, except that
+/// only an allow entry can open the host's loopback (a deny entry there only narrows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    Allow,
+    Deny,
+}
+
+impl List {
+    fn key(self) -> &'static str {
+        match self {
+            List::Allow => "allow",
+            List::Deny => "deny",
+        }
+    }
+}
+
+type Hosts = Vec<(HostPattern, Option<Ports>)>;
+type Nets = Vec<(IpNet, Ports)>;
+
+/// The allow (or deny) entries of `values`, each once, in order; every bad one said by line.
+fn entries<'a>(
+    list: List,
+    values: impl Iterator<Item = (&'a str, Origin)>,
+    hostnames: bool,
+    gate_addr: Ipv4Addr,
+    c: &mut Collector,
+) -> (Hosts, Nets) {
+    let (mut hosts, mut nets): (Hosts, Nets) = (Vec::new(), Vec::new());
+    let key = list.key();
+    for (value, at) in values {
+        match allow::parse(value) {
+            Ok(Allow::Host(..)) if !hostnames => c.bad(
+                at,
+                format!("`{value}` is a hostname, which only the gate can enforce, and --no-gate is set"),
+                "use IP/CIDR entries with --no-gate, or drop --no-gate",
+            ),
+            Ok(Allow::Host(p, ports)) => {
+                if !hosts.contains(&(p.clone(), ports)) {
+                    hosts.push((p, ports));
+                }
+            }
+            Ok(Allow::Net(n, None)) if list == List::Allow && n.contains(IpAddr::V4(gate_addr)) => c.bad(
+                at,
+                format!(
+                    "`{value}` has no port, so it would open every port of the host's loopback ({gate_addr} is the host's 127.0.0.1): sshd, databases, the Docker API"
+                ),
+                format!(
+                    "name the port, e.g. `allow = {gate_addr}:5432`; if you really mean every port, write `allow = {value}:1-65535`"
+                ),
+            ),
+            Ok(Allow::Net(n, ports)) => {
+                let entry = (n, ports.unwrap_or(Ports::ALL));
+                if !nets.contains(&entry) {
+                    nets.push(entry);
+                }
+            }
+            Err(b) => {
+                // A flag has no lines: say how to give several entries on the command line.
+                let hint = match at {
+                    Origin::Flag(_) if value.contains(',') => {
+                        let items: Vec<&str> = value.split(',').map(str::trim).filter(|i| !i.is_empty()).collect();
+                        match list {
+                            List::Allow => format!(
+                                "give each entry on its own: {} (or `ai-sandbox allow {}` on a running sandbox)",
+                                items.iter().map(|i| format!("--allow {i}")).collect::<Vec<_>>().join(" "),
+                                items.join(" ")
+                            ),
+                            List::Deny => format!("give each entry on its own: `ai-sandbox deny {}`", items.join(" ")),
+                        }
+                    }
+                    _ => b.hint.replace("allow =", &format!("{key} =")),
+                };
+                c.bad(at, format!("bad {key} entry: {}", b.reason), hint)
+            }
+        }
+    }
+    (hosts, nets)
 }
 
 /// The one answer to "does the gate relay a connection to `ip`:`port`?", used by the gate's

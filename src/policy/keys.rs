@@ -1,0 +1,425 @@
+//! Every key of `.ai-sandbox/config`, declared once: its syntax (repeats, shell-split), what it
+//! does (the man page and `ai-sandbox help config`), a value it accepts, whether and how a line
+//! widens what the sandbox may do (what `trust` calls out before approval), and what the
+//! Kubernetes export does with it. A new key is one row here plus its reading in `policy`; the
+//! compiler asks for every column, and the tests below build each key's example.
+//!
+//! The widening and export checks read a value with the same parsers the policy uses
+//! (`allow::parse`, `secret::parse_secret`, `addr::classify`), never a second reading.
+
+use super::addr::{Class, DEFAULT_GATE_ADDR, classify, reached_by};
+use super::allow::{Allow, HostPattern, IpNet, Ports, parse};
+use super::secret::{SecretSource, parse_secret};
+use std::net::IpAddr;
+
+/// One config key.
+pub struct Key {
+    pub name: &'static str,
+    /// May appear on many lines (else once).
+    pub repeats: bool,
+    /// Its value is shell-split, so quotes mean something.
+    pub shell: bool,
+    pub doc: &'static str,
+    /// A value `policy::build` accepts (tested), as the docs would show it.
+    pub example: &'static str,
+    pub widens: Widens,
+    pub export: Export,
+}
+
+/// Whether a line can give the sandbox more than it had: `trust` calls such lines out.
+pub enum Widens {
+    /// Never: it narrows, names, or tunes.
+    Never,
+    /// Some values do; the function says why for those.
+    When(fn(&str) -> Option<String>),
+    /// The line narrows: removing it widens, for this reason.
+    WhenDropped(&'static str),
+}
+
+/// What `export kube` does with a line.
+pub enum Export {
+    /// Carried into the exported objects.
+    Carried,
+    /// Carried, except values the function refuses: (why, what to use instead).
+    Checked(fn(&str, &ExportCx) -> Option<(String, &'static str)>),
+    /// A cluster has no such thing: the export refuses the line: (why, what to use instead).
+    Refused(&'static str, &'static str),
+    /// Has no meaning in a cluster; the export says it was left out, and why.
+    LeftOut(&'static str),
+}
+
+/// What an export check needs of the policy.
+pub struct ExportCx {
+    /// The host's loopback mapping (no cluster has one).
+    pub gate_addr: IpAddr,
+    /// Every allowed network, flags included.
+    pub allowed: Vec<(IpNet, Ports)>,
+}
+
+/// The allow key's name, for the few places that single its lines out.
+pub const ALLOW: &str = "allow";
+
+pub const KEYS: &[Key] = &[
+    Key {
+        name: ALLOW,
+        repeats: true,
+        shell: false,
+        doc: "what the sandbox may reach: HOST, *.SUFFIX (through the gate), IP[:PORTS], CIDR[:PORTS], [IPv6]:PORTS (direct)",
+        example: "github.com",
+        widens: Widens::When(allow_widens),
+        export: Export::Checked(|v, cx| reaches_loopback("allow", "allows", v, cx)),
+    },
+    Key {
+        name: "deny",
+        repeats: true,
+        shell: false,
+        doc: "the same forms, refused even where an allow line would let them through",
+        example: "169.254.0.0/16",
+        widens: Widens::WhenDropped("removed: that destination is no longer refused"),
+        export: Export::Checked(deny_exports),
+    },
+    Key {
+        name: "env",
+        repeats: true,
+        shell: false,
+        doc: "NAME=VALUE in the sandbox's environment (NO_PROXY values are merged into the one ai-sandbox sets)",
+        example: "RUST_LOG=info",
+        widens: Widens::When(env_widens),
+        export: Export::Carried,
+    },
+    Key {
+        name: "extra_args",
+        repeats: true,
+        shell: true,
+        doc: "more `podman run` options, shell-split (options that would undo the sandbox are refused)",
+        example: "--memory 4g",
+        widens: Widens::When(extra_args_widen),
+        export: Export::Refused(
+            "are podman flags; a Pod has no such thing",
+            "express it in the exported Pod (resources, volumes) after export, or remove the line",
+        ),
+    },
+    Key {
+        name: "publish",
+        repeats: true,
+        shell: false,
+        doc: "PORT or HOSTPORT:PORT: serve a sandbox port on the host's 127.0.0.1 only",
+        example: "8080",
+        widens: Widens::Never,
+        export: Export::Carried,
+    },
+    Key {
+        name: "resolve",
+        repeats: true,
+        shell: false,
+        doc: "NAME=IP: pin a name for the gate (the address is still checked)",
+        example: "api.internal.example=192.0.2.10",
+        widens: Widens::When(resolve_widens),
+        export: Export::Carried,
+    },
+    Key {
+        name: "protect",
+        repeats: true,
+        shell: false,
+        doc: "PATH inside the project: read-only inside and verified after each session",
+        example: "scripts/deploy.sh",
+        widens: Widens::WhenDropped("removed: that path is no longer protected"),
+        export: Export::LeftOut(
+            "protects files of this machine's project directory; a Pod's volume is not it",
+        ),
+    },
+    Key {
+        name: "secret",
+        repeats: true,
+        shell: false,
+        doc: "NAME, or NAME from FILE: a value from your environment or a 0600 file, never written in the config",
+        example: "ANTHROPIC_API_KEY",
+        widens: Widens::When(secret_widens),
+        export: Export::Carried,
+    },
+    Key {
+        name: "state",
+        repeats: true,
+        shell: false,
+        doc: "AGENT or ~/PATH: an agent's login and settings kept for all your sandboxes",
+        example: "claude",
+        widens: Widens::When(|v| {
+            Some(format!("shares the {v} login and settings kept for all your sandboxes with this one"))
+        }),
+        export: Export::Refused(
+            "keeps the agent's login on this machine",
+            "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
+        ),
+    },
+    Key {
+        name: "gate_ports",
+        repeats: false,
+        shell: false,
+        doc: "the ports the gate relays for hostname entries without a port (default 80,443,8443)",
+        example: "443,8443",
+        widens: Widens::When(|v| Some(format!("the gate relays these ports for every allowed name: {v}"))),
+        export: Export::Carried,
+    },
+    Key {
+        name: "gate_addr",
+        repeats: false,
+        shell: false,
+        doc: "the address inside the sandbox that is the host's loopback (default 100.64.0.1)",
+        example: "100.64.0.2",
+        widens: Widens::When(|_| Some("moves the host's loopback mapping".into())),
+        export: Export::LeftOut("a cluster has no host loopback to map"),
+    },
+    Key {
+        name: "gate_port",
+        repeats: false,
+        shell: false,
+        doc: "the gate binds the first free port at or above this (default 18081)",
+        example: "18100",
+        widens: Widens::Never,
+        export: Export::LeftOut("the exported gate is a Service on its own port"),
+    },
+    Key {
+        name: "image",
+        repeats: false,
+        shell: false,
+        doc: "host (default: the host's own /usr, /etc, /opt read-only) or a local image; never pulled",
+        example: "localhost/agent:1",
+        widens: Widens::When(|v| {
+            (v != "host").then(|| format!("runs the image {v} instead of the host's own tools"))
+        }),
+        // `image = host` (also the default, and `--image`) is judged on the policy by the export.
+        export: Export::Carried,
+    },
+    Key {
+        name: "cmd",
+        repeats: false,
+        shell: true,
+        doc: "the command `ai-sandbox` runs with no `--` (default: an interactive shell)",
+        example: "claude",
+        widens: Widens::When(|v| Some(format!("sets the command that runs: {v}"))),
+        export: Export::Carried,
+    },
+    Key {
+        name: "ask",
+        repeats: false,
+        shell: false,
+        doc: "SECONDS: with `ai-sandbox watch` attached, hold a refused request for an answer",
+        example: "30",
+        widens: Widens::Never,
+        export: Export::LeftOut("no one watches a cluster's gate to answer"),
+    },
+    Key {
+        name: "net",
+        repeats: false,
+        shell: false,
+        doc: "allow (default: the allowlist), none (no interface) or full (no policy at all)",
+        example: "none",
+        widens: Widens::When(|v| {
+            (v == "full").then(|| "turns the egress policy off: the sandbox reaches everything".into())
+        }),
+        // `net = full` (or `--net full`) is judged on the policy by the export.
+        export: Export::Carried,
+    },
+];
+
+/// The key called `name`.
+pub fn get(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Why a line widens the sandbox, if it does.
+pub fn widening(key: &str, value: &str) -> Option<String> {
+    match get(key)?.widens {
+        Widens::Never | Widens::WhenDropped(_) => None,
+        Widens::When(f) => f(value),
+    }
+}
+
+/// Why removing a line of `key` widens the sandbox, if it does.
+pub fn widening_when_dropped(key: &str) -> Option<&'static str> {
+    match get(key)?.widens {
+        Widens::WhenDropped(why) => Some(why),
+        _ => None,
+    }
+}
+
+/// Variables that change what programs load or run, or where credentials come from.
+const SENSITIVE_ENV: &[&str] = &[
+    "PATH",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "HOME",
+    "SHELL",
+    "JAVA_TOOL_OPTIONS",
+    "CARGO_HOME",
+    "RUSTC_WRAPPER",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_EXEC_PATH",
+    "SSH_AUTH_SOCK",
+];
+
+fn env_widens(v: &str) -> Option<String> {
+    let name = v.split('=').next().unwrap_or("").trim();
+    let upper = name.to_ascii_uppercase();
+    let sensitive = SENSITIVE_ENV.iter().any(|s| s.eq_ignore_ascii_case(name))
+        || upper.starts_with("GIT_")
+        || upper.starts_with("LD_");
+    sensitive.then(|| format!("overrides {name}, which changes what programs load or run"))
+}
+
+fn extra_args_widen(v: &str) -> Option<String> {
+    let args = shlex::split(v).unwrap_or_default();
+    let mut why = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        let next = args.get(i + 1).map(String::as_str).unwrap_or("");
+        let flag = a.split('=').next().unwrap_or(a);
+        let val = a.split_once('=').map(|x| x.1).unwrap_or(next);
+        match flag {
+            "-v" | "--volume" | "--mount" => why.push(format!("mounts a host path ({val})")),
+            "--device" => why.push(format!("passes a host device ({val})")),
+            "--env-file" => why.push(format!("reads an env file from the host ({val})")),
+            _ if a.starts_with("-v") && a.len() > 2 => why.push(format!("mounts a host path ({})", &a[2..])),
+            _ => {}
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+fn resolve_widens(v: &str) -> Option<String> {
+    let (name, ip) = v.split_once('=').unwrap_or((v, ""));
+    let class = ip.trim().parse().ok().and_then(classify);
+    let class = class.map(|c| format!(", which is {}", c.words())).unwrap_or_default();
+    Some(format!("pins {} to {}{class} for the gate (no DNS answer is asked)", name.trim(), ip.trim()))
+}
+
+fn secret_widens(v: &str) -> Option<String> {
+    Some(match parse_secret(v) {
+        Ok((name, SecretSource::File(file))) => format!(
+            "reads the file {file} on your machine into the sandbox's environment as {name}: the agent holds its contents"
+        ),
+        _ => format!("passes {} from your environment into the sandbox: the agent holds its value", v.trim()),
+    })
+}
+
+fn allow_widens(v: &str) -> Option<String> {
+    match parse(v).ok()? {
+        Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
+        Allow::Host(..) => None,
+        Allow::Net(n, ports) => {
+            let mut why = Vec::new();
+            let v4 = n.is_v4();
+            if (v4 && n.len < 24) || (!v4 && n.len < 48) {
+                why.push(format!("a wide network ({n})"));
+            }
+            if !v4 {
+                why.push("an IPv6 entry (reached directly, by address)".into());
+            }
+            let host_loopback = n.contains(IpAddr::V4(DEFAULT_GATE_ADDR));
+            if host_loopback {
+                let p = ports.map_or("every port".to_string(), |p| format!("port {p}"));
+                why.push(format!("the host's own loopback services ({p})"));
+            }
+            for c in reached_by(&n).into_iter().filter(|c| !(host_loopback && *c == Class::Shared)) {
+                why.push(match c {
+                    Class::Private | Class::UniqueLocal => format!("{} (your private network)", c.words()),
+                    c => format!("{} ({n} reaches it)", c.words()),
+                });
+            }
+            if let Some(p) = ports.filter(|p| p.hi - p.lo >= 100) {
+                why.push(format!("{} ports ({p})", u32::from(p.hi - p.lo) + 1));
+            }
+            (!why.is_empty()).then(|| why.join("; "))
+        }
+    }
+}
+
+/// An allow or deny line that reaches this machine's loopback mapping, which a cluster lacks.
+fn reaches_loopback(key: &str, what: &str, v: &str, cx: &ExportCx) -> Option<(String, &'static str)> {
+    let Ok(Allow::Net(n, _)) = parse(v) else { return None };
+    n.contains(cx.gate_addr).then(|| {
+        (
+            format!("`{key} = {v}` {what} this machine's loopback, which a cluster does not have"),
+            "reach the service by its cluster address instead (`allow = 10.96.0.10:5432`, a Service's ClusterIP) or by name through the gate",
+        )
+    })
+}
+
+fn deny_exports(v: &str, cx: &ExportCx) -> Option<(String, &'static str)> {
+    if let Some(refusal) = reaches_loopback("deny", "denies", v, cx) {
+        return Some(refusal);
+    }
+    let Ok(Allow::Net(n, Some(r))) = parse(v) else { return None };
+    (r != Ports::ALL && cx.allowed.iter().any(|(a, _)| a.contains(n.addr))).then(|| {
+        (
+            format!("`deny = {v}` refuses some ports of an allowed address; a NetworkPolicy can only carve out whole addresses"),
+            "narrow the allow entry's ports instead, or deny the whole address",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Inputs, build};
+    use std::path::PathBuf;
+
+    #[test]
+    fn every_key_is_read_by_the_policy_and_its_example_is_accepted() {
+        let (empty, _) = crate::config::parse("");
+        let base = build(PathBuf::from("/w/p"), &empty, &Inputs::default()).unwrap();
+        for k in KEYS {
+            assert!(!k.doc.is_empty() && !k.example.is_empty(), "{}", k.name);
+            let text = format!("{} = {}\n", k.name, k.example);
+            let (cfg, errs) = crate::config::parse(&text);
+            assert!(errs.is_empty(), "{text}: {errs:?}");
+            let p = build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
+                .unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            // A key the policy does not read would leave it as it was.
+            assert!(format!("{p:?}") != format!("{base:?}"), "`{}` changes nothing in the policy", k.name);
+        }
+        let mut names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        names.dedup();
+        assert_eq!(names.len(), KEYS.len(), "a key is declared twice");
+    }
+
+    #[test]
+    fn a_key_that_says_it_widens_does_so_for_some_value_and_one_that_never_does_is_silent() {
+        // Values that widen, per key that can; every other key's example is silent.
+        let widening = [
+            ("allow", "*.example.com"),
+            ("env", "LD_PRELOAD=/x.so"),
+            ("extra_args", "-v /:/host"),
+            ("resolve", "a.example=10.0.0.1"),
+            ("secret", "K"),
+            ("state", "claude"),
+            ("gate_ports", "22"),
+            ("gate_addr", "100.64.0.2"),
+            ("image", "localhost/x"),
+            ("cmd", "sh"),
+            ("net", "full"),
+        ];
+        for k in KEYS {
+            match (&k.widens, widening.iter().find(|(n, _)| *n == k.name)) {
+                (Widens::When(f), Some((_, v))) => assert!(f(v).is_some(), "{} = {v}", k.name),
+                (Widens::Never | Widens::WhenDropped(_), None) => {}
+                (Widens::When(_), None) => panic!("`{}` can widen: add a value that does above", k.name),
+                (_, Some(_)) => panic!("`{}` never widens by being written, yet is listed above", k.name),
+            }
+        }
+    }
+}
