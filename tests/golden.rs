@@ -86,7 +86,7 @@ fn ten_thousand_entries_load_as_set_elements_with_a_constant_rule_count() {
     let filter = |rs: &ai_sandbox::plan::ruleset::Ruleset| rs.output.len() + rs.input.len();
     assert_eq!(filter(&big), filter(&small), "entries must be set elements, not rules");
     // Only the spliced destinations have rules of their own, and at most splice::MAX of them.
-    assert_eq!((small.nat_output.len(), big.nat_output.len()), (1, ai_sandbox::plan::forwards::MAX));
+    assert_eq!((small.nat_output.len(), big.nat_output.len()), (1, ai_sandbox::policy::forwards::MAX));
     assert_eq!(big.sets[0].elements.len(), 10_000);
     let listed = load_and_list(&big.to_json_string(), true);
     assert!(listed.contains("10.0.39.15 . 443"), "last element missing from the loaded set");

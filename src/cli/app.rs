@@ -202,7 +202,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         tty: host.stdio_is_tty(),
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
-        relay_ports: Vec::new(),
+        relays: Vec::new(),
         agents_dir: agents_dir(host),
         secrets,
         missing_secrets,
@@ -679,10 +679,10 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         // the proxy URL; the registration lasts as long as this process.
         facts.gate_port = host.register_gate(&policy, &facts)?;
     }
-    let relays = crate::plan::forwards::relays(&crate::plan::forwards::splices(&policy));
+    let relays = crate::policy::forwards::relays(&policy.splices);
     if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {
         // Bound now, held for the life of this process: their ports go into pasta's forwards.
-        facts.relay_ports = host.start_relays(&relays)?;
+        facts.relays = relays.iter().copied().zip(host.start_relays(&relays)?).collect();
     }
     if policy.net == crate::policy::NetMode::Allow
         && !args.dry_run

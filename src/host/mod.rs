@@ -284,7 +284,7 @@ impl Host for RealHost {
         }
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
-        crate::launch::run(plan)
+        crate::launch::run(&mut crate::launch::Real, plan)
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         use std::io::Write;

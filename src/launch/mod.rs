@@ -13,9 +13,11 @@ pub mod hook;
 pub mod keeper;
 pub mod refusals;
 pub mod relay;
+#[cfg(test)]
+mod tests;
 
 use crate::host::process::{self, Tie};
-use crate::plan::Plan;
+use crate::plan::{GuardSpec, Plan};
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
@@ -166,34 +168,60 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
     });
 }
 
-pub fn run(plan: &Plan) -> anyhow::Result<i32> {
+/// What a launch does to the machine, one typed call each, in the order `run` decides. The
+/// real calls are `Real` below; the unit tests drive `run` with a recording fake that can make
+/// any call fail, so the order and what each failure leaves behind are tested without podman.
+pub trait Machine {
+    /// The skeleton rootfs for `image = host` (built once).
+    fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()>;
+    /// A directory of the user's own, mode 0700 (the sandbox HOME, an agent's state).
+    fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()>;
+    /// The session directory and its files (pid, env file, live record, hook, ruleset).
+    fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()>;
+    /// Verifies earlier sessions whose launcher and keeper both died.
+    fn settle_leftovers(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
+    /// Records the protected paths and the repositories before the session.
+    fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<()>;
+    /// Starts the session's keeper; its pipe, which only this process holds.
+    fn start_keeper(&mut self, plan: &Plan) -> anyhow::Result<Box<dyn std::io::Write>>;
+    /// Runs podman to the end; its exit status (128+N for a signal).
+    fn run_podman(&mut self, plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i32>;
+    /// Verifies (and restores) the protected paths after the session.
+    fn settle(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
+    fn remove_session_dir(&mut self, dir: &Path) -> anyhow::Result<()>;
+    /// A warning to the user (the launch goes on).
+    fn warn(&mut self, line: &str);
+}
+
+/// Runs a plan: prepare, record, keeper, podman, then always settle and clean up once the
+/// session directory exists. An error before podman starts leaves nothing behind but the
+/// files that outlive sessions (the rootfs, the HOME); every error is returned once.
+pub fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     if let Some(rootfs) = &plan.rootfs {
-        ensure_rootfs(rootfs)?;
+        m.ensure_rootfs(rootfs)?;
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&plan.sandbox_home)
-        .with_context(|| format!("creating the sandbox HOME {}", plan.sandbox_home.display()))?;
+    m.private_dir(&plan.sandbox_home)?;
     for store in &plan.agent_stores {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(store)
-            .with_context(|| format!("creating the agent state {}", store.display()))?;
+        m.private_dir(store)?;
     }
-    write_session(plan)?;
+    if let Err(e) = m.write_session(plan) {
+        let _ = m.remove_session_dir(&plan.session_dir);
+        return Err(e);
+    }
     let g = &plan.guard;
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,
     // or this session's record would take their changes for the originals.
-    crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())?;
-    crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, &plan.container)
-        .context("recording the protected paths before the session")?;
-    let result = run_podman(plan);
+    let recorded = m.settle_leftovers(g).and_then(|()| {
+        m.snapshot(g, &plan.container).context("recording the protected paths before the session")
+    });
+    if let Err(e) = recorded {
+        let _ = m.remove_session_dir(&plan.session_dir);
+        return Err(e);
+    }
+    let result = m.start_keeper(plan).and_then(|mut keeper| m.run_podman(plan, &mut *keeper));
     // Whatever happened inside, the paths the host trusts are as they were.
-    let settled = crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr());
-    let cleanup = fs::remove_dir_all(&plan.session_dir)
-        .with_context(|| format!("removing the session dir {}", plan.session_dir.display()));
+    let settled = m.settle(g);
+    let cleanup = m.remove_session_dir(&plan.session_dir);
     if let Err(e) = settled {
         return Err(e.context(format!(
             "the protected paths could not be verified or restored; the record is kept in {} and the next launch retries",
@@ -203,10 +231,51 @@ pub fn run(plan: &Plan) -> anyhow::Result<i32> {
     match (result, cleanup) {
         (Ok(code), Ok(())) => Ok(code),
         (Ok(code), Err(e)) => {
-            eprintln!("ai-sandbox: warning: {e:#}");
+            m.warn(&format!("warning: {e:#}"));
             Ok(code)
         }
         (Err(e), _) => Err(e),
+    }
+}
+
+/// The machine itself.
+pub struct Real;
+
+impl Machine for Real {
+    fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()> {
+        ensure_rootfs(dir)
+    }
+    fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))
+    }
+    fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        write_session(plan)
+    }
+    fn settle_leftovers(&mut self, g: &GuardSpec) -> anyhow::Result<()> {
+        crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())
+    }
+    fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<()> {
+        crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, container)?;
+        Ok(())
+    }
+    fn start_keeper(&mut self, plan: &Plan) -> anyhow::Result<Box<dyn std::io::Write>> {
+        Ok(Box::new(spawn_keeper(plan)?))
+    }
+    fn run_podman(&mut self, plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i32> {
+        run_podman(plan, keeper)
+    }
+    fn settle(&mut self, g: &GuardSpec) -> anyhow::Result<()> {
+        crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr())
+    }
+    fn remove_session_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
+        fs::remove_dir_all(dir).with_context(|| format!("removing the session dir {}", dir.display()))
+    }
+    fn warn(&mut self, line: &str) {
+        eprintln!("ai-sandbox: {line}");
     }
 }
 
@@ -331,12 +400,10 @@ impl Refusals {
     }
 }
 
-fn run_podman(plan: &Plan) -> anyhow::Result<i32> {
-    use std::io::Write;
+fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i32> {
     let set = forwarded_signals();
     // Block before spawning so no signal is lost; the child unblocks its own mask.
     block_forwarded_signals()?;
-    let mut keeper = spawn_keeper(plan)?;
     let mut cmd = Command::new(&plan.argv[0]);
     cmd.args(&plan.argv[1..]);
     // Podman 5 warns on every run about cgroup v1 hosts; the user can do nothing about it here.

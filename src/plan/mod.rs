@@ -5,7 +5,7 @@
 //! comes in as `Facts`, so building a Plan never reads the live system.
 
 pub mod agent;
-pub mod forwards;
+
 pub mod podman;
 pub mod ruleset;
 pub mod session;
@@ -287,9 +287,9 @@ fn allowlist(p: &Policy) -> Vec<String> {
             format!("{:<32} {ports}, through the gate", h.to_string())
         })
         .collect();
-    let splices = crate::plan::forwards::splices(p);
+    let splices = &p.splices;
     for (n, r) in &p.nets {
-        let spliced = |addr| crate::plan::forwards::covers(&splices, addr, *r);
+        let spliced = |addr| crate::policy::forwards::covers(splices, addr, *r);
         let via = match n.addr {
             _ if n.contains(std::net::IpAddr::V4(p.gate_addr)) => {
                 let path = if spliced(p.gate_addr) { "spliced" } else { "pasta's tap path" };

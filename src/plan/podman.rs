@@ -140,11 +140,11 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
             if p.gate {
                 opts.extend(["-T".to_string(), f.gate_port.to_string()]);
             }
-            let mut relay_ports = f.relay_ports.iter();
-            for s in crate::plan::forwards::splices(p) {
+            for s in &p.splices {
+                let relay = || f.relays.iter().find(|(to, _)| *to == s.to).map(|(_, port)| *port);
                 let host = match s.relayed {
                     false => s.to.port().to_string(),
-                    true => relay_ports.next().map_or_else(|| "<relay>".to_string(), u16::to_string),
+                    true => relay().map_or_else(|| "<relay>".to_string(), |port| port.to_string()),
                 };
                 opts.extend(["-T".to_string(), format!("{}:{host}", s.ns)]);
             }

@@ -58,9 +58,9 @@ pub struct Facts {
     pub tty: bool,
     pub token: String,
     pub gate_port: u16,
-    /// The host-loopback ports of the launcher's relays for spliced IP entries, in the order of
-    /// `splice::relays` (empty in a dry run: they are chosen when the launch binds them).
-    pub relay_ports: Vec<u16>,
+    /// The launcher's relays for spliced IP entries: each destination and the host-loopback
+    /// port its relay listens on (empty in a dry run: they are chosen when the launch binds them).
+    pub relays: Vec<(std::net::SocketAddrV4, u16)>,
     /// This project's directory in the user's state dir (outside every project): the approved
     /// config, the guard's records, the quarantine.
     pub state_dir: PathBuf,

@@ -7,6 +7,7 @@
 pub mod addr;
 pub mod allow;
 pub mod env;
+pub mod forwards;
 mod image;
 pub mod keys;
 pub mod netset;
@@ -138,6 +139,9 @@ pub struct Policy {
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
     pub ssh_agent: bool,
+    /// The destinations pasta splices (see `forwards`), computed once from the entries above:
+    /// the ruleset, pasta's options, the allowlist and the launcher's relays all read these.
+    pub splices: Vec<forwards::Splice>,
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -270,7 +274,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         return Err(c.0);
     }
     let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets);
-    Ok(Policy {
+    let mut p = Policy {
         project,
         net,
         gate,
@@ -302,7 +306,10 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         protect,
         secrets,
         agent_state,
-    })
+        splices: Vec::new(),
+    };
+    p.splices = forwards::splices(&p);
+    Ok(p)
 }
 
 /// `protect = PATH`: a path inside the project, relative, without `..`.

@@ -91,9 +91,9 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     }
     let (v4, v6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.nets).into_iter().partition(|b| b.net.is_v4());
     let (d4, d6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.deny_nets).into_iter().partition(|b| b.net.is_v4());
-    let splices = crate::plan::forwards::splices(p);
+    let splices = &p.splices;
     let mut output = Vec::new();
-    if let Some(listeners) = crate::plan::forwards::listener_range(&splices) {
+    if let Some(listeners) = crate::policy::forwards::listener_range(splices) {
         output.push(make_splice_guard(listeners));
     }
     output.extend([make_iface_accept("oif", MetaKey::Oif), make_established()]);

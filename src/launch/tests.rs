@@ -1,0 +1,193 @@
+//! The launch's order of effects, and what each failure leaves behind, through a recording
+//! `Machine` that can make any call fail. The real calls are proven by the e2e suite.
+
+use super::{Machine, run};
+use crate::plan::{GuardSpec, Plan};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Rootfs,
+    PrivateDir(PathBuf),
+    WriteSession,
+    SettleLeftovers,
+    Snapshot,
+    StartKeeper,
+    Podman,
+    Settle,
+    RemoveSessionDir,
+    Warn(String),
+}
+
+/// Records every call; `fail` names the one that fails (with "boom").
+struct Fake {
+    calls: Vec<Call>,
+    fail: Option<&'static str>,
+    exit: i32,
+}
+
+impl Fake {
+    fn new(fail: Option<&'static str>) -> Fake {
+        Fake { calls: Vec::new(), fail, exit: 7 }
+    }
+    fn call(&mut self, c: Call, name: &str) -> anyhow::Result<()> {
+        self.calls.push(c);
+        match self.fail {
+            Some(f) if f == name => anyhow::bail!("{name}: boom"),
+            _ => Ok(()),
+        }
+    }
+    fn names(&self) -> Vec<&'static str> {
+        self.calls
+            .iter()
+            .map(|c| match c {
+                Call::Rootfs => "rootfs",
+                Call::PrivateDir(_) => "private_dir",
+                Call::WriteSession => "write_session",
+                Call::SettleLeftovers => "settle_leftovers",
+                Call::Snapshot => "snapshot",
+                Call::StartKeeper => "keeper",
+                Call::Podman => "podman",
+                Call::Settle => "settle",
+                Call::RemoveSessionDir => "remove_session_dir",
+                Call::Warn(_) => "warn",
+            })
+            .collect()
+    }
+}
+
+impl Machine for Fake {
+    fn ensure_rootfs(&mut self, _: &Path) -> anyhow::Result<()> {
+        self.call(Call::Rootfs, "rootfs")
+    }
+    fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
+        self.call(Call::PrivateDir(dir.into()), "private_dir")
+    }
+    fn write_session(&mut self, _: &Plan) -> anyhow::Result<()> {
+        self.call(Call::WriteSession, "write_session")
+    }
+    fn settle_leftovers(&mut self, _: &GuardSpec) -> anyhow::Result<()> {
+        self.call(Call::SettleLeftovers, "settle_leftovers")
+    }
+    fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<()> {
+        self.call(Call::Snapshot, "snapshot")
+    }
+    fn start_keeper(&mut self, _: &Plan) -> anyhow::Result<Box<dyn std::io::Write>> {
+        self.call(Call::StartKeeper, "keeper")?;
+        Ok(Box::new(std::io::sink()))
+    }
+    fn run_podman(&mut self, _: &Plan, _: &mut dyn std::io::Write) -> anyhow::Result<i32> {
+        self.call(Call::Podman, "podman")?;
+        Ok(self.exit)
+    }
+    fn settle(&mut self, _: &GuardSpec) -> anyhow::Result<()> {
+        self.call(Call::Settle, "settle")
+    }
+    fn remove_session_dir(&mut self, _: &Path) -> anyhow::Result<()> {
+        self.call(Call::RemoveSessionDir, "remove_session_dir")
+    }
+    fn warn(&mut self, line: &str) {
+        self.calls.push(Call::Warn(line.into()));
+    }
+}
+
+/// A real plan, as `ai-sandbox -- true` builds it (image = host, an agent state store).
+fn plan() -> Plan {
+    let mut h = crate::host::FakeHost {
+        cwd: PathBuf::from("/home/dev/app"),
+        uid: 1000,
+        vars: vec![("HOME".into(), "/home/dev".into()), ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into())],
+        ..Default::default()
+    };
+    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    crate::cli::app::run(&mut h, &cli.run).unwrap();
+    h.launched.pop().expect("a plan")
+}
+
+#[test]
+fn a_launch_prepares_records_starts_the_keeper_then_podman_and_always_settles() {
+    let p = plan();
+    let mut m = Fake::new(None);
+    assert_eq!(run(&mut m, &p).unwrap(), 7, "podman's status is the launch's");
+    assert_eq!(
+        m.names(),
+        [
+            "rootfs",
+            "private_dir",
+            "write_session",
+            "settle_leftovers",
+            "snapshot",
+            "keeper",
+            "podman",
+            "settle",
+            "remove_session_dir"
+        ]
+    );
+    assert_eq!(m.calls[1], Call::PrivateDir(p.sandbox_home.clone()), "the sandbox HOME first");
+}
+
+#[test]
+fn each_failure_leaves_nothing_half_started_and_is_said_once() {
+    let p = plan();
+    // (failing call, the calls made, in order): nothing after a failure but the clean-up the
+    // state calls for, and podman never runs without a record and a keeper.
+    let cases: &[(&str, &[&str])] = &[
+        ("rootfs", &["rootfs"]),
+        ("private_dir", &["rootfs", "private_dir"]),
+        ("write_session", &["rootfs", "private_dir", "write_session", "remove_session_dir"]),
+        (
+            "settle_leftovers",
+            &["rootfs", "private_dir", "write_session", "settle_leftovers", "remove_session_dir"],
+        ),
+        (
+            "snapshot",
+            &["rootfs", "private_dir", "write_session", "settle_leftovers", "snapshot", "remove_session_dir"],
+        ),
+        // The keeper will not start: no podman; what was recorded is settled, the dir removed.
+        (
+            "keeper",
+            &[
+                "rootfs",
+                "private_dir",
+                "write_session",
+                "settle_leftovers",
+                "snapshot",
+                "keeper",
+                "settle",
+                "remove_session_dir",
+            ],
+        ),
+        // podman missing or failing to start: settled and removed the same way.
+        (
+            "podman",
+            &[
+                "rootfs",
+                "private_dir",
+                "write_session",
+                "settle_leftovers",
+                "snapshot",
+                "keeper",
+                "podman",
+                "settle",
+                "remove_session_dir",
+            ],
+        ),
+    ];
+    for (fail, want) in cases {
+        let mut m = Fake::new(Some(fail));
+        let err = run(&mut m, &p).unwrap_err();
+        assert_eq!(m.names(), *want, "when {fail} fails");
+        let text = format!("{err:#}");
+        assert_eq!(text.matches("boom").count(), 1, "said once: {text}");
+        assert!(!m.calls.iter().any(|c| matches!(c, Call::Warn(_))), "{fail}: also warned: {:?}", m.calls);
+    }
+    // The guard cannot settle: the launch fails with where the record is kept, after podman.
+    let mut m = Fake::new(Some("settle"));
+    let err = format!("{:#}", run(&mut m, &p).unwrap_err());
+    assert!(err.contains("could not be verified or restored") && err.contains("boom"), "{err}");
+    assert_eq!(m.names().last(), Some(&"remove_session_dir"));
+    // Removing the session dir fails after a good run: a warning, and the command's status.
+    let mut m = Fake::new(Some("remove_session_dir"));
+    assert_eq!(run(&mut m, &p).unwrap(), 7);
+    assert!(matches!(m.calls.last(), Some(Call::Warn(w)) if w.contains("boom")), "{:?}", m.calls);
+}
