@@ -20,23 +20,23 @@ pub enum Origin {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
     pub origin: Origin,
-    pub message: String,
-    pub hint: Option<String>,
+    pub(crate) message: String,
+    pub(crate) hint: Option<String>,
 }
 
 impl Diagnostic {
-    pub fn new(origin: Origin, message: impl Into<String>) -> Self {
+    pub(crate) fn new(origin: Origin, message: impl Into<String>) -> Self {
         Diagnostic { origin, message: message.into(), hint: None }
     }
 
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
     }
 
     /// `config_path:LINE: message` (or `--flag: message`), then the hint on its own line.
     /// Quoted values longer than a line are elided, so a 2 MB value is not echoed back.
-    pub fn render(&self, config_path: &str) -> String {
+    pub(crate) fn render(&self, config_path: &str) -> String {
         let place = match &self.origin {
             Origin::Config(line) => format!("{config_path}:{line}: "),
             Origin::Flag(f) => format!("{f}: "),
@@ -77,24 +77,24 @@ fn elide_quoted(text: &str) -> String {
 /// hint on its own line, like a diagnostic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}\n  hint: {hint}")]
-pub struct Hinted {
-    pub message: String,
-    pub hint: String,
+pub(crate) struct Hinted {
+    pub(crate) message: String,
+    pub(crate) hint: String,
 }
 
 /// A `Hinted` error.
-pub fn hinted(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
+pub(crate) fn hinted(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
     Hinted { message: message.into(), hint: hint.into() }
 }
 
 /// All the diagnostics of one run, rendered against the config file's display path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct Rejected {
-    pub config_path: String,
-    pub diagnostics: Vec<Diagnostic>,
+pub(crate) struct Rejected {
+    pub(crate) config_path: String,
+    pub(crate) diagnostics: Vec<Diagnostic>,
     /// What did not happen because of them: "nothing was started" (a launch) or
     /// "nothing was exported".
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 impl fmt::Display for Rejected {

@@ -31,8 +31,9 @@ fn config_keys() -> Vec<(String, String)> {
         ".ai-sandbox/config".to_string(),
         "one `key = value` per line; `#` after whitespace starts a comment; repeatable keys may appear on many lines. The keys:".to_string(),
     )];
-    for crate::policy::keys::Key { name: k, repeats, doc, .. } in crate::policy::keys::KEYS {
-        out.push((format!("{k} = …{}", if *repeats { " (repeatable)" } else { "" }), doc.to_string()));
+    for crate::policy::keys::Key { name: k, repeats, doc, example, .. } in crate::policy::keys::KEYS {
+        let name = format!("{k} = …{}", if *repeats { " (repeatable)" } else { "" });
+        out.push((name, format!("{doc}. Example: `{k} = {example}`")));
     }
     out
 }
@@ -42,10 +43,14 @@ pub fn config_help() -> String {
     let width = crate::policy::keys::KEYS.iter().map(|k| k.name.len()).max().unwrap_or(0);
     let mut out = String::from(
         ".ai-sandbox/config: one `key = value` per line (`#` after whitespace starts a comment).\n\
-         Keys marked * may repeat. Every key, with an example: config.example in the ai-sandbox sources.\n\n",
+         Keys marked * may repeat. A commented example of every key: config.example in the sources.\n\n",
     );
-    for crate::policy::keys::Key { name: k, repeats, doc, .. } in crate::policy::keys::KEYS {
-        out += &format!("  {k:<width$} {} {doc}\n", if *repeats { "*" } else { " " });
+    for crate::policy::keys::Key { name: k, repeats, doc, example, .. } in crate::policy::keys::KEYS {
+        let pad = " ".repeat(width + 5);
+        out += &format!(
+            "  {k:<width$} {} {doc}\n{pad}e.g. `{k} = {example}`\n",
+            if *repeats { "*" } else { " " }
+        );
     }
     out
 }

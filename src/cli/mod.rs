@@ -5,14 +5,14 @@ pub mod app;
 pub mod doctor;
 pub mod logs;
 pub mod manpage;
-pub mod prune;
+pub(crate) mod prune;
 pub mod watch;
 
 use crate::policy::NetMode;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-pub const EXAMPLES: &str = "Examples:
+pub(crate) const EXAMPLES: &str = "Examples:
   ai-sandbox                                   run `cmd` from .ai-sandbox/config, or a shell
   ai-sandbox -- npm test                       one command; its exit code is passed through
   ai-sandbox --allow 100.64.0.1:5432 -- psql   reach postgres on the host's 127.0.0.1:5432
@@ -21,7 +21,7 @@ pub const EXAMPLES: &str = "Examples:
   ai-sandbox --dry-run                         print the podman command and the ruleset";
 
 /// Environment variables ai-sandbox reads: shown by `--help` and in the man page.
-pub const ENVIRONMENT: &[(&str, &str)] = &[
+pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "AISB_EXTRA_ARGS",
         "extra `podman run` arguments for this run, shell-split, after the config's `extra_args` (the same options are refused unless --net full)",
@@ -43,7 +43,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
 ];
 
 /// Files ai-sandbox reads or writes: for the man page.
-pub const FILES: &[(&str, &str)] = &[
+pub(crate) const FILES: &[(&str, &str)] = &[
     (
         ".ai-sandbox/config",
         "the project's policy: what the sandbox may reach, what it runs (see config.example)",
@@ -99,61 +99,61 @@ pub struct Cli {
 pub struct PolicyArgs {
     /// Network mode: allow (allowlist, default), none (no interface), full (no policy).
     #[arg(long, value_enum)]
-    pub net: Option<NetMode>,
+    pub(crate) net: Option<NetMode>,
     /// Allow an entry for this run only (host, *.suffix, IP[:port], CIDR[:port]); the config
     /// file is not changed.
     #[arg(long, value_name = "ENTRY", allow_hyphen_values = true)]
-    pub allow: Vec<String>,
+    pub(crate) allow: Vec<String>,
     /// Publish a container port on the host's 127.0.0.1 only: PORT or HOSTPORT:CONTAINERPORT.
     #[arg(long, value_name = "PORT[:CPORT]", allow_hyphen_values = true)]
-    pub publish: Vec<String>,
+    pub(crate) publish: Vec<String>,
     /// No gate: IP entries only, and DNS to the sandbox resolver is allowed.
     #[arg(long)]
-    pub no_gate: bool,
+    pub(crate) no_gate: bool,
     /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
     #[arg(long, value_name = "DIR")]
-    pub project: Option<PathBuf>,
+    pub(crate) project: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub policy: PolicyArgs,
+    pub(crate) policy: PolicyArgs,
     /// Start an interactive shell instead of `cmd`.
     #[arg(long)]
-    pub shell: bool,
+    pub(crate) shell: bool,
     /// Let the sandbox use your ssh-agent (SSH_AUTH_SOCK) for git over SSH. It can then sign
     /// with every key the agent holds, as you, for as long as it runs: off unless given.
     #[arg(long)]
-    pub ssh_agent: bool,
+    pub(crate) ssh_agent: bool,
     /// `host` (the host's /usr, /etc, /opt read-only) or a local image name.
     #[arg(long, value_name = "IMAGE|host")]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Set a variable in the sandbox: NAME=VALUE, or NAME alone to pass its value from your
     /// environment (for API keys: values go through a private file, never a command line).
     /// Overrides the config's `env` and `secret`.
     #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]")]
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// Print the podman command and the ruleset; start nothing.
     #[arg(long)]
     pub dry_run: bool,
     /// The command to run in the sandbox.
     // Bytes, as the kernel passes them: a file name that is not UTF-8 reaches the command as is.
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<std::ffi::OsString>,
+    pub(crate) command: Vec<std::ffi::OsString>,
 }
 
 /// `ai-sandbox allow` and `ai-sandbox deny`: the same arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChangeArgs {
     #[arg(required = true, value_name = "ITEM", allow_hyphen_values = true)]
-    pub items: Vec<String>,
+    pub(crate) items: Vec<String>,
     /// Change the running sandboxes only; leave the config as it is.
     #[arg(long)]
-    pub session_only: bool,
+    pub(crate) session_only: bool,
     /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
     #[arg(long, value_name = "DIR")]
-    pub project: Option<PathBuf>,
+    pub(crate) project: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

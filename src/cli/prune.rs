@@ -11,25 +11,25 @@ use crate::host::Host;
 use std::path::{Path, PathBuf};
 
 /// The file in a project's state dir that names the project.
-pub const PROJECT_RECORD: &str = "project";
+pub(crate) const PROJECT_RECORD: &str = "project";
 
 /// Where a project's directories live, by its key (`NAME-HASH`).
-pub struct Roots {
-    pub states: PathBuf,
-    pub homes: PathBuf,
+pub(crate) struct Roots {
+    pub(crate) states: PathBuf,
+    pub(crate) homes: PathBuf,
 }
 
 /// What prune found: gone projects with their directories, and keys with no record.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Found {
-    pub gone: Vec<(String, Vec<PathBuf>)>,
-    pub unknown: Vec<PathBuf>,
+pub(crate) struct Found {
+    pub(crate) gone: Vec<(String, Vec<PathBuf>)>,
+    pub(crate) unknown: Vec<PathBuf>,
     /// Projects whose directory above is missing too (kept: a drive may be unmounted).
-    pub unreachable: Vec<(String, PathBuf)>,
+    pub(crate) unreachable: Vec<(String, PathBuf)>,
 }
 
 /// Sorts every key under the roots (pure over the host's answers).
-pub fn find(host: &dyn Host, roots: &Roots, running: &[PathBuf]) -> anyhow::Result<Found> {
+pub(crate) fn find(host: &dyn Host, roots: &Roots, running: &[PathBuf]) -> anyhow::Result<Found> {
     let mut found = Found::default();
     let key_of = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
     let states = host.list_dir(&roots.states)?;
@@ -68,7 +68,7 @@ pub fn find(host: &dyn Host, roots: &Roots, running: &[PathBuf]) -> anyhow::Resu
 }
 
 /// The listing shown before anything is removed.
-pub fn describe(f: &Found) -> String {
+pub(crate) fn describe(f: &Found) -> String {
     let mut out = String::new();
     if f.gone.is_empty() {
         out += "nothing to prune: every project ai-sandbox keeps state for still exists\n";
@@ -97,7 +97,7 @@ pub fn describe(f: &Found) -> String {
 }
 
 /// `ai-sandbox prune [--yes]`.
-pub fn run(host: &mut dyn Host, roots: &Roots, running: &[PathBuf], yes: bool) -> anyhow::Result<i32> {
+pub(crate) fn run(host: &mut dyn Host, roots: &Roots, running: &[PathBuf], yes: bool) -> anyhow::Result<i32> {
     let found = find(host, roots, running)?;
     host.print(&describe(&found));
     if found.gone.is_empty() {

@@ -85,12 +85,12 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-pub fn names() -> Vec<&'static str> {
+pub(crate) fn names() -> Vec<&'static str> {
     PRESETS.iter().map(|(n, _, _)| *n).collect()
 }
 
 /// The config text for these presets (in the order given, duplicates merged).
-pub fn render(presets: &[String]) -> Result<String, Hinted> {
+pub(crate) fn render(presets: &[String]) -> Result<String, Hinted> {
     let mut out = String::from(
         "# .ai-sandbox/config — what this project's sandbox may reach. Commit it.\n\
          # Written by `ai-sandbox init`; `ai-sandbox help config` lists every key.\n\

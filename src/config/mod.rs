@@ -4,9 +4,9 @@
 //! *means* is decided by `policy`, which reports problems against the same line numbers.
 //! Every bad line is collected (not just the first), so a user fixes a file in one pass.
 
-pub mod init;
+pub(crate) mod init;
 pub mod project;
-pub mod trust;
+pub(crate) mod trust;
 
 use crate::error::{Diagnostic, Origin};
 
@@ -17,26 +17,26 @@ const MAX_LINE: usize = 8192;
 
 /// One `key = value` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub value: String,
-    pub line: usize,
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) line: usize,
 }
 
 /// The parsed file: entries in file order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
-    pub entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
 }
 
 impl Config {
     /// Values of a repeatable key, with their origin.
-    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
+    pub(crate) fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
         self.entries.iter().filter(move |e| e.key == key).map(|e| (e.value.as_str(), Origin::Config(e.line)))
     }
 
     /// The value of a single-valued key (duplicates were rejected by `parse`).
-    pub fn one<'a>(&'a self, key: &'a str) -> Option<(&'a str, Origin)> {
+    pub(crate) fn one<'a>(&'a self, key: &'a str) -> Option<(&'a str, Origin)> {
         self.all(key).next()
     }
 }

@@ -5,11 +5,11 @@
 use crate::error::{Hinted, hinted};
 use std::path::{Path, PathBuf};
 
-pub const CONFIG_DIR: &str = ".ai-sandbox";
-pub const CONFIG_FILE: &str = "config";
+pub(crate) const CONFIG_DIR: &str = ".ai-sandbox";
+pub(crate) const CONFIG_FILE: &str = "config";
 
 /// The project's config file.
-pub fn config_path(project: &Path) -> PathBuf {
+pub(crate) fn config_path(project: &Path) -> PathBuf {
     project.join(CONFIG_DIR).join(CONFIG_FILE)
 }
 
@@ -23,7 +23,7 @@ pub fn find(cwd: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
 }
 
 /// Refuses project directories whose read-write mount would expose far more than a project.
-pub fn check(project: &Path, home: &Path) -> Result<(), Hinted> {
+pub(crate) fn check(project: &Path, home: &Path) -> Result<(), Hinted> {
     let hint = "cd into a project, or pass --project DIR";
     if project == Path::new("/") {
         return Err(hinted(

@@ -12,7 +12,7 @@ use crate::config;
 
 /// Where a config stands against the approved copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// No config file: nothing to approve (nothing is allowed either).
     NoConfig,
     /// The same entries as the approved copy.
@@ -25,12 +25,12 @@ pub enum Status {
 
 impl Status {
     /// A config exists and is not (or no longer) the approved one.
-    pub fn needs_approval(&self) -> bool {
+    pub(crate) fn needs_approval(&self) -> bool {
         matches!(self, Status::New | Status::Changed { .. })
     }
 }
 
-pub fn status(current: Option<&str>, approved: Option<&str>) -> Status {
+pub(crate) fn status(current: Option<&str>, approved: Option<&str>) -> Status {
     match (current, approved) {
         (None, _) => Status::NoConfig,
         (Some(_), None) => Status::New,
@@ -49,15 +49,15 @@ fn same_entries(a: &str, b: &str) -> bool {
 
 /// A line that widens what the sandbox may do, with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub line: usize,
-    pub text: String,
-    pub why: String,
+pub(crate) struct Finding {
+    pub(crate) line: usize,
+    pub(crate) text: String,
+    pub(crate) why: String,
 }
 
 /// The entries of `new` that widen the sandbox and were not in `old` (all of them when there is
 /// no `old`), plus the narrowing lines (`protect`, `deny`) that `new` dropped.
-pub fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
+pub(crate) fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
     let before: Vec<(String, String)> = old.map(entries).unwrap_or_default();
     let (cfg, _) = config::parse(new);
     let mut out: Vec<Finding> = cfg
@@ -82,7 +82,7 @@ pub fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
 }
 
 /// A unified diff of the approved copy and the current text.
-pub fn diff(approved: &str, current: &str, path: &str) -> String {
+pub(crate) fn diff(approved: &str, current: &str, path: &str) -> String {
     similar::TextDiff::from_lines(approved, current)
         .unified_diff()
         .context_radius(2)
@@ -91,7 +91,7 @@ pub fn diff(approved: &str, current: &str, path: &str) -> String {
 }
 
 /// What the user is shown: the config (first time) or the diff, then the widening lines.
-pub fn explain(status: &Status, current: &str, path: &str) -> String {
+pub(crate) fn explain(status: &Status, current: &str, path: &str) -> String {
     let mut out = match status {
         Status::New => {
             format!("{path} has not been approved for this project. It says:\n{}", indent(current))

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 /// A watcher's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Let this request through, and nothing else.
     Once,
     /// The watcher changed the session's policy (a live allow); decide again with it.
@@ -27,52 +27,52 @@ pub enum Verdict {
 
 /// What a watcher is asked (one JSON line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Question {
-    pub ask: u64,
-    pub session: String,
-    pub project: String,
-    pub method: String,
-    pub host: String,
-    pub port: u16,
+pub(crate) struct Question {
+    pub(crate) ask: u64,
+    pub(crate) session: String,
+    pub(crate) project: String,
+    pub(crate) method: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     /// How long the request is held.
-    pub seconds: u32,
+    pub(crate) seconds: u32,
     /// The `allow =` value that would let it through (what `a` and `s` add).
     #[serde(default)]
-    pub allow: Option<String>,
+    pub(crate) allow: Option<String>,
 }
 
 /// A watcher's answer to question `ask` (one JSON line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    pub ask: u64,
-    pub verdict: Verdict,
+pub(crate) struct Answer {
+    pub(crate) ask: u64,
+    pub(crate) verdict: Verdict,
 }
 
 #[derive(Default)]
-pub struct Asks {
+pub(crate) struct Asks {
     next: AtomicU64,
     watchers: Mutex<Vec<(u64, mpsc::UnboundedSender<String>)>>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Verdict>>>,
 }
 
 impl Asks {
-    pub fn watched(&self) -> bool {
+    pub(crate) fn watched(&self) -> bool {
         !self.watchers.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
-    pub fn add_watcher(&self) -> (u64, mpsc::UnboundedReceiver<String>) {
+    pub(crate) fn add_watcher(&self) -> (u64, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         self.watchers.lock().unwrap_or_else(|e| e.into_inner()).push((id, tx));
         (id, rx)
     }
 
-    pub fn remove_watcher(&self, id: u64) {
+    pub(crate) fn remove_watcher(&self, id: u64) {
         self.watchers.lock().unwrap_or_else(|e| e.into_inner()).retain(|(w, _)| *w != id);
     }
 
     /// Sends one line to every watcher (a watcher that is gone is dropped).
-    pub fn broadcast(&self, line: &str) {
+    pub(crate) fn broadcast(&self, line: &str) {
         self.watchers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -95,7 +95,7 @@ impl Asks {
     }
 
     /// Delivers an answer; false when the question is no longer held (answered or timed out).
-    pub fn answer(&self, a: &Answer) -> bool {
+    pub(crate) fn answer(&self, a: &Answer) -> bool {
         match self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&a.ask) {
             Some(tx) => tx.send(a.verdict).is_ok(),
             None => false,

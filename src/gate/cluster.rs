@@ -43,10 +43,10 @@ pub struct SessionEntry {
 
 /// Tokens shorter than this are refused: the token is all that stands between any pod that can
 /// reach the gate and the allowlist.
-pub const MIN_TOKEN: usize = 16;
+pub(crate) const MIN_TOKEN: usize = 16;
 
 /// Reads and checks the policy file and every session's token.
-pub fn load(path: &Path) -> anyhow::Result<Vec<Session>> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Vec<Session>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading the policy {}", path.display()))?;
     let file: PolicyFile =
@@ -76,7 +76,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Session>> {
     Ok(out)
 }
 
-pub fn serve(listen: SocketAddr, policy: &Path, drain: Duration) -> anyhow::Result<i32> {
+pub(crate) fn serve(listen: SocketAddr, policy: &Path, drain: Duration) -> anyhow::Result<i32> {
     let sessions = load(policy)?;
     super::server::raise_fd_limit();
     nix::sys::signal::SigSet::all().thread_unblock()?;

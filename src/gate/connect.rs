@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 /// The gate's address and the session token, from `http://aisb:TOKEN@ADDR:PORT`.
-pub fn parse_proxy_url(url: &str) -> Option<(String, String)> {
+pub(crate) fn parse_proxy_url(url: &str) -> Option<(String, String)> {
     let rest = url.strip_prefix("http://")?;
     let (userinfo, hostport) = rest.trim_end_matches('/').split_once('@')?;
     let (_, token) = userinfo.split_once(':')?;

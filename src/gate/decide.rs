@@ -56,14 +56,14 @@ impl std::fmt::Display for Target {
 /// A refusal: the HTTP status, a reason for the log, and the hint for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denial {
-    pub status: u16,
-    pub reason: String,
-    pub hint: String,
+    pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) hint: String,
     /// The `allow =` value that would lift it, when one would.
-    pub allow: Option<String>,
+    pub(crate) allow: Option<String>,
     /// Only the allowlist said no (not a never-dialled class, a deny line, a token): a watcher
     /// may be asked instead (`ask = SECONDS`).
-    pub askable: bool,
+    pub(crate) askable: bool,
 }
 
 fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
@@ -71,13 +71,13 @@ fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Deni
 }
 
 /// Constant-time equality (the token must not leak through timing); the length is not secret.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.ct_eq(b).into()
 }
 
 /// Index of the session whose token matches; every token is compared (no early exit).
-pub fn authenticate(tokens: &[&str], presented: Option<&str>) -> Option<usize> {
+pub(crate) fn authenticate(tokens: &[&str], presented: Option<&str>) -> Option<usize> {
     let p = presented?;
     let mut found = None;
     for (i, t) in tokens.iter().enumerate() {
@@ -183,7 +183,7 @@ fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
 
 /// The allowlist check, before any DNS lookup. An IP literal is first held against the
 /// address classes the gate never dials, and against gate_addr, which is reached directly.
-pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
+pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     denied(p, t, port)?;
     let allowed = match t {
         Target::Name(n) => p.hosts.iter().any(|(pat, ports)| {
@@ -232,13 +232,13 @@ pub fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Deni
 
 /// Whether `ip:port` is gate_addr on a port an IP entry allows: the host's own 127.0.0.1:`port`,
 /// which the gate then dials (see `check_target`).
-pub fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {
+pub(crate) fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {
     let ip = canonical(ip);
     ip == IpAddr::V4(p.gate_addr) && crate::policy::allow::reaches(&p.nets, ip, port)
 }
 
 /// `p` with `t:port` allowed, for one request a watcher let through once.
-pub fn with_once(p: &SessionPolicy, t: &Target, port: u16) -> SessionPolicy {
+pub(crate) fn with_once(p: &SessionPolicy, t: &Target, port: u16) -> SessionPolicy {
     let mut out = p.clone();
     match t {
         Target::Name(n) => out.hosts.push((HostPattern::Exact(n.clone()), Some(Ports::one(port)))),
@@ -272,7 +272,7 @@ fn denied(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
 }
 
 /// The `deny` entry of `p` covering `ip`:`port`, as its line reads (`deny = LINE`).
-pub fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
+pub(crate) fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
     let ip = canonical(ip);
     p.deny_nets
         .iter()
@@ -282,7 +282,7 @@ pub fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
 
 /// A refusal's hint as an HTTP reason phrase: printable characters only (a config path with a
 /// control character cannot break the status line), at most 400 bytes.
-pub fn reason_phrase(hint: &str) -> String {
+pub(crate) fn reason_phrase(hint: &str) -> String {
     let mut out: String = hint.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
     if out.len() > 400 {
         let mut end = 400;
@@ -320,7 +320,7 @@ fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
 
 /// A resolved address: never-classes refused, private ones reached only when an IP/CIDR entry
 /// allows that address and port explicitly.
-pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
+pub(crate) fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
     let ip = canonical(ip);
     if let Some(line) = deny_net(p, ip, port) {
         return Err(deny(
@@ -351,13 +351,13 @@ pub fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Den
 }
 
 /// A pinned address for `name`, if the `resolve =` pins have one.
-pub fn pinned(resolve: &[(String, IpAddr)], name: &str) -> Option<IpAddr> {
+pub(crate) fn pinned(resolve: &[(String, IpAddr)], name: &str) -> Option<IpAddr> {
     resolve.iter().find(|(n, _)| n == name).map(|(_, ip)| *ip)
 }
 
 /// The SNI verdict for a CONNECT to a TLS port: the ClientHello must name exactly the CONNECT
 /// host (an IP target: no SNI at all). `Err` holds the reason logged for the refusal.
-pub fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> {
+pub(crate) fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> {
     match (hello, target) {
         (Hello::Sni(Some(sni)), Target::Name(n)) if sni == n => Ok(()),
         (Hello::Sni(None), Target::Ip(_)) => Ok(()),
@@ -370,7 +370,7 @@ pub fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> {
 
 /// How a decision is logged: relayed, a 407 challenge to a client that sent no credentials
 /// yet, or refused.
-pub fn verdict(status: u16, presented_token: bool) -> crate::gate::log::Decision {
+pub(crate) fn verdict(status: u16, presented_token: bool) -> crate::gate::log::Decision {
     use crate::gate::log::Decision;
     match status {
         200 => Decision::Allow,
@@ -380,7 +380,7 @@ pub fn verdict(status: u16, presented_token: bool) -> crate::gate::log::Decision
 }
 
 /// Why a request without a usable token is answered 407, for the log.
-pub fn auth_reason(presented_token: bool) -> &'static str {
+pub(crate) fn auth_reason(presented_token: bool) -> &'static str {
     if presented_token {
         "wrong or expired session token"
     } else {

@@ -4,7 +4,7 @@
 //! answer to its CONNECT). One spelling, so a fix to framing lands everywhere at once.
 
 /// The standard reason phrase of the statuses the gate answers with.
-pub fn phrase(status: u16) -> &'static str {
+pub(crate) fn phrase(status: u16) -> &'static str {
     match status {
         200 => "Connection established",
         400 => "Bad Request",
@@ -22,7 +22,7 @@ pub fn phrase(status: u16) -> &'static str {
 /// A complete plain-text response that closes the connection. `reason` is the status line's
 /// phrase: for a refusal, its hint, because the status line is what most clients print of a
 /// failed CONNECT (Python, git), never the body.
-pub fn response(status: u16, reason: &str, body: &str) -> String {
+pub(crate) fn response(status: u16, reason: &str, body: &str) -> String {
     let extra = if status == 407 { "Proxy-Authenticate: Basic realm=\"ai-sandbox\"\r\n" } else { "" };
     format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
@@ -32,14 +32,14 @@ pub fn response(status: u16, reason: &str, body: &str) -> String {
 
 /// Whether `buf` holds a whole request head (or something that can never become one): reading
 /// can stop.
-pub fn request_head_done(buf: &[u8]) -> bool {
+pub(crate) fn request_head_done(buf: &[u8]) -> bool {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     !matches!(httparse::Request::new(&mut headers).parse(buf), Ok(httparse::Status::Partial))
 }
 
 /// A response head read from `buf`: `Ok(None)` while it is incomplete, else the status, the
 /// reason phrase, and the head's length (what follows is the body or a tunnel's bytes).
-pub fn response_head(buf: &[u8]) -> Result<Option<(u16, String, usize)>, httparse::Error> {
+pub(crate) fn response_head(buf: &[u8]) -> Result<Option<(u16, String, usize)>, httparse::Error> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut r = httparse::Response::new(&mut headers);
     Ok(match r.parse(buf)? {

@@ -15,24 +15,24 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The open decision log.
-pub struct Log(Mutex<File>);
+pub(crate) struct Log(Mutex<File>);
 
 impl Log {
-    pub fn open(path: &Path) -> std::io::Result<Log> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Log> {
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         Ok(Log(Mutex::new(f)))
     }
 
     /// The log on standard output (cluster mode: what cluster log collectors read).
-    pub fn stdout() -> std::io::Result<Log> {
+    pub(crate) fn stdout() -> std::io::Result<Log> {
         use std::os::fd::AsFd;
         let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
         Ok(Log(Mutex::new(File::from(fd))))
     }
 
     /// Appends one event as a JSON line (a single write).
-    pub fn write(&self, e: &Event) {
+    pub(crate) fn write(&self, e: &Event) {
         if let Ok(mut line) = serde_json::to_string(e)
             && let Ok(mut f) = self.0.lock()
         {
@@ -43,33 +43,33 @@ impl Log {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    pub time: String,
-    pub session: String,
+pub(crate) struct Event {
+    pub(crate) time: String,
+    pub(crate) session: String,
     /// The session's project directory (empty for a request with no session, and in lines of
     /// older versions): `logs` shows the project it is run in.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub project: String,
-    pub method: String,
-    pub host: String,
-    pub port: u16,
-    pub decision: Decision,
-    pub status: u16,
-    pub reason: String,
+    pub(crate) project: String,
+    pub(crate) method: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) decision: Decision,
+    pub(crate) status: u16,
+    pub(crate) reason: String,
     /// For a refusal: the hint the client got (what would allow it); absent otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub hint: String,
+    pub(crate) hint: String,
     /// For a refusal an allow line would lift: its value (`allow = VALUE`). Read by `watch`
     /// (what `a` and `s` add) and `logs --json`; absent in lines of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow: Option<String>,
+    pub(crate) allow: Option<String>,
 }
 
 /// What the gate did with a request: the one spelling of a decision, in the log and on the
 /// control socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Relayed.
     Allow,
     /// Refused.
@@ -80,7 +80,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Decision::Allow => "allow",
             Decision::Deny => "deny",
@@ -111,7 +111,7 @@ fn rfc3339(secs: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
 }
 
@@ -119,28 +119,28 @@ impl Event {
     /// What would allow a refusal, as its hint says it, without the prefix clients see
     /// (`blocked by ai-sandbox: `, which lines of older versions also kept in the log); empty
     /// when the decision has no hint.
-    pub fn fix(&self) -> &str {
+    pub(crate) fn fix(&self) -> &str {
         self.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&self.hint)
     }
     /// The fix, or the reason when the refusal has none: what the launcher and `watch` say.
-    pub fn fix_or_reason(&self) -> &str {
+    pub(crate) fn fix_or_reason(&self) -> &str {
         if self.fix().is_empty() { &self.reason } else { self.fix() }
     }
 }
 
 /// Reads the decision log a whole line at a time: a line the gate is writing right now is left
 /// for the next call (the gate writes each line with one write, so this is rare, not never).
-pub struct Follow {
+pub(crate) struct Follow {
     reader: std::io::BufReader<File>,
 }
 
 impl Follow {
-    pub fn open(path: &Path) -> std::io::Result<Follow> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Follow> {
         Ok(Follow { reader: std::io::BufReader::new(File::open(path)?) })
     }
 
     /// From the log's end: only what is decided from now on.
-    pub fn open_at_end(path: &Path) -> std::io::Result<Follow> {
+    pub(crate) fn open_at_end(path: &Path) -> std::io::Result<Follow> {
         use std::io::Seek;
         let mut f = Self::open(path)?;
         f.reader.seek(std::io::SeekFrom::End(0))?;
@@ -148,7 +148,7 @@ impl Follow {
     }
 
     /// The next complete line, or `None` when there is none yet.
-    pub fn next_line(&mut self) -> std::io::Result<Option<String>> {
+    pub(crate) fn next_line(&mut self) -> std::io::Result<Option<String>> {
         use std::io::{BufRead, Seek, SeekFrom};
         let mut line = String::new();
         let n = self.reader.read_line(&mut line)?;
@@ -160,7 +160,7 @@ impl Follow {
     }
 }
 
-pub fn human(e: &Event) -> String {
+pub(crate) fn human(e: &Event) -> String {
     format!(
         "{} {:5} {} session={} {} {}:{} {}",
         e.time, e.decision, e.status, e.session, e.method, e.host, e.port, e.reason

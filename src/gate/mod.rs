@@ -16,11 +16,11 @@ pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod decide;
-pub mod http;
-pub mod log;
+pub(crate) mod http;
+pub(crate) mod log;
 pub mod request;
 pub mod server;
-pub mod splice;
+pub(crate) mod splice;
 mod state;
 pub mod tls;
 

@@ -8,11 +8,11 @@
 
 use base64::Engine;
 
-pub const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `CONNECT host:port`: a tunnel.
     Connect,
     /// `GET http://host/path`: forwarded as one request.
@@ -21,8 +21,8 @@ pub enum Kind {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
-    pub kind: Kind,
-    pub method: String,
+    pub(crate) kind: Kind,
+    pub(crate) method: String,
     /// The target host as written (IPv6 without brackets), not yet normalised.
     pub host: String,
     pub port: u16,
@@ -31,9 +31,9 @@ pub struct Request {
     /// Bytes of the head, including the final CRLFCRLF.
     pub head_len: usize,
     /// Forward only: the origin-form head to send upstream.
-    pub upstream_head: Vec<u8>,
+    pub(crate) upstream_head: Vec<u8>,
     /// Forward only: request body length (Content-Length, else 0).
-    pub body_len: u64,
+    pub(crate) body_len: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

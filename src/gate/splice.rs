@@ -159,7 +159,7 @@ async fn idle_expired(act: &Activity, idle: Option<Duration>) {
 
 /// Relays both directions until both have ended, or until nothing moved for `idle` (if any).
 /// Returns (client → upstream, upstream → client) byte counts.
-pub async fn relay(
+pub(crate) async fn relay(
     client: &TcpStream,
     upstream: &TcpStream,
     idle: Option<Duration>,
@@ -172,7 +172,7 @@ pub async fn relay(
 }
 
 /// One direction only (a forwarded request's response), with the same idle limit.
-pub async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Result<u64> {
+pub(crate) async fn copy(src: &TcpStream, dst: &TcpStream, idle: Duration) -> io::Result<u64> {
     let act = Activity::new();
     tokio::select! {
         r = one_way(src, dst, &act) => r,

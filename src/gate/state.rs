@@ -10,22 +10,22 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-pub struct Session {
-    pub id: String,
-    pub project: String,
-    pub token: String,
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) project: String,
+    pub(crate) token: String,
     /// Replaced whole by a live change (`ai-sandbox allow`); each connection reads it once.
     policy: RwLock<Arc<SessionPolicy>>,
-    pub started: String,
-    pub allowed: AtomicU64,
-    pub denied: AtomicU64,
-    pub active: AtomicUsize,
-    pub up: AtomicU64,
-    pub down: AtomicU64,
+    pub(crate) started: String,
+    pub(crate) allowed: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) active: AtomicUsize,
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
 }
 
 impl Session {
-    pub fn new(id: String, project: String, token: String, policy: SessionPolicy) -> Session {
+    pub(crate) fn new(id: String, project: String, token: String, policy: SessionPolicy) -> Session {
         Session {
             id,
             project,
@@ -42,10 +42,10 @@ impl Session {
 }
 
 impl Session {
-    pub fn policy(&self) -> Arc<SessionPolicy> {
+    pub(crate) fn policy(&self) -> Arc<SessionPolicy> {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
-    pub fn set_policy(&self, p: SessionPolicy) {
+    pub(crate) fn set_policy(&self, p: SessionPolicy) {
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
     }
 }
@@ -53,14 +53,14 @@ impl Session {
 /// One session as `gate status` shows it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SessionStatus {
-    pub session: String,
-    pub project: String,
-    pub started: String,
-    pub allowed: u64,
-    pub denied: u64,
-    pub active: u64,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
+    pub(crate) session: String,
+    pub(crate) project: String,
+    pub(crate) started: String,
+    pub(crate) allowed: u64,
+    pub(crate) denied: u64,
+    pub(crate) active: u64,
+    pub(crate) bytes_up: u64,
+    pub(crate) bytes_down: u64,
 }
 
 struct Registry {
@@ -71,21 +71,21 @@ struct Registry {
     closing: bool,
 }
 
-pub struct State {
-    pub port: u16,
+pub(crate) struct State {
+    pub(crate) port: u16,
     /// A duplicate of the listening socket. Each launcher receives it when it registers and
     /// holds it for the sandbox's life, so the port stays bound to this socket even if the
     /// gate dies: nobody else (another local user included) can take it over.
-    pub listener: OwnedFd,
+    pub(crate) listener: OwnedFd,
     registry: RwLock<Registry>,
     log: Log,
-    pub stop: tokio::sync::Notify,
+    pub(crate) stop: tokio::sync::Notify,
     /// Watchers and the requests held for them (`ask = SECONDS`).
-    pub asks: super::ask::Asks,
+    pub(crate) asks: super::ask::Asks,
 }
 
 impl State {
-    pub fn new(port: u16, listener: OwnedFd, log: Log) -> State {
+    pub(crate) fn new(port: u16, listener: OwnedFd, log: Log) -> State {
         State {
             port,
             listener,
@@ -108,26 +108,26 @@ impl State {
     }
 
     /// A registered session by id.
-    pub fn session(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn session(&self, id: &str) -> Option<Arc<Session>> {
         let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
         r.all.iter().find(|s| s.id == id).cloned()
     }
 
-    pub fn unregister(&self, s: &Arc<Session>) {
+    pub(crate) fn unregister(&self, s: &Arc<Session>) {
         let mut r = self.registry.write().unwrap_or_else(|e| e.into_inner());
         r.all.retain(|x| !Arc::ptr_eq(x, s));
         r.changed = Instant::now();
     }
 
     /// The session whose token was presented (every token compared in constant time).
-    pub fn authenticate(&self, presented: Option<&str>) -> Option<Arc<Session>> {
+    pub(crate) fn authenticate(&self, presented: Option<&str>) -> Option<Arc<Session>> {
         let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
         let tokens: Vec<&str> = r.all.iter().map(|s| s.token.as_str()).collect();
         decide::authenticate(&tokens, presented).map(|i| r.all[i].clone())
     }
 
     /// True, and closed for good, when no session has existed for `idle`.
-    pub fn close_if_idle(&self, idle: Duration) -> bool {
+    pub(crate) fn close_if_idle(&self, idle: Duration) -> bool {
         let mut r = self.registry.write().unwrap_or_else(|e| e.into_inner());
         if r.closing || (r.all.is_empty() && r.changed.elapsed() >= idle) {
             r.closing = true;
@@ -136,12 +136,12 @@ impl State {
     }
 
     /// Closes now (stop command, SIGTERM): registrations from here on are told to retry.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.registry.write().unwrap_or_else(|e| e.into_inner()).closing = true;
         self.stop.notify_one();
     }
 
-    pub fn status(&self) -> Vec<SessionStatus> {
+    pub(crate) fn status(&self) -> Vec<SessionStatus> {
         let r = self.registry.read().unwrap_or_else(|e| e.into_inner());
         r.all
             .iter()
@@ -159,7 +159,7 @@ impl State {
     }
 
     /// Records one decision (before the client is answered).
-    pub fn log(&self, d: Decision<'_>) {
+    pub(crate) fn log(&self, d: Decision<'_>) {
         let e = Event {
             time: log::now(),
             session: d.session.to_string(),
@@ -182,17 +182,17 @@ impl State {
 }
 
 /// One decision as the connection code sees it.
-pub struct Decision<'a> {
-    pub session: &'a str,
-    pub method: &'a str,
-    pub host: &'a str,
-    pub port: u16,
-    pub status: u16,
+pub(crate) struct Decision<'a> {
+    pub(crate) session: &'a str,
+    pub(crate) method: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) status: u16,
     /// Whether the client presented proxy credentials (a 407 without them is a challenge).
-    pub presented_token: bool,
-    pub reason: &'a str,
+    pub(crate) presented_token: bool,
+    pub(crate) reason: &'a str,
     /// What would allow it (the refusal's hint), or empty.
-    pub hint: &'a str,
+    pub(crate) hint: &'a str,
     /// The `allow =` value that would lift it, when one would.
-    pub allow: Option<&'a str>,
+    pub(crate) allow: Option<&'a str>,
 }

@@ -13,7 +13,7 @@ pub enum Hello {
 }
 
 /// Largest ClientHello accepted (several records are reassembled up to this size).
-pub const MAX_HELLO: usize = 64 * 1024;
+pub(crate) const MAX_HELLO: usize = 64 * 1024;
 
 pub fn parse_client_hello(buf: &[u8]) -> Hello {
     // Reassemble handshake bytes from consecutive handshake records.

@@ -8,14 +8,14 @@
 use crate::policy::Policy;
 use std::net::IpAddr;
 
-pub struct Check {
-    pub port: u16,
-    pub service: &'static str,
+pub(crate) struct Check {
+    pub(crate) port: u16,
+    pub(crate) service: &'static str,
     /// What is sent (a read-only request).
-    pub ask: &'static [u8],
+    pub(crate) ask: &'static [u8],
     /// The reply prefix that means "answered without authentication".
-    pub open_reply: &'static [u8],
-    pub fix: &'static str,
+    pub(crate) open_reply: &'static [u8],
+    pub(crate) fix: &'static str,
 }
 
 const CHECKS: &[Check] = &[
@@ -43,7 +43,7 @@ const CHECKS: &[Check] = &[
 ];
 
 /// The checks that apply: allowed entries reaching the host loopback (gate_addr) on the port.
-pub fn applicable(p: &Policy) -> Vec<&'static Check> {
+pub(crate) fn applicable(p: &Policy) -> Vec<&'static Check> {
     CHECKS
         .iter()
         .filter(|c| crate::policy::allow::reaches(&p.nets, IpAddr::V4(p.gate_addr), c.port))
@@ -51,7 +51,7 @@ pub fn applicable(p: &Policy) -> Vec<&'static Check> {
 }
 
 /// The warning for a reply, if the service answered without authentication.
-pub fn warning(c: &Check, gate_addr: std::net::Ipv4Addr, reply: &[u8]) -> Option<String> {
+pub(crate) fn warning(c: &Check, gate_addr: std::net::Ipv4Addr, reply: &[u8]) -> Option<String> {
     reply.starts_with(c.open_reply).then(|| {
         format!(
             "warning: {gate_addr}:{port} is the host's 127.0.0.1:{port}, where {} answers without authentication: \

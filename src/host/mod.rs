@@ -4,8 +4,8 @@
 //! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
-pub mod loopback;
-pub mod process;
+pub(crate) mod loopback;
+pub(crate) mod process;
 
 use crate::error::hinted;
 use crate::plan::{Facts, Plan};
@@ -434,7 +434,7 @@ fn listener_of(port: u16) -> String {
 }
 
 /// The `PT_INTERP` path of a 64-bit little-endian ELF program (None for anything else).
-pub fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
+pub(crate) fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
     let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?));
     let u64_at = |o: usize| usize::try_from(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?)).ok();

@@ -10,7 +10,7 @@ use std::process::{Child, Command};
 
 /// How a child is tied to the launcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tie {
+pub(crate) enum Tie {
     /// Its own session: it outlives the launcher and its terminal (the gate, the keeper).
     Detached,
     /// Sent this signal when the launcher dies, however it dies (podman).
@@ -19,7 +19,7 @@ pub enum Tie {
 
 /// Spawns `cmd` with every signal unblocked (the launcher blocks the ones it forwards; a child
 /// with SIGTERM blocked would ignore `kill`) and tied as `tie` says.
-pub fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
+pub(crate) fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
     // SAFETY: only async-signal-safe calls (setsid, prctl, sigprocmask) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -38,7 +38,7 @@ pub fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
 }
 
 /// Reaps `child` when it exits, so no zombie is left while the launcher runs.
-pub fn reap_later(mut child: Child) {
+pub(crate) fn reap_later(mut child: Child) {
     std::thread::spawn(move || child.wait());
 }
 
@@ -46,7 +46,7 @@ pub fn reap_later(mut child: Child) {
 /// kernel sent it (a terminal's Ctrl-C, which reaches the foreground group by itself) rather
 /// than a process (`kill`, a supervisor). nix has no sigwaitinfo and signal-hook works with
 /// handlers, not a blocked mask the children must not inherit, hence libc here.
-pub fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
+pub(crate) fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
     // SAFETY: siginfo_t is plain data; zeroed is a valid value for an out-parameter.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset; `info` is a properly sized out-parameter.
@@ -57,6 +57,6 @@ pub fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
 
 /// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)
 /// would take it for a process group).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
 }

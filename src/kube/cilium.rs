@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CiliumNetworkPolicy {
+pub(crate) struct CiliumNetworkPolicy {
     api_version: &'static str,
     kind: &'static str,
     metadata: ObjectMeta,
@@ -80,7 +80,7 @@ struct L7 {
     dns: Vec<BTreeMap<&'static str, &'static str>>,
 }
 
-pub fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
+pub(crate) fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
     let gate = BTreeMap::from([("app.kubernetes.io/name".to_string(), GATE.to_string())]);
     let kube_dns = BTreeMap::from([
         ("k8s:io.kubernetes.pod.namespace".to_string(), "kube-system".to_string()),

@@ -27,28 +27,28 @@ use std::net::IpAddr;
 
 /// What the command line chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    pub namespace: String,
+pub(crate) struct Options {
+    pub(crate) namespace: String,
     /// The agent's image (`--image`, else the config's `image =`).
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// The image holding this binary, for the gate.
-    pub gate_image: String,
-    pub cilium: bool,
+    pub(crate) gate_image: String,
+    pub(crate) cilium: bool,
 }
 
 /// Fixed names, so that the docs and the objects agree.
-pub const GATE: &str = "ai-sandbox-gate";
-pub const AGENT: &str = "ai-sandbox-agent";
+pub(crate) const GATE: &str = "ai-sandbox-gate";
+pub(crate) const AGENT: &str = "ai-sandbox-agent";
 /// The Secret holding the session token (key `token`), created by the user.
-pub const TOKEN_SECRET: &str = "ai-sandbox-token";
+pub(crate) const TOKEN_SECRET: &str = "ai-sandbox-token";
 /// The Secret holding the config's `secret =` values (one key per name), created by the user.
-pub const SECRETS: &str = "ai-sandbox-secrets";
+pub(crate) const SECRETS: &str = "ai-sandbox-secrets";
 /// The PersistentVolumeClaim holding the project, created by the user.
-pub const PROJECT_CLAIM: &str = "ai-sandbox-project";
-pub const GATE_PORT: u16 = 3128;
+pub(crate) const PROJECT_CLAIM: &str = "ai-sandbox-project";
+pub(crate) const GATE_PORT: u16 = 3128;
 
 /// The manifests, as one multi-document YAML stream (each document is JSON, which is YAML).
-pub fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic>> {
+pub(crate) fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic>> {
     let image = check(p, cfg, o)?;
     let docs = objects::all(p, o, &image);
     let mut out = format!(

@@ -107,7 +107,7 @@ fn empty_dir(name: &str) -> Volume {
 }
 
 /// Every object, each with a one-line description.
-pub fn all(p: &Policy, o: &Options, image: &str) -> Vec<(String, serde_json::Value)> {
+pub(crate) fn all(p: &Policy, o: &Options, image: &str) -> Vec<(String, serde_json::Value)> {
     let v = |x: serde_json::Result<serde_json::Value>| x.expect("objects serialise");
     let mut out = vec![
         (

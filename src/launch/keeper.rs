@@ -53,7 +53,7 @@ fn session_over(dir: &Path) -> bool {
 
 /// Removes the containers of sessions that are over, each judged by its own session
 /// directory (labelled on the container), whichever runtime dir it lives in.
-pub fn sweep(pm: &Path) {
+pub(crate) fn sweep(pm: &Path) {
     let filter = format!("label={SESSION_DIR_LABEL}");
     let format = format!("{{{{.Names}}}}\t{{{{index .Labels \"{SESSION_DIR_LABEL}\"}}}}");
     let Some(out) = podman(pm, &["ps", "-a", "--filter", &filter, "--format", &format]) else {

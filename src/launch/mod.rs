@@ -11,7 +11,7 @@
 pub mod guard;
 pub mod hook;
 pub mod keeper;
-pub mod refusals;
+pub(crate) mod refusals;
 pub mod relay;
 #[cfg(test)]
 mod tests;
@@ -33,7 +33,7 @@ const SKELETON_LINKS: &[(&str, &str)] =
     &[("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")];
 
 /// Builds the skeleton rootfs once (atomically: in a temporary dir, then renamed).
-pub fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
     if dir.join("usr").is_dir() {
         return Ok(());
     }
@@ -171,7 +171,7 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
 /// What a launch does to the machine, one typed call each, in the order `run` decides. The
 /// real calls are `Real` below; the unit tests drive `run` with a recording fake that can make
 /// any call fail, so the order and what each failure leaves behind are tested without podman.
-pub trait Machine {
+pub(crate) trait Machine {
     /// The skeleton rootfs for `image = host` (built once).
     fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// A directory of the user's own, mode 0700 (the sandbox HOME, an agent's state).
@@ -196,7 +196,7 @@ pub trait Machine {
 /// Runs a plan: prepare, record, keeper, podman, then always settle and clean up once the
 /// session directory exists. An error before podman starts leaves nothing behind but the
 /// files that outlive sessions (the rootfs, the HOME); every error is returned once.
-pub fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
+pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     if let Some(rootfs) = &plan.rootfs {
         m.ensure_rootfs(rootfs)?;
     }
@@ -239,7 +239,7 @@ pub fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
 }
 
 /// The machine itself.
-pub struct Real;
+pub(crate) struct Real;
 
 impl Machine for Real {
     fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()> {
@@ -290,7 +290,7 @@ fn forwarded_signals() -> SigSet {
     set
 }
 
-pub fn block_forwarded_signals() -> anyhow::Result<()> {
+pub(crate) fn block_forwarded_signals() -> anyhow::Result<()> {
     forwarded_signals().thread_block().context("blocking signals")
 }
 

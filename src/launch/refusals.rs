@@ -13,7 +13,7 @@ use crate::gate::log::{Decision, Event};
 
 /// Refusals of one session, per destination, in the order first seen.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     session: String,
     seen: Vec<Refused>,
 }
@@ -34,13 +34,13 @@ fn clock(time: &str) -> &str {
 }
 
 impl Tally {
-    pub fn new(session: &str) -> Tally {
+    pub(crate) fn new(session: &str) -> Tally {
         Tally { session: session.to_string(), seen: Vec::new() }
     }
 
     /// Takes one decision; returns the line to say now when it is this session's first refusal
     /// of its destination.
-    pub fn observe(&mut self, e: &Event) -> Option<String> {
+    pub(crate) fn observe(&mut self, e: &Event) -> Option<String> {
         if e.session != self.session || e.decision != Decision::Deny {
             return None;
         }
@@ -65,7 +65,7 @@ impl Tally {
 
     /// Takes one direct connection the rules refused (seen at `time`); returns the line to say
     /// now when it is new.
-    pub fn observe_direct(
+    pub(crate) fn observe_direct(
         &mut self,
         d: &crate::live::Direct,
         time: &str,
@@ -83,7 +83,7 @@ impl Tally {
     }
 
     /// The lines to say when the sandbox ends: nothing when nothing was refused.
-    pub fn summary(&self) -> Vec<String> {
+    pub(crate) fn summary(&self) -> Vec<String> {
         if self.seen.is_empty() {
             return Vec::new();
         }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Every sandbox of this user whose launcher is alive, oldest first.
-pub fn running(runtime: &Path) -> Vec<Running> {
+pub(crate) fn running(runtime: &Path) -> Vec<Running> {
     let Ok(entries) = fs::read_dir(runtime.join("sessions")) else {
         return Vec::new();
     };
@@ -43,7 +43,7 @@ pub fn running(runtime: &Path) -> Vec<Running> {
 }
 
 /// The live records of `project`'s running sandboxes that have an allowlist (`--net allow`).
-pub fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
+pub(crate) fn sessions(runtime: &Path, project: &Path) -> Vec<PathBuf> {
     running(runtime)
         .into_iter()
         .filter(|r| {
@@ -78,14 +78,14 @@ fn nft_in(session_dir: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Res
 /// The sandbox's user and network namespaces, held open by this process: they outlive the
 /// container, so what its rules recorded can still be read once its command has exited (a
 /// command that ends within the launcher's polling interval).
-pub struct Held {
+pub(crate) struct Held {
     user: fs::File,
     net: fs::File,
 }
 
 impl Held {
     /// Opens the namespaces of the session's container, once its pid file is there.
-    pub fn open(session_dir: &Path) -> Option<Held> {
+    pub(crate) fn open(session_dir: &Path) -> Option<Held> {
         let pid = container_pid(session_dir).ok()?;
         let open = |ns: &str| fs::File::open(format!("/proc/{pid}/ns/{ns}")).ok();
         Some(Held { user: open("user")?, net: open("net")? })
@@ -93,7 +93,7 @@ impl Held {
 }
 
 /// `refused`, through namespaces held open (see `Held`).
-pub fn refused_held(session_dir: &Path, held: &Held) -> anyhow::Result<Vec<crate::live::Direct>> {
+pub(crate) fn refused_held(session_dir: &Path, held: &Held) -> anyhow::Result<Vec<crate::live::Direct>> {
     use std::os::fd::AsRawFd;
     let me = std::process::id();
     let user = format!("--user=/proc/{me}/fd/{}", held.user.as_raw_fd());
@@ -131,7 +131,7 @@ fn nft_script(session_dir: &Path, script: &str) -> anyhow::Result<()> {
 }
 
 /// What the rules of a running sandbox have refused so far (see `ruleset::REFUSED_V4`).
-pub fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
+pub(crate) fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
     refused_with(session_dir, |args| nft_in(session_dir, args, None))
 }
 
@@ -170,7 +170,7 @@ fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
 }
 
 /// See `Host::live_allow`.
-pub fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<()> {
+pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::Result<()> {
     let file = fs::OpenOptions::new()
         .read(true)
         .write(true)

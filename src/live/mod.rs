@@ -8,7 +8,7 @@
 //! connections), and nothing else. The record is updated under a lock, so two concurrent
 //! changes both land. Applying it is the host's part (`host::RealHost::live_allow`).
 
-pub mod apply;
+pub(crate) mod apply;
 
 use crate::gate::decide::SessionPolicy;
 use serde::{Deserialize, Serialize};
@@ -28,7 +28,7 @@ pub struct Record {
 }
 
 /// The allowlist the gate (and a live change) works from, as the launch's policy has it.
-pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
+pub(crate) fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
     SessionPolicy {
         hosts: p.hosts.clone(),
         nets: p.nets.clone(),
@@ -43,7 +43,7 @@ pub fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
 }
 
 /// The record a launch starts with.
-pub fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts) -> Record {
+pub(crate) fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts) -> Record {
     Record {
         session: f.session_id.clone(),
         container: f.container_name(),
@@ -69,7 +69,7 @@ pub struct Running {
 }
 
 /// `1h02m`, `3m05s`, `42s`.
-pub fn age(secs: u64) -> String {
+pub(crate) fn age(secs: u64) -> String {
     match secs {
         s if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
@@ -80,7 +80,7 @@ pub fn age(secs: u64) -> String {
 /// The transport of a direct connection the rules refused: the sets record only these two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Proto {
+pub(crate) enum Proto {
     Tcp,
     Udp,
 }
@@ -96,30 +96,30 @@ impl std::fmt::Display for Proto {
 
 /// A direct connection the rules refused (recorded in the sandbox's `refused_*` sets).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Direct {
-    pub proto: Proto,
-    pub addr: std::net::IpAddr,
-    pub port: u16,
+pub(crate) struct Direct {
+    pub(crate) proto: Proto,
+    pub(crate) addr: std::net::IpAddr,
+    pub(crate) port: u16,
     /// The `deny` entry that refused it, when one did (`ai-sandbox deny`, a `deny =` line):
     /// then no "add allow" is advised, the deny line is named.
     #[serde(default)]
-    pub denied_by: Option<String>,
+    pub(crate) denied_by: Option<String>,
 }
 
 impl Direct {
     /// `198.51.100.7:8080`, `[fd00::1]:53`.
-    pub fn dest(&self) -> String {
+    pub(crate) fn dest(&self) -> String {
         format!("{}:{}", self.host(), self.port)
     }
     /// The address as a destination spells it (`[fd00::1]` for IPv6).
-    pub fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         match self.addr {
             std::net::IpAddr::V6(a) => format!("[{a}]"),
             a => a.to_string(),
         }
     }
     /// What would allow it, in the words of a gate hint.
-    pub fn fix(&self, config_path: &str) -> String {
+    pub(crate) fn fix(&self, config_path: &str) -> String {
         match (self.proto, &self.denied_by) {
             (Proto::Tcp, Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
             (Proto::Tcp, None) => format!("add \"allow = {}\" to {config_path}", self.dest()),
@@ -133,7 +133,7 @@ impl Direct {
 
 /// The elements of `nft -j list set … refused_v4|refused_v6`, read through nftables' own schema
 /// types. An element of another shape (none is written by our rules) is skipped.
-pub fn parse_refused(json: &str) -> Vec<Direct> {
+pub(crate) fn parse_refused(json: &str) -> Vec<Direct> {
     use nftables::expr::{Expression, NamedExpression};
     use nftables::schema::{NfListObject, NfObject, Nftables};
     let Ok(doc) = serde_json::from_str::<Nftables>(json) else { return Vec::new() };
@@ -163,15 +163,15 @@ pub fn parse_refused(json: &str) -> Vec<Direct> {
 /// alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
-    pub hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
-    pub nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
-    pub deny_hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
-    pub deny_nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+    pub(crate) hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
+    pub(crate) nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+    pub(crate) deny_hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
+    pub(crate) deny_nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
 }
 
 impl Change {
     /// The entries, as the allowlist prints them.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let host = |(h, p): &(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)| match p
         {
             Some(p) => format!("{h}:{p}"),
@@ -186,7 +186,7 @@ impl Change {
 
 /// The record with `c` added; `Err` when it asks for a hostname and the sandbox has no gate.
 /// Entries already there are not added twice; nothing else changes.
-pub fn merged(r: &Record, c: &Change) -> Result<Record, String> {
+pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
     if r.net != crate::policy::NetMode::Allow {
         return Err(format!("session {} runs with --net {}: it has no allowlist to widen", r.session, r.net));
     }

@@ -12,24 +12,24 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     /// Where PATH found it (`~/.local/bin/claude`).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its real path, links resolved.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// The interpreter its `#!` line names, resolved the same way (`env node` → node's target).
-    pub interpreter: Option<(PathBuf, PathBuf)>,
+    pub(crate) interpreter: Option<(PathBuf, PathBuf)>,
 }
 
 /// How to run it inside.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Launchable {
+pub(crate) struct Launchable {
     /// The program to execute inside (the real path), when it is not visible as is.
-    pub program: Option<String>,
+    pub(crate) program: Option<String>,
     /// Directories to mount read-only at the same path.
-    pub mounts: Vec<PathBuf>,
+    pub(crate) mounts: Vec<PathBuf>,
     /// A directory to put first on the sandbox's PATH (the interpreter's).
-    pub path_prefix: Option<PathBuf>,
+    pub(crate) path_prefix: Option<PathBuf>,
     /// What to tell the user.
-    pub notice: Option<String>,
+    pub(crate) notice: Option<String>,
 }
 
 /// Directories visible inside as they are on the host.
@@ -40,7 +40,7 @@ fn visible(p: &Path, visible_dirs: &[PathBuf]) -> bool {
 /// The tree a program needs: an npm-style prefix (`PREFIX/lib/node_modules/...`: the prefix,
 /// which holds the package and, for nvm, node itself); a `bin` directory's parent (a venv, a
 /// cargo or pipx home, a versioned install); else the program's directory.
-pub fn install_root(target: &Path) -> PathBuf {
+pub(crate) fn install_root(target: &Path) -> PathBuf {
     let comps: Vec<_> = target.components().collect();
     if let Some(i) =
         comps.windows(2).position(|w| w[0].as_os_str() == "lib" && w[1].as_os_str() == "node_modules")
@@ -77,7 +77,7 @@ fn narrow(root: PathBuf, home: &Path, target: &Path, script: bool) -> Vec<PathBu
 
 /// Decides how to run a command found on the host. `home` is the user's real HOME: mounting it,
 /// or anything that contains it, would expose keys and dotfiles, so that is refused with a note.
-pub fn plan(name: &str, found: Option<&Found>, visible_dirs: &[PathBuf], home: &Path) -> Launchable {
+pub(crate) fn plan(name: &str, found: Option<&Found>, visible_dirs: &[PathBuf], home: &Path) -> Launchable {
     let Some(f) = found else {
         return Launchable {
             notice: Some(format!(

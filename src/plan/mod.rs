@@ -4,14 +4,14 @@
 //! host state (paths, the chosen gate port, the session token, whether stdin is a terminal)
 //! comes in as `Facts`, so building a Plan never reads the live system.
 
-pub mod agent;
+pub(crate) mod agent;
 
-pub mod podman;
+pub(crate) mod podman;
 pub mod ruleset;
-pub mod session;
+pub(crate) mod session;
 
 use crate::plan::ruleset::Ruleset;
-pub use crate::plan::session::Facts;
+pub(crate) use crate::plan::session::Facts;
 use crate::plan::session::Probe;
 use crate::policy::{Image, NetMode, Policy};
 use std::ffi::OsStr;
@@ -20,10 +20,10 @@ use std::path::PathBuf;
 /// The OCI hook: its JSON file (in the hooks dir) and the ruleset file it loads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookSpec {
-    pub hooks_dir: PathBuf,
-    pub hook_file: PathBuf,
-    pub hook_json: String,
-    pub ruleset_file: PathBuf,
+    pub(crate) hooks_dir: PathBuf,
+    pub(crate) hook_file: PathBuf,
+    pub(crate) hook_json: String,
+    pub(crate) ruleset_file: PathBuf,
     /// The self-check's hook (see `check_hook`).
     pub check: Option<CheckHook>,
 }
@@ -31,10 +31,10 @@ pub struct HookSpec {
 /// The self-check's hook JSON, and its program's link on the host (see `Facts::check_exe`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckHook {
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     pub json: String,
-    pub exe: PathBuf,
-    pub target: PathBuf,
+    pub(crate) exe: PathBuf,
+    pub(crate) target: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,62 +43,62 @@ pub struct Plan {
     pub ruleset: Option<Ruleset>,
     pub hook: Option<HookSpec>,
     /// Lines said to the user before the command starts.
-    pub notices: Vec<String>,
+    pub(crate) notices: Vec<String>,
     /// What the hook proves before the command starts, in words (`--dry-run` shows it).
-    pub self_check: Option<String>,
+    pub(crate) self_check: Option<String>,
     /// The effective allowlist, one line per entry, as `--dry-run` shows it.
-    pub allowlist: Vec<String>,
+    pub(crate) allowlist: Vec<String>,
     /// The proxy variables' env file (path, text): holds the token, so never on argv.
     pub env_file: Option<(PathBuf, String)>,
     /// The sandbox's ssh client config (path, text), see `podman::ssh_config`.
-    pub ssh_config: Option<(PathBuf, String)>,
+    pub(crate) ssh_config: Option<(PathBuf, String)>,
     /// Skeleton rootfs to create before launch (`image = host`).
-    pub rootfs: Option<PathBuf>,
-    pub sandbox_home: PathBuf,
+    pub(crate) rootfs: Option<PathBuf>,
+    pub(crate) sandbox_home: PathBuf,
     /// Agent state stores to create (0700) before launch.
-    pub agent_stores: Vec<PathBuf>,
-    pub session_dir: PathBuf,
+    pub(crate) agent_stores: Vec<PathBuf>,
+    pub(crate) session_dir: PathBuf,
     /// The container's name, which the keeper removes if the launcher is killed.
-    pub container: String,
+    pub(crate) container: String,
     /// This binary: started again as the session's keeper.
-    pub self_exe: PathBuf,
+    pub(crate) self_exe: PathBuf,
     /// Where the keeper writes what it did.
-    pub keeper_log: PathBuf,
+    pub(crate) keeper_log: PathBuf,
     /// The file guard: what to record before the session and verify after it.
-    pub guard: GuardSpec,
+    pub(crate) guard: GuardSpec,
     /// Where the launcher watches for this session's refusals (it says each new refused
     /// destination as it happens and sums them up at the end); `None` without rules.
-    pub refusals: Option<RefusalWatch>,
+    pub(crate) refusals: Option<RefusalWatch>,
     /// The live record (path, JSON): what `ai-sandbox allow` changes and `ps` shows.
-    pub live: (PathBuf, String),
+    pub(crate) live: (PathBuf, String),
     /// The self-check's never-allowed destination (`ADDR:PORT`), written to the session dir so
     /// that its refusal is not reported as the agent's.
-    pub canary: Option<String>,
+    pub(crate) canary: Option<String>,
 }
 
 /// What the launcher watches for refusals: the gate's decision log (when the gate is used) and
 /// the sandbox's own records of direct connections the rules refused (read from outside).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusalWatch {
-    pub session: String,
-    pub gate_log: Option<PathBuf>,
-    pub session_dir: PathBuf,
+pub(crate) struct RefusalWatch {
+    pub(crate) session: String,
+    pub(crate) gate_log: Option<PathBuf>,
+    pub(crate) session_dir: PathBuf,
     /// For the fixes: the config to add a line to.
-    pub config_path: String,
+    pub(crate) config_path: String,
 }
 
 /// The guard's part of a launch (see `guard`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardSpec {
-    pub project: PathBuf,
+pub(crate) struct GuardSpec {
+    pub(crate) project: PathBuf,
     /// Protected paths, relative to the project.
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
     /// This project's state dir (approved config, records, quarantine).
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// This session's record.
-    pub store: PathBuf,
+    pub(crate) store: PathBuf,
     /// What was found before the launch: the read-only mounts and the repositories.
-    pub protected: crate::launch::guard::Protected,
+    pub(crate) protected: crate::launch::guard::Protected,
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
@@ -340,7 +340,7 @@ pub fn quote(arg: &OsStr) -> String {
 }
 
 /// What `--dry-run` prints.
-pub fn render(plan: &Plan) -> String {
+pub(crate) fn render(plan: &Plan) -> String {
     let mut out = String::new();
     for n in &plan.notices {
         out += &format!("# note: {n}\n");

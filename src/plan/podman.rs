@@ -40,19 +40,19 @@ fn user_sets(p: &Policy, name: &str) -> bool {
 }
 
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
-pub const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
+pub(crate) const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
 /// Where the directory of this program's loader (the host's) is mounted inside, read-only, so
 /// the self-check runs inside any image (see `plan::check_hook`).
-pub const HOST_LIB_DIR: &str = "/run/ai-sandbox/lib";
+pub(crate) const HOST_LIB_DIR: &str = "/run/ai-sandbox/lib";
 /// The system ssh client config, replaced inside for `image = host` (see `ssh_config`).
-pub const SSH_CONFIG: &str = "/etc/ssh/ssh_config";
+pub(crate) const SSH_CONFIG: &str = "/etc/ssh/ssh_config";
 
 /// The sandbox's /etc/ssh/ssh_config for `image = host`: the host's file, and the files it
 /// includes, belong to the host's root, which the sandbox does not map, and ssh refuses to read
 /// them ("Bad owner or permissions"), so plain `ssh`, `scp`, `rsync -e ssh` and git over ssh
 /// would not run at all. With the gate in use, every host goes through it (ssh's ProxyCommand),
 /// so an allowed `HOST:22` works with no flags.
-pub fn ssh_config(p: &Policy, f: &Facts) -> Option<String> {
+pub(crate) fn ssh_config(p: &Policy, f: &Facts) -> Option<String> {
     if p.image != Image::Host || !f.host_ssh_config || p.net == NetMode::None {
         return None;
     }
@@ -67,7 +67,7 @@ pub fn ssh_config(p: &Policy, f: &Facts) -> Option<String> {
 }
 
 /// Where `--ssh-agent` mounts the user's agent socket inside (SSH_AUTH_SOCK points there).
-pub const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
+pub(crate) const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
 
 /// Variables that make common runtimes honour the gate, beyond the `*_proxy` family: Node's
 /// built-in fetch (Node 24 and later read the proxy variables only with this), gRPC, and git
@@ -91,7 +91,7 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 
 /// The PATH a command is looked up in inside (podman's default for a rootfs without an image
 /// config), unless the user sets one.
-pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The sandbox's PATH with the agent's interpreter first (nvm's node, say), unless the user set
 /// PATH themselves.
@@ -116,7 +116,7 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
-pub fn env_file(p: &Policy, f: &Facts) -> Option<String> {
+pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
     let all: Vec<(String, String)> = proxy_env(p, f)
         .into_iter()
         .chain(runtime_proxy_env(p, f))
@@ -156,7 +156,7 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
 }
 
 /// The whole vector: podman's options, then the command.
-pub fn argv(p: &Policy, f: &Facts) -> Vec<String> {
+pub(crate) fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     let mut a = options(p, f);
     match &p.command {
         Command::Argv(argv) => {

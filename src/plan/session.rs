@@ -15,80 +15,80 @@ const RULESET_FILE: &str = "ruleset.json";
 const CHECK_FILE: &str = "ai-sandbox-check.json";
 /// The self-check's never-allowed destination (`ADDR:PORT`): its refusal is the check's, not the
 /// agent's, and is left out of what the rules' refused sets report.
-pub const CANARY_FILE: &str = "canary";
+pub(crate) const CANARY_FILE: &str = "canary";
 /// What the running sandbox allows (see `live`), for `ai-sandbox allow`.
-pub const LIVE_FILE: &str = "live.json";
+pub(crate) const LIVE_FILE: &str = "live.json";
 /// The container's first process, as podman writes it (`--pidfile`): its namespaces are where
 /// a live change or a read of the refusal records goes.
-pub const CONTAINER_PID_FILE: &str = "container.pid";
+pub(crate) const CONTAINER_PID_FILE: &str = "container.pid";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
-pub const PID_FILE: &str = "pid";
+pub(crate) const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.
-pub const SESSION_LABEL: &str = "ai-sandbox.session";
+pub(crate) const SESSION_LABEL: &str = "ai-sandbox.session";
 /// Label podman puts on every sandbox container: its session directory (wherever the runtime
 /// dir is), by which any keeper can tell whether the session is over.
-pub const SESSION_DIR_LABEL: &str = "ai-sandbox.session-dir";
+pub(crate) const SESSION_DIR_LABEL: &str = "ai-sandbox.session-dir";
 /// Label podman puts on every sandbox container: the project directory.
-pub const PROJECT_LABEL: &str = "ai-sandbox.project";
+pub(crate) const PROJECT_LABEL: &str = "ai-sandbox.project";
 
 /// Host state the plan depends on, gathered by `host` (or fixed in tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    pub podman: PathBuf,
-    pub nft: PathBuf,
+    pub(crate) podman: PathBuf,
+    pub(crate) nft: PathBuf,
     /// This binary (absolute): it is also the OCI hook and the keeper.
-    pub self_exe: PathBuf,
-    pub session_id: String,
+    pub(crate) self_exe: PathBuf,
+    pub(crate) session_id: String,
     /// ai-sandbox's per-user runtime dir: the gate's socket and log, `sessions/`.
-    pub runtime_dir: PathBuf,
-    pub session_dir: PathBuf,
+    pub(crate) runtime_dir: PathBuf,
+    pub(crate) session_dir: PathBuf,
     /// Whether the host has /etc/ssh/ssh_config (replaced inside, see `podman::ssh_config`).
-    pub host_ssh_config: bool,
+    pub(crate) host_ssh_config: bool,
     /// Where the command starts: the working directory when it is inside the project (as git,
     /// direnv and devcontainers do), else the project.
-    pub workdir: PathBuf,
+    pub(crate) workdir: PathBuf,
     /// The user's real HOME path (where the sandbox home is mounted).
-    pub home: PathBuf,
+    pub(crate) home: PathBuf,
     /// The persistent, per-project sandbox HOME on the host.
-    pub sandbox_home: PathBuf,
+    pub(crate) sandbox_home: PathBuf,
     /// Skeleton rootfs for `image = host`.
-    pub rootfs: PathBuf,
+    pub(crate) rootfs: PathBuf,
     /// Host directories mounted read-only for `image = host` (those that exist).
-    pub host_dirs: Vec<PathBuf>,
-    pub tty: bool,
-    pub token: String,
+    pub(crate) host_dirs: Vec<PathBuf>,
+    pub(crate) tty: bool,
+    pub(crate) token: String,
     pub gate_port: u16,
     /// The launcher's relays for spliced IP entries: each destination and the host-loopback
     /// port its relay listens on (empty in a dry run: they are chosen when the launch binds them).
-    pub relays: Vec<(std::net::SocketAddrV4, u16)>,
+    pub(crate) relays: Vec<(std::net::SocketAddrV4, u16)>,
     /// This project's directory in the user's state dir (outside every project): the approved
     /// config, the guard's records, the quarantine.
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// Protected paths that exist now (mounted read-only inside), and the project's
     /// repositories (see `guard::repos`).
-    pub protected: crate::launch::guard::Protected,
+    pub(crate) protected: crate::launch::guard::Protected,
     /// Secret values by name, read at launch (a dry run holds placeholders); only ever written
     /// to the private env file.
-    pub secrets: Vec<(String, String)>,
+    pub(crate) secrets: Vec<(String, String)>,
     /// Secrets the user listed that have no value (said at launch).
-    pub missing_secrets: Vec<String>,
+    pub(crate) missing_secrets: Vec<String>,
     /// The per-user store of agent state shared by sandboxes (`$XDG_DATA_HOME/ai-sandbox/agents`).
-    pub agents_dir: PathBuf,
+    pub(crate) agents_dir: PathBuf,
     /// How to run the command when it is installed outside what the sandbox sees (see `agent`).
-    pub launchable: crate::plan::agent::Launchable,
+    pub(crate) launchable: crate::plan::agent::Launchable,
     /// The user's ssh-agent socket, with `--ssh-agent`.
-    pub ssh_agent: Option<PathBuf>,
+    pub(crate) ssh_agent: Option<PathBuf>,
     /// The hook's proof that the rules hold (see `hook::self_check`): where it probes.
-    pub probe: Probe,
+    pub(crate) probe: Probe,
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
-    pub loader: Option<PathBuf>,
+    pub(crate) loader: Option<PathBuf>,
 }
 
 /// The never-allowed destination the hook's self-check must find refused: a listener of the
 /// launcher's on the host's 127.0.0.1, reached (were the rules not in force) at `gate_addr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// A dry run: the port is chosen when the launch binds the listener.
     AtLaunch,
     Canary(u16),
@@ -100,64 +100,64 @@ pub enum Probe {
 }
 
 impl Facts {
-    pub fn hooks_dir(&self) -> PathBuf {
+    pub(crate) fn hooks_dir(&self) -> PathBuf {
         self.session_dir.join("hooks")
     }
-    pub fn hook_file(&self) -> PathBuf {
+    pub(crate) fn hook_file(&self) -> PathBuf {
         self.hooks_dir().join(HOOK_FILE)
     }
-    pub fn check_file(&self) -> PathBuf {
+    pub(crate) fn check_file(&self) -> PathBuf {
         self.hooks_dir().join(CHECK_FILE)
     }
     /// The self-check hook's program, at one path on both sides: podman skips, without a word,
     /// a hook whose path does not exist on the host, and runs it at that path inside. On the
     /// host a link to the loader (or this program, when static); inside, the same file mounted.
-    pub fn check_exe(&self) -> PathBuf {
+    pub(crate) fn check_exe(&self) -> PathBuf {
         self.session_dir.join("self-check")
     }
     /// What `check_exe` is on the host.
-    pub fn check_exe_target(&self) -> PathBuf {
+    pub(crate) fn check_exe_target(&self) -> PathBuf {
         self.loader.clone().unwrap_or_else(|| self.self_exe.clone())
     }
-    pub fn ruleset_file(&self) -> PathBuf {
+    pub(crate) fn ruleset_file(&self) -> PathBuf {
         self.session_dir.join(RULESET_FILE)
     }
-    pub fn live_file(&self) -> PathBuf {
+    pub(crate) fn live_file(&self) -> PathBuf {
         self.session_dir.join(LIVE_FILE)
     }
-    pub fn env_file(&self) -> PathBuf {
+    pub(crate) fn env_file(&self) -> PathBuf {
         self.session_dir.join(ENV_FILE)
     }
     /// The sandbox's /etc/ssh/ssh_config (see `podman::ssh_config`).
-    pub fn ssh_config_file(&self) -> PathBuf {
+    pub(crate) fn ssh_config_file(&self) -> PathBuf {
         self.session_dir.join("ssh_config")
     }
     /// What every keeper of this runtime dir reports, beside the session directories.
-    pub fn keeper_log(&self) -> PathBuf {
+    pub(crate) fn keeper_log(&self) -> PathBuf {
         self.runtime_dir.join("keeper.log")
     }
     /// The container's name (podman's `--name`).
-    pub fn container_name(&self) -> String {
+    pub(crate) fn container_name(&self) -> String {
         container_name(&self.session_id)
     }
 }
 
 /// Where the user approved this project's config.
-pub fn approved_config(state_dir: &std::path::Path) -> PathBuf {
+pub(crate) fn approved_config(state_dir: &std::path::Path) -> PathBuf {
     state_dir.join("approved-config")
 }
 
 /// The guard's record of one session.
-pub fn guard_store(state_dir: &std::path::Path, session_id: &str) -> PathBuf {
+pub(crate) fn guard_store(state_dir: &std::path::Path, session_id: &str) -> PathBuf {
     state_dir.join("guard").join(session_id)
 }
 
 /// The nft the hook and live changes run: `AISB_NFT` when set, else `nft` on PATH, else
 /// /usr/sbin/nft.
-pub fn nft_program(aisb_nft: Option<String>, on_path: impl FnOnce() -> Option<PathBuf>) -> PathBuf {
+pub(crate) fn nft_program(aisb_nft: Option<String>, on_path: impl FnOnce() -> Option<PathBuf>) -> PathBuf {
     aisb_nft.map(PathBuf::from).or_else(on_path).unwrap_or_else(|| PathBuf::from("/usr/sbin/nft"))
 }
 
-pub fn container_name(session_id: &str) -> String {
+pub(crate) fn container_name(session_id: &str) -> String {
     format!("aisb-{session_id}")
 }

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     Metadata,
     Loopback,
     LinkLocal,
@@ -25,7 +25,7 @@ pub enum Class {
 
 impl Class {
     /// How the class is named in refusals and call-outs.
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Class::Metadata => "the cloud metadata service",
             Class::Loopback => "loopback",
@@ -39,7 +39,7 @@ impl Class {
         }
     }
     /// Classes the gate never dials, whatever the allowlist says.
-    pub fn never(self) -> bool {
+    pub(crate) fn never(self) -> bool {
         matches!(
             self,
             Class::Metadata | Class::Loopback | Class::LinkLocal | Class::Unspecified | Class::Reserved
@@ -80,13 +80,13 @@ fn ranges() -> impl Iterator<Item = (IpNet, Class)> {
 }
 
 /// The class of one address (IPv4-mapped IPv6 as its IPv4), or None for an ordinary one.
-pub fn classify(ip: IpAddr) -> Option<Class> {
+pub(crate) fn classify(ip: IpAddr) -> Option<Class> {
     let ip = super::allow::canonical(ip);
     ranges().find(|(n, _)| n.contains(ip)).map(|(_, c)| c)
 }
 
 /// Every class a network reaches some address of, in table order, each once.
-pub fn reached_by(net: &IpNet) -> Vec<Class> {
+pub(crate) fn reached_by(net: &IpNet) -> Vec<Class> {
     let mut out = Vec::new();
     for (r, c) in ranges() {
         let overlap = r.is_v4() == net.is_v4() && (r.contains_net(net) || net.contains_net(&r));

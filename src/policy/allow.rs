@@ -12,16 +12,16 @@ use std::net::{IpAddr, Ipv6Addr};
 /// An inclusive port range; a single port has `lo == hi`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Ports {
-    pub lo: u16,
-    pub hi: u16,
+    pub(crate) lo: u16,
+    pub(crate) hi: u16,
 }
 
 impl Ports {
-    pub const ALL: Ports = Ports { lo: 1, hi: 65535 };
+    pub(crate) const ALL: Ports = Ports { lo: 1, hi: 65535 };
     pub fn one(p: u16) -> Ports {
         Ports { lo: p, hi: p }
     }
-    pub fn contains(&self, other: &Ports) -> bool {
+    pub(crate) fn contains(&self, other: &Ports) -> bool {
         self.lo <= other.lo && other.hi <= self.hi
     }
 }
@@ -35,20 +35,20 @@ impl fmt::Display for Ports {
 /// An address with a prefix length; host bits are always zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct IpNet {
-    pub addr: IpAddr,
-    pub len: u8,
+    pub(crate) addr: IpAddr,
+    pub(crate) len: u8,
 }
 
 impl IpNet {
-    pub fn max_len(addr: &IpAddr) -> u8 {
+    pub(crate) fn max_len(addr: &IpAddr) -> u8 {
         if addr.is_ipv4() { 32 } else { 128 }
     }
-    pub fn host(addr: IpAddr) -> IpNet {
+    pub(crate) fn host(addr: IpAddr) -> IpNet {
         IpNet { addr, len: Self::max_len(&addr) }
     }
     /// The network of `addr/len` (host bits cleared). `len` beyond the family's maximum is
     /// clamped to it.
-    pub fn masked(addr: IpAddr, len: u8) -> IpNet {
+    pub(crate) fn masked(addr: IpAddr, len: u8) -> IpNet {
         let len = len.min(Self::max_len(&addr));
         let net = ipnet::IpNet::new(addr, len).expect("prefix length within the family's range").trunc();
         IpNet { addr: net.addr(), len }
@@ -60,10 +60,10 @@ impl IpNet {
         ipnet::IpNet::new(self.addr, self.len).expect("a valid prefix length")
     }
     /// True when `other` lies entirely inside `self` (same family).
-    pub fn contains_net(&self, other: &IpNet) -> bool {
+    pub(crate) fn contains_net(&self, other: &IpNet) -> bool {
         self.as_ipnet().contains(&other.as_ipnet())
     }
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         self.contains_net(&IpNet::host(ip))
     }
 }
@@ -97,13 +97,13 @@ impl fmt::Display for HostPattern {
 }
 
 /// Whether an IP entry of `entries` covers `ip`:`port`.
-pub fn reaches(entries: &[(IpNet, Ports)], ip: IpAddr, port: u16) -> bool {
+pub(crate) fn reaches(entries: &[(IpNet, Ports)], ip: IpAddr, port: u16) -> bool {
     entries.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
 }
 
 /// One spelling per destination: an IPv4-mapped IPv6 address is the IPv4 address it maps.
 /// (IPv4-compatible `::a.b.c.d` is deprecated and left as IPv6.)
-pub fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
@@ -122,8 +122,8 @@ pub enum Allow {
 /// A rejected entry: the reason and a hint saying what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bad {
-    pub reason: String,
-    pub hint: String,
+    pub(crate) reason: String,
+    pub(crate) hint: String,
 }
 
 fn bad(reason: impl Into<String>, hint: impl Into<String>) -> Bad {
@@ -286,7 +286,7 @@ fn parse_port(p: &str) -> Result<u16, Bad> {
 }
 
 /// `N` or `N-M` with `1 <= N <= M <= 65535`.
-pub fn parse_ports(p: &str) -> Result<Ports, Bad> {
+pub(crate) fn parse_ports(p: &str) -> Result<Ports, Bad> {
     match p.split_once('-') {
         // `-1`: a negative number, not a range with a missing start.
         Some(("", rest)) if !rest.contains('-') => parse_port(p).map(Ports::one),
@@ -387,7 +387,7 @@ fn looks_like_odd_ipv4(host: &str) -> bool {
 }
 
 /// A DNS label as the gate accepts it: letters, digits, `-` (not at either end) and `_`.
-pub fn valid_label(l: &str) -> bool {
+pub(crate) fn valid_label(l: &str) -> bool {
     !l.is_empty()
         && l.len() <= 63
         && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')

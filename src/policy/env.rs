@@ -6,7 +6,7 @@
 //! one value instead of being lost to flag order, and no host proxy leaks in.
 
 use super::allow::{IpNet, Ports};
-pub use super::secret::{SecretSource, parse_secret};
+pub(crate) use super::secret::{SecretSource, parse_secret};
 use super::{Inputs, NetMode};
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -55,19 +55,19 @@ fn valid_name(n: &str) -> bool {
 /// A variable whose value is passed without ever being written down in the config or on a
 /// command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Secret {
-    pub name: String,
-    pub from: SecretSource,
+pub(crate) struct Secret {
+    pub(crate) name: String,
+    pub(crate) from: SecretSource,
 }
 
 /// The environment the user asked for.
 #[derive(Debug, Default)]
-pub struct UserEnv {
+pub(crate) struct UserEnv {
     /// `NAME=VALUE` from `env` lines and `-e NAME=VALUE`, in order.
-    pub vars: Vec<(String, String)>,
+    pub(crate) vars: Vec<(String, String)>,
     /// The user's NO_PROXY entries (merged later into the one NO_PROXY).
-    pub no_proxy: Vec<String>,
-    pub secrets: Vec<Secret>,
+    pub(crate) no_proxy: Vec<String>,
+    pub(crate) secrets: Vec<Secret>,
 }
 
 /// One variable as given, before the checks every kind shares.
@@ -78,7 +78,12 @@ enum Given {
 
 /// `env` and `secret` lines, then `-e` flags (`-e NAME=VALUE`, or `-e NAME` for the value of
 /// NAME in the launching environment).
-pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<Diagnostic>) -> UserEnv {
+pub(crate) fn user_env(
+    config: &Config,
+    inputs: &Inputs,
+    net: NetMode,
+    diags: &mut Vec<Diagnostic>,
+) -> UserEnv {
     let gate = net == NetMode::Allow && !inputs.no_gate;
     let mut out = UserEnv::default();
     let mut seen: Vec<(String, Origin)> = Vec::new();
@@ -181,7 +186,7 @@ pub fn user_env(config: &Config, inputs: &Inputs, net: NetMode, diags: &mut Vec<
 }
 
 /// `extra_args` lines (shell-split) then `AISB_EXTRA_ARGS`.
-pub fn extra_args(
+pub(crate) fn extra_args(
     config: &Config,
     inputs: &Inputs,
     net: NetMode,
@@ -236,7 +241,7 @@ fn guarded(arg: &str) -> Option<&'static str> {
 
 /// The one NO_PROXY: defaults, then the user's entries, then gate_addr when an allow entry
 /// reaches it on a port the gate does not relay (those clients must connect directly).
-pub fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Ports)]) -> Vec<String> {
+pub(crate) fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Ports)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
     let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.as_str());

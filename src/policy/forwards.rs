@@ -21,7 +21,7 @@ use crate::policy::allow::Ports;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 /// The first in-sandbox listener port.
-pub const NS_BASE: u16 = 61000;
+pub(crate) const NS_BASE: u16 = 61000;
 /// At most this many destinations are spliced (one pasta listener and one rule each), host
 /// ports first; the rest keep working through the tap path.
 pub const MAX: usize = 32;
@@ -30,16 +30,16 @@ pub const MAX: usize = 32;
 /// pasta forwards to the host's loopback: to `to`'s port for a host port, to a relay of the
 /// launcher's that dials `to` when `relayed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Splice {
-    pub to: SocketAddrV4,
-    pub ns: u16,
-    pub relayed: bool,
+pub(crate) struct Splice {
+    pub(crate) to: SocketAddrV4,
+    pub(crate) ns: u16,
+    pub(crate) relayed: bool,
 }
 
 /// The spliced destinations of a policy: every host-loopback port an allow entry opens and no
 /// deny entry closes, in port order, then every relayable IP entry's ports (see `relayable`),
 /// in address and port order; the first `MAX` of them.
-pub fn splices(p: &Policy) -> Vec<Splice> {
+pub(crate) fn splices(p: &Policy) -> Vec<Splice> {
     let host = host_ports(p);
     let relayed = relay_targets(p, MAX.saturating_sub(host.len()));
     let host = host.into_iter().map(|port| (SocketAddrV4::new(p.gate_addr, port), false));
@@ -51,17 +51,17 @@ pub fn splices(p: &Policy) -> Vec<Splice> {
 }
 
 /// The destinations the launcher relays, in the order their forwards are given.
-pub fn relays(s: &[Splice]) -> Vec<SocketAddrV4> {
+pub(crate) fn relays(s: &[Splice]) -> Vec<SocketAddrV4> {
     s.iter().filter(|x| x.relayed).map(|x| x.to).collect()
 }
 
 /// The in-sandbox listener ports, as one range (`None` when nothing is spliced).
-pub fn listener_range(s: &[Splice]) -> Option<Ports> {
+pub(crate) fn listener_range(s: &[Splice]) -> Option<Ports> {
     Some(Ports { lo: s.first()?.ns, hi: s.last()?.ns })
 }
 
 /// Whether every port of `r` on `addr` is spliced.
-pub fn covers(s: &[Splice], addr: Ipv4Addr, r: Ports) -> bool {
+pub(crate) fn covers(s: &[Splice], addr: Ipv4Addr, r: Ports) -> bool {
     usize::from(r.hi - r.lo) < MAX
         && (r.lo..=r.hi).all(|port| s.iter().any(|x| x.to == SocketAddrV4::new(addr, port)))
 }
@@ -70,7 +70,7 @@ pub fn covers(s: &[Splice], addr: Ipv4Addr, r: Ports) -> bool {
 /// the sandbox's own world. Not loopback (the sandbox's own), not link-local (pasta's resolver
 /// and host alias live there, 169.254.1.1 and .2), not `gate_addr` (a host port, spliced
 /// directly), not unspecified, broadcast or multicast.
-pub fn relayable(ip: Ipv4Addr, gate_addr: Ipv4Addr) -> bool {
+pub(crate) fn relayable(ip: Ipv4Addr, gate_addr: Ipv4Addr) -> bool {
     !(ip == gate_addr
         || ip.is_loopback()
         || ip.is_link_local()

@@ -16,18 +16,18 @@ use std::net::IpAddr;
 pub struct Key {
     pub name: &'static str,
     /// May appear on many lines (else once).
-    pub repeats: bool,
+    pub(crate) repeats: bool,
     /// Its value is shell-split, so quotes mean something.
-    pub shell: bool,
-    pub doc: &'static str,
+    pub(crate) shell: bool,
+    pub(crate) doc: &'static str,
     /// A value `policy::build` accepts (tested), as the docs would show it.
-    pub example: &'static str,
-    pub widens: Widens,
-    pub export: Export,
+    pub(crate) example: &'static str,
+    pub(crate) widens: Widens,
+    pub(crate) export: Export,
 }
 
 /// Whether a line can give the sandbox more than it had: `trust` calls such lines out.
-pub enum Widens {
+pub(crate) enum Widens {
     /// Never: it narrows, names, or tunes.
     Never,
     /// Some values do; the function says why for those.
@@ -37,7 +37,7 @@ pub enum Widens {
 }
 
 /// What `export kube` does with a line.
-pub enum Export {
+pub(crate) enum Export {
     /// Carried into the exported objects.
     Carried,
     /// Carried, except values the function refuses: (why, what to use instead).
@@ -49,15 +49,15 @@ pub enum Export {
 }
 
 /// What an export check needs of the policy.
-pub struct ExportCx {
+pub(crate) struct ExportCx {
     /// The host's loopback mapping (no cluster has one).
-    pub gate_addr: IpAddr,
+    pub(crate) gate_addr: IpAddr,
     /// Every allowed network, flags included.
-    pub allowed: Vec<(IpNet, Ports)>,
+    pub(crate) allowed: Vec<(IpNet, Ports)>,
 }
 
 /// The allow key's name, for the few places that single its lines out.
-pub const ALLOW: &str = "allow";
+pub(crate) const ALLOW: &str = "allow";
 
 pub const KEYS: &[Key] = &[
     Key {
@@ -223,12 +223,12 @@ pub const KEYS: &[Key] = &[
 ];
 
 /// The key called `name`.
-pub fn get(name: &str) -> Option<&'static Key> {
+pub(crate) fn get(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
 }
 
 /// Why a line widens the sandbox, if it does.
-pub fn widening(key: &str, value: &str) -> Option<String> {
+pub(crate) fn widening(key: &str, value: &str) -> Option<String> {
     match get(key)?.widens {
         Widens::Never | Widens::WhenDropped(_) => None,
         Widens::When(f) => f(value),
@@ -236,7 +236,7 @@ pub fn widening(key: &str, value: &str) -> Option<String> {
 }
 
 /// Why removing a line of `key` widens the sandbox, if it does.
-pub fn widening_when_dropped(key: &str) -> Option<&'static str> {
+pub(crate) fn widening_when_dropped(key: &str) -> Option<&'static str> {
     match get(key)?.widens {
         Widens::WhenDropped(why) => Some(why),
         _ => None,

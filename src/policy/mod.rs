@@ -4,15 +4,15 @@
 //! All problems are collected with their origin so a user sees every bad line at once;
 //! a `Policy` exists only when there were none (nothing starts on bad input).
 
-pub mod addr;
+pub(crate) mod addr;
 pub mod allow;
-pub mod env;
+pub(crate) mod env;
 pub mod forwards;
 mod image;
 pub mod keys;
-pub mod netset;
-pub mod secret;
-pub mod state;
+pub(crate) mod netset;
+pub(crate) mod secret;
+pub(crate) mod state;
 
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -22,11 +22,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 pub use addr::DEFAULT_GATE_ADDR;
-pub const DEFAULT_GATE_PORT: u16 = 18081;
+pub(crate) const DEFAULT_GATE_PORT: u16 = 18081;
 /// Ports the gate relays for hostname entries without an explicit port.
 const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
 /// Where pasta forwards DNS inside the namespace (podman passes `--dns-forward 169.254.1.1`).
-pub const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+pub(crate) const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
 /// The one spelling of a mode: `--net`, the config's `net =`, and the live record's `net`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -41,7 +41,7 @@ pub enum NetMode {
 }
 
 impl NetMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             NetMode::Allow => "allow",
             NetMode::None => "none",
@@ -57,7 +57,7 @@ impl std::fmt::Display for NetMode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Image {
+pub(crate) enum Image {
     /// The host's own /usr, /etc, /opt read-only on a skeleton rootfs.
     Host,
     /// A local OCI image.
@@ -65,7 +65,7 @@ pub enum Image {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// An interactive shell.
     Shell,
     /// Bytes, not text: `-- ls $'caf\xe9.txt'` names a file that is not UTF-8.
@@ -74,9 +74,9 @@ pub enum Command {
 
 /// A published port: host 127.0.0.1:`host` → container `container`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Publish {
-    pub host: u16,
-    pub container: u16,
+pub(crate) struct Publish {
+    pub(crate) host: u16,
+    pub(crate) container: u16,
 }
 
 /// What the command line (and environment) contributed, as raw strings.
@@ -101,47 +101,47 @@ pub struct Inputs {
 /// The validated, normalised policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    pub project: PathBuf,
-    pub net: NetMode,
+    pub(crate) project: PathBuf,
+    pub(crate) net: NetMode,
     /// True when hostnames are enforced by the gate (net allow without `--no-gate`).
-    pub gate: bool,
-    pub hosts: Vec<(HostPattern, Option<Ports>)>,
+    pub(crate) gate: bool,
+    pub(crate) hosts: Vec<(HostPattern, Option<Ports>)>,
     /// IP/CIDR entries as written (normalised), in order, deduplicated.
-    pub nets: Vec<(IpNet, Ports)>,
+    pub(crate) nets: Vec<(IpNet, Ports)>,
     /// `deny =` exceptions carved out of the allowed names and ranges: deny wins, at both layers.
-    pub deny_hosts: Vec<(HostPattern, Option<Ports>)>,
-    pub deny_nets: Vec<(IpNet, Ports)>,
-    pub publish: Vec<Publish>,
-    pub gate_addr: Ipv4Addr,
+    pub(crate) deny_hosts: Vec<(HostPattern, Option<Ports>)>,
+    pub(crate) deny_nets: Vec<(IpNet, Ports)>,
+    pub(crate) publish: Vec<Publish>,
+    pub(crate) gate_addr: Ipv4Addr,
     pub gate_port: u16,
-    pub image: Image,
-    pub command: Command,
+    pub(crate) image: Image,
+    pub(crate) command: Command,
     /// User environment, in order, NO_PROXY entries removed (merged into `no_proxy`).
-    pub env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
     /// The one NO_PROXY value (only meaningful with the gate).
-    pub no_proxy: Vec<String>,
-    pub extra_args: Vec<String>,
+    pub(crate) no_proxy: Vec<String>,
+    pub(crate) extra_args: Vec<String>,
     /// `resolve = NAME=IP` pins for the gate.
-    pub resolve: Vec<(String, IpAddr)>,
+    pub(crate) resolve: Vec<(String, IpAddr)>,
     /// Ports the gate relays for hostname entries without a port.
-    pub gate_ports: Vec<u16>,
+    pub(crate) gate_ports: Vec<u16>,
     /// Variables whose values are read at launch (from the environment or a file) and passed
     /// through the private env file: names and sources only, never values.
-    pub secrets: Vec<env::Secret>,
+    pub(crate) secrets: Vec<env::Secret>,
     /// Agent state directories shared by this user's sandboxes (`state = claude`).
-    pub agent_state: Vec<state::AgentState>,
+    pub(crate) agent_state: Vec<state::AgentState>,
     /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
-    pub protect: Vec<String>,
+    pub(crate) protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
-    pub notices: Vec<String>,
+    pub(crate) notices: Vec<String>,
     /// `ask = SECONDS`: the gate holds an allowlist refusal this long while a watcher is attached.
-    pub ask: Option<u32>,
+    pub(crate) ask: Option<u32>,
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
-    pub ssh_agent: bool,
+    pub(crate) ssh_agent: bool,
     /// The destinations pasta splices (see `forwards`), computed once from the entries above:
     /// the ruleset, pasta's options, the allowlist and the launcher's relays all read these.
-    pub splices: Vec<forwards::Splice>,
+    pub(crate) splices: Vec<forwards::Splice>,
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -537,20 +537,20 @@ fn entries<'a>(
 /// its own nftables rule (the gate would otherwise become a way to any host-loopback port).
 /// Never for loopback (inside the sandbox it is the sandbox). Otherwise exactly when an IP
 /// allow entry covers that address and port.
-pub fn gate_relays(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, ip: IpAddr, port: u16) -> bool {
+pub(crate) fn gate_relays(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, ip: IpAddr, port: u16) -> bool {
     let ip = allow::canonical(ip);
     ip != IpAddr::V4(gate_addr) && !ip.is_loopback() && allow::reaches(nets, ip, port)
 }
 
 /// Whether some IP allow entry reaches `addr` on a port the gate does not relay: then clients
 /// must bypass the proxy for `addr`, so it goes into NO_PROXY.
-pub fn reached_directly(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, addr: IpAddr) -> bool {
+pub(crate) fn reached_directly(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, addr: IpAddr) -> bool {
     nets.iter().any(|(n, r)| n.contains(addr) && !gate_relays(nets, gate_addr, addr, r.lo))
 }
 
 /// A policy from config text with default inputs, for the unit tests of later stages.
 #[cfg(test)]
-pub fn from_text(cfg: &str) -> Policy {
+pub(crate) fn from_text(cfg: &str) -> Policy {
     let (c, errs) = crate::config::parse(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     build("/p".into(), &c, &Inputs::default()).unwrap()

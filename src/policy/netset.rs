@@ -12,12 +12,12 @@ use std::collections::BTreeSet;
 /// One set element: every TCP port in `ports` to every address in `net`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Box2 {
-    pub net: IpNet,
-    pub ports: Ports,
+    pub(crate) net: IpNet,
+    pub(crate) ports: Ports,
 }
 
 /// Disjoint boxes covering exactly the union of `entries`, sorted.
-pub fn disjoint(entries: &[(IpNet, Ports)]) -> Vec<Box2> {
+pub(crate) fn disjoint(entries: &[(IpNet, Ports)]) -> Vec<Box2> {
     // Elementary interval boundaries: every lo and every hi+1.
     let mut cuts: BTreeSet<u32> = BTreeSet::new();
     for (_, p) in entries {

@@ -4,14 +4,14 @@
 /// Where a secret's value comes from, read only when a sandbox launches (never by a dry run,
 /// never into the Policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
+pub(crate) enum SecretSource {
     /// The launching environment (`-e NAME`, `secret = NAME`).
     Env,
     /// A file (`secret = NAME from FILE`), absolute or `~/`, owned by the user, mode 0600 or less.
     File(String),
 }
 
-pub fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
+pub(crate) fn parse_secret(v: &str) -> Result<(String, SecretSource), (String, &'static str)> {
     let hint = "write `secret = NAME` (from your environment) or `secret = NAME from /path/to/file`";
     match v.split_once(" from ") {
         None => Ok((v.trim().to_string(), SecretSource::Env)),

@@ -9,36 +9,36 @@ use std::path::{Path, PathBuf};
 
 /// A directory under the sandbox HOME backed by the shared agent store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentState {
+pub(crate) struct AgentState {
     /// The store's name (`claude`, `codex`, or the path for `~/` entries).
-    pub name: String,
+    pub(crate) name: String,
     /// The directory relative to HOME (`.claude`).
-    pub dir: String,
+    pub(crate) dir: String,
     /// A variable the CLI reads to find it, and its value relative to HOME.
-    pub var: Option<(&'static str, String)>,
+    pub(crate) var: Option<(&'static str, String)>,
 }
 
 impl AgentState {
     /// Its directory in the shared store.
-    pub fn store(&self, agents_dir: &Path) -> PathBuf {
+    pub(crate) fn store(&self, agents_dir: &Path) -> PathBuf {
         store_path(agents_dir, &self.name, &self.dir)
     }
 }
 
 /// Where an agent's state lives in the store: `AGENTS_DIR/NAME/DIR`.
-pub fn store_path(agents_dir: &Path, name: &str, dir: &str) -> PathBuf {
+pub(crate) fn store_path(agents_dir: &Path, name: &str, dir: &str) -> PathBuf {
     agents_dir.join(name).join(dir)
 }
 
 /// Known agents: (name, directory under HOME, variable that points the CLI at it). Claude Code
 /// keeps `.claude.json` in CLAUDE_CONFIG_DIR when set, so one directory holds its whole login.
-pub const KNOWN: &[(&str, &str, Option<&str>)] =
+pub(crate) const KNOWN: &[(&str, &str, Option<&str>)] =
     &[("claude", ".claude", Some("CLAUDE_CONFIG_DIR")), ("codex", ".codex", Some("CODEX_HOME"))];
 
 /// The files of an existing login in the real HOME, and where each goes in the agent's store
 /// (both relative: to HOME, and to the store's directory). Claude Code's `~/.claude.json` lives
 /// inside its config directory when CLAUDE_CONFIG_DIR is set.
-pub fn login_files(agent: &str) -> Option<&'static [(&'static str, &'static str)]> {
+pub(crate) fn login_files(agent: &str) -> Option<&'static [(&'static str, &'static str)]> {
     match agent {
         "claude" => {
             Some(&[(".claude/.credentials.json", ".credentials.json"), (".claude.json", ".claude.json")])

@@ -104,7 +104,7 @@ pub struct Lease {
 impl Lease {
     /// If the gate goes away while the lease is held: calls `on_lost` once, then answers every
     /// connection to the gate's port with a refusal for as long as this process lives.
-    pub fn watch(&mut self, on_lost: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
+    pub(crate) fn watch(&mut self, on_lost: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
         let mut s = self.stream.try_clone()?;
         let listener = self.listener.take();
         std::thread::spawn(move || {

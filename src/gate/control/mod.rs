@@ -22,10 +22,10 @@ mod stand_in;
 
 pub use client::{Lease, ask, register};
 pub use runtime::{log_path, private_dir, runtime_dir, runtime_dir_for, socket_path};
-pub use serve::serve_conn;
+pub(crate) use serve::serve_conn;
 
 use super::decide::SessionPolicy;
-pub use super::state::SessionStatus;
+pub(crate) use super::state::SessionStatus;
 use serde::{Deserialize, Serialize};
 
 /// The error a closing gate answers a registration with: start the next gate and retry.
@@ -54,13 +54,13 @@ pub enum Request {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Reply {
-    pub ok: bool,
+    pub(crate) ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     #[serde(default)]
-    pub port: u16,
+    pub(crate) port: u16,
     #[serde(default)]
     pub pid: u32,
     #[serde(default)]
-    pub sessions: Vec<SessionStatus>,
+    pub(crate) sessions: Vec<SessionStatus>,
 }

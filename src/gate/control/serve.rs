@@ -37,7 +37,7 @@ async fn reply(wr: &tokio::net::UnixStream, r: &Reply, pass: Option<&OwnedFd>) {
 }
 
 /// Serves one control connection.
-pub async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
+pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let (rd, wr) = s.into_split();
     let s: &tokio::net::UnixStream = wr.as_ref();

@@ -32,7 +32,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Paths the host runs or trusts without showing them in a diff, relative to the project.
-pub const DEFAULT_PROTECTED: &[&str] = &[
+pub(crate) const DEFAULT_PROTECTED: &[&str] = &[
     ".ai-sandbox",
     // git: hooks and config run code on the host's next git command; commondir would redirect both
     ".git/hooks",
@@ -82,7 +82,7 @@ const MAX_BYTES: u64 = 64 << 20;
 const MAX_ENTRIES: usize = 20_000;
 
 /// The protected paths for a project: the defaults, then `protect` lines, deduplicated.
-pub fn candidates(extra: &[String]) -> Vec<String> {
+pub(crate) fn candidates(extra: &[String]) -> Vec<String> {
     let mut out: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect();
     for e in extra {
         if !out.contains(e) {
@@ -94,7 +94,7 @@ pub fn candidates(extra: &[String]) -> Vec<String> {
 
 /// What a path was before the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Was {
+pub(crate) enum Was {
     Missing,
     File {
         mode: u32,
@@ -120,44 +120,44 @@ pub enum Was {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Manifest {
-    pub project: PathBuf,
-    pub session: String,
-    pub launcher_pid: u32,
+pub(crate) struct Manifest {
+    pub(crate) project: PathBuf,
+    pub(crate) session: String,
+    pub(crate) launcher_pid: u32,
     /// Every protected path and everything below the protected directories, parents first.
-    pub entries: Vec<(PathBuf, Was)>,
+    pub(crate) entries: Vec<(PathBuf, Was)>,
     /// The protected paths themselves (to notice what was created below them).
-    pub roots: Vec<PathBuf>,
+    pub(crate) roots: Vec<PathBuf>,
     /// The protected paths that were mounted read-only inside (relative): a change to one of
     /// them, under the recorded directories, came from the host.
     #[serde(default)]
-    pub mounted: Vec<PathBuf>,
+    pub(crate) mounted: Vec<PathBuf>,
     /// Directories outside the project the sandbox can write (its HOME, the agents' stores, the
     /// skeleton root), as the host sees them: a link into one made during a session is moved aside.
     #[serde(default)]
-    pub writable: Vec<PathBuf>,
+    pub(crate) writable: Vec<PathBuf>,
     /// The repositories in the project before the session (see `repos`; none in records of
     /// older versions, whose sessions are not checked for new repositories).
     #[serde(default)]
-    pub repos: Option<repos::Repos>,
+    pub(crate) repos: Option<repos::Repos>,
 }
 
 /// What the guard found before a launch: the protected paths that exist (mounted read-only
 /// inside) and the project's repositories.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Protected {
-    pub mounts: Vec<PathBuf>,
-    pub repos: repos::Repos,
+    pub(crate) mounts: Vec<PathBuf>,
+    pub(crate) repos: repos::Repos,
     /// Where the sandbox can write outside the project, as the host sees it (set by the plan).
-    pub writable: Vec<PathBuf>,
+    pub(crate) writable: Vec<PathBuf>,
 }
 
 /// What settling a session did: paths restored or moved aside (the sandbox's doing, or
 /// ambiguous), and host edits kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Outcome {
-    pub restored: Vec<String>,
-    pub kept: Vec<String>,
+pub(crate) struct Outcome {
+    pub(crate) restored: Vec<String>,
+    pub(crate) kept: Vec<String>,
 }
 
 /// Not there, for our purposes: missing, or below something that is not a directory (a
@@ -184,7 +184,7 @@ fn roots_of(project: &Path, rels: &[String], repos: &repos::Repos, nested: bool)
 
 /// Walks the project for its repositories, then lists the protected paths that exist now and
 /// are to be mounted read-only inside the sandbox.
-pub fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Protected> {
+pub(crate) fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result<Protected> {
     let repos = repos::scan(project)?;
     let mut out = Vec::new();
     // The root's repository only: one below it may be deleted and cloned again inside (a test
@@ -238,7 +238,7 @@ fn relative(project: &Path, p: &Path) -> PathBuf {
 
 /// Records the protected paths (and submodule config and hooks) into `store`, with what was
 /// mounted read-only (`protected`, as the plan has it) and the repositories found.
-pub fn snapshot(
+pub(crate) fn snapshot(
     project: &Path,
     rels: &[String],
     protected: &Protected,
@@ -453,7 +453,7 @@ fn host_made(m: &Manifest, rel: &Path) -> bool {
 /// Compares the project with the manifest and restores every difference the sandbox could have
 /// made; keeps what only the host could have (see `host_made`); then takes out of each
 /// repository the session made what would run a program (see `repos::settle_new`).
-pub fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Outcome> {
+pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Outcome> {
     let project = &m.project;
     let mut out = Outcome::default();
     let aside = |rel: &Path| quarantine.join(rel);
@@ -556,7 +556,7 @@ fn find_by_inode(project: &Path, ino: u64) -> Option<PathBuf> {
 }
 
 /// Reads a manifest written by `snapshot`.
-pub fn load(store: &Path) -> anyhow::Result<Manifest> {
+pub(crate) fn load(store: &Path) -> anyhow::Result<Manifest> {
     let text = fs::read_to_string(store.join("manifest.json"))
         .with_context(|| format!("reading {}", store.display()))?;
     Ok(serde_json::from_str(&text)?)
@@ -568,7 +568,7 @@ mod tests;
 /// Verifies a session's record and restores what changed, writes the report to `out` (and,
 /// when something was restored, to the project's pending report), then removes the record.
 /// Holds the record's lock, so a keeper and a next launch never settle the same record twice.
-pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+pub(crate) fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     use nix::fcntl::{Flock, FlockArg};
     let Ok(lock_file) = fs::File::open(store) else { return Ok(()) };
     let Ok(_lock) = Flock::lock(lock_file, FlockArg::LockExclusive) else { return Ok(()) };
@@ -613,7 +613,7 @@ pub fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> a
 /// running (`ai-sandbox allow` adds to the config): under every record's lock, the file is
 /// written and each record takes the new content as the original, so the check after a session
 /// does not take the user's change for the sandbox's and put the old version back.
-pub fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: &str) -> anyhow::Result<()> {
     use nix::fcntl::{Flock, FlockArg};
     let mut held = Vec::new();
     if let Ok(records) = fs::read_dir(state_dir.join("guard")) {
@@ -644,7 +644,7 @@ pub fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: &str) -
 
 /// Settles the records of earlier sessions whose launcher is dead, and shows (then clears) the
 /// reports of restores that happened with no terminal to tell.
-pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+pub(crate) fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let pending = pending_report(state_dir);
     if let Ok(text) = fs::read_to_string(&pending) {
         let _ = out.write_all(format!("ai-sandbox: since your last session here:\n{text}").as_bytes());
@@ -674,6 +674,6 @@ pub fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyho
 }
 
 /// Reports of restores that happened with no terminal to tell (keeper), shown at the next launch.
-pub fn pending_report(state_dir: &Path) -> PathBuf {
+pub(crate) fn pending_report(state_dir: &Path) -> PathBuf {
     state_dir.join("restored.txt")
 }

@@ -20,27 +20,27 @@ use std::path::{Component, Path, PathBuf};
 
 /// The walk before a launch refuses a project with more files and directories than this
 /// (outside git directories), so that a launch's cost stays bounded.
-pub const MAX_WALK: usize = 2_000_000;
+pub(crate) const MAX_WALK: usize = 2_000_000;
 
 /// The repositories of a project, relative to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repos {
     /// Git directories (`X/.git` directories and bare-shaped directories), with which directory
     /// each is (`inode`): one deleted and made again at the same path during a session is new.
-    pub gitdirs: Vec<(PathBuf, u64)>,
+    pub(crate) gitdirs: Vec<(PathBuf, u64)>,
     /// `.git` files (`gitdir: PATH`) and `.git` symbolic links, with where they lead (resolved).
-    pub pointers: Vec<(PathBuf, Option<PathBuf>)>,
+    pub(crate) pointers: Vec<(PathBuf, Option<PathBuf>)>,
     /// Symbolic links that lead out of the project (`..` or absolute targets, resolved): a
     /// directory reached through one is where the host's git looks for a repository.
     #[serde(default)]
-    pub links_out: Vec<PathBuf>,
+    pub(crate) links_out: Vec<PathBuf>,
     /// How many entries the walk read (for the bench and the ADR).
     #[serde(default)]
     pub walked: usize,
     /// Directories of the user's that the walk after a session could not read, and opened
     /// (u+rx) to check: a repository the session hid in one would otherwise go unseen.
     #[serde(default)]
-    pub opened: Vec<PathBuf>,
+    pub(crate) opened: Vec<PathBuf>,
 }
 
 /// Whether a directory's entry names make it a git directory as git's discovery sees it: a
@@ -151,7 +151,7 @@ fn leads_out(canon_project: &Path, link: &Path) -> bool {
 }
 
 /// The paths of a git directory that make git run a program or redirect to one that does.
-pub fn gitdir_paths(gitdir: &Path) -> Vec<PathBuf> {
+pub(crate) fn gitdir_paths(gitdir: &Path) -> Vec<PathBuf> {
     ["hooks", "config", "config.worktree", "commondir", "info/attributes"]
         .iter()
         .map(|p| gitdir.join(p))
@@ -159,7 +159,7 @@ pub fn gitdir_paths(gitdir: &Path) -> Vec<PathBuf> {
 }
 
 /// Where a `.git` file or link leads, resolved on the host (None when it leads nowhere).
-pub fn pointer_target(project: &Path, pointer: &Path) -> Option<PathBuf> {
+pub(crate) fn pointer_target(project: &Path, pointer: &Path) -> Option<PathBuf> {
     let p = project.join(pointer);
     let meta = fs::symlink_metadata(&p).ok()?;
     let base = p.parent()?.to_path_buf();
@@ -179,7 +179,7 @@ pub fn pointer_target(project: &Path, pointer: &Path) -> Option<PathBuf> {
 /// config, hooks and pointers, the `.gitmodules` of its work tree, a pointer file itself and the
 /// git directory it leads to when that is inside the project. `nested`: those below the root
 /// too (recorded and verified), else only the root's own (also mounted read-only).
-pub fn roots(project: &Path, repos: &Repos, nested: bool) -> Vec<PathBuf> {
+pub(crate) fn roots(project: &Path, repos: &Repos, nested: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let at_root = |p: &Path| nested || p == Path::new(".git");
     for (g, _) in repos.gitdirs.iter().filter(|(g, _)| at_root(g)) {
@@ -206,7 +206,7 @@ pub fn roots(project: &Path, repos: &Repos, nested: bool) -> Vec<PathBuf> {
 /// Whether `rel` lies in a repository below the root that existed before the session and is no
 /// longer the same (deleted, or made again: another inode). Its recorded files are not put back
 /// there: a repository made again is a new one (see `settle_new`), a deleted one runs nothing.
-pub fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool {
+pub(crate) fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool {
     let root = Path::new(".git");
     let modules = |p: &Path| p.parent().map(|w| w.join(".gitmodules"));
     let gitdir = before.gitdirs.iter().filter(|(g, _)| g != root).find(|(g, _)| {
@@ -291,7 +291,7 @@ fn kept(section: &str, key: &str) -> bool {
 /// (`section.key`, or `section.subsection.key`). Lines are judged as git reads them: a section
 /// header may carry a setting after it, a value continues over a trailing backslash (not inside a
 /// comment), a header it cannot read drops every setting up to the next one it can.
-pub fn sanitize_config(text: &str) -> (String, Vec<String>) {
+pub(crate) fn sanitize_config(text: &str) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut dropped = Vec::new();
     let mut section: Option<(String, Option<String>)> = Some((String::new(), None));
@@ -404,7 +404,7 @@ fn clean(p: &Path) -> PathBuf {
 /// settings, hooks other than git's `*.sample` files are moved aside, and a pointer (`.git`
 /// file or link, `commondir`) that leads outside the project is moved aside. What is moved
 /// goes to `quarantine` (same relative path). Returns one report line per thing moved.
-pub fn settle_new(
+pub(crate) fn settle_new(
     project: &Path,
     before: &Repos,
     protected: &[PathBuf],

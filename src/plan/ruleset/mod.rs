@@ -30,34 +30,34 @@ use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
 use rules::*;
 use std::collections::HashSet;
 
-pub const TABLE: &str = "ai_sandbox";
+pub(crate) const TABLE: &str = "ai_sandbox";
 const SET_V4: &str = "allow_v4";
 const SET_V6: &str = "allow_v6";
 /// `deny =` entries: checked before the allow sets.
 const DENY_V4: &str = "deny_v4";
 const DENY_V6: &str = "deny_v6";
 /// Where the rules record what they refuse (read from outside: `ai-sandbox logs --denied`).
-pub const REFUSED_V4: &str = "refused_v4";
-pub const REFUSED_V6: &str = "refused_v6";
+pub(crate) const REFUSED_V4: &str = "refused_v4";
+pub(crate) const REFUSED_V6: &str = "refused_v6";
 /// At most this many refused destinations are recorded per family; past it the refusals still
 /// happen (a failed add only ends that rule), they are not recorded.
-pub const REFUSED_SIZE: u32 = 4096;
+pub(crate) const REFUSED_SIZE: u32 = 4096;
 
 /// One rule: its nft text and its JSON statements.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleSpec {
-    pub text: String,
-    pub expr: Vec<Statement<'static>>,
+    pub(crate) text: String,
+    pub(crate) expr: Vec<Statement<'static>>,
 }
 
 /// A named set: (address . port) intervals the rules allow, or (address . protocol . port)
 /// the rules refused, filled by the packet path (`record`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetSpec {
-    pub name: &'static str,
-    pub v4: bool,
+    pub(crate) name: &'static str,
+    pub(crate) v4: bool,
     pub elements: Vec<Box2>,
-    pub record: bool,
+    pub(crate) record: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +140,7 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
 /// `deny` (a live change): all flushed and refilled in one `nft -f` transaction, so no packet
 /// sees a state between the old and the new sets, and entries that overlap old ones cannot
 /// collide.
-pub fn set_script(nets: &[(IpNet, Ports)], deny: &[(IpNet, Ports)]) -> String {
+pub(crate) fn set_script(nets: &[(IpNet, Ports)], deny: &[(IpNet, Ports)]) -> String {
     let mut t = String::new();
     for (entries, sets) in [(nets, [SET_V4, SET_V6]), (deny, [DENY_V4, DENY_V6])] {
         let boxes = disjoint(entries);
