@@ -4,17 +4,19 @@
 //!
 //! Data flows one way: config text + CLI + env → `policy::Policy` → `plan::Plan` → launch.
 //!
-//! Where side effects live, precisely (docs/architecture.md has the module graph):
-//! - pure: `config`, `policy`, `ruleset`, `podman`, `plan`, `session`, `project`, `init`,
-//!   `manpage`, `error`, `cli`, and the gate's `request`, `decide`, `tls`;
-//! - `app` orchestrates the pipeline and touches the machine only through `host::Host`
-//!   (a trait, with a recording `FakeHost` that proves `--dry-run` asks for no effect);
-//! - `launch` executes a Plan for `RealHost` (session files, the keeper, podman, signals), and
-//!   `relay` serves the launch's spliced IP entries;
-//! - processes of their own: `keeper` (removes a sandbox whose launcher died), `hook` (inside
-//!   podman's user namespace, loads the ruleset), the gate (`gate::server`, `state`, `control`,
-//!   `splice`, `log`);
-//! - `doctor` and `loopback`'s probe read the machine (through `Host` for the probe).
+//! The tree follows the stages and processes (docs/architecture.md draws it, with the rule
+//! for where a new effect goes):
+//! - pure stages: `config` (the file, approval), `policy` (every key in `policy::keys`), `plan`
+//!   (podman argv, ruleset, session facts), `kube` (the export), and the gate's `request`,
+//!   `tls`, `decide`, `http`;
+//! - `cli` holds the commands; `cli::app` orchestrates and touches the machine only through
+//!   `host::Host` (with a recording `FakeHost`);
+//! - `launch` runs a Plan through `launch::Machine` (the order is unit-tested with a fake), and
+//!   what runs beside it: the keeper, the guard, the relays, the OCI hooks;
+//! - `live` changes a running sandbox; `gate` is the egress gate's process and its clients;
+//! - `host` is the effect seam, and `host::process` the one place for spawning and signals.
+//!
+//! The public surface is what `main`, tests/ and the bench use; the rest is `pub(crate)`.
 
 pub mod cli;
 pub mod config;

@@ -8,8 +8,10 @@ pub(crate) mod loopback;
 pub(crate) mod process;
 
 use crate::error::hinted;
+use crate::launch::guard::Protected;
 use crate::plan::{Facts, Plan};
 use crate::policy::Policy;
+use anyhow::Result;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -73,22 +75,12 @@ pub trait Host {
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
-    fn protected_mounts(
-        &self,
-        project: &Path,
-        rels: &[String],
-    ) -> anyhow::Result<crate::launch::guard::Protected>;
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected>;
     /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
     /// `ai-sandbox allow` at once both land in the config.
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
     /// Writes a protected file of the project for the user (see `guard::write_trusted`).
-    fn write_trusted(
-        &mut self,
-        state_dir: &Path,
-        project: &Path,
-        rel: &Path,
-        text: &str,
-    ) -> anyhow::Result<()>;
+    fn write_trusted(&mut self, state: &Path, project: &Path, rel: &Path, text: &str) -> Result<()>;
     /// This user's running sandboxes (their launcher alive), oldest first.
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running>;
     /// The gate's sessions with their counters (none when no gate runs).
@@ -294,11 +286,7 @@ impl Host for RealHost {
         std::io::stdin().read_line(&mut answer)?;
         Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
     }
-    fn protected_mounts(
-        &self,
-        project: &Path,
-        rels: &[String],
-    ) -> anyhow::Result<crate::launch::guard::Protected> {
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected> {
         crate::launch::guard::existing_mounts(project, rels)
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
@@ -329,13 +317,7 @@ impl Host for RealHost {
             _ => Vec::new(),
         }
     }
-    fn write_trusted(
-        &mut self,
-        state_dir: &Path,
-        project: &Path,
-        rel: &Path,
-        text: &str,
-    ) -> anyhow::Result<()> {
+    fn write_trusted(&mut self, state_dir: &Path, project: &Path, rel: &Path, text: &str) -> Result<()> {
         crate::launch::guard::write_trusted(state_dir, project, rel, text)
     }
     fn live_allow(
@@ -570,13 +552,7 @@ impl Host for FakeHost {
     fn gate_sessions(&self, _runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
         Vec::new()
     }
-    fn write_trusted(
-        &mut self,
-        _state_dir: &Path,
-        project: &Path,
-        rel: &Path,
-        text: &str,
-    ) -> anyhow::Result<()> {
+    fn write_trusted(&mut self, _: &Path, project: &Path, rel: &Path, text: &str) -> Result<()> {
         self.write_file(&project.join(rel), text)
     }
     fn live_allow(
@@ -640,11 +616,7 @@ impl Host for FakeHost {
             .map(|(_, t)| t.trim_end_matches('\n').to_string())
             .ok_or_else(|| anyhow::anyhow!("reading the secret file {}: not found", path.display()))
     }
-    fn protected_mounts(
-        &self,
-        project: &Path,
-        rels: &[String],
-    ) -> anyhow::Result<crate::launch::guard::Protected> {
+    fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected> {
         let mounts = rels
             .iter()
             .map(|r| project.join(r))

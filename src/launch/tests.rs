@@ -104,79 +104,50 @@ fn plan() -> Plan {
     h.launched.pop().expect("a plan")
 }
 
+/// Every call of a launch that goes well, in order.
+const ALL: [&str; 9] = [
+    "rootfs",
+    "private_dir",
+    "write_session",
+    "settle_leftovers",
+    "snapshot",
+    "keeper",
+    "podman",
+    "settle",
+    "remove_session_dir",
+];
+
 #[test]
 fn a_launch_prepares_records_starts_the_keeper_then_podman_and_always_settles() {
     let p = plan();
     let mut m = Fake::new(None);
     assert_eq!(run(&mut m, &p).unwrap(), 7, "podman's status is the launch's");
-    assert_eq!(
-        m.names(),
-        [
-            "rootfs",
-            "private_dir",
-            "write_session",
-            "settle_leftovers",
-            "snapshot",
-            "keeper",
-            "podman",
-            "settle",
-            "remove_session_dir"
-        ]
-    );
+    assert_eq!(m.names(), ALL);
     assert_eq!(m.calls[1], Call::PrivateDir(p.sandbox_home.clone()), "the sandbox HOME first");
 }
 
 #[test]
 fn each_failure_leaves_nothing_half_started_and_is_said_once() {
     let p = plan();
-    // (failing call, the calls made, in order): nothing after a failure but the clean-up the
-    // state calls for, and podman never runs without a record and a keeper.
+    // (failing call, the clean-up after it): every call up to the failing one is made, then
+    // only the clean-up the state calls for; podman never runs without a record and a keeper.
     let cases: &[(&str, &[&str])] = &[
-        ("rootfs", &["rootfs"]),
-        ("private_dir", &["rootfs", "private_dir"]),
-        ("write_session", &["rootfs", "private_dir", "write_session", "remove_session_dir"]),
-        (
-            "settle_leftovers",
-            &["rootfs", "private_dir", "write_session", "settle_leftovers", "remove_session_dir"],
-        ),
-        (
-            "snapshot",
-            &["rootfs", "private_dir", "write_session", "settle_leftovers", "snapshot", "remove_session_dir"],
-        ),
+        ("rootfs", &[]),
+        ("private_dir", &[]),
+        ("write_session", &["remove_session_dir"]),
+        ("settle_leftovers", &["remove_session_dir"]),
+        ("snapshot", &["remove_session_dir"]),
         // The keeper will not start: no podman; what was recorded is settled, the dir removed.
-        (
-            "keeper",
-            &[
-                "rootfs",
-                "private_dir",
-                "write_session",
-                "settle_leftovers",
-                "snapshot",
-                "keeper",
-                "settle",
-                "remove_session_dir",
-            ],
-        ),
+        ("keeper", &["settle", "remove_session_dir"]),
         // podman missing or failing to start: settled and removed the same way.
-        (
-            "podman",
-            &[
-                "rootfs",
-                "private_dir",
-                "write_session",
-                "settle_leftovers",
-                "snapshot",
-                "keeper",
-                "podman",
-                "settle",
-                "remove_session_dir",
-            ],
-        ),
+        ("podman", &["settle", "remove_session_dir"]),
     ];
-    for (fail, want) in cases {
+    for (fail, cleanup) in cases {
+        let upto = ALL.iter().position(|c| c == fail).unwrap();
+        let want: Vec<&str> = ALL[..=upto].iter().chain(cleanup.iter()).copied().collect();
         let mut m = Fake::new(Some(fail));
         let err = run(&mut m, &p).unwrap_err();
-        assert_eq!(m.names(), *want, "when {fail} fails");
+        assert_eq!(m.names(), want, "when {fail} fails");
         let text = format!("{err:#}");
         assert_eq!(text.matches("boom").count(), 1, "said once: {text}");
         assert!(!m.calls.iter().any(|c| matches!(c, Call::Warn(_))), "{fail}: also warned: {:?}", m.calls);
@@ -185,7 +156,7 @@ fn each_failure_leaves_nothing_half_started_and_is_said_once() {
     let mut m = Fake::new(Some("settle"));
     let err = format!("{:#}", run(&mut m, &p).unwrap_err());
     assert!(err.contains("could not be verified or restored") && err.contains("boom"), "{err}");
-    assert_eq!(m.names().last(), Some(&"remove_session_dir"));
+    assert_eq!(m.names(), ALL);
     // Removing the session dir fails after a good run: a warning, and the command's status.
     let mut m = Fake::new(Some("remove_session_dir"));
     assert_eq!(run(&mut m, &p).unwrap(), 7);
