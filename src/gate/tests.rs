@@ -88,8 +88,14 @@ fn forwarded_requests_are_rewritten_to_origin_form() {
     assert_eq!(up, "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n");
 }
 
+/// A 253-character name (four labels of 62 and one of 1) and one character more.
+static LONGEST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{0}.{0}.{0}.{0}.a", "b".repeat(62)));
+static TOO_LONG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("{}a", &*LONGEST));
+
 #[test]
 fn targets_normalise_to_one_spelling() {
+    assert_eq!((LONGEST.len(), TOO_LONG.len()), (253, 254));
     let ip = |s: &str| Ok(Target::Ip(s.parse().unwrap()));
     let name = |s: &str| Ok(Target::Name(s.into()));
     let cases: Vec<(&str, Result<Target, ()>)> = vec![
@@ -109,11 +115,26 @@ fn targets_normalise_to_one_spelling() {
         ("::ffff:7f00:1", ip("127.0.0.1")),
         ("2001:DB8::1", ip("2001:db8::1")),
         ("1.2.3.256", Err(())),
+        // Each part at its bound: 255 is the largest non-final part, the final one fills the rest.
+        ("255.0.0.1", ip("255.0.0.1")),
+        ("256.0.0.1", Err(())),
+        ("1.255.0.1", ip("1.255.0.1")),
+        ("1.256.0.1", Err(())),
+        ("1.2.65535", ip("1.2.255.255")),
+        ("1.2.65536", Err(())),
+        ("1.16777215", ip("1.255.255.255")),
+        ("1.16777216", Err(())),
+        // A part longer than any address needs, even zero-padded, is not an address.
+        ("000000000001.2.3.4", ip("1.2.3.4")),
+        ("0000000000001.2.3.4", Err(())),
         ("4294967296", Err(())),
         ("1.2.3.4.5", Err(())),
         ("0x", Err(())),
         ("bücher.example", Err(())),
         ("a..b", Err(())),
+        // 253 characters is the longest name DNS carries.
+        (&*LONGEST, Ok(Target::Name(LONGEST.clone()))),
+        (&*TOO_LONG, Err(())),
         ("evil.com%00.github.com", Err(())),
         ("exa mple.com", Err(())),
         ("-lead.example", Err(())),
@@ -121,6 +142,12 @@ fn targets_normalise_to_one_spelling() {
     for (input, want) in cases {
         assert_eq!(decide::normalise(input).map_err(|_| ()), want, "input {input:?}");
     }
+    // How a target is written back in reasons and hints: IPv6 in brackets (it takes a port).
+    let shown = |s: &str| decide::normalise(s).unwrap().to_string();
+    assert_eq!(
+        (shown("GitHub.com"), shown("2001:db8::1"), shown("10.0.0.1")),
+        ("github.com".into(), "[2001:db8::1]".into(), "10.0.0.1".into())
+    );
 }
 
 fn policy(lines: &[&str]) -> SessionPolicy {
@@ -168,9 +195,12 @@ fn allowlist_matching_table() {
         ("192.0.2.7", 80, false),
         ("192.0.3.7", 443, false),
         ("3221225991", 443, true),
+        // Strictly below the suffix: the empty label before it is no name (normalise never
+        // makes one; the matcher refuses it on its own too).
+        (".npmjs.org", 443, false),
     ];
     for (host, port, want) in cases {
-        let t = decide::normalise(host).unwrap();
+        let t = decide::normalise(host).unwrap_or_else(|_| Target::Name(host.into()));
         assert_eq!(decide::check_target(&p, &t, port).is_ok(), want, "{host}:{port}");
     }
 }
@@ -182,6 +212,8 @@ fn denials_name_the_config_line_that_would_allow_them() {
     let d = decide::check_target(&p, &t, 443).unwrap_err();
     assert_eq!(d.status, 403);
     assert_eq!(d.hint, "blocked by ai-sandbox: add \"allow = api.example.com\" to /p/.ai-sandbox/config");
+    // Only the allowlist said no: a watcher may be asked, and the line is a field of its own.
+    assert_eq!((d.allow.as_deref(), d.askable), (Some("api.example.com"), true));
     let d = decide::check_target(&p, &t, 22).unwrap_err();
     assert!(d.hint.contains("\"allow = api.example.com:22\""), "{}", d.hint);
 }
@@ -223,6 +255,28 @@ fn address_classes_table() {
         let addr: IpAddr = ip.parse().unwrap();
         assert_eq!(decide::check_address(&p, addr, port).is_ok(), want, "{ip}:{port}");
     }
+    // Never dialled whatever the allowlist says, even an entry naming the very address.
+    // (The parser refuses loopback entries; a policy is built here as if one had got through.)
+    let mut wide = policy(&["169.254.169.254:80", "198.51.100.0/24:443"]);
+    for a in ["127.0.0.1", "::1"] {
+        wide.nets.push((IpNet::host(a.parse().unwrap()), Ports::one(443)));
+    }
+    let refused = |a: &str, port| decide::check_address(&wide, a.parse().unwrap(), port).unwrap_err();
+    let metadata = refused("169.254.169.254", 80);
+    assert!(
+        metadata.reason.contains("the cloud metadata service, which the gate never dials"),
+        "{}",
+        metadata.reason
+    );
+    assert!(!metadata.hint.contains("127.0.0.1:PORT"), "{}", metadata.hint);
+    // Loopback says how to reach the host's services instead.
+    for a in ["127.0.0.1", "::1"] {
+        assert!(
+            refused(a, 443).hint.contains("to reach the host's 127.0.0.1:PORT, allow 100.64.0.1:PORT"),
+            "{a}"
+        );
+    }
+    assert!(decide::check_address(&wide, "198.51.100.7".parse().unwrap(), 443).is_ok(), "positive control");
 }
 
 #[test]
@@ -312,7 +366,10 @@ fn a_refusals_hint_is_a_safe_reason_phrase() {
     assert_eq!(decide::reason_phrase(""), "Forbidden");
     let long = "é".repeat(300);
     let r = decide::reason_phrase(&long);
-    assert!(r.len() <= 400 && r.chars().all(|c| c == 'é'));
+    assert!(r.len() == 400 && r.chars().all(|c| c == 'é'));
+    // Byte 400 inside a character: cut at the boundary before it, never past it.
+    let r = decide::reason_phrase(&format!("a{long}"));
+    assert_eq!((r.len(), r.chars().last()), (399, Some('é')));
 }
 
 #[test]
@@ -324,6 +381,7 @@ fn deny_entries_win_over_allow_entries_for_names_and_addresses() {
     assert!(decide::check_target(&p, &name("api.github.com"), 443).is_ok(), "positive control");
     let d = decide::check_target(&p, &name("gist.github.com"), 443).unwrap_err();
     assert!(d.reason.contains("denied by `deny = gist.github.com`"), "{}", d.reason);
+    assert_eq!((d.allow.as_deref(), d.askable), (None, false), "a deny line is never asked about");
     assert!(d.hint.contains("refused by \"deny = gist.github.com\""), "{}", d.hint);
     let ip = |a: &str| Target::Ip(a.parse().unwrap());
     assert!(decide::check_target(&p, &ip("198.51.100.7"), 443).is_ok(), "another port of the denied address");
@@ -342,6 +400,10 @@ fn an_allowed_host_loopback_port_is_relayed_and_no_other_is() {
     assert!(decide::host_loopback(&p, "::ffff:100.64.0.1".parse().unwrap(), 9090), "the mapped spelling");
     let d = decide::check_target(&p, &t, 9091).unwrap_err();
     assert!(d.hint.contains("add \"allow = 100.64.0.1:9091\""), "{}", d.hint);
+    // Said as gate_addr (not as any address outside the allowlist), with the line as a field,
+    // and not put to a watcher: the host's own services are never asked about.
+    assert!(d.reason.contains("is gate_addr, the host's loopback mapping"), "{}", d.reason);
+    assert_eq!((d.allow.as_deref(), d.askable), (Some("100.64.0.1:9091"), false));
     assert!(!decide::host_loopback(&p, "100.64.0.1".parse().unwrap(), 9091));
     assert!(!decide::host_loopback(&p, "198.51.100.7".parse().unwrap(), 443), "not the host's loopback");
     assert!(!decide::host_loopback(&p, "127.0.0.1".parse().unwrap(), 9090), "loopback itself never");
@@ -349,4 +411,54 @@ fn an_allowed_host_loopback_port_is_relayed_and_no_other_is() {
     let mut denied = p.clone();
     denied.deny_nets.push((IpNet::host("100.64.0.1".parse().unwrap()), Ports::one(9090)));
     assert!(decide::check_target(&denied, &t, 9090).unwrap_err().hint.contains("deny = 100.64.0.1:9090"));
+}
+
+#[test]
+fn a_tls_tunnel_must_name_its_connect_host_and_nothing_else() {
+    let name = |n: &str| Target::Name(n.into());
+    let ip = Target::Ip("192.0.2.7".parse().unwrap());
+    let sni = |s: &str| Hello::Sni(Some(s.into()));
+    let cases: Vec<(Hello, Target, Result<(), &str>)> = vec![
+        (sni("github.com"), name("github.com"), Ok(())),
+        (Hello::Sni(None), ip.clone(), Ok(())),
+        // Domain fronting: the tunnel to an allowed host carries TLS for another.
+        (
+            sni("evil.example"),
+            name("github.com"),
+            Err("TLS SNI `evil.example` differs from the CONNECT host github.com"),
+        ),
+        (sni("github.com"), ip.clone(), Err("TLS SNI `github.com` differs from the CONNECT host 192.0.2.7")),
+        (Hello::Sni(None), name("github.com"), Err("TLS ClientHello without SNI")),
+        (Hello::NotTls("no handshake"), name("github.com"), Err("not TLS on a TLS port: no handshake")),
+        (Hello::NeedMore(20000), name("github.com"), Err("ClientHello too large")),
+    ];
+    for (hello, target, want) in cases {
+        let got = decide::sni_verdict(&hello, &target);
+        assert_eq!(
+            got.as_ref().map_err(String::as_str),
+            want.as_ref().map_err(|e| *e),
+            "{hello:?} for {target}"
+        );
+    }
+}
+
+#[test]
+fn each_answer_is_logged_as_its_decision_and_a_bad_token_is_a_refusal_not_a_challenge() {
+    use crate::gate::log::Decision::{Allow, Challenge, Deny};
+    let cases = [
+        ((200, true), Allow),
+        ((200, false), Allow),
+        // No credentials yet: clients retry with them (git, pip), so it is not a refusal.
+        ((407, false), Challenge),
+        // Credentials that do not match are: an old or stolen token.
+        ((407, true), Deny),
+        ((403, true), Deny),
+        ((403, false), Deny),
+        ((502, true), Deny),
+    ];
+    for ((status, presented), want) in cases {
+        assert_eq!(decide::verdict(status, presented), want, "{status} presented={presented}");
+    }
+    assert!(decide::auth_reason(true).contains("wrong or expired session token"));
+    assert!(decide::auth_reason(false).contains("no proxy credentials yet"));
 }
