@@ -197,7 +197,10 @@ pub fn parse(input: &str) -> Result<Allow, Bad> {
         ));
     }
     if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad(format!("`{s}` contains whitespace"), "one entry per `allow` line"));
+        return Err(bad(
+            format!("`{}` contains whitespace or a control character", s.escape_debug()),
+            "one entry per `allow` line",
+        ));
     }
     if s == "*" || s == "*.*" {
         return Err(bad(

@@ -85,6 +85,13 @@ fn allow_entries_that_must_be_refused() {
         ("a.com,b.com", "one entry per line: `allow = a.com`, `allow = b.com`"),
         ("github.com#comment", "a comment needs whitespace before `#`"),
         ("[\"a.com\", \"b.com\"]", "TOML-style list"),
+        ("['a.com','b.com']", "TOML-style list"),
+        ("[a.com, b.com]", "TOML-style list"),
+        // A quote at one end only is no quoting: the name itself is wrong.
+        ("github.com\"", "not a valid DNS label"),
+        ("\"github.com", "not a valid DNS label"),
+        ("git\u{7}hub.com", "contains whitespace or a control character"),
+        ("git hub.com", "contains whitespace or a control character"),
         ("host.com:90-80", "backwards"),
         ("bücher.example", "punycode"),
         ("-bad.example.com", "not a valid DNS label"),
