@@ -97,6 +97,14 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("creating session dir {}", dir.display()))?;
+    // Made by this call: removed again if a file in it cannot be written.
+    write_session_files(plan).inspect_err(|_| {
+        let _ = fs::remove_dir_all(dir);
+    })
+}
+
+fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
+    let dir = &plan.session_dir;
     let write = |path: &Path, text: &str| {
         fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     };
@@ -176,7 +184,8 @@ pub(crate) trait Machine {
     fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// A directory of the user's own, mode 0700 (the sandbox HOME, an agent's state).
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()>;
-    /// The session directory and its files (pid, env file, live record, hook, ruleset).
+    /// The session directory and its files (pid, env file, live record, hook, ruleset); on
+    /// failure, what it made is removed again.
     fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()>;
     /// Verifies earlier sessions whose launcher and keeper both died.
     fn settle_leftovers(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
@@ -204,10 +213,9 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     for store in &plan.agent_stores {
         m.private_dir(store)?;
     }
-    if let Err(e) = m.write_session(plan) {
-        let _ = m.remove_session_dir(&plan.session_dir);
-        return Err(e);
-    }
+    // A failed write removes what it made of the session dir itself: only it knows whether the
+    // dir is its own (the runtime dir may have failed its privacy check).
+    m.write_session(plan)?;
     let g = &plan.guard;
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,
     // or this session's record would take their changes for the originals.
