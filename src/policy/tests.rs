@@ -30,6 +30,8 @@ fn allow_entries_normalise_to_one_spelling() {
         ("100.64.0.1:5432", net("100.64.0.1", Some(Ports::one(5432)))),
         ("10.0.0.0/8", net("10.0.0.0/8", None)),
         ("10.0.0.0/8:8000-8100", net("10.0.0.0/8", Some(Ports { lo: 8000, hi: 8100 }))),
+        // A range of one port is that port.
+        ("10.0.0.0/8:80-80", net("10.0.0.0/8", Some(Ports::one(80)))),
         ("2001:db8::1", net("2001:db8::1", None)),
         ("[2001:db8::1]:443", net("2001:db8::1", Some(Ports::one(443)))),
         // Not ambiguous: a one-digit last group, eight groups, a prefix; the bracketed address.
@@ -80,6 +82,7 @@ fn allow_entries_that_must_be_refused() {
         ("host.com:", "the port is missing"),
         ("1.2.3.4:8000-", "is missing its end"),
         ("1.2.3.4:-", "`-` is not a port number"),
+        ("1.2.3.4:--5", "is missing its start"),
         ("\"github.com\"", "without quotes: `allow = github.com`"),
         ("'github.com'", "without quotes: `allow = github.com`"),
         ("a.com,b.com", "one entry per line: `allow = a.com`, `allow = b.com`"),
