@@ -49,6 +49,15 @@ fn allow_entries_normalise_to_one_spelling() {
 }
 
 #[test]
+fn a_name_may_be_as_long_as_dns_carries_and_no_longer() {
+    let longest = format!("{0}.{0}.{0}.{0}.a", "b".repeat(62));
+    assert_eq!(longest.len(), 253);
+    assert_eq!(allow::parse(&longest), Ok(host(&longest)));
+    let b = allow::parse(&format!("{longest}a")).unwrap_err();
+    assert!(b.reason.contains("name longer than 253 characters"), "{}", b.reason);
+}
+
+#[test]
 fn allow_entries_that_must_be_refused() {
     // (input, a word the reason or hint must contain)
     let cases = [
