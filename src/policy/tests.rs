@@ -53,6 +53,8 @@ fn a_name_may_be_as_long_as_dns_carries_and_no_longer() {
     let longest = format!("{0}.{0}.{0}.{0}.a", "b".repeat(62));
     assert_eq!(longest.len(), 253);
     assert_eq!(allow::parse(&longest), Ok(host(&longest)));
+    // Underscores appear in real names (`_dmarc`, service records): allowed in a label.
+    assert_eq!(allow::parse("_acme.example.com"), Ok(host("_acme.example.com")));
     let b = allow::parse(&format!("{longest}a")).unwrap_err();
     assert!(b.reason.contains("name longer than 253 characters"), "{}", b.reason);
 }
@@ -92,6 +94,9 @@ fn allow_entries_that_must_be_refused() {
         ("1.2.3.4:8000-", "is missing its end"),
         ("1.2.3.4:-", "`-` is not a port number"),
         ("1.2.3.4:--5", "is missing its start"),
+        ("a!b.example.com", "`a!b` is not a valid DNS label"),
+        ("api.localhost", "localhost inside the sandbox is the sandbox itself"),
+        ("localhost", "localhost inside the sandbox is the sandbox itself"),
         ("\"github.com\"", "without quotes: `allow = github.com`"),
         ("'github.com'", "without quotes: `allow = github.com`"),
         ("a.com,b.com", "one entry per line: `allow = a.com`, `allow = b.com`"),
