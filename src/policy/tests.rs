@@ -26,6 +26,7 @@ fn allow_entries_normalise_to_one_spelling() {
         ),
         ("*.npmjs.org", Allow::Host(HostPattern::Suffix("npmjs.org".into()), None)),
         ("*.NPMJS.org.", Allow::Host(HostPattern::Suffix("npmjs.org".into()), None)),
+        ("*.eu.api.example.com", Allow::Host(HostPattern::Suffix("eu.api.example.com".into()), None)),
         ("xn--bcher-kva.example", host("xn--bcher-kva.example")),
         ("100.64.0.1:5432", net("100.64.0.1", Some(Ports::one(5432)))),
         ("10.0.0.0/8", net("10.0.0.0/8", None)),
