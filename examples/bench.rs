@@ -184,6 +184,8 @@ fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>
             project: "bench".into(),
             token: token.clone(),
             policy: session_policy(args),
+            secrets: vec![],
+            upstream_ca: None,
         };
         leases.push(control::register(&dir, &exe, 18181, &req).expect("register with the gate"));
         tokens.push(token);

@@ -178,7 +178,12 @@ fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
 /// Observes what the plan needs from this machine. `launching` picks a real token.
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let (secrets, missing_secrets) = resolve_secrets(host, p, &home, launching)?;
+    let Resolved { values: secrets, missing: missing_secrets, bound } =
+        resolve_secrets(host, p, &home, launching)?;
+    let upstream_ca = match (&p.upstream_ca, launching) {
+        (Some(f), true) => Some(read_upstream_ca(host, f, &home)?),
+        _ => None,
+    };
     let session_id = host.random_hex(6)?;
     let runtime = runtime_dir(host);
     let host_dirs: Vec<PathBuf> =
@@ -206,6 +211,13 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         agents_dir: agents_dir(host),
         secrets,
         missing_secrets,
+        bound,
+        upstream_ca,
+        gate_ca: None,
+        system_roots: match launching && p.secrets.iter().any(|s| !s.hosts.is_empty()) {
+            true => host.read_file(Path::new(crate::plan::trust::SYSTEM_BUNDLE))?,
+            false => None,
+        },
         state_dir: state_dir(host, &p.project),
         protected: host.protected_mounts(&p.project, &crate::launch::guard::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
@@ -334,13 +346,46 @@ fn launchable(
     crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
 }
 
-/// Secret values by name, and the names that have none.
-type Resolved = (Vec<(String, String)>, Vec<String>);
+/// What a launch passes for the `secret` lines.
+struct Resolved {
+    /// By name: the value (unbound) or the placeholder (bound), for the sandbox's environment.
+    values: Vec<(String, String)>,
+    /// The names that have no value.
+    missing: Vec<String>,
+    /// The bound ones, with their values, for the gate.
+    bound: Vec<crate::gate::secrets::Bound>,
+}
+
+/// `upstream_ca = FILE`, read at launch: PEM text (the gate parses it).
+fn read_upstream_ca(host: &dyn Host, f: &str, home: &Path) -> anyhow::Result<String> {
+    let path = match f.strip_prefix("~/") {
+        Some(rest) => home.join(rest),
+        None => PathBuf::from(f),
+    };
+    match host.read_file(&path)? {
+        Some(t) if t.contains("-----BEGIN CERTIFICATE-----") => Ok(t),
+        Some(_) => Err(hinted(
+            format!("upstream_ca {} holds no PEM certificate", path.display()),
+            "point it at a PEM file (-----BEGIN CERTIFICATE-----)",
+        )
+        .into()),
+        None => Err(hinted(
+            format!("upstream_ca {} does not exist", path.display()),
+            "fix the path or remove the line",
+        )
+        .into()),
+    }
+}
 
 /// Secret values, read only for a launch (a dry run shows where each would come from).
-fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) -> anyhow::Result<Resolved> {
+fn resolve_secrets(
+    host: &mut dyn Host,
+    p: &Policy,
+    home: &Path,
+    launching: bool,
+) -> anyhow::Result<Resolved> {
     use crate::policy::env::SecretSource;
-    let (mut values, mut missing) = (Vec::new(), Vec::new());
+    let (mut values, mut missing, mut bound) = (Vec::new(), Vec::new(), Vec::new());
     for s in &p.secrets {
         let value = match (&s.from, launching) {
             (SecretSource::Env, false) => Some(format!("<secret from ${}>", s.name)),
@@ -358,7 +403,24 @@ fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) ->
             Some(v) if v.contains('\n') => {
                 bail!("the secret {} contains a newline; an environment variable cannot carry it", s.name)
             }
-            Some(v) => values.push((s.name.clone(), v)),
+            Some(v) if s.hosts.is_empty() => values.push((s.name.clone(), v)),
+            Some(v) => {
+                // Per session and random: what the sandbox holds is worth nothing elsewhere.
+                let placeholder = match launching {
+                    true => format!("{}{}", crate::gate::secrets::PREFIX, host.random_hex(16)?),
+                    false => format!(
+                        "<placeholder made at launch; the gate sends {v} only to {}>",
+                        s.hosts.join(", ")
+                    ),
+                };
+                values.push((s.name.clone(), placeholder.clone()));
+                bound.push(crate::gate::secrets::Bound {
+                    name: s.name.clone(),
+                    placeholder,
+                    value: v,
+                    hosts: s.hosts.clone(),
+                });
+            }
             None if host.env_not_text(&s.name) => {
                 return Err(hinted(
                     format!("the value of {} in your environment is not UTF-8 text", s.name),
@@ -369,7 +431,7 @@ fn resolve_secrets(host: &dyn Host, p: &Policy, home: &Path, launching: bool) ->
             None => missing.push(s.name.clone()),
         }
     }
-    Ok((values, missing))
+    Ok(Resolved { values, missing, bound })
 }
 
 /// Applies the config only in a version the user approved (see `trust`). On a terminal, shows
@@ -677,7 +739,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     if policy.gate && !args.dry_run {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.
-        facts.gate_port = host.register_gate(&policy, &facts)?;
+        (facts.gate_port, facts.gate_ca) = host.register_gate(&policy, &facts)?;
     }
     let relays = crate::policy::forwards::relays(&policy.splices);
     if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {

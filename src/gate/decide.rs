@@ -161,15 +161,7 @@ pub fn normalise(raw: &str) -> Result<Target, Denial> {
 }
 
 fn pattern_matches(p: &HostPattern, name: &str) -> bool {
-    match p {
-        HostPattern::Exact(h) => name == h,
-        // Strictly below the suffix, at a label boundary: `evilnpmjs.org` does not match.
-        HostPattern::Suffix(s) => {
-            name.len() > s.len() + 1
-                && name.ends_with(s.as_str())
-                && name.as_bytes()[name.len() - s.len() - 1] == b'.'
-        }
-    }
+    p.matches(name)
 }
 
 fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {

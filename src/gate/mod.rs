@@ -5,13 +5,15 @@
 //! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
 //! does the I/O and the process's lifecycle; `state` holds the sessions; `control` is the
 //! per-user control socket (client and server) the launcher registers sessions on; `log` the
-//! decision log; `http` the one response writer and the head readers; `connect` the client
+//! decision log; `http` the one response writer and the head readers; `secrets` the bound secrets' placeholders and `terminate` the TLS-terminated hosts
+//! they go to; `connect` the client
 //! side inside the sandbox (ssh's ProxyCommand); `splice` the zero-copy relay; `cluster` the gate as a cluster service
 //! (sessions from a policy file instead of the control socket).
 
 pub mod connect;
 
 pub mod ask;
+pub(crate) mod ca;
 pub mod cluster;
 pub mod commands;
 pub mod control;
@@ -19,9 +21,11 @@ pub mod decide;
 pub(crate) mod http;
 pub(crate) mod log;
 pub mod request;
+pub(crate) mod secrets;
 pub mod server;
 pub(crate) mod splice;
 mod state;
+pub(crate) mod terminate;
 pub mod tls;
 
 #[cfg(test)]

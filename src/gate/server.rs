@@ -221,6 +221,16 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         return respond(&mut client, 503, body).await;
     }
     let _active = Active(session.clone());
+    // A placeholder in a proxy request's head (CONNECT or plain HTTP) or in the first KiB of a
+    // plain request's body: nothing is ever substituted there, so it is going where its secret
+    // may not. Refused before anything is dialed, and recorded.
+    let scan = req.head_len + (buf.len() - req.head_len).min(super::secrets::BODY_SCAN);
+    if let Some(m) = session.secrets.misuse(&buf[..scan], None) {
+        session.denied.fetch_add(1, Ordering::Relaxed);
+        let (reason, hint) = (m.reason(&req.host, req.kind == Kind::Forward), m.hint());
+        state.log(Decision { hint: &hint, ..decision(&session.id, &req.host, 403, &reason) });
+        return respond_with(&mut client, 403, &decide::reason_phrase(&hint), &format!("{hint}\n")).await;
+    }
     let mut outcome = decide_and_dial(&session.policy(), &req).await;
     if let Err(d) = &outcome
         && d.askable
@@ -411,8 +421,8 @@ async fn read_hello(client: &mut TcpStream, first: &mut Vec<u8>) -> Hello {
 /// other port the decision is final already. Either way the tunnel is counted and logged once,
 /// as allowed or denied, before the client can see anything that depends on it.
 async fn tunnel(
-    state: &State,
-    s: &Session,
+    state: &Arc<State>,
+    s: &Arc<Session>,
     req: &request::Request,
     target: &Target,
     mut client: TcpStream,
@@ -432,6 +442,13 @@ async fn tunnel(
         }
         s.allowed.fetch_add(1, Ordering::Relaxed);
         log(200, "allowed");
+        if let (Target::Name(n), Some(up)) = (target, &s.upstream)
+            && s.secrets.terminates(n)
+        {
+            let (state, s, up) = (state.clone(), s.clone(), up.clone());
+            super::terminate::serve(state, s, n.clone(), req.port, up, client, first, upstream).await?;
+            return Ok((0, 0));
+        }
     } else {
         s.allowed.fetch_add(1, Ordering::Relaxed);
         log(200, "allowed");

@@ -4,10 +4,12 @@
 
 use super::decide::{self, SessionPolicy};
 use super::log::{self, Event, Log};
+use super::secrets::{Bound, Secrets};
+use super::ca::Ca;
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Session {
@@ -22,6 +24,11 @@ pub(crate) struct Session {
     pub(crate) active: AtomicUsize,
     pub(crate) up: AtomicU64,
     pub(crate) down: AtomicU64,
+    /// Secrets bound to hosts (fixed for the session's life; see `secrets`).
+    pub(crate) secrets: Secrets,
+    /// How the gate verifies the servers it opens TLS to for this session (the host's roots and
+    /// its `upstream_ca`); set when `secrets` is not empty.
+    pub(crate) upstream: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Session {
@@ -37,7 +44,22 @@ impl Session {
             active: AtomicUsize::new(0),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
+            secrets: Secrets::default(),
+            upstream: None,
         }
+    }
+
+    /// With bound secrets: the gate opens TLS to their hosts (see `terminate`).
+    pub(crate) fn with_secrets(
+        mut self,
+        bound: Vec<Bound>,
+        upstream_ca: Option<&str>,
+    ) -> anyhow::Result<Session> {
+        self.secrets = Secrets::new(bound);
+        if !self.secrets.is_empty() {
+            self.upstream = Some(super::ca::upstream_config(upstream_ca)?);
+        }
+        Ok(self)
     }
 }
 
@@ -82,6 +104,8 @@ pub(crate) struct State {
     pub(crate) stop: tokio::sync::Notify,
     /// Watchers and the requests held for them (`ask = SECONDS`).
     pub(crate) asks: super::ask::Asks,
+    /// The CA for terminated hosts, made on first use (in memory only).
+    ca: OnceLock<Result<Arc<Ca>, String>>,
 }
 
 impl State {
@@ -93,7 +117,15 @@ impl State {
             log,
             stop: tokio::sync::Notify::new(),
             asks: Default::default(),
+            ca: OnceLock::new(),
         }
+    }
+
+    /// This gate's CA (made on first use; its key never leaves this process).
+    pub(crate) fn ca(&self) -> Result<Arc<Ca>, String> {
+        self.ca
+            .get_or_init(|| Ca::new().map(Arc::new).map_err(|e| format!("making the gate's CA: {e}")))
+            .clone()
     }
 
     /// Adds a session; `false` when the gate is closing (the launcher retries with a new gate).
@@ -182,6 +214,7 @@ impl State {
 }
 
 /// One decision as the connection code sees it.
+#[derive(Clone, Copy)]
 pub(crate) struct Decision<'a> {
     pub(crate) session: &'a str,
     pub(crate) method: &'a str,
@@ -195,4 +228,19 @@ pub(crate) struct Decision<'a> {
     pub(crate) hint: &'a str,
     /// The `allow =` value that would lift it, when one would.
     pub(crate) allow: Option<&'a str>,
+}
+
+impl<'a> Decision<'a> {
+    /// A refusal inside an authenticated session's connection.
+    pub(crate) fn refused(
+        session: &'a str,
+        method: &'a str,
+        host: &'a str,
+        port: u16,
+        status: u16,
+        reason: &'a str,
+        hint: &'a str,
+    ) -> Decision<'a> {
+        Decision { session, method, host, port, status, presented_token: true, reason, hint, allow: None }
+    }
 }

@@ -37,7 +37,7 @@ pub trait Host {
     fn eprint(&mut self, text: &str);
     /// Registers the session with the user's gate (starting one if needed) for the life of
     /// this process; returns the gate's port.
-    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16>;
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)>;
     /// Binds a relay on the host's loopback for each of `targets` and serves them for the life
     /// of this process (see `relay`); returns their ports, in order.
     fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>>;
@@ -171,13 +171,15 @@ impl Host for RealHost {
     fn eprint(&mut self, text: &str) {
         eprint!("{text}");
     }
-    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<u16> {
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)> {
         use crate::gate::control;
         let req = control::Request::Register {
             session: facts.session_id.clone(),
             project: policy.project.display().to_string(),
             token: facts.token.clone(),
             policy: crate::live::session_policy(policy),
+            secrets: facts.bound.clone(),
+            upstream_ca: facts.upstream_ca.clone(),
         };
         crate::launch::block_forwarded_signals()?;
         let mut lease = control::register(&facts.runtime_dir, &facts.self_exe, policy.gate_port, &req)?;
@@ -187,9 +189,9 @@ impl Host for RealHost {
                  stays held by this launcher, which refuses every request). Restart the sandbox to start a new gate."
             )
         })?;
-        let port = lease.port;
+        let (port, ca) = (lease.port, lease.ca.take());
         self.lease = Some(lease);
-        Ok(port)
+        Ok((port, ca))
     }
     fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
         // The relays' thread must not take the signals the launcher forwards to podman.
@@ -564,9 +566,10 @@ impl Host for FakeHost {
         self.effects.push(format!("live allow {} in {}", change.summary(), record.display()));
         Ok(())
     }
-    fn register_gate(&mut self, policy: &Policy, _facts: &Facts) -> anyhow::Result<u16> {
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)> {
         self.effects.push(format!("register gate from port {}", policy.gate_port));
-        Ok(policy.gate_port + 1)
+        let ca = (!facts.bound.is_empty()).then(|| "-----BEGIN CERTIFICATE-----\nFAKE\n".to_string());
+        Ok((policy.gate_port + 1, ca))
     }
     fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
         let ports: Vec<u16> = (40000..).take(targets.len()).collect();

@@ -120,6 +120,10 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
         f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     write(&plan.live.0, &plan.live.1)?;
+    for (path, text) in &plan.trust_files {
+        write(path, text)?;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644))?;
+    }
     if let Some((path, text)) = &plan.ssh_config {
         write(path, text)?;
         fs::set_permissions(path, fs::Permissions::from_mode(0o644))?;

@@ -9,6 +9,7 @@ pub(crate) mod agent;
 pub(crate) mod podman;
 pub mod ruleset;
 pub(crate) mod session;
+pub(crate) mod trust;
 
 use crate::plan::ruleset::Ruleset;
 pub(crate) use crate::plan::session::Facts;
@@ -50,6 +51,8 @@ pub struct Plan {
     pub(crate) allowlist: Vec<String>,
     /// The proxy variables' env file (path, text): holds the token, so never on argv.
     pub env_file: Option<(PathBuf, String)>,
+    /// What the sandbox trusts when the gate terminates TLS (path, text), see `trust`.
+    pub(crate) trust_files: Vec<(PathBuf, String)>,
     /// The sandbox's ssh client config (path, text), see `podman::ssh_config`.
     pub(crate) ssh_config: Option<(PathBuf, String)>,
     /// Skeleton rootfs to create before launch (`image = host`).
@@ -116,6 +119,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
+        trust_files: trust::files(f),
         rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         agent_stores: p.agent_state.iter().map(|s| s.store(&f.agents_dir)).collect(),
@@ -255,6 +259,7 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     for s in &f.missing_secrets {
         n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
     }
+    n.extend(trust::notices(p, f));
     let entries = p.hosts.len() + p.nets.len();
     match p.net {
         NetMode::Full => n.push(

@@ -122,6 +122,7 @@ pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(runtime_proxy_env(p, f))
         .chain(p.env.iter().cloned())
         .chain(f.secrets.iter().cloned())
+        .chain(super::trust::env(p, f))
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
         .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
@@ -256,6 +257,9 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     }
     if let Some(sock) = &f.ssh_agent {
         push(&["-v", &format!("{}:{SSH_AGENT_SOCK}", sock.display())]);
+    }
+    for m in super::trust::mounts(p, f) {
+        push(&["-v", &m]);
     }
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).

@@ -72,6 +72,17 @@ pub struct Facts {
     pub(crate) secrets: Vec<(String, String)>,
     /// Secrets the user listed that have no value (said at launch).
     pub(crate) missing_secrets: Vec<String>,
+    /// Secrets bound to hosts, each with its per-session placeholder (which `secrets` holds
+    /// under the same name); the values go to the gate only, at registration.
+    pub(crate) bound: Vec<crate::gate::secrets::Bound>,
+    /// The `upstream_ca` file's text, read at launch (for the gate).
+    pub(crate) upstream_ca: Option<String>,
+    /// The gate's CA certificate, once the gate is terminating TLS for this session: the
+    /// sandbox trusts it (see `podman::trust_env`).
+    pub(crate) gate_ca: Option<String>,
+    /// The host's system bundle (read at launch when a secret is bound), which the sandbox's
+    /// bundle starts with (see `trust`).
+    pub(crate) system_roots: Option<String>,
     /// The per-user store of agent state shared by sandboxes (`$XDG_DATA_HOME/ai-sandbox/agents`).
     pub(crate) agents_dir: PathBuf,
     /// How to run the command when it is installed outside what the sandbox sees (see `agent`).
@@ -127,6 +138,14 @@ impl Facts {
     }
     pub(crate) fn env_file(&self) -> PathBuf {
         self.session_dir.join(ENV_FILE)
+    }
+    /// The gate's CA alone (`NODE_EXTRA_CA_CERTS` reads one extra file).
+    pub(crate) fn gate_ca_file(&self) -> PathBuf {
+        self.session_dir.join("gate-ca.pem")
+    }
+    /// The host's roots and the gate's CA, for everything else that reads a bundle.
+    pub(crate) fn ca_bundle_file(&self) -> PathBuf {
+        self.session_dir.join("ca-bundle.pem")
     }
     /// The sandbox's /etc/ssh/ssh_config (see `podman::ssh_config`).
     pub(crate) fn ssh_config_file(&self) -> PathBuf {

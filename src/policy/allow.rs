@@ -96,6 +96,21 @@ impl fmt::Display for HostPattern {
     }
 }
 
+impl HostPattern {
+    /// Whether `name` (normalised: lowercase, no trailing dot) is this pattern's.
+    pub(crate) fn matches(&self, name: &str) -> bool {
+        match self {
+            HostPattern::Exact(h) => name == h,
+            // Strictly below the suffix, at a label boundary: `evilnpmjs.org` does not match.
+            HostPattern::Suffix(s) => {
+                name.len() > s.len() + 1
+                    && name.ends_with(s.as_str())
+                    && name.as_bytes()[name.len() - s.len() - 1] == b'.'
+            }
+        }
+    }
+}
+
 /// Whether an IP entry of `entries` covers `ip`:`port`.
 pub(crate) fn reaches(entries: &[(IpNet, Ports)], ip: IpAddr, port: u16) -> bool {
     entries.iter().any(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))

@@ -58,6 +58,10 @@ fn valid_name(n: &str) -> bool {
 pub(crate) struct Secret {
     pub(crate) name: String,
     pub(crate) from: SecretSource,
+    /// The hosts it is bound to (`for`): the sandbox holds a placeholder. Empty: the value.
+    pub(crate) hosts: Vec<String>,
+    /// Where it was given (a binding is checked against the allow lines).
+    pub(crate) at: Origin,
 }
 
 /// The environment the user asked for.
@@ -73,7 +77,7 @@ pub(crate) struct UserEnv {
 /// One variable as given, before the checks every kind shares.
 enum Given {
     Value(String),
-    Secret(SecretSource),
+    Secret(SecretSource, Vec<String>),
 }
 
 /// `env` and `secret` lines, then `-e` flags (`-e NAME=VALUE`, or `-e NAME` for the value of
@@ -93,7 +97,7 @@ pub(crate) fn user_env(
         let (v, at) = (e.value.as_str(), Origin::Config(e.line));
         if e.key == "secret" {
             match parse_secret(v) {
-                Ok((n, from)) => given.push((n, Given::Secret(from), at)),
+                Ok(l) => given.push((l.name, Given::Secret(l.from, l.hosts), at)),
                 Err((msg, hint)) => diags.push(Diagnostic::new(at, msg).hint(hint)),
             }
             continue;
@@ -109,7 +113,7 @@ pub(crate) fn user_env(
         let at = Origin::Flag("-e");
         match v.split_once('=') {
             Some((n, value)) => given.push((n.trim().to_string(), Given::Value(value.to_string()), at)),
-            None => given.push((v.trim().to_string(), Given::Secret(SecretSource::Env), at)),
+            None => given.push((v.trim().to_string(), Given::Secret(SecretSource::Env, Vec::new()), at)),
         }
     }
     for (name, g, at) in given {
@@ -176,10 +180,10 @@ pub(crate) fn user_env(
                 }
             }
         }
-        seen.push((name.clone(), at));
+        seen.push((name.clone(), at.clone()));
         match g {
             Given::Value(value) => out.vars.push((name, value)),
-            Given::Secret(from) => out.secrets.push(Secret { name, from }),
+            Given::Secret(from, hosts) => out.secrets.push(Secret { name, from, hosts, at }),
         }
     }
     out

@@ -9,7 +9,7 @@
 
 use super::addr::{Class, DEFAULT_GATE_ADDR, classify, reached_by};
 use super::allow::{Allow, HostPattern, IpNet, Ports, parse};
-use super::secret::{SecretSource, parse_secret};
+use super::secret::{SecretLine, SecretSource, parse_secret};
 use std::net::IpAddr;
 
 /// One config key.
@@ -136,6 +136,17 @@ pub const KEYS: &[Key] = &[
         example: "ANTHROPIC_API_KEY",
         widens: Widens::When(secret_widens),
         export: Export::Carried,
+    },
+    Key {
+        name: "upstream_ca",
+        repeats: false,
+        shell: false,
+        doc: "FILE (PEM, outside the project): more roots the gate trusts when it opens TLS to a bound secret's host",
+        example: "/etc/my-company/ca.pem",
+        widens: Widens::When(|v| {
+            Some(format!("the gate trusts servers whose certificates {} signs", v.trim()))
+        }),
+        export: Export::LeftOut("the cluster-mode gate does not open TLS yet"),
     },
     Key {
         name: "state",
@@ -309,7 +320,12 @@ fn resolve_widens(v: &str) -> Option<String> {
 
 fn secret_widens(v: &str) -> Option<String> {
     Some(match parse_secret(v) {
-        Ok((name, SecretSource::File(file))) => format!(
+        Ok(l) if !l.hosts.is_empty() => format!(
+            "lets the sandbox use {} at {} (the gate puts it into requests there; the agent sees only a placeholder)",
+            l.name,
+            l.hosts.join(", ")
+        ),
+        Ok(SecretLine { name, from: SecretSource::File(file), .. }) => format!(
             "reads the file {file} on your machine into the sandbox's environment as {name}: the agent holds its contents"
         ),
         _ => format!("passes {} from your environment into the sandbox: the agent holds its value", v.trim()),
@@ -406,6 +422,7 @@ mod tests {
             ("extra_args", "-v /:/host"),
             ("resolve", "a.example=10.0.0.1"),
             ("secret", "K"),
+            ("upstream_ca", "/ca.pem"),
             ("state", "claude"),
             ("gate_ports", "22"),
             ("gate_addr", "100.64.0.2"),

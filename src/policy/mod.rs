@@ -128,6 +128,9 @@ pub struct Policy {
     /// Variables whose values are read at launch (from the environment or a file) and passed
     /// through the private env file: names and sources only, never values.
     pub(crate) secrets: Vec<env::Secret>,
+    /// `upstream_ca = FILE`: more roots (PEM) the gate trusts for the servers it opens TLS to
+    /// (the hosts of bound secrets), for a private CA. Absolute or `~/`, outside the project.
+    pub(crate) upstream_ca: Option<String>,
     /// Agent state directories shared by this user's sandboxes (`state = claude`).
     pub(crate) agent_state: Vec<state::AgentState>,
     /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
@@ -269,6 +272,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
     let protect = protects(config, &mut c);
     let agent_state = state::states(config, &mut c);
+    let upstream_ca = upstream_ca(config, &project, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -305,11 +309,73 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         ssh_agent: inputs.ssh_agent,
         protect,
         secrets,
+        upstream_ca,
         agent_state,
         splices: Vec::new(),
     };
     p.splices = forwards::splices(&p);
+    bindings(&p, &mut c);
+    if !c.0.is_empty() {
+        return Err(c.0);
+    }
     Ok(p)
+}
+
+/// `upstream_ca = FILE`: absolute or `~/`, and not in the project (the sandbox writes there).
+fn upstream_ca(config: &Config, project: &std::path::Path, c: &mut Collector) -> Option<String> {
+    let (v, at) = config.one("upstream_ca")?;
+    let v = v.trim();
+    if !(v.starts_with('/') || v.starts_with("~/")) {
+        c.bad(
+            at,
+            format!("upstream_ca `{v}` is not an absolute path (or `~/...`)"),
+            "e.g. `upstream_ca = ~/.config/my-ca.pem`",
+        );
+        return None;
+    }
+    if std::path::Path::new(v).starts_with(project) {
+        c.bad(
+            at,
+            format!("upstream_ca `{v}` is inside the project, where the sandbox can replace it"),
+            "keep the CA file outside the project (e.g. under ~/.config)",
+        );
+        return None;
+    }
+    Some(v.to_string())
+}
+
+/// A bound secret's hosts must be reachable through the gate on 443 (allowed, not denied), and
+/// the gate must be in use: else the placeholder would reach nobody who can replace it.
+fn bindings(p: &Policy, c: &mut Collector) {
+    let on_443 = |list: &[(HostPattern, Option<Ports>)], h: &str, no_port: bool| {
+        list.iter().any(|(pat, ports)| {
+            pat.matches(h) && ports.as_ref().map_or(no_port, |r| r.contains(&Ports::one(443)))
+        })
+    };
+    for s in p.secrets.iter().filter(|s| !s.hosts.is_empty()) {
+        if !p.gate && p.net != NetMode::None {
+            let why = match p.net {
+                NetMode::Full => "--net full has no gate",
+                _ => "--no-gate leaves no gate",
+            };
+            c.bad(
+                s.at.clone(),
+                format!("{} is bound to {}, but {why} to put its value into requests", s.name, s.hosts.join(", ")),
+                format!("run with the gate (--net allow), or write `secret = {}` to hand the agent the value itself", s.name),
+            );
+            continue;
+        }
+        for h in &s.hosts {
+            let allowed = on_443(&p.hosts, h, p.gate_ports.contains(&443)) && !on_443(&p.deny_hosts, h, true);
+            if !allowed && p.net == NetMode::Allow {
+                c.bad(
+                    s.at.clone(),
+                    format!("{} is bound to {h}, which the allow lines do not let through on 443", s.name),
+                    format!("add `allow = {h}` (a secret goes only to a host the sandbox may reach)"),
+                );
+            }
+        }
+    }
 }
 
 /// `protect = PATH`: a path inside the project, relative, without `..`.

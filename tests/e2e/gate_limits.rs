@@ -43,6 +43,8 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
             config_path: name.into(),
             gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
         },
+        secrets: vec![],
+        upstream_ca: None,
     }
 }
 

@@ -571,3 +571,58 @@ pub fn marker_dir(name: &str) -> PathBuf {
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
     d
 }
+
+fn run_ok(cmd: &mut Command) {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A CA made for one test, and a server certificate it signs for `names`, in `dir`: ca.pem,
+/// ca.key, leaf.pem, leaf.key (openssl, P-256, valid one day).
+pub fn test_ca(dir: &Path, names: &[&str]) {
+    let f = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run_ok(Command::new("openssl").args(["req", "-x509"]).args(ec).args([
+        "-days",
+        "1",
+        "-subj",
+        "/CN=ai-sandbox e2e CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        "-keyout",
+        &f("ca.key"),
+        "-out",
+        &f("ca.pem"),
+    ]));
+    run_ok(Command::new("openssl").arg("req").args(ec).args([
+        "-subj",
+        &format!("/CN={}", names[0]),
+        "-keyout",
+        &f("leaf.key"),
+        "-out",
+        &f("leaf.csr"),
+    ]));
+    let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    std::fs::write(
+        dir.join("ext"),
+        format!(
+            "subjectAltName={}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            sans.join(",")
+        ),
+    )
+    .unwrap();
+    run_ok(Command::new("openssl").args(["x509", "-req", "-days", "1", "-CAcreateserial"]).args([
+        "-in",
+        &f("leaf.csr"),
+        "-CA",
+        &f("ca.pem"),
+        "-CAkey",
+        &f("ca.key"),
+        "-extfile",
+        &f("ext"),
+        "-out",
+        &f("leaf.pem"),
+    ]));
+}

@@ -22,11 +22,6 @@ struct ModelApi {
     th: TestHost,
 }
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap();
-    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
-
 impl ModelApi {
     /// `command`: what the fake model asks the agent's shell tool to run; `key`: the API key it
     /// accepts (passed in a file, never on its command line).
@@ -35,47 +30,7 @@ impl ModelApi {
         let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
         let f = |n: &str| dir.join(n).to_str().unwrap().to_string();
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        run(Command::new("openssl").args(["req", "-x509"]).args(ec).args([
-            "-days",
-            "1",
-            "-subj",
-            "/CN=ai-sandbox e2e CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-            "-keyout",
-            &f("ca.key"),
-            "-out",
-            &f("ca.pem"),
-        ]));
-        run(Command::new("openssl").arg("req").args(ec).args([
-            "-subj",
-            "/CN=api.anthropic.com",
-            "-keyout",
-            &f("leaf.key"),
-            "-out",
-            &f("leaf.csr"),
-        ]));
-        std::fs::write(
-            dir.join("ext"),
-            "subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com,DNS:chatgpt.com\n\
-             basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        )
-        .unwrap();
-        run(Command::new("openssl").args(["x509", "-req", "-days", "1", "-CAcreateserial"]).args([
-            "-in",
-            &f("leaf.csr"),
-            "-CA",
-            &f("ca.pem"),
-            "-CAkey",
-            &f("ca.key"),
-            "-extfile",
-            &f("ext"),
-            "-out",
-            &f("leaf.pem"),
-        ]));
+        test_ca(&dir, &["api.anthropic.com", "api.openai.com", "chatgpt.com"]);
         std::fs::write(dir.join("key"), key).unwrap();
         let log = dir.join("requests.jsonl");
         std::fs::write(&log, "").unwrap();

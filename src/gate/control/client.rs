@@ -96,6 +96,8 @@ pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
 /// A registered session; dropping it (or the process dying) unregisters it.
 pub struct Lease {
     pub port: u16,
+    /// The gate's CA certificate, when the session has bound secrets.
+    pub(crate) ca: Option<String>,
     stream: UnixStream,
     /// The gate's listening socket (see the module doc).
     listener: Option<OwnedFd>,
@@ -131,7 +133,9 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
     while Instant::now() < deadline {
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
-                Ok((reply, listener)) => return Ok(Lease { port: reply.port, stream, listener }),
+                Ok((reply, listener)) => {
+                    return Ok(Lease { port: reply.port, ca: reply.ca, stream, listener });
+                }
                 Err(Failed::Going(why)) => last_err = why,
                 Err(Failed::Refused(e)) => {
                     return Err(e.context("registering the session with the egress gate"));

@@ -25,6 +25,7 @@ pub use runtime::{log_path, private_dir, runtime_dir, runtime_dir_for, socket_pa
 pub(crate) use serve::serve_conn;
 
 use super::decide::SessionPolicy;
+pub use super::secrets::Bound;
 pub(crate) use super::state::SessionStatus;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,12 @@ pub enum Request {
         project: String,
         token: String,
         policy: SessionPolicy,
+        /// Secrets bound to hosts: the gate substitutes them (never written anywhere).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        secrets: Vec<Bound>,
+        /// Extra roots (PEM) for the servers the gate opens TLS to (`upstream_ca`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream_ca: Option<String>,
     },
     /// A live change (`ai-sandbox allow`): the session's whole new policy.
     Update {
@@ -63,4 +70,7 @@ pub struct Reply {
     pub pid: u32,
     #[serde(default)]
     pub(crate) sessions: Vec<SessionStatus>,
+    /// The gate's CA certificate (PEM), to a registration with bound secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ca: Option<String>,
 }

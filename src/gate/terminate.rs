@@ -1,0 +1,361 @@
+//! TLS termination, only for the hosts a session's secrets are bound to (`secret = NAME for
+//! HOST`): the gate answers the CONNECT's TLS with a certificate from its own CA, opens TLS to
+//! the real server (verified against the host's roots and the session's `upstream_ca`), and
+//! relays HTTP/1.1 between the two, request by request: the placeholders of secrets bound to
+//! this host become the real values in the request headers, a placeholder of any other secret
+//! is refused (403, logged as an exfiltration attempt), and a real value in a response header
+//! goes back to its placeholder. Every other host stays a blind tunnel (`server::tunnel`).
+//!
+//! The CA lives in this process's memory only: its key is made when the gate starts terminating
+//! and is never written anywhere, so no sandbox, file or other process can hold it. The
+//! decisions are in `secrets` (pure); here is the I/O: the certificates, both TLS sides, hyper.
+
+use super::secrets::{BODY_SCAN, Misuse, Secrets};
+use super::state::{Decision, Session, State};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A kept-alive connection with no new request for this long is closed.
+const IDLE: Duration = Duration::from_secs(600);
+
+type Out = BoxBody<Bytes, hyper::Error>;
+
+/// The client's stream with the bytes the gate already read (the ClientHello) put back in front.
+struct Replayed {
+    head: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Replayed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = buf.remaining().min(self.head.len() - self.at);
+            buf.put_slice(&self.head[self.at..self.at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replayed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, b)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A request body whose first frames the gate has read (to look for placeholders), then the rest.
+struct Replay {
+    frames: VecDeque<Frame<Bytes>>,
+    rest: Option<Incoming>,
+}
+
+impl Body for Replay {
+    type Data = Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(f) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match self.rest.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.rest.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+}
+
+/// One terminated connection's context, shared by its requests.
+struct Conn {
+    state: Arc<State>,
+    session: Arc<Session>,
+    secrets: Secrets,
+    host: String,
+    port: u16,
+    addr: std::net::SocketAddr,
+    upstream: Arc<rustls::ClientConfig>,
+    sender: tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Out>>>,
+    /// Why there is no upstream (its TLS failed): every request is answered 502 with it.
+    failed: Option<String>,
+}
+
+async fn dial_tls(
+    cfg: Arc<rustls::ClientConfig>,
+    host: &str,
+    tcp: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+    let tls = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(format!("TLS to {host} failed: {e}")),
+        Err(_) => Err(format!("TLS to {host}: no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs())),
+    }
+}
+
+async fn handshake(
+    tls: tokio_rustls::client::TlsStream<TcpStream>,
+) -> Result<hyper::client::conn::http1::SendRequest<Out>, String> {
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(conn.with_upgrades());
+    Ok(sender)
+}
+
+/// Relays one CONNECT whose host the session's secrets are bound to. `first` holds the
+/// ClientHello already read (and its SNI already checked against the CONNECT's host).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve(
+    state: Arc<State>,
+    session: Arc<Session>,
+    host: String,
+    port: u16,
+    upstream_cfg: Arc<rustls::ClientConfig>,
+    client: TcpStream,
+    first: Vec<u8>,
+    upstream: TcpStream,
+) -> std::io::Result<()> {
+    let ca = state.ca().map_err(std::io::Error::other)?;
+    let cfg = ca.server_config(&host).map_err(std::io::Error::other)?;
+    let replayed = Replayed { head: first, at: 0, inner: client };
+    let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(replayed);
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+        Ok(Ok(s)) => s,
+        // The client refused the gate's certificate (it does not trust the CA) or hung up.
+        _ => return Ok(()),
+    };
+    let addr = upstream.peer_addr()?;
+    let sender = match dial_tls(upstream_cfg.clone(), &host, upstream).await {
+        Ok(up) => handshake(up).await,
+        Err(e) => Err(e),
+    };
+    // Never a silent pass: without an upstream, each request gets a 502 with the reason (read
+    // first, so the client is not reset before it reads the answer), and so does the log.
+    let (sender, failed) = match sender {
+        Ok(s) => (Some(s), None),
+        Err(why) => (None, Some(why)),
+    };
+    let secrets = session.secrets.clone();
+    let conn = Arc::new(Conn {
+        state,
+        session,
+        secrets,
+        host,
+        port,
+        addr,
+        upstream: upstream_cfg,
+        sender: tokio::sync::Mutex::new(sender),
+        failed,
+    });
+    let svc = hyper::service::service_fn(move |req| {
+        let conn = conn.clone();
+        async move { Ok::<_, std::convert::Infallible>(relay(&conn, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(IDLE)
+        .serve_connection(TokioIo::new(tls), svc)
+        .with_upgrades()
+        .await;
+    Ok(())
+}
+
+fn full(text: String) -> Out {
+    Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()
+}
+
+/// A refusal the gate writes itself: the hint as the reason phrase (what clients print) and body.
+fn refusal(status: u16, hint: &str) -> Response<Out> {
+    let mut r = Response::new(full(format!("{hint}\n")));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+    if let Ok(p) = hyper::ext::ReasonPhrase::try_from(super::decide::reason_phrase(hint)) {
+        r.extensions_mut().insert(p);
+    }
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain"));
+    r
+}
+
+impl Conn {
+    fn refuse(&self, method: &str, status: u16, reason: &str, hint: &str) -> Response<Out> {
+        self.session.denied.fetch_add(1, Ordering::Relaxed);
+        self.state.log(Decision::refused(
+            &self.session.id,
+            method,
+            &self.host,
+            self.port,
+            status,
+            reason,
+            hint,
+        ));
+        refusal(status, hint)
+    }
+
+    fn misuse(&self, method: &str, m: &Misuse) -> Response<Out> {
+        self.refuse(method, 403, &m.reason(&self.host, false), &m.hint())
+    }
+
+    /// The kept-alive upstream connection, or a new one to the same checked address when the
+    /// server closed it.
+    async fn sender(&self) -> Result<hyper::client::conn::http1::SendRequest<Out>, String> {
+        let mut slot = self.sender.lock().await;
+        if let Some(mut s) = slot.take()
+            && s.ready().await.is_ok()
+        {
+            return Ok(s);
+        }
+        let tcp = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(self.addr))
+            .await
+            .map_err(|_| format!("cannot connect to {}:{}", self.host, self.port))?
+            .map_err(|e| format!("cannot connect to {}:{}: {e}", self.host, self.port))?;
+        let _ = tcp.set_nodelay(true);
+        handshake(dial_tls(self.upstream.clone(), &self.host, tcp).await?).await
+    }
+
+    async fn put_back(&self, s: hyper::client::conn::http1::SendRequest<Out>) {
+        *self.sender.lock().await = Some(s);
+    }
+}
+
+/// The request's target must be this connection's host: the Host header, and an absolute-form
+/// URI's authority. Else a CDN fronting many names could route the real key to another one.
+fn same_host(req: &Request<Incoming>, host: &str, port: u16) -> Result<(), String> {
+    let ok = |a: &str| {
+        let a = a.trim();
+        a.eq_ignore_ascii_case(host)
+            || a.rsplit_once(':').is_some_and(|(h, p)| h.eq_ignore_ascii_case(host) && p == port.to_string())
+    };
+    if let Some(a) = req.uri().authority()
+        && !ok(a.as_str())
+    {
+        return Err(format!("the request names {a}, not {host}"));
+    }
+    match req.headers().get(hyper::header::HOST).map(|h| h.to_str()) {
+        Some(Ok(h)) if ok(h) => Ok(()),
+        Some(Ok(h)) => Err(format!("the Host header names {h}, not {host}")),
+        Some(Err(_)) => Err("the Host header is not text".into()),
+        None => Err("the request has no Host header".into()),
+    }
+}
+
+/// One request through a terminated connection.
+async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
+    let method = req.method().as_str().to_string();
+    if let Some(why) = &c.failed {
+        let mut r = c.refuse(&method, 502, why, &format!("ai-sandbox gate: {why}"));
+        r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+        return r;
+    }
+    if let Err(why) = same_host(&req, &c.host, c.port) {
+        return c.refuse(
+            &method,
+            421,
+            &why,
+            &format!("ai-sandbox gate: {why}; the tunnel was opened to {}", c.host),
+        );
+    }
+    if let Some(m) = c.secrets.misuse(req.uri().to_string().as_bytes(), Some(&c.host)) {
+        return c.misuse(&method, &m);
+    }
+    for v in req.headers_mut().values_mut() {
+        match c.secrets.substitute(v.as_bytes(), &c.host) {
+            Err(m) => return c.misuse(&method, &m),
+            Ok(Some(real)) => match hyper::header::HeaderValue::from_bytes(&real) {
+                Ok(mut new) => {
+                    new.set_sensitive(true);
+                    *v = new;
+                }
+                Err(_) => return c.refuse(&method, 400, "a substituted header is not a valid value", ""),
+            },
+            Ok(None) => {}
+        }
+    }
+    // Origin-form upstream, whatever form the client used (its authority was checked above).
+    if let Some(pq) = req.uri().path_and_query().cloned() {
+        *req.uri_mut() = pq.as_str().parse().unwrap_or_default();
+    }
+    let client_upgrade =
+        req.headers().contains_key(hyper::header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
+    // The first KiB of the body, read before anything goes upstream.
+    let (parts, mut body) = req.into_parts();
+    let (mut frames, mut seen, mut ended) = (VecDeque::new(), Vec::new(), false);
+    while seen.len() < BODY_SCAN {
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Some(d) = f.data_ref() {
+                    seen.extend_from_slice(d);
+                }
+                frames.push_back(f);
+            }
+            Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
+            None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    if let Some(m) = c.secrets.misuse(&seen, Some(&c.host)) {
+        return c.misuse(&method, &m);
+    }
+    let body = Replay { frames, rest: (!ended).then_some(body) };
+    let req = Request::from_parts(parts, body.boxed());
+    let mut sender = match c.sender().await {
+        Ok(s) => s,
+        Err(why) => return c.refuse(&method, 502, &why, &format!("ai-sandbox gate: {why}")),
+    };
+    let resp = sender.send_request(req).await;
+    c.put_back(sender).await;
+    let mut resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("{} did not answer: {e}", c.host);
+            return c.refuse(&method, 502, &why, &format!("ai-sandbox gate: {why}"));
+        }
+    };
+    for v in resp.headers_mut().values_mut() {
+        if let Some(masked) = c.secrets.mask(v.as_bytes(), &c.host)
+            && let Ok(new) = hyper::header::HeaderValue::from_bytes(&masked)
+        {
+            *v = new;
+        }
+    }
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_upgrade) = client_upgrade
+    {
+        let server_upgrade = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(a), Ok(b)) = (client_upgrade.await, server_upgrade.await) {
+                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b)).await;
+            }
+        });
+    }
+    resp.map(|b| b.boxed())
+}

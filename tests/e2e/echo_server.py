@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The upstream servers of the bound-secret e2e tests, in a test host's namespace: HTTPS on 443
+(the certificate given, from a CA made for the test) and plain HTTP on 80, for every name the
+test pins there. Each request is logged as one JSON line to ECHO_LOG (listener, method, target,
+headers, the body's first 4 KiB), so a test can say what arrived and what never did.
+
+- /basic.git/...: 401 asking for Basic credentials when none came (git sends them then);
+- GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
+- GET /sse: a server-sent event stream: `data: one`, then (once /ack has been requested, within
+  30 s) `data: two acked`, else `data: two no-ack`: an answer the gate held back until the end
+  comes out as `no-ack`;
+- anything else: 200 `ok HOST`.
+Usage: echo_server.py CERT KEY
+"""
+
+import json
+import os
+import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOG = os.environ["ECHO_LOG"]
+LOCK = threading.Lock()
+ACK = threading.Event()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        record = {
+            "tls": isinstance(self.connection, ssl.SSLSocket),
+            "method": self.command,
+            "target": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body[:4096].decode("latin-1"),
+        }
+        with LOCK, open(LOG, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.path.startswith("/basic.git") and "Authorization" not in self.headers:
+            self.reply(401, b"who?\n", [("WWW-Authenticate", 'Basic realm="e2e"')])
+        elif self.path == "/echo-auth":
+            self.reply(200, b"echoed\n", [("X-Echo", self.headers.get("Authorization", ""))])
+        elif self.path == "/ack":
+            ACK.set()
+            self.reply(200, b"ack\n")
+        elif self.path == "/sse":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunk(b"data: one\n\n")
+            got = ACK.wait(30)
+            self.chunk(b"data: two acked\n\n" if got else b"data: two no-ack\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        else:
+            self.reply(200, ("ok %s\n" % self.headers.get("Host", "")).encode())
+
+    do_GET = do_POST = do_PUT = handle_any
+
+
+def serve(port, ctx=None):
+    srv = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    srv.daemon_threads = True
+    if ctx:
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    threading.Thread(target=serve, args=(80,), daemon=True).start()
+    serve(443, ctx)
