@@ -70,4 +70,22 @@ mod tests {
         assert!(request_head_done(b"\x00\x01 not http\r\n"));
         assert!(response_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
     }
+
+    #[test]
+    fn each_status_the_gate_answers_has_its_standard_phrase() {
+        for (status, want) in [
+            (200, "Connection established"),
+            (400, "Bad Request"),
+            (403, "Forbidden"),
+            (407, "Proxy Authentication Required"),
+            (408, "Request Timeout"),
+            (411, "Length Required"),
+            (431, "Request Header Fields Too Large"),
+            (502, "Bad Gateway"),
+            (503, "Service Unavailable"),
+            (599, "Error"),
+        ] {
+            assert_eq!(phrase(status), want, "{status}");
+        }
+    }
 }

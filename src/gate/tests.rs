@@ -54,6 +54,11 @@ fn request_heads_table() {
         (format!("CONNECT a.com:443 HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(65)), Err(TooLarge)),
         (format!("CONNECT a.com:443 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(17000)), Err(TooLarge)),
         ("CONNECT a.com:443 HTTP/1.1\r\nHost: a.com".into(), Err(Incomplete)),
+        // A head cut right after a CR waits for the LF (the bare-CR check looks no further).
+        ("CONNECT a.com:443 HTTP/1.1\r\nHost: a.com\r".into(), Err(Incomplete)),
+        ("CONNECT a.com:443 HTTP/1.1\r".into(), Err(Incomplete)),
+        // The head limit is 16 KiB: a 15 KiB header is taken whole.
+        (format!("CONNECT a.com:443 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(15 * 1024)), Ok(())),
     ];
     for (input, want) in cases {
         let got = request::parse(input.as_bytes()).map(|_| ());
