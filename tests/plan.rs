@@ -650,3 +650,35 @@ fn a_secret_whose_value_is_not_utf8_is_refused_not_taken_for_unset() {
     let (_, env) = h.launched[0].env_file.clone().expect("env file");
     assert!(env.contains("API_KEY=sk-text\n"), "{env}");
 }
+
+#[test]
+fn a_bound_secret_is_a_placeholder_in_the_sandbox_which_then_trusts_the_gates_ca() {
+    let cfg = "allow = api.example.com\nsecret = API_KEY for api.example.com\n";
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let mut h = host(cfg, &[("API_KEY", "sk-real-value")]);
+    h.files.push(("/etc/ssl/certs/ca-certificates.crt".into(), "HOST ROOTS\n".into()));
+    app::run(&mut h, &cli.run).unwrap();
+    let plan = &h.launched[0];
+    let (_, env) = plan.env_file.clone().expect("env file");
+    assert!(!env.contains("sk-real-value"), "{env}");
+    assert!(env.contains("API_KEY=aisb_placeholder_"), "{env}");
+    assert!(env.contains("SSL_CERT_FILE=/run/ai-sandbox/ca-bundle.pem\n"), "{env}");
+    assert!(env.contains("NODE_EXTRA_CA_CERTS=/run/ai-sandbox/gate-ca.pem\n"), "{env}");
+    let argv = plan.argv.join(" ");
+    assert!(argv.contains("/ca-bundle.pem:/etc/ssl/certs/ca-certificates.crt:ro"), "{argv}");
+    assert!(!argv.contains("sk-real-value") && !argv.contains("aisb_placeholder_"), "{argv}");
+    let said = h.stderr.clone();
+    assert!(said.contains("API_KEY: the sandbox holds a placeholder; the gate puts the value into HTTPS requests to api.example.com only"), "{said}");
+    // The dry run shows what would happen, never the value.
+    let mut h = host(cfg, &[("API_KEY", "sk-real-value")]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    assert!(!out.contains("sk-real-value"), "{out}");
+    assert!(out.contains("API_KEY=<placeholder made at launch; the gate sends <secret from $API_KEY> only to api.example.com>"), "{out}");
+    assert!(out.contains("GIT_SSL_CAINFO=/run/ai-sandbox/ca-bundle.pem"), "{out}");
+    // Control: unbound, the agent holds the value (and is told so), and nothing is terminated.
+    let mut h = host("allow = api.example.com\nsecret = API_KEY\n", &[("API_KEY", "sk-real-value")]);
+    app::run(&mut h, &cli.run).unwrap();
+    let (_, env) = h.launched[0].env_file.clone().expect("env file");
+    assert!(env.contains("API_KEY=sk-real-value\n") && !env.contains("SSL_CERT_FILE"), "{env}");
+    assert!(h.stderr.contains("the agent holds the value of API_KEY in clear"), "{}", h.stderr);
+}

@@ -213,7 +213,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         missing_secrets,
         bound,
         upstream_ca,
-        gate_ca: None,
+        // Set from the gate's reply at launch; a dry run shows where it would go.
+        gate_ca: (!launching && !p.secrets.iter().all(|s| s.hosts.is_empty()))
+            .then(|| "<the gate's CA certificate, made by the gate>\n".into()),
         system_roots: match launching && p.secrets.iter().any(|s| !s.hosts.is_empty()) {
             true => host.read_file(Path::new(crate::plan::trust::SYSTEM_BUNDLE))?,
             false => None,

@@ -2,10 +2,10 @@
 //! log, and the `closing` flag that lets an idle gate exit without losing a registration that
 //! arrives at the same moment (the late launcher is told to retry and starts the next gate).
 
+use super::ca::Ca;
 use super::decide::{self, SessionPolicy};
 use super::log::{self, Event, Log};
 use super::secrets::{Bound, Secrets};
-use super::ca::Ca;
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

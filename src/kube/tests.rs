@@ -81,3 +81,14 @@ fn lines_with_no_cluster_meaning_are_said_to_be_left_out_never_dropped_in_silenc
     // Control: a line the export carries is not listed as left out.
     assert!(!out.contains("left out: `allow"), "{out}");
 }
+
+#[test]
+fn a_bound_secret_is_refused_by_the_export_until_the_cluster_gate_substitutes() {
+    let errs =
+        export_of("allow = api.example.com\nsecret = K for api.example.com\n", Some("img")).unwrap_err();
+    assert_eq!(errs[0].origin, Origin::Config(2), "{errs:?}");
+    assert!(errs[0].message.contains("K is bound to api.example.com"), "{errs:?}");
+    // Control: unbound, it exports (a Secret reference in the agent Pod).
+    let ok = export_of("allow = api.example.com\nsecret = K\n", Some("img")).unwrap();
+    assert!(ok.contains("\"K\""), "{ok}");
+}

@@ -132,10 +132,20 @@ pub const KEYS: &[Key] = &[
         name: "secret",
         repeats: true,
         shell: false,
-        doc: "NAME, or NAME from FILE: a value from your environment or a 0600 file, never written in the config",
+        doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder",
         example: "ANTHROPIC_API_KEY",
         widens: Widens::When(secret_widens),
-        export: Export::Carried,
+        export: Export::Checked(|v, _| {
+            let l = parse_secret(v).ok().filter(|l| !l.hosts.is_empty())?;
+            Some((
+                format!(
+                    "{} is bound to {}: the cluster-mode gate does not put secrets into requests yet",
+                    l.name,
+                    l.hosts.join(", ")
+                ),
+                "export it unbound (`secret = NAME`: the agent Pod holds the value), or run this project locally",
+            ))
+        }),
     },
     Key {
         name: "upstream_ca",

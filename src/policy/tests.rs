@@ -267,3 +267,43 @@ fn a_host_loopback_entry_needs_an_explicit_port() {
     let got = policy("", Inputs { allow: vec!["100.64.0.1".into()], ..Inputs::default() });
     assert!(got.unwrap_err()[0].origin == Origin::Flag("--allow"));
 }
+
+#[test]
+fn a_bound_secrets_hosts_must_be_allowed_and_need_the_gate() {
+    let ok = policy("allow = api.example.com\nsecret = K for api.example.com\n", Inputs::default()).unwrap();
+    assert_eq!(ok.secrets[0].hosts, ["api.example.com"]);
+    // A wildcard allow covers it; a port other than 443 does not; a deny takes it away.
+    assert!(policy("allow = *.example.com\nsecret = K for api.example.com\n", Inputs::default()).is_ok());
+    for (cfg, says) in [
+        ("secret = K for api.example.com\n", "allow = api.example.com"),
+        ("allow = api.example.com:80\nsecret = K for api.example.com\n", "not let through on 443"),
+        (
+            "allow = *.example.com\ndeny = api.example.com\nsecret = K for api.example.com\n",
+            "not let through",
+        ),
+    ] {
+        let errs = policy(cfg, Inputs::default()).unwrap_err();
+        let e = errs.iter().find(|e| e.message.contains("K is bound")).expect(cfg);
+        let text = format!("{} {}", e.message, e.hint.as_deref().unwrap_or_default());
+        assert!(text.contains(says), "{cfg}: {text}");
+        assert!(matches!(e.origin, Origin::Config(_)), "{cfg}: the line is named");
+    }
+    // With no gate there is nobody to put the value in: refused, with the unbound spelling.
+    let full = Inputs { net: Some(NetMode::Full), ..Inputs::default() };
+    let errs = policy("allow = api.example.com\nsecret = K for api.example.com\n", full).unwrap_err();
+    assert!(errs[0].message.contains("--net full has no gate"), "{errs:?}");
+    assert!(errs[0].hint.as_deref().unwrap_or_default().contains("`secret = K`"));
+    // --net none reaches nothing: the placeholder is harmless there, and the config still runs.
+    let none = Inputs { net: Some(NetMode::None), ..Inputs::default() };
+    assert!(policy("allow = api.example.com\nsecret = K for api.example.com\n", none).is_ok());
+}
+
+#[test]
+fn upstream_ca_is_a_file_outside_the_project() {
+    let p = policy("upstream_ca = ~/.config/ca.pem\n", Inputs::default()).unwrap();
+    assert_eq!(p.upstream_ca.as_deref(), Some("~/.config/ca.pem"));
+    for (v, says) in [("ca.pem", "not an absolute path"), ("/w/p/certs/ca.pem", "inside the project")] {
+        let errs = policy(&format!("upstream_ca = {v}\n"), Inputs::default()).unwrap_err();
+        assert!(errs[0].message.contains(says), "{v}: {errs:?}");
+    }
+}
