@@ -57,6 +57,8 @@ fn request_heads_table() {
         // A head cut right after a CR waits for the LF (the bare-CR check looks no further).
         ("CONNECT a.com:443 HTTP/1.1\r\nHost: a.com\r".into(), Err(Incomplete)),
         ("CONNECT a.com:443 HTTP/1.1\r".into(), Err(Incomplete)),
+        // 16 KiB with no end of head yet: too large now, not read on.
+        (format!("CONNECT a.com:443 HTTP/1.1\r\nX: {}", "y".repeat(16 * 1024)), Err(TooLarge)),
         // The head limit is 16 KiB: a 15 KiB header is taken whole.
         (format!("CONNECT a.com:443 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(15 * 1024)), Ok(())),
     ];
