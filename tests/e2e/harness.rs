@@ -5,6 +5,7 @@
 //!
 //! Nothing here skips: a missing prerequisite is a panic naming the fix.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
@@ -625,4 +626,37 @@ pub fn test_ca(dir: &Path, names: &[&str]) {
         "-out",
         &f("leaf.pem"),
     ]));
+}
+
+/// `python3 tests/e2e/SCRIPT` with `args` in the test host's namespace, `vars` in its
+/// environment and its stderr in DIR/server.err; returns once it listens on 443.
+pub fn python_on_443(
+    th: &TestHost,
+    dir: &Path,
+    script: &str,
+    args: &[&OsStr],
+    vars: &[(&str, &OsStr)],
+) -> Child {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &th.ns, "python3"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e").join(script))
+        .args(args)
+        .envs(vars.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("server.err")).unwrap());
+    let server = cmd.spawn().unwrap();
+    let up = wait_for(20, || {
+        Command::new("ip")
+            .args(["netns", "exec", &th.ns, "ss", "-ltnH", "sport = :443"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    });
+    assert!(up, "{script} did not start: {}", std::fs::read_to_string(dir.join("server.err")).unwrap());
+    server
+}
+
+/// A JSON-lines file (a test server's request log), one value per line.
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

@@ -5,7 +5,7 @@
 //! made for this test, which the gate trusts through `upstream_ca`) and plain HTTP.
 
 use crate::harness::*;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 const NAMES: [&str; 3] = ["api.bound.test", "api2.bound.test", "other.test"];
 
@@ -26,38 +26,14 @@ impl Upstream {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let log = dir.join("requests.jsonl");
         std::fs::write(&log, "").unwrap();
-        let server = Command::new("ip")
-            .args(["netns", "exec", &th.ns, "python3"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/echo_server.py"))
-            .arg(dir.join("leaf.pem"))
-            .arg(dir.join("leaf.key"))
-            .env("ECHO_LOG", &log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("server.err")).unwrap())
-            .spawn()
-            .unwrap();
-        let ns = th.ns.clone();
-        let up = wait_for(20, || {
-            Command::new("ip")
-                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :443"])
-                .output()
-                .is_ok_and(|o| !o.stdout.is_empty())
-        });
-        assert!(
-            up,
-            "the echo server did not start: {}",
-            std::fs::read_to_string(dir.join("server.err")).unwrap()
-        );
+        let (cert, key) = (dir.join("leaf.pem"), dir.join("leaf.key"));
+        let args = [cert.as_os_str(), key.as_os_str()];
+        let server = python_on_443(&th, &dir, "echo_server.py", &args, &[("ECHO_LOG", log.as_os_str())]);
         Upstream { server, log, dir, th }
     }
 
     fn requests(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        json_lines(&self.log)
     }
 }
 

@@ -10,7 +10,7 @@
 use crate::harness::*;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 
 /// A fake model API (tests/e2e/fake_model_api.py) on a test host's port 443, with a
@@ -29,45 +29,24 @@ impl ModelApi {
         let th = TestHost::new();
         let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
-        let f = |n: &str| dir.join(n).to_str().unwrap().to_string();
         test_ca(&dir, &["api.anthropic.com", "api.openai.com", "chatgpt.com"]);
         std::fs::write(dir.join("key"), key).unwrap();
         let log = dir.join("requests.jsonl");
         std::fs::write(&log, "").unwrap();
-        let server = Command::new("ip")
-            .args(["netns", "exec", &th.ns, "python3"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/fake_model_api.py"))
-            .args([f("leaf.pem"), f("leaf.key"), "443".into()])
-            .env("FAKE_MODEL_COMMAND", command)
-            .env("FAKE_MODEL_LOG", &log)
-            .env("FAKE_MODEL_KEY_FILE", dir.join("key"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("server.err")).unwrap())
-            .spawn()
-            .unwrap();
-        let ns = th.ns.clone();
-        let up = wait_for(20, || {
-            Command::new("ip")
-                .args(["netns", "exec", &ns, "ss", "-ltnH", "sport = :443"])
-                .output()
-                .is_ok_and(|o| !o.stdout.is_empty())
-        });
-        assert!(
-            up,
-            "the fake model API did not start: {}",
-            std::fs::read_to_string(dir.join("server.err")).unwrap()
-        );
+        let (cert, key, key_file) = (dir.join("leaf.pem"), dir.join("leaf.key"), dir.join("key"));
+        let args = [cert.as_os_str(), key.as_os_str(), "443".as_ref()];
+        let vars = [
+            ("FAKE_MODEL_COMMAND", command.as_ref()),
+            ("FAKE_MODEL_LOG", log.as_os_str()),
+            ("FAKE_MODEL_KEY_FILE", key_file.as_os_str()),
+        ];
+        let server = python_on_443(&th, &dir, "fake_model_api.py", &args, &vars);
         ModelApi { server, log, ca: dir.join("ca.pem"), th }
     }
 
     /// The requests it has seen, one JSON object each.
     fn requests(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        json_lines(&self.log)
     }
 
     /// A project whose config is the agent's preset plus the lines that point it at this fake:
