@@ -14,7 +14,7 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
         &[
             "allow = api.anthropic.com",
             "env = CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1   # no telemetry, error reports or update checks",
-            "# secret = ANTHROPIC_API_KEY                       # an API key from your environment, or log in inside",
+            "# secret = ANTHROPIC_API_KEY for api.anthropic.com # an API key the agent never holds (it sees a placeholder); or log in inside",
             "state = claude                                     # the login persists across projects (not your real ~/.claude)",
             "cmd = claude",
         ],
@@ -28,7 +28,7 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
             "# allow = ab.chatgpt.com                           # metrics",
             "# allow = github.com                               # plugins",
             "# allow = api.github.com                           # plugins",
-            "# secret = CODEX_API_KEY                           # `codex exec` takes an API key from it; or log in inside",
+            "# secret = CODEX_API_KEY for api.openai.com        # `codex exec` takes an API key; the agent sees only a placeholder; or log in inside",
             "state = codex                                      # the login persists across projects (not your real ~/.codex)",
             "cmd = codex",
         ],

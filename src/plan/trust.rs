@@ -24,6 +24,7 @@ pub(crate) const VARS: &[&str] = &[
     "CARGO_HTTP_CAINFO",
     "DENO_CERT",
     "AWS_CA_BUNDLE",
+    "CODEX_CA_CERTIFICATE",
     "NODE_EXTRA_CA_CERTS",
 ];
 

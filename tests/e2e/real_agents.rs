@@ -78,6 +78,41 @@ impl Drop for ModelApi {
     }
 }
 
+impl ModelApi {
+    /// The agent's preset with its key bound to the API host (the preset's `secret = NAME for
+    /// HOST` line uncommented): the
+    /// sandbox holds a placeholder, the gate trusts the test CA upstream (`upstream_ca`, a file
+    /// outside the project) and the agent trusts the gate's CA (set up by the sandbox).
+    fn project_bound(&self, preset: &str, secret: &str, host: &str) -> Project {
+        let p = Project::new(&format!("{preset}-bound"));
+        sandbox(&p, &["init", "--preset", preset], &[]).ok();
+        let mut text = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+        for h in ["api.anthropic.com", "api.openai.com", "chatgpt.com"] {
+            text += &format!("resolve = {h}={}\n", self.th.v4);
+        }
+        // The preset's own line, uncommented, as a user would.
+        let line = format!("secret = {secret} for {host} ");
+        assert!(text.contains(&format!("# {line}")), "the preset has no `# {line}`:\n{text}");
+        text = text.replace(&format!("# {line}"), &line);
+        text += &format!("upstream_ca = {}\n", self.ca.display());
+        p.config(&text);
+        p
+    }
+}
+
+/// What the fake model has the agent run when its key is bound: `tool_command`, after writing
+/// what the agent's environment holds under the key's name.
+fn bound_tool_command(agent: &str, secret: &str) -> String {
+    format!("printenv {secret} > env-seen.txt; {}", tool_command(agent))
+}
+
+/// The key arrived at the fake API (checked by `one_turn`); the agent's environment held only
+/// the placeholder; the gate terminated the API host and nothing else.
+fn held_only_a_placeholder(p: &Project, key: &str) {
+    let seen = std::fs::read_to_string(p.path("env-seen.txt")).unwrap();
+    assert!(seen.starts_with("aisb_placeholder_") && !seen.contains(key), "the agent's env held: {seen}");
+}
+
 /// PATH with the test user's npm prefix, where scripts/install-agents put the CLIs.
 fn agent_path() -> String {
     let bin = env().home.join(".npm-global/bin");
@@ -225,4 +260,42 @@ fn codex_works_over_websocket_and_sse_and_a_refused_api_is_said_at_once() {
     // Refused: Codex retries "Reconnecting… waiting for network" for ever; the launcher says why.
     let q = api.project("codex", "CODEX_CA_CERTIFICATE", Some("allow = api.openai.com"));
     refused(&api, &q, &args, ("CODEX_API_KEY", &key), "api.openai.com");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn claude_code_with_a_bound_key_never_holds_it() {
+    let key = format!("sk-ant-e2e-{}-b0a11d", std::process::id());
+    let api = ModelApi::start("claude-bound", &bound_tool_command("claude", "ANTHROPIC_API_KEY"), &key);
+    let p = api.project_bound("claude", "ANTHROPIC_API_KEY", "api.anthropic.com");
+    let args = ["--", "claude", "-p", "Write the file.", "--dangerously-skip-permissions"];
+    let all = one_turn(&api, &p, "claude", &args, ("ANTHROPIC_API_KEY", &key));
+    held_only_a_placeholder(&p, &key);
+    assert!(
+        api.requests().iter().any(|r| r["api"] == "anthropic" && r["stream"] == true && r["auth_ok"] == true),
+        "Claude Code's streamed request arrived with the real key:\n{all}"
+    );
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn codex_with_a_bound_key_never_holds_it() {
+    let key = format!("sk-e2e-codex-{}-b0a11d", std::process::id());
+    let api = ModelApi::start("codex-bound", &bound_tool_command("codex", "CODEX_API_KEY"), &key);
+    let p = api.project_bound("codex", "CODEX_API_KEY", "api.openai.com");
+    let args = [
+        "--",
+        "codex",
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "Write the file.",
+    ];
+    let all = one_turn(&api, &p, "codex", &args, ("CODEX_API_KEY", &key));
+    held_only_a_placeholder(&p, &key);
+    let ws = |r: &serde_json::Value| r["transport"] == "websocket" && r["called"].is_string();
+    assert!(
+        api.requests().iter().any(ws),
+        "the tool call went over the WebSocket, through the gate's relay:\n{all}"
+    );
 }
