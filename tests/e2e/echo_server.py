@@ -2,7 +2,7 @@
 """The upstream servers of the bound-secret e2e tests, in a test host's namespace: HTTPS on 443
 (the certificate given, from a CA made for the test) and plain HTTP on 80, for every name the
 test pins there. Each request is logged as one JSON line to ECHO_LOG (listener, method, target,
-headers, the body's first 4 KiB), so a test can say what arrived and what never did.
+headers, the body's length and first 4 KiB, the client's port), so a test can say what arrived and what never did.
 
 - /basic.git/...: 401 asking for Basic credentials when none came (git sends them then);
 - GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
@@ -45,9 +45,21 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def handle_any(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(n) if n else b""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
         record = {
+            "peer": self.client_address[1],
+            "length": len(body),
             "tls": isinstance(self.connection, ssl.SSLSocket),
             "method": self.command,
             "target": self.path,

@@ -54,6 +54,10 @@ curl -sSN https://api.bound.test/sse | while IFS= read -r l; do
   [ "$l" = "data: one" ] && curl -sS https://api.bound.test/ack >/dev/null
   [ -n "$l" ] && echo "sse $l"
 done
+head -c 65536 /dev/zero | tr '\0' x > /tmp/big
+curl -sS -o /dev/null -w 'expect %{http_code}\n' -H 'Expect: 100-continue' --data-binary @/tmp/big https://api.bound.test/expect
+curl -sS -o /dev/null -w 'chunked %{http_code}\n' -H 'Transfer-Encoding: chunked' --data-binary @/tmp/big https://api.bound.test/chunked
+curl -sS -w 'keepalive %{num_connects}\n' -o /dev/null https://api.bound.test/ka1 -o /dev/null https://api.bound.test/ka2
 git -c http.extraHeader="X-Note: none" ls-remote "https://x-access-token:$API_KEY@api.bound.test/basic.git" >/dev/null 2>&1; echo "basic done"
 curl -s -o /dev/null -w 'hdr %{http_code}\n' -H "X-Leak: $API_KEY" https://api2.bound.test/leak-h
 curl -s -o /dev/null -w 'url %{http_code}\n' "https://api2.bound.test/leak-u?k=$API_KEY"
@@ -123,6 +127,12 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
         out.contains("X-Echo: Bearer aisb_placeholder_") || out.contains("x-echo: Bearer aisb_placeholder_"),
         "{out}"
     );
+    // Request bodies: after `Expect: 100-continue`, and chunked; whole at the server.
+    assert!(out.contains("expect 200") && out.contains("chunked 200"), "{out}");
+    assert_eq!((at("/expect")[0]["length"].as_u64(), at("/chunked")[0]["length"].as_u64()), (Some(65536), Some(65536)));
+    // Keep-alive on both sides: the second request rides the first one's connections.
+    assert!(out.contains("keepalive 1\nkeepalive 0\n"), "{out}");
+    assert_eq!(at("/ka1")[0]["peer"], at("/ka2")[0]["peer"], "one upstream connection");
     // A streamed answer arrives as it is sent: the first event before the stream ends.
     assert!(out.contains("sse data: one\nsse data: two acked"), "{out}");
     // The placeholder to another host the gate sees into (bound to another secret), in a
