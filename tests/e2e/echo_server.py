@@ -5,6 +5,7 @@ test pins there. Each request is logged as one JSON line to ECHO_LOG (listener, 
 headers, the body's length and first 4 KiB, the client's port), so a test can say what arrived and what never did.
 
 - /basic.git/...: 401 asking for Basic credentials when none came (git sends them then);
+- /git/REPO/...: `git http-backend` over ECHO_GIT_ROOT, for the token in ECHO_GIT_TOKEN_FILE;
 - GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
 - GET /sse: a server-sent event stream: `data: one`, then (once /ack has been requested, within
   30 s) `data: two acked`, else `data: two no-ack`: an answer the gate held back until the end
@@ -13,9 +14,11 @@ headers, the body's length and first 4 KiB, the client's port), so a test can sa
 Usage: echo_server.py CERT KEY
 """
 
+import base64
 import json
 import os
 import ssl
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,7 +71,9 @@ class Handler(BaseHTTPRequestHandler):
         }
         with LOCK, open(LOG, "a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.path.startswith("/basic.git") and "Authorization" not in self.headers:
+        if self.path.startswith("/git/"):
+            self.git(body)
+        elif self.path.startswith("/basic.git") and "Authorization" not in self.headers:
             self.reply(401, b"who?\n", [("WWW-Authenticate", 'Basic realm="e2e"')])
         elif self.path == "/echo-auth":
             self.reply(200, b"echoed\n", [("X-Echo", self.headers.get("Authorization", ""))])
@@ -87,6 +92,42 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         else:
             self.reply(200, ("ok %s\n" % self.headers.get("Host", "")).encode())
+
+    def git(self, body):
+        """`git http-backend` (CGI) for /git/REPO/..., over the repositories in ECHO_GIT_ROOT,
+        for Basic credentials whose password is the token in ECHO_GIT_TOKEN_FILE only."""
+        with open(os.environ["ECHO_GIT_TOKEN_FILE"]) as f:
+            token = f.read().strip()
+        auth = self.headers.get("Authorization", "")
+        try:
+            creds = base64.b64decode(auth[6:]).decode() if auth.startswith("Basic ") else ""
+        except ValueError:
+            creds = ""
+        if creds.partition(":")[2] != token:
+            self.reply(401, b"token?\n", [("WWW-Authenticate", 'Basic realm="git"')])
+            return
+        path, _, query = self.path[len("/git"):].partition("?")
+        env = dict(os.environ, GIT_PROJECT_ROOT=os.environ["ECHO_GIT_ROOT"], GIT_HTTP_EXPORT_ALL="1",
+                   PATH_INFO=path, QUERY_STRING=query, REQUEST_METHOD=self.command,
+                   CONTENT_TYPE=self.headers.get("Content-Type", ""), CONTENT_LENGTH=str(len(body)),
+                   REMOTE_USER="e2e", REMOTE_ADDR="127.0.0.1",
+                   HTTP_CONTENT_ENCODING=self.headers.get("Content-Encoding", ""),
+                   GIT_PROTOCOL=self.headers.get("Git-Protocol", ""))
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
+        head, _, rest = out.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.decode().split("\r\n"):
+            k, _, v = line.partition(": ")
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            elif k:
+                headers.append((k, v))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(rest)))
+        self.end_headers()
+        self.wfile.write(rest)
 
     do_GET = do_POST = do_PUT = handle_any
 

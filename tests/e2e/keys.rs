@@ -7,7 +7,7 @@
 use crate::harness::*;
 use std::process::Child;
 
-const NAMES: [&str; 3] = ["api.bound.test", "api2.bound.test", "other.test"];
+const NAMES: [&str; 4] = ["api.bound.test", "api2.bound.test", "other.test", "git.bound.test"];
 
 /// The echo server (tests/e2e/echo_server.py) on a test host, and its CA.
 struct Upstream {
@@ -18,7 +18,8 @@ struct Upstream {
 }
 
 impl Upstream {
-    fn start() -> Upstream {
+    /// `git_token`: the one token its git server takes (kept in a file, off command lines).
+    fn start(git_token: &str) -> Upstream {
         let th = TestHost::new();
         let dir = env().root.join(format!("keys-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
@@ -26,15 +27,46 @@ impl Upstream {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let log = dir.join("requests.jsonl");
         std::fs::write(&log, "").unwrap();
+        let (repos, token_file) = (dir.join("repos"), dir.join("git-token"));
+        std::fs::write(&token_file, git_token).unwrap();
+        bare_repo_with_one_commit(&repos.join("proj.git"));
         let (cert, key) = (dir.join("leaf.pem"), dir.join("leaf.key"));
         let args = [cert.as_os_str(), key.as_os_str()];
-        let server = python_on_443(&th, &dir, "echo_server.py", &args, &[("ECHO_LOG", log.as_os_str())]);
+        let vars = [
+            ("ECHO_LOG", log.as_os_str()),
+            ("ECHO_GIT_ROOT", repos.as_os_str()),
+            ("ECHO_GIT_TOKEN_FILE", token_file.as_os_str()),
+        ];
+        let server = python_on_443(&th, &dir, "echo_server.py", &args, &vars);
         Upstream { server, log, dir, th }
     }
 
     fn requests(&self) -> Vec<serde_json::Value> {
         json_lines(&self.log)
     }
+}
+
+/// A bare repository (pushes allowed) whose main has one commit.
+fn bare_repo_with_one_commit(bare: &std::path::Path) {
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .args(["-c", "user.name=e2e", "-c", "user.email=e2e@test", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    std::fs::create_dir_all(bare).unwrap();
+    git(bare, &["init", "-q", "--bare"]);
+    git(bare, &["config", "http.receivepack", "true"]);
+    let work = bare.with_extension("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("README"), "first\n").unwrap();
+    git(&work, &["add", "README"]);
+    git(&work, &["commit", "-qm", "first"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
 }
 
 impl Drop for Upstream {
@@ -80,7 +112,7 @@ touch ready
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
-    let up = Upstream::start();
+    let up = Upstream::start("git-token-unused-here");
     let p = Project::new("keys");
     std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
     chown_user(&p.path("e2e-ca.pem"));
@@ -129,7 +161,10 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     );
     // Request bodies: after `Expect: 100-continue`, and chunked; whole at the server.
     assert!(out.contains("expect 200") && out.contains("chunked 200"), "{out}");
-    assert_eq!((at("/expect")[0]["length"].as_u64(), at("/chunked")[0]["length"].as_u64()), (Some(65536), Some(65536)));
+    assert_eq!(
+        (at("/expect")[0]["length"].as_u64(), at("/chunked")[0]["length"].as_u64()),
+        (Some(65536), Some(65536))
+    );
     // Keep-alive on both sides: the second request rides the first one's connections.
     assert!(out.contains("keepalive 1\nkeepalive 0\n"), "{out}");
     assert_eq!(at("/ka1")[0]["peer"], at("/ka2")[0]["peer"], "one upstream connection");
@@ -183,4 +218,50 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
 fn base64_of(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn git_over_https_clones_and_pushes_with_a_bound_token_the_sandbox_never_sees() {
+    let token = "ghp_e2eREALtoken0b7c3d";
+    let up = Upstream::start(token);
+    let p = Project::new("keys-git");
+    p.config(&format!(
+        "allow = git.bound.test\nresolve = git.bound.test={}\nsecret = GH_TOKEN for git.bound.test\nupstream_ca = {}\n",
+        up.th.v4,
+        up.dir.join("ca.pem").display()
+    ));
+    let script = "printenv GH_TOKEN > env-seen; \
+        git clone -q \"https://x-access-token:$GH_TOKEN@git.bound.test/git/proj.git\" c && cd c && \
+        echo pushed > new.txt && git add new.txt && \
+        git -c user.name=dev -c user.email=dev@test commit -qm 'from the sandbox' && \
+        git push -q origin HEAD:main; echo \"git rc=$?\" > ../git-out; touch ../ready; cd ..; ";
+    let child = spawn_sandbox_with_secret_env(
+        &p,
+        &["--", "sh", "-c", &format!("{script}{UNTIL_DONE}")],
+        &[("GH_TOKEN", token)],
+    );
+    assert!(wait_for(120, || p.path("ready").exists()), "the git commands did not finish");
+    let leaks = command_lines_containing(&[token]);
+    finish(&p, child);
+    assert!(leaks.is_empty(), "the token on a command line: {leaks:?}");
+    assert_eq!(std::fs::read_to_string(p.path("git-out")).unwrap(), "git rc=0\n", "{:?}", up.requests());
+    // The server has the sandbox's commit, and it took the real token.
+    let log = std::process::Command::new("git")
+        .args(["--git-dir", up.dir.join("repos/proj.git").to_str().unwrap(), "log", "--format=%s", "main"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "from the sandbox\nfirst\n");
+    let pushes = up
+        .requests()
+        .into_iter()
+        .filter(|r| r["target"].as_str().unwrap_or("").contains("git-receive-pack"))
+        .count();
+    assert!(pushes > 0, "no push reached the server");
+    // What the sandbox kept — its env, and the remote URL git wrote into the clone — is the
+    // placeholder; the real token is nowhere in the project.
+    let seen = std::fs::read_to_string(p.path("env-seen")).unwrap();
+    assert!(seen.starts_with("aisb_placeholder_"), "{seen}");
+    let cfg = std::fs::read_to_string(p.path("c/.git/config")).unwrap();
+    assert!(cfg.contains(seen.trim()) && !cfg.contains(token), "{cfg}");
 }
