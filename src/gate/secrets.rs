@@ -37,6 +37,12 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
+    /// A secret `value` bound to `hosts`, seen in the sandbox as `placeholder`.
+    pub fn new(name: &str, placeholder: &str, value: &str, hosts: &[&str]) -> Bound {
+        let hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        Bound { name: name.into(), placeholder: placeholder.into(), value: value.into(), hosts }
+    }
+
     fn bound_to(&self, host: &str) -> bool {
         self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }

@@ -97,7 +97,7 @@ pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
 pub struct Lease {
     pub port: u16,
     /// The gate's CA certificate, when the session has bound secrets.
-    pub(crate) ca: Option<String>,
+    pub ca: Option<String>,
     stream: UnixStream,
     /// The gate's listening socket (see the module doc).
     listener: Option<OwnedFd>,

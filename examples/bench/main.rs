@@ -14,9 +14,13 @@
 //!                                         floor for anything relayed on the way to the host
 //!   bench walk DIR RUNS                   the guard's repository walk of DIR beside a bare
 //!                                         listing of the same tree (median ms)
+//!   bench terminate GATE --count N        requests to a bound secret's host (the gate opens TLS)
+//!                                         beside the same over a blind tunnel (see `terminate`)
 //! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
+
+mod terminate;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -409,6 +413,7 @@ fn main() {
         Some("cluster-policy") => cluster_policy(&args),
         Some("plain-relay") => plain_relay(&args),
         Some("walk") => walk(&args),
-        _ => eprintln!("usage: see the module doc of examples/bench.rs"),
+        Some("terminate") => terminate::run(&args),
+        _ => eprintln!("usage: see the module doc of examples/bench/main.rs"),
     }
 }

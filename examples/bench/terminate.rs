@@ -1,0 +1,175 @@
+//! `bench terminate GATE --count N`: what opening TLS for a bound secret's host costs. An HTTPS
+//! server (a CA made here, on ADDR:8443) answers small requests; two gate sessions allow it, one
+//! as a blind tunnel and one with a secret bound to it (the gate terminates TLS, substitutes
+//! the placeholder, and verifies the server with the bench CA as `upstream_ca`). Over each: the
+//! set-up (CONNECT and the TLS handshake, a new connection each time) and N requests kept alive
+//! on one connection. Prints `terminate setup|request tunnel|terminated P50 P99` (ms).
+
+use super::{arg, need, pct, session_policy};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Instant;
+
+const PORT: u16 = 8443;
+const PLACEHOLDER: &str = "aisb_placeholder_0000000000000000bench000000000000";
+const KEY: &str = "bench-real-key";
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A CA and a server config for `host` signed by it: (the CA's PEM, the config).
+fn server(host: &str) -> (String, Arc<rustls::ServerConfig>) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![host.to_string()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    (ca_pem, Arc::new(cfg))
+}
+
+/// Reads one HTTP head (to the blank line) and, with `body`, a 2-byte body after it.
+fn read_message(s: &mut impl Read, body: bool) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).ok()? == 0 {
+            return None;
+        }
+        got.push(b[0]);
+    }
+    if body {
+        let mut two = [0u8; 2];
+        s.read_exact(&mut two).ok()?;
+    }
+    Some(got)
+}
+
+fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
+    for tcp in listener.incoming().flatten() {
+        let cfg = cfg.clone();
+        std::thread::spawn(move || {
+            let _ = tcp.set_nodelay(true);
+            let mut s = rustls::StreamOwned::new(rustls::ServerConnection::new(cfg).unwrap(), tcp);
+            while read_message(&mut s, false).is_some() {
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn register(
+    args: &[String],
+    name: &str,
+    secrets: Vec<ai_sandbox::gate::control::Bound>,
+    ca: Option<String>,
+) -> ai_sandbox::gate::control::Lease {
+    use ai_sandbox::gate::control;
+    let req = control::Request::Register {
+        session: format!("bench-{name}"),
+        project: "bench".into(),
+        token: format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000),
+        policy: session_policy(args),
+        secrets,
+        upstream_ca: ca,
+    };
+    let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
+    control::register(&control::runtime_dir(), &exe, 18181, &req).expect("register with the gate")
+}
+
+/// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).
+fn open(
+    gate: SocketAddr,
+    token: &str,
+    host: &str,
+    roots: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut tcp = TcpStream::connect(gate).unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let auth = super::b64(&format!("aisb:{token}"));
+    write!(
+        tcp,
+        "CONNECT {host}:{PORT} HTTP/1.1\r\nHost: {host}:{PORT}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_message(&mut tcp, false).expect("the gate's answer");
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    let mut store = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(roots.as_bytes()) {
+        store.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), host.to_string().try_into().unwrap()).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).expect("TLS through the gate");
+    }
+    s
+}
+
+pub(crate) fn run(args: &[String]) {
+    let count: usize = need(args, "--count").parse().unwrap();
+    let host = need(args, "--host");
+    let addr: IpAddr = need(args, "--addr").parse().unwrap();
+    let (ca_pem, cfg) = server(&host);
+    let listener = TcpListener::bind((addr, PORT)).expect("bind the bench server on ADDR:8443");
+    std::thread::spawn(move || serve(listener, cfg));
+    let mut a = args.to_vec();
+    match a.iter().position(|x| x == "--port") {
+        Some(i) => a[i + 1] = PORT.to_string(),
+        None => a.extend(["--port".into(), PORT.to_string()]),
+    }
+    let tunnel = register(&a, "tunnel", vec![], None);
+    let bound = ai_sandbox::gate::control::Bound::new("BENCH_KEY", PLACEHOLDER, KEY, &[&host]);
+    let terminated = register(&a, "terminated", vec![bound], Some(ca_pem.clone()));
+    let gate_ca = terminated.ca.clone().expect("the gate's CA in the reply");
+    let gate: SocketAddr = ([127, 0, 0, 1], tunnel.port).into();
+    let token = |name: &str| {
+        format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
+    };
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
+    for (name, roots) in [("tunnel", &ca_pem), ("terminated", &gate_ca)] {
+        let setups = arg(args, "--setups").map_or(count.min(200), |v| v.parse().unwrap());
+        let mut setup: Vec<f64> = (0..setups)
+            .map(|_| {
+                let t = Instant::now();
+                let s = open(gate, &token(name), &host, roots);
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                drop(s);
+                ms
+            })
+            .collect();
+        let mut s = open(gate, &token(name), &host, roots);
+        let mut req: Vec<f64> = (0..count)
+            .map(|_| {
+                let t = Instant::now();
+                s.write_all(request.as_bytes()).unwrap();
+                read_message(&mut s, true).expect("an answer");
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        println!("terminate setup {name} {:.3} {:.3}", pct(&mut setup, 0.5), pct(&mut setup, 0.99));
+        println!("terminate request {name} {:.3} {:.3}", pct(&mut req, 0.5), pct(&mut req, 0.99));
+    }
+    drop((tunnel, terminated));
+}
