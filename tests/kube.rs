@@ -59,6 +59,11 @@ const CASES: &[(&str, &str, &[&str])] = &[
     ),
     ("image_host_needs_an_image", "allow = github.com\n", &[]),
     ("no_gate", "allow = github.com\n", &["--no-gate", "--image", "img"]),
+    (
+        "bound_secret",
+        "allow = api.anthropic.com\nsecret = ANTHROPIC_API_KEY for api.anthropic.com\nsecret = OTHER\n",
+        &["--image", "node:22"],
+    ),
 ];
 
 #[test]
@@ -117,7 +122,7 @@ fn every_exported_document_is_valid_for_kubernetes_1_33_to_1_37() {
             files.push(path);
         }
     }
-    assert_eq!(files.len(), 4, "the exportable cases");
+    assert_eq!(files.len(), 5, "the exportable cases");
     for version in ["1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0"] {
         let out =
             std::process::Command::new(kv).args(["--strict", "-k", version]).args(&files).output().unwrap();
@@ -130,6 +135,6 @@ fn every_exported_document_is_valid_for_kubernetes_1_33_to_1_37() {
         let other: Vec<&str> =
             text.lines().filter(|l| !is_pass(l) && !l.contains("CiliumNetworkPolicy")).collect();
         assert!(other.is_empty() && cilium == 1, "{version}: unexpected output:\n{text}");
-        assert_eq!(passed, 2 + 6 + 6 + 6, "{version}: every document of every file:\n{text}");
+        assert_eq!(passed, 2 + 6 + 6 + 6 + 6, "{version}: every document of every file:\n{text}");
     }
 }

@@ -221,6 +221,8 @@ fn cluster_policy(args: &[String]) {
         project: "bench".into(),
         token_file: need(args, "--token-file").into(),
         policy: session_policy(args),
+        secrets: vec![],
+        upstream_ca_file: None,
     };
     println!("{}", serde_json::to_string(&PolicyFile { sessions: vec![entry] }).unwrap());
 }

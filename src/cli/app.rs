@@ -811,13 +811,14 @@ pub fn export_cmd(host: &mut dyn Host, cmd: &crate::cli::ExportCmd) -> anyhow::R
         image: image.clone(),
         gate_image: gate_image.clone(),
         cilium: *cilium,
+        placeholders: Vec::new(),
     };
-    export_kube(host, policy, &o)
+    export_kube(host, policy, o)
 }
 
 /// `ai-sandbox export kube`: the approved config (the same validation as a launch) as
 /// Kubernetes objects; what has no cluster meaning is refused by line, and nothing is printed.
-fn export_kube(host: &mut dyn Host, args: &PolicyArgs, o: &crate::kube::Options) -> anyhow::Result<i32> {
+fn export_kube(host: &mut dyn Host, args: &PolicyArgs, mut o: crate::kube::Options) -> anyhow::Result<i32> {
     let exported = |e: anyhow::Error| match e.downcast::<Rejected>() {
         Ok(r) => Rejected { outcome: NOT_EXPORTED, ..r }.into(),
         Err(e) => e,
@@ -835,7 +836,12 @@ fn export_kube(host: &mut dyn Host, args: &PolicyArgs, o: &crate::kube::Options)
         .into());
     }
     let (cfg, _) = config::parse(loaded.text.as_deref().unwrap_or_default());
-    let text = crate::kube::export(&loaded.policy, &cfg, o).map_err(|mut diagnostics| {
+    // Made for this export: what the agent's Pod holds instead of each bound secret.
+    for s in loaded.policy.secrets.iter().filter(|s| !s.hosts.is_empty()) {
+        o.placeholders
+            .push((s.name.clone(), format!("{}{}", crate::gate::secrets::PREFIX, host.random_hex(16)?)));
+    }
+    let text = crate::kube::export(&loaded.policy, &cfg, &o).map_err(|mut diagnostics| {
         in_line_order(&mut diagnostics);
         Rejected { config_path: loaded.display.clone(), diagnostics, outcome: NOT_EXPORTED }
     })?;

@@ -370,5 +370,11 @@ pub enum GateCmd {
         /// Cluster mode: on SIGTERM, how long open connections may finish before the gate exits.
         #[arg(long, default_value_t = 30)]
         drain: u64,
+        /// Cluster mode: the CA (DIR/ca.pem, DIR/ca.key) for hosts that bound secrets go to.
+        #[arg(long, requires = "listen")]
+        ca: Option<PathBuf>,
     },
+    /// Make a CA for a cluster-mode gate's bound secrets: DIR/ca.pem (for the agent's Pod) and
+    /// DIR/ca.key (mode 0600, for the gate's Pod only). Never overwrites.
+    Ca { dir: PathBuf },
 }

@@ -1,7 +1,10 @@
 //! The gate's CA and its TLS configurations, for the hosts it terminates (see `terminate`):
-//! the CA is made in this process's memory on first use and its key is never written anywhere;
-//! each terminated host gets a leaf for its one name; the upstream side verifies the real
-//! server against the host's roots plus a session's `upstream_ca`.
+//! on this machine the CA is made in the gate process's memory on first use and its key is
+//! never written anywhere; a cluster-mode gate loads one from files (a Secret mounted into the
+//! gate's Pod only), because its replicas and restarts must share the CA the agent Pods trust
+//! (`ai-sandbox gate ca DIR` makes the pair). Each terminated host gets a leaf for its one name,
+//! re-issued daily; the upstream side verifies the real server against the host's roots plus a
+//! session's `upstream_ca`.
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use std::collections::HashMap;
@@ -11,16 +14,20 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The gate's CA: made in memory on first use, never written anywhere.
+/// The gate's CA.
 pub(crate) struct Ca {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
     /// The CA certificate (public), which the launcher mounts into sandboxes.
     pub(crate) pem: String,
-    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+    /// Each host's config and when its leaf was made.
+    leaves: Mutex<HashMap<String, (std::time::Instant, Arc<rustls::ServerConfig>)>>,
 }
 
-/// Certificates are valid from yesterday for 30 days (a gate exits when idle, long before).
-fn validity(p: &mut rcgen::CertificateParams) {
+/// A leaf older than this is made again (leaves are valid 30 days; a gate can run longer).
+const LEAF_REISSUE: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// Certificates are valid from yesterday for `days`.
+fn validity(p: &mut rcgen::CertificateParams, days_valid: i64) {
     let days = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| (d.as_secs() / 86_400) as i64)
@@ -30,7 +37,25 @@ fn validity(p: &mut rcgen::CertificateParams) {
         rcgen::date_time_ymd(y, m, d)
     };
     p.not_before = ymd(days - 1);
-    p.not_after = ymd(days + 30);
+    p.not_after = ymd(days + days_valid);
+}
+
+/// A CA certificate's parameters: `cn`, may sign leaves only (path length 0), `days` valid.
+fn ca_params(cn: &str, days: i64) -> rcgen::CertificateParams {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+    let mut p = CertificateParams::default();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut p, days);
+    p
+}
+
+/// A CA for a cluster-mode gate, as PEM (certificate, private key): `ai-sandbox gate ca`.
+pub(crate) fn new_pair() -> anyhow::Result<(String, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let cert = ca_params("ai-sandbox cluster gate CA", 365).self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
@@ -47,34 +72,46 @@ fn civil(z: i64) -> (i32, u8, u8) {
 }
 
 impl Ca {
+    /// A CA in this process's memory only.
     pub(crate) fn new() -> anyhow::Result<Ca> {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
-        let key = KeyPair::generate()?;
-        let mut p = CertificateParams::default();
+        let key = rcgen::KeyPair::generate()?;
         let cn = format!(
             "ai-sandbox gate CA (pid {}; its key is in that process's memory only)",
             std::process::id()
         );
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        validity(&mut p);
+        let p = ca_params(&cn, 365);
         let pem = p.self_signed(&key)?.pem();
         Ok(Ca { issuer: rcgen::Issuer::new(p, key), pem, leaves: Mutex::default() })
+    }
+
+    /// A CA from PEM files (a cluster-mode gate's mounted Secret).
+    pub(crate) fn from_pem(cert: &str, key: &str) -> anyhow::Result<Ca> {
+        let key = rcgen::KeyPair::from_pem(key).map_err(|e| anyhow::anyhow!("the CA key: {e}"))?;
+        let issuer = rcgen::Issuer::from_ca_cert_pem(cert, key)
+            .map_err(|e| anyhow::anyhow!("the CA certificate: {e}"))?;
+        let ca = Ca { issuer, pem: cert.to_string(), leaves: Mutex::default() };
+        // A key that is not the certificate's would sign leaves no client accepts: refuse now.
+        let probe = "ca-check.ai-sandbox.invalid";
+        handshake(&upstream_config(Some(cert))?, &ca.server_config(probe)?, probe)
+            .map_err(|e| anyhow::anyhow!("the key does not sign for the certificate: {e}"))?;
+        ca.leaves.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(ca)
     }
 
     /// The server side's config for `host`: a leaf certificate for that one name (made once).
     pub(crate) fn server_config(&self, host: &str) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
         let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = leaves.get(host) {
+        if let Some((made, c)) = leaves.get(host)
+            && made.elapsed() < LEAF_REISSUE
+        {
             return Ok(c.clone());
         }
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::new(vec![host.to_string()])?;
         p.distinguished_name.push(DnType::CommonName, host);
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        validity(&mut p);
+        validity(&mut p, 30);
         let cert = p.signed_by(&key, &self.issuer)?;
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
@@ -83,7 +120,7 @@ impl Ca {
         // HTTP/1.1 only: the relay is HTTP/1.1 on both sides (see ADR 0050 for h2).
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         let cfg = Arc::new(cfg);
-        leaves.insert(host.to_string(), cfg.clone());
+        leaves.insert(host.to_string(), (std::time::Instant::now(), cfg.clone()));
         Ok(cfg)
     }
 }
@@ -112,6 +149,27 @@ pub(crate) fn upstream_config(extra_pem: Option<&str>) -> anyhow::Result<Arc<rus
     Ok(Arc::new(cfg))
 }
 
+/// Drives a client and a server in memory until the handshake ends: the client's verdict.
+fn handshake(
+    client: &Arc<rustls::ClientConfig>,
+    server: &Arc<rustls::ServerConfig>,
+    name: &'static str,
+) -> Result<(), rustls::Error> {
+    let mut c = rustls::ClientConnection::new(client.clone(), name.try_into().unwrap())?;
+    let mut s = rustls::ServerConnection::new(server.clone())?;
+    while c.is_handshaking() {
+        let mut buf = Vec::new();
+        c.write_tls(&mut buf).unwrap();
+        s.read_tls(&mut buf.as_slice()).unwrap();
+        s.process_new_packets()?;
+        let mut buf = Vec::new();
+        s.write_tls(&mut buf).unwrap();
+        c.read_tls(&mut buf.as_slice()).unwrap();
+        c.process_new_packets()?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,27 +181,6 @@ mod tests {
         assert_eq!(civil(11_016), (2000, 2, 29));
         assert_eq!(civil(20_788), (2026, 12, 1));
         assert_eq!(civil(-1), (1969, 12, 31));
-    }
-
-    /// Drives a client and a server in memory until the handshake ends: the client's verdict.
-    fn handshake(
-        client: &Arc<rustls::ClientConfig>,
-        server: &Arc<rustls::ServerConfig>,
-        name: &'static str,
-    ) -> Result<(), rustls::Error> {
-        let mut c = rustls::ClientConnection::new(client.clone(), name.try_into().unwrap())?;
-        let mut s = rustls::ServerConnection::new(server.clone())?;
-        while c.is_handshaking() {
-            let mut buf = Vec::new();
-            c.write_tls(&mut buf).unwrap();
-            s.read_tls(&mut buf.as_slice()).unwrap();
-            s.process_new_packets()?;
-            let mut buf = Vec::new();
-            s.write_tls(&mut buf).unwrap();
-            c.read_tls(&mut buf.as_slice()).unwrap();
-            c.process_new_packets()?;
-        }
-        Ok(())
     }
 
     #[test]

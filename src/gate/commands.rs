@@ -10,8 +10,18 @@ use std::time::Duration;
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
     let dir = control::runtime_dir();
     match cmd {
-        GateCmd::Serve { listen: Some(addr), policy: Some(policy), drain, .. } => {
-            super::cluster::serve(*addr, policy, Duration::from_secs(*drain))
+        GateCmd::Serve { listen: Some(addr), policy: Some(policy), drain, ca, .. } => {
+            super::cluster::serve(*addr, policy, Duration::from_secs(*drain), ca.as_deref())
+        }
+        GateCmd::Ca { dir } => {
+            super::cluster::make_ca(dir)?;
+            println!(
+                "a CA for a cluster-mode gate: {}/ca.pem (give it to the agent: a ConfigMap) and {}/ca.key \
+                 (the gate's only: a Secret); docs/kubernetes.md",
+                dir.display(),
+                dir.display()
+            );
+            Ok(0)
         }
         GateCmd::Serve { port_from, idle_exit, runtime_dir, .. } => super::server::serve(
             runtime_dir.clone().unwrap_or(dir),

@@ -121,6 +121,11 @@ impl State {
         }
     }
 
+    /// A CA loaded from files (a cluster-mode gate), used instead of one made here.
+    pub(crate) fn use_ca(&self, ca: Ca) {
+        let _ = self.ca.set(Ok(Arc::new(ca)));
+    }
+
     /// This gate's CA (made on first use; its key never leaves this process).
     pub(crate) fn ca(&self) -> Result<Arc<Ca>, String> {
         self.ca

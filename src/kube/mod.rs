@@ -15,6 +15,7 @@
 //! reach the gate, and with `--cilium` a CiliumNetworkPolicy limiting the gate's own egress to
 //! the allowed names (`toFQDNs`), a second layer under the gate.
 
+mod bound;
 mod cilium;
 mod objects;
 
@@ -34,6 +35,16 @@ pub(crate) struct Options {
     /// The image holding this binary, for the gate.
     pub(crate) gate_image: String,
     pub(crate) cilium: bool,
+    /// The placeholder of each bound secret (by name), made for this export: the agent's Pod
+    /// holds it, the gate's policy maps it to the value it reads from the Secret.
+    pub(crate) placeholders: Vec<(String, String)>,
+}
+
+impl Options {
+    fn placeholder(&self, name: &str) -> String {
+        let found = self.placeholders.iter().find(|(n, _)| n == name);
+        found.map_or_else(|| format!("{}{name}", crate::gate::secrets::PREFIX), |(_, p)| p.clone())
+    }
 }
 
 /// Fixed names, so that the docs and the objects agree.
@@ -43,6 +54,9 @@ pub(crate) const AGENT: &str = "ai-sandbox-agent";
 pub(crate) const TOKEN_SECRET: &str = "ai-sandbox-token";
 /// The Secret holding the config's `secret =` values (one key per name), created by the user.
 pub(crate) const SECRETS: &str = "ai-sandbox-secrets";
+/// The gate's CA for bound secrets' hosts: a Secret (keys `ca.pem`, `ca.key`) for the gate
+/// only, and a ConfigMap (key `ca.pem`) for the agent, both made from `ai-sandbox gate ca DIR`.
+pub(crate) const GATE_CA: &str = "ai-sandbox-gate-ca";
 /// The PersistentVolumeClaim holding the project, created by the user.
 pub(crate) const PROJECT_CLAIM: &str = "ai-sandbox-project";
 pub(crate) const GATE_PORT: u16 = 3128;

@@ -52,7 +52,7 @@ fn runtime_default() -> SeccompProfile {
 }
 
 /// Non-root, no capabilities, no privilege escalation, RuntimeDefault seccomp, read-only root.
-fn locked_down() -> SecurityContext {
+pub(super) fn locked_down() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
@@ -74,7 +74,7 @@ fn pod_security(uid: i64) -> PodSecurityContext {
     }
 }
 
-fn env(name: &str, value: &str) -> EnvVar {
+pub(super) fn env(name: &str, value: &str) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
 }
 
@@ -93,7 +93,7 @@ fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
     }
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -126,7 +126,7 @@ pub(crate) fn all(p: &Policy, o: &Options, image: &str) -> Vec<(String, serde_js
         ));
         out.push((
             "the gate: this binary's cluster mode".into(),
-            v(serde_json::to_value(gate_deployment(o))),
+            v(serde_json::to_value(gate_deployment(p, o))),
         ));
         out.push(("the gate's address for the agent".into(), v(serde_json::to_value(gate_service(o)))));
         out.push(("who may reach the gate: the agent only".into(), v(serde_json::to_value(gate_ingress(o)))));
@@ -158,7 +158,7 @@ fn agent_pod(p: &Policy, o: &Options, image: &str) -> Pod {
     vars.push(env("HOME", HOME));
     // Kubernetes expands `$(NAME)` in env values; the user's values are meant literally.
     vars.extend(p.env.iter().map(|(k, val)| env(k, &val.replace("$(", "$$("))));
-    vars.extend(p.secrets.iter().map(|s| from_secret(&s.name, SECRETS, &s.name)));
+    vars.extend(super::bound::agent_env(p, o, |n| from_secret(n, SECRETS, n)));
     let (command, interactive) = match &p.command {
         // From the config's `cmd` (an export takes no `--`), so text: the conversion is exact.
         Command::Argv(a) if !a.is_empty() => {
@@ -185,34 +185,41 @@ fn agent_pod(p: &Policy, o: &Options, image: &str) -> Pod {
                 })
                 .collect()
         }),
-        volume_mounts: Some(vec![
-            mount("project", WORKDIR, false),
-            mount("home", HOME, false),
-            mount("tmp", "/tmp", false),
-        ]),
+        volume_mounts: Some(
+            [mount("project", WORKDIR, false), mount("home", HOME, false), mount("tmp", "/tmp", false)]
+                .into_iter()
+                .chain(super::bound::agent_mounts(p))
+                .collect(),
+        ),
         ..Container::default()
     };
     Pod {
         metadata: meta(AGENT, o),
         spec: Some(PodSpec {
             containers: vec![container],
+            init_containers: super::bound::agent_init(p, image).map(|c| vec![c]),
             restart_policy: Some("Never".into()),
             // The agent has no business with the cluster's API, nor with other Services' addresses.
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             security_context: Some(pod_security(1000)),
-            volumes: Some(vec![
-                Volume {
-                    name: "project".into(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: PROJECT_CLAIM.into(),
-                        ..Default::default()
-                    }),
-                    ..Volume::default()
-                },
-                empty_dir("home"),
-                empty_dir("tmp"),
-            ]),
+            volumes: Some(
+                vec![
+                    Volume {
+                        name: "project".into(),
+                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                            claim_name: PROJECT_CLAIM.into(),
+                            ..Default::default()
+                        }),
+                        ..Volume::default()
+                    },
+                    empty_dir("home"),
+                    empty_dir("tmp"),
+                ]
+                .into_iter()
+                .chain(super::bound::agent_volumes(p))
+                .collect(),
+            ),
             ..PodSpec::default()
         }),
         ..Pod::default()
@@ -291,6 +298,8 @@ fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
                 .map_or_else(|| "project".into(), |n| n.to_string_lossy().into_owned()),
             token_file: format!("{TOKEN_DIR}/token").into(),
             policy,
+            secrets: super::bound::entries(p, o),
+            upstream_ca_file: None,
         }],
     };
     ConfigMap {
@@ -303,18 +312,13 @@ fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
     }
 }
 
-fn gate_deployment(o: &Options) -> Deployment {
+fn gate_deployment(p: &Policy, o: &Options) -> Deployment {
     let listen = format!("0.0.0.0:{GATE_PORT}");
-    let args = [
-        "gate",
-        "serve",
-        "--listen",
-        &listen,
-        "--policy",
-        &format!("{POLICY_DIR}/policy.json"),
-        "--drain",
-        "25",
-    ];
+    let policy = format!("{POLICY_DIR}/policy.json");
+    let mut args = vec!["gate", "serve", "--listen", &listen, "--policy", &policy, "--drain", "25"];
+    if super::bound::any(p) {
+        args.extend(["--ca", super::bound::CA_DIR]);
+    }
     let container = Container {
         name: "gate".into(),
         image: Some(o.gate_image.clone()),
@@ -334,7 +338,12 @@ fn gate_deployment(o: &Options) -> Deployment {
             ..Probe::default()
         }),
         security_context: Some(locked_down()),
-        volume_mounts: Some(vec![mount("policy", POLICY_DIR, true), mount("token", TOKEN_DIR, true)]),
+        volume_mounts: Some(
+            [mount("policy", POLICY_DIR, true), mount("token", TOKEN_DIR, true)]
+                .into_iter()
+                .chain(super::bound::gate_mounts(p))
+                .collect(),
+        ),
         ..Container::default()
     };
     let spec = PodSpec {
@@ -344,21 +353,26 @@ fn gate_deployment(o: &Options) -> Deployment {
         security_context: Some(pod_security(65532)),
         // Longer than --drain, so open connections finish before the kubelet's SIGKILL.
         termination_grace_period_seconds: Some(30),
-        volumes: Some(vec![
-            Volume {
-                name: "policy".into(),
-                config_map: Some(ConfigMapVolumeSource { name: GATE.into(), ..Default::default() }),
-                ..Volume::default()
-            },
-            Volume {
-                name: "token".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(TOKEN_SECRET.into()),
-                    ..Default::default()
-                }),
-                ..Volume::default()
-            },
-        ]),
+        volumes: Some(
+            vec![
+                Volume {
+                    name: "policy".into(),
+                    config_map: Some(ConfigMapVolumeSource { name: GATE.into(), ..Default::default() }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "token".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(TOKEN_SECRET.into()),
+                        ..Default::default()
+                    }),
+                    ..Volume::default()
+                },
+            ]
+            .into_iter()
+            .chain(super::bound::gate_volumes(p))
+            .collect(),
+        ),
         ..PodSpec::default()
     };
     Deployment {

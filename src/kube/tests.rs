@@ -9,6 +9,7 @@ fn opts(image: Option<&str>) -> Options {
         image: image.map(String::from),
         gate_image: "ai-sandbox:test".into(),
         cilium: true,
+        placeholders: vec![],
     }
 }
 
@@ -83,12 +84,34 @@ fn lines_with_no_cluster_meaning_are_said_to_be_left_out_never_dropped_in_silenc
 }
 
 #[test]
-fn a_bound_secret_is_refused_by_the_export_until_the_cluster_gate_substitutes() {
-    let errs =
-        export_of("allow = api.example.com\nsecret = K for api.example.com\n", Some("img")).unwrap_err();
-    assert_eq!(errs[0].origin, Origin::Config(2), "{errs:?}");
-    assert!(errs[0].message.contains("K is bound to api.example.com"), "{errs:?}");
-    // Control: unbound, it exports (a Secret reference in the agent Pod).
-    let ok = export_of("allow = api.example.com\nsecret = K\n", Some("img")).unwrap();
-    assert!(ok.contains("\"K\""), "{ok}");
+fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_gates() {
+    let mut o = opts(Some("img"));
+    o.placeholders = vec![("K".into(), "aisb_placeholder_0123".into())];
+    let p = crate::policy::from_text("allow = api.example.com\nsecret = K for api.example.com\nsecret = U\n");
+    let (c, _) = crate::config::parse("");
+    let out = export(&p, &c, &o).unwrap();
+    let docs: Vec<serde_json::Value> = out
+        .split("\n---\n")
+        .filter_map(|d| serde_json::from_str(d.trim_start_matches(|c| c != '{')).ok())
+        .collect();
+    let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
+    let agent = kind("Pod").to_string();
+    // The agent: K's placeholder as a literal and no reference to K's value; U unbound, by reference.
+    assert!(agent.contains(r#"{"name":"K","value":"aisb_placeholder_0123"}"#), "{agent}");
+    assert!(!agent.contains(r#""key":"K""#), "the agent's Pod references K's value: {agent}");
+    assert!(agent.contains(r#""key":"U""#), "{agent}");
+    assert!(agent.contains("SSL_CERT_FILE") && agent.contains("ai-sandbox-gate-ca"), "{agent}");
+    // The gate: the value mounted from the Secret, the CA, and the policy mapping them.
+    let gate = kind("Deployment").to_string();
+    assert!(gate.contains(r#""--ca""#) && gate.contains(r#""secretName":"ai-sandbox-gate-ca""#), "{gate}");
+    assert!(gate.contains(r#""items":[{"key":"K","path":"K"}]"#), "only the bound key is mounted: {gate}");
+    let policy = kind("ConfigMap")["data"]["policy.json"].as_str().unwrap().to_string();
+    assert!(
+        policy.contains("aisb_placeholder_0123") && policy.contains("/var/run/ai-sandbox/secrets/K"),
+        "{policy}"
+    );
+    // Control: with no bound secret, none of it.
+    let p = crate::policy::from_text("allow = api.example.com\nsecret = K\n");
+    let out = export(&p, &c, &o).unwrap();
+    assert!(!out.contains("aisb_placeholder_") && !out.contains("--ca") && !out.contains("gate-ca"), "{out}");
 }

@@ -135,17 +135,7 @@ pub const KEYS: &[Key] = &[
         doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder",
         example: "ANTHROPIC_API_KEY",
         widens: Widens::When(secret_widens),
-        export: Export::Checked(|v, _| {
-            let l = parse_secret(v).ok().filter(|l| !l.hosts.is_empty())?;
-            Some((
-                format!(
-                    "{} is bound to {}: the cluster-mode gate does not put secrets into requests yet",
-                    l.name,
-                    l.hosts.join(", ")
-                ),
-                "export it unbound (`secret = NAME`: the agent Pod holds the value), or run this project locally",
-            ))
-        }),
+        export: Export::Carried,
     },
     Key {
         name: "upstream_ca",
@@ -156,7 +146,9 @@ pub const KEYS: &[Key] = &[
         widens: Widens::When(|v| {
             Some(format!("the gate trusts servers whose certificates {} signs", v.trim()))
         }),
-        export: Export::LeftOut("the cluster-mode gate does not open TLS yet"),
+        export: Export::LeftOut(
+            "the cluster gate verifies upstreams against its image's roots (docs/kubernetes.md: a private CA)",
+        ),
     },
     Key {
         name: "state",
@@ -448,5 +440,16 @@ mod tests {
                 (_, Some(_)) => panic!("`{}` never widens by being written, yet is listed above", k.name),
             }
         }
+    }
+
+    #[test]
+    fn trust_says_which_secrets_the_agent_holds_and_which_it_only_uses() {
+        let bound = secret_widens("K for api.example.com").unwrap();
+        assert!(
+            bound.contains("lets the sandbox use K at api.example.com") && bound.contains("placeholder"),
+            "{bound}"
+        );
+        let clear = secret_widens("K").unwrap();
+        assert!(clear.contains("the agent holds its value"), "{clear}");
     }
 }

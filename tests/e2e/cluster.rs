@@ -18,8 +18,9 @@ const TOKEN: &str = "e2e-cluster-token-5b0f3c9d1a";
 struct Pods(String, String);
 
 impl Pods {
-    fn new() -> Pods {
-        let pods = Pods("aisbe2e-cgate".into(), "aisbe2e-cpod".into());
+    /// `tag` names the pair (tests run in parallel).
+    fn new(tag: &str) -> Pods {
+        let pods = Pods(format!("aisbe2e-{tag}gate"), format!("aisbe2e-{tag}pod"));
         let ip = |args: &[&str]| {
             let st = Command::new("ip").args(args).status().unwrap();
             assert!(st.success(), "ip {args:?}");
@@ -81,20 +82,27 @@ fn curl(pods: &Pods, token: Option<&str>, args: &[&str]) -> String {
     let mut all = vec!["curl", "-s", "-m", "10", "-w", " %{http_code}"];
     all.extend_from_slice(args);
     // runuser keeps the environment it is given (HOME and the like aside).
-    let out = pods.in_pod(&all).env("http_proxy", &proxy).output().unwrap();
+    let out = pods.in_pod(&all).env("http_proxy", &proxy).env("https_proxy", &proxy).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn cluster_gate_serves_a_pod_with_the_token_logs_json_and_drains_on_sigterm() {
-    let pods = Pods::new();
+    let pods = Pods::new("c");
     let p = Project::new("cluster");
     let uid = nix::unistd::Uid::from_raw(env().uid);
     let token_file = p.path("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     std::os::unix::fs::chown(&token_file, Some(uid.as_raw()), None).unwrap();
-    let entry = SessionEntry { id: "agent".into(), project: "/work".into(), token_file, policy: policy() };
+    let entry = SessionEntry {
+        id: "agent".into(),
+        project: "/work".into(),
+        token_file,
+        policy: policy(),
+        secrets: vec![],
+        upstream_ca_file: None,
+    };
     let policy_file = p.path("policy.json");
     std::fs::write(&policy_file, serde_json::to_string(&PolicyFile { sessions: vec![entry] }).unwrap())
         .unwrap();
@@ -230,4 +238,110 @@ fn gate_pid(pods: &Pods) -> nix::unistd::Pid {
         })
         .unwrap_or_else(|| panic!("no gate among {pids}"));
     nix::unistd::Pid::from_raw(pid.parse().unwrap())
+}
+
+/// A cluster-mode gate with a bound secret: the CA from `gate ca DIR` (what the export's Secret
+/// holds), the value from a file (a mounted Secret); the pod holds only the placeholder and
+/// trusts the CA's certificate; the upstream (HTTPS, a test CA as `upstream_ca_file`) receives
+/// the real value. Without the CA the gate refuses to start, and says how to make one.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn cluster_gate_puts_a_bound_secret_in_with_the_ca_it_was_given() {
+    use ai_sandbox::gate::cluster::SecretEntry;
+    let pods = Pods::new("k");
+    let p = Project::new("cluster-keys");
+    let uid = env().uid;
+    let own = |f: &std::path::Path| std::os::unix::fs::chown(f, Some(uid), None).unwrap();
+    let up = p.path("upstream");
+    std::fs::create_dir_all(&up).unwrap();
+    test_ca(&up, &["api.bound.test"]);
+    let log = up.join("requests.jsonl");
+    std::fs::write(&log, "").unwrap();
+    let (cert, key) = (up.join("leaf.pem"), up.join("leaf.key"));
+    let mut server = python_on_443(
+        &pods.0,
+        &up,
+        "echo_server.py",
+        &[cert.as_os_str(), key.as_os_str()],
+        &[("ECHO_LOG", log.as_os_str())],
+    );
+    // The CA, made as a user would for the export's Secret.
+    let ca_dir = p.path("gate-ca");
+    let made =
+        user_command(&p.dir, &env().bin, &["gate", "ca", ca_dir.to_str().unwrap()], &[]).output().unwrap();
+    assert!(made.status.success(), "gate ca: {}", String::from_utf8_lossy(&made.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(ca_dir.join("ca.key")).unwrap().permissions().mode() & 0o777, 0o600);
+    let again =
+        user_command(&p.dir, &env().bin, &["gate", "ca", ca_dir.to_str().unwrap()], &[]).output().unwrap();
+    assert!(!again.status.success(), "an existing CA was overwritten");
+
+    let (token_file, value_file) = (p.path("token"), p.path("K"));
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let real = "sk-cluster-REAL-9d2e41";
+    std::fs::write(&value_file, format!("{real}\n")).unwrap();
+    for f in [&token_file, &value_file] {
+        own(f);
+    }
+    let placeholder = "aisb_placeholder_c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
+    let mut policy = policy();
+    policy.hosts = vec![(HostPattern::Exact("api.bound.test".into()), None)];
+    policy.gate_ports = vec![443];
+    policy.resolve = vec![("api.bound.test".into(), GATE_IP.parse().unwrap())];
+    let entry = SessionEntry {
+        id: "agent".into(),
+        project: "/work".into(),
+        token_file,
+        policy,
+        secrets: vec![SecretEntry {
+            name: "K".into(),
+            placeholder: placeholder.into(),
+            value_file,
+            hosts: vec!["api.bound.test".into()],
+        }],
+        upstream_ca_file: Some(up.join("ca.pem")),
+    };
+    let policy_file = p.path("policy.json");
+    std::fs::write(&policy_file, serde_json::to_string(&PolicyFile { sessions: vec![entry] }).unwrap())
+        .unwrap();
+    let serve = |ca: Option<&std::path::Path>| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &pods.0, "runuser", "-u", &env().user, "--"])
+            .arg(&env().bin)
+            .args(["gate", "serve", "--listen", &format!("{GATE_IP}:3128"), "--policy"])
+            .arg(&policy_file);
+        if let Some(dir) = ca {
+            c.arg("--ca").arg(dir);
+        }
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    // No CA: refused at start, with the way to make one.
+    let without = serve(None).output().unwrap();
+    let said = String::from_utf8_lossy(&without.stderr);
+    assert!(!without.status.success() && said.contains("ai-sandbox gate ca DIR"), "{said}");
+
+    let mut gate = serve(Some(&ca_dir)).spawn().unwrap();
+    let mut gate_err = BufReader::new(gate.stderr.take().unwrap());
+    let mut first = String::new();
+    gate_err.read_line(&mut first).unwrap();
+    assert!(first.contains("listening on"), "{first}");
+    let url = "https://api.bound.test/cluster";
+    let ca = ca_dir.join("ca.pem");
+    let with_placeholder = format!("Authorization: Bearer {placeholder}");
+    let ok = curl(&pods, Some(TOKEN), &["--cacert", ca.to_str().unwrap(), "-H", &with_placeholder, url]);
+    // Control: the pod's client refuses the gate's certificate without the gate's CA.
+    let untrusted = curl(&pods, Some(TOKEN), &["--cacert", up.join("ca.pem").to_str().unwrap(), url]);
+    let _ = nix::sys::signal::kill(gate_pid(&pods), nix::sys::signal::Signal::SIGTERM);
+    let _ = gate.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    let reqs = json_lines(&log);
+    assert_eq!(ok, "ok api.bound.test\n 200", "{reqs:?}");
+    assert_eq!(
+        reqs[0]["headers"]["authorization"],
+        format!("Bearer {real}"),
+        "the real value arrived: {reqs:?}"
+    );
+    assert!(untrusted.ends_with("000") && reqs.len() == 1, "{untrusted}: {reqs:?}");
 }

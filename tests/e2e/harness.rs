@@ -628,17 +628,11 @@ pub fn test_ca(dir: &Path, names: &[&str]) {
     ]));
 }
 
-/// `python3 tests/e2e/SCRIPT` with `args` in the test host's namespace, `vars` in its
+/// `python3 tests/e2e/SCRIPT` with `args` in the network namespace `ns`, `vars` in its
 /// environment and its stderr in DIR/server.err; returns once it listens on 443.
-pub fn python_on_443(
-    th: &TestHost,
-    dir: &Path,
-    script: &str,
-    args: &[&OsStr],
-    vars: &[(&str, &OsStr)],
-) -> Child {
+pub fn python_on_443(ns: &str, dir: &Path, script: &str, args: &[&OsStr], vars: &[(&str, &OsStr)]) -> Child {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &th.ns, "python3"])
+    cmd.args(["netns", "exec", ns, "python3"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e").join(script))
         .args(args)
         .envs(vars.iter().copied())
@@ -648,7 +642,7 @@ pub fn python_on_443(
     let server = cmd.spawn().unwrap();
     let up = wait_for(20, || {
         Command::new("ip")
-            .args(["netns", "exec", &th.ns, "ss", "-ltnH", "sport = :443"])
+            .args(["netns", "exec", ns, "ss", "-ltnH", "sport = :443"])
             .output()
             .is_ok_and(|o| !o.stdout.is_empty())
     });

@@ -37,7 +37,7 @@ impl Upstream {
             ("ECHO_GIT_ROOT", repos.as_os_str()),
             ("ECHO_GIT_TOKEN_FILE", token_file.as_os_str()),
         ];
-        let server = python_on_443(&th, &dir, "echo_server.py", &args, &vars);
+        let server = python_on_443(&th.ns, &dir, "echo_server.py", &args, &vars);
         Upstream { server, log, dir, th }
     }
 

@@ -40,7 +40,7 @@ impl ModelApi {
             ("FAKE_MODEL_LOG", log.as_os_str()),
             ("FAKE_MODEL_KEY_FILE", key_file.as_os_str()),
         ];
-        let server = python_on_443(&th, &dir, "fake_model_api.py", &args, &vars);
+        let server = python_on_443(&th.ns, &dir, "fake_model_api.py", &args, &vars);
         ModelApi { server, log, ca: dir.join("ca.pem"), th }
     }
 

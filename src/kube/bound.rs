@@ -1,0 +1,143 @@
+//! Bound secrets in the exported objects (ADR 0050): the agent's Pod holds each bound secret's
+//! placeholder (a literal, made for this export) and never a reference to its value; the gate's
+//! Pod mounts the values (the same `ai-sandbox-secrets` Secret, only the bound keys) and the
+//! CA (`ai-sandbox-gate-ca`, a Secret made from `ai-sandbox gate ca DIR`); the agent's Pod
+//! mounts the CA certificate (a ConfigMap of the same name) and trusts it through a bundle an
+//! init container writes: its image's roots, then the gate's CA.
+
+use super::objects::{env, locked_down, mount};
+use super::{GATE_CA, Options, SECRETS};
+use crate::gate::cluster::SecretEntry;
+use crate::plan::trust::VARS;
+use crate::policy::Policy;
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, SecretVolumeSource, Volume,
+    VolumeMount,
+};
+
+/// In the gate's Pod: the bound values, and the CA (certificate and key).
+const VALUES_DIR: &str = "/var/run/ai-sandbox/secrets";
+pub(super) const CA_DIR: &str = "/var/run/ai-sandbox/ca";
+/// In the agent's Pod: the CA certificate, and the bundle the init container writes.
+const AGENT_CA_DIR: &str = "/etc/ai-sandbox/gate-ca";
+const BUNDLE_DIR: &str = "/etc/ai-sandbox/trust";
+/// Where Debian-family images keep their roots (the bundle starts with them).
+const IMAGE_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn names(p: &Policy) -> Vec<&str> {
+    p.secrets.iter().filter(|s| !s.hosts.is_empty()).map(|s| s.name.as_str()).collect()
+}
+
+pub(super) fn any(p: &Policy) -> bool {
+    !names(p).is_empty()
+}
+
+/// The gate policy's entries: placeholder, where the value is mounted, the hosts.
+pub(super) fn entries(p: &Policy, o: &Options) -> Vec<SecretEntry> {
+    p.secrets
+        .iter()
+        .filter(|s| !s.hosts.is_empty())
+        .map(|s| SecretEntry {
+            name: s.name.clone(),
+            placeholder: o.placeholder(&s.name),
+            value_file: format!("{VALUES_DIR}/{}", s.name).into(),
+            hosts: s.hosts.clone(),
+        })
+        .collect()
+}
+
+pub(super) fn gate_volumes(p: &Policy) -> Vec<Volume> {
+    if !any(p) {
+        return Vec::new();
+    }
+    let items =
+        names(p).iter().map(|n| KeyToPath { key: n.to_string(), path: n.to_string(), mode: None }).collect();
+    vec![
+        Volume {
+            name: "secrets".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(SECRETS.into()),
+                items: Some(items),
+                ..Default::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "ca".into(),
+            secret: Some(SecretVolumeSource { secret_name: Some(GATE_CA.into()), ..Default::default() }),
+            ..Volume::default()
+        },
+    ]
+}
+
+pub(super) fn gate_mounts(p: &Policy) -> Vec<VolumeMount> {
+    if !any(p) {
+        return Vec::new();
+    }
+    vec![mount("secrets", VALUES_DIR, true), mount("ca", CA_DIR, true)]
+}
+
+/// The agent's variables for its secrets: a bound one's placeholder, an unbound one's value by
+/// reference; and, when any is bound, the trust variables.
+pub(super) fn agent_env(p: &Policy, o: &Options, from_secret: impl Fn(&str) -> EnvVar) -> Vec<EnvVar> {
+    let mut out: Vec<EnvVar> = p
+        .secrets
+        .iter()
+        .map(
+            |s| if s.hosts.is_empty() { from_secret(&s.name) } else { env(&s.name, &o.placeholder(&s.name)) },
+        )
+        .collect();
+    if any(p) {
+        for v in VARS.iter().filter(|v| !p.env.iter().any(|(k, _)| k == *v)) {
+            let file = if *v == "NODE_EXTRA_CA_CERTS" {
+                format!("{AGENT_CA_DIR}/ca.pem")
+            } else {
+                format!("{BUNDLE_DIR}/bundle.pem")
+            };
+            out.push(env(v, &file));
+        }
+    }
+    out
+}
+
+pub(super) fn agent_volumes(p: &Policy) -> Vec<Volume> {
+    if !any(p) {
+        return Vec::new();
+    }
+    vec![
+        Volume {
+            name: "gate-ca".into(),
+            config_map: Some(ConfigMapVolumeSource { name: GATE_CA.into(), ..Default::default() }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "trust".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    ]
+}
+
+pub(super) fn agent_mounts(p: &Policy) -> Vec<VolumeMount> {
+    if !any(p) {
+        return Vec::new();
+    }
+    vec![mount("gate-ca", AGENT_CA_DIR, true), mount("trust", BUNDLE_DIR, true)]
+}
+
+/// Writes the bundle before the agent starts: the image's roots, then the gate's CA. An image
+/// without Debian's bundle fails here, visibly, rather than running with no roots.
+pub(super) fn agent_init(p: &Policy, image: &str) -> Option<Container> {
+    any(p).then(|| Container {
+        name: "trust".into(),
+        image: Some(image.into()),
+        command: Some(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("cat {IMAGE_ROOTS} {AGENT_CA_DIR}/ca.pem > {BUNDLE_DIR}/bundle.pem"),
+        ]),
+        security_context: Some(locked_down()),
+        volume_mounts: Some(vec![mount("gate-ca", AGENT_CA_DIR, true), mount("trust", BUNDLE_DIR, false)]),
+        ..Container::default()
+    })
+}
