@@ -68,7 +68,7 @@ impl Misuse {
     /// The refusal's hint: where the secret does go.
     pub(crate) fn hint(&self) -> String {
         format!(
-            "ai-sandbox gate: refused: this request carries the placeholder of {}, which is sent only to {} over HTTPS",
+            "ai-sandbox gate: exfiltration attempt refused: this request carries the placeholder of {}, which goes only to {} over HTTPS",
             self.secret,
             self.hosts.join(", ")
         )

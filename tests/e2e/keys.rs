@@ -212,7 +212,14 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
         assert!(!log.contains(s) && !stderr.contains(s), "a secret in the log or the launcher's output");
     }
     assert!(stderr.contains("API_KEY: the sandbox holds a placeholder"), "{stderr}");
-    assert!(stderr.contains("api2.bound.test"), "the launcher says the refusal: {stderr}");
+    // The launcher says it as it happens and in its summary; `logs --denied` shows it.
+    let exfil = "exfiltration attempt refused: this request carries the placeholder of API_KEY";
+    let summary = stderr.split("refused during this run").nth(1).unwrap_or_default();
+    assert!(stderr.contains(&format!("refused api2.bound.test:443 (ai-sandbox gate: {exfil}")), "{stderr}");
+    assert!(summary.contains("api2.bound.test:443") && summary.contains(exfil), "{stderr}");
+    let logs = user_command(&p.dir, &env().bin, &["logs", "--denied"], &[]).output().unwrap();
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(logs.contains("api2.bound.test") && logs.contains("exfiltration attempt"), "{logs}");
 }
 
 fn base64_of(s: &str) -> String {
