@@ -33,10 +33,13 @@ const IDLE: Duration = Duration::from_secs(600);
 type Out = BoxBody<Bytes, hyper::Error>;
 
 /// The client's stream with the bytes the gate already read (the ClientHello) put back in front.
+/// It also counts the bytes each way into the session's counters (`gate status`), as a tunnel's
+/// relay does: here they are the TLS bytes between the client and the gate.
 struct Replayed {
     head: Vec<u8>,
     at: usize,
     inner: TcpStream,
+    session: Arc<Session>,
 }
 
 impl AsyncRead for Replayed {
@@ -51,13 +54,21 @@ impl AsyncRead for Replayed {
             self.at += n;
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        self.session.up.fetch_add(n, Ordering::Relaxed);
+        r
     }
 }
 
 impl AsyncWrite for Replayed {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, b)
+        let r = Pin::new(&mut self.inner).poll_write(cx, b);
+        if let Poll::Ready(Ok(n)) = r {
+            self.session.down.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -145,7 +156,9 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let ca = state.ca().map_err(std::io::Error::other)?;
     let cfg = ca.server_config(&host).map_err(std::io::Error::other)?;
-    let replayed = Replayed { head: first, at: 0, inner: client };
+    let up = first.len() as u64;
+    session.up.fetch_add(up, Ordering::Relaxed);
+    let replayed = Replayed { head: first, at: 0, inner: client, session: session.clone() };
     let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(replayed);
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
         Ok(Ok(s)) => s,
