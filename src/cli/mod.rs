@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod doctor;
+mod facts;
 pub mod logs;
 pub mod manpage;
 pub(crate) mod prune;

@@ -1,0 +1,251 @@
+//! What a launch observes of this machine before planning (`Facts`): paths (the runtime, state
+//! and data dirs, the project's key), the working directory, the secrets' values and their
+//! placeholders, the `upstream_ca` file, the ssh-agent socket, how the command is found. Apart
+//! from `app` (the orchestration) so each reads in one sitting; only through `Host`.
+
+use crate::error::hinted;
+use crate::host::Host;
+use crate::plan::Facts;
+use crate::policy::Policy;
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+
+/// Placeholder shown by `--dry-run` where a launch puts the per-session gate token.
+const TOKEN_PLACEHOLDER: &str = "SESSION-TOKEN";
+
+/// FNV-1a, to name per-project directories stably without a crypto dependency.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+/// `NAME-HASH` of a project directory: stable, readable, unique per path.
+fn project_key(project: &Path) -> String {
+    let name = project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{name}-{:016x}", fnv(&project.display().to_string()))
+}
+
+/// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
+pub(super) fn runtime_dir(host: &dyn Host) -> PathBuf {
+    crate::gate::control::runtime_dir_for(
+        host.env("AISB_RUNTIME_DIR").as_deref(),
+        host.env("XDG_RUNTIME_DIR").as_deref(),
+        host.uid(),
+    )
+}
+
+/// The per-user store of agent state shared by sandboxes.
+pub(super) fn agents_dir(host: &dyn Host) -> PathBuf {
+    xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/agents")
+}
+
+/// This project's directory in the user's state dir (`$XDG_STATE_HOME/ai-sandbox/projects/KEY`).
+pub(super) fn state_dir(host: &dyn Host, project: &Path) -> PathBuf {
+    xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects").join(project_key(project))
+}
+
+pub(super) fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
+    match host.env(var) {
+        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v),
+        _ => PathBuf::from(host.env("HOME").unwrap_or_default()).join(fallback),
+    }
+}
+
+/// Observes what the plan needs from this machine. `launching` picks a real token.
+pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
+    let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
+    let Resolved { values: secrets, missing: missing_secrets, bound } =
+        resolve_secrets(host, p, &home, launching)?;
+    let upstream_ca = match (&p.upstream_ca, launching) {
+        (Some(f), true) => Some(read_upstream_ca(host, f, &home)?),
+        _ => None,
+    };
+    let session_id = host.random_hex(6)?;
+    let runtime = runtime_dir(host);
+    let host_dirs: Vec<PathBuf> =
+        ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
+    let launchable = launchable(host, p, &host_dirs, &home);
+    let nft = crate::plan::session::nft_program(host.env("AISB_NFT"), || host.which("nft"));
+    Ok(Facts {
+        podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
+        nft,
+        self_exe: host.current_exe().context("finding this program's path (it is also the OCI hook)")?,
+        session_dir: runtime.join("sessions").join(&session_id),
+        runtime_dir: runtime,
+        session_id,
+        sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
+            .join("ai-sandbox/homes")
+            .join(project_key(&p.project)),
+        rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
+        home,
+        launchable,
+        host_dirs,
+        tty: host.stdio_is_tty(),
+        token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
+        gate_port: p.gate_port,
+        relays: Vec::new(),
+        agents_dir: agents_dir(host),
+        secrets,
+        missing_secrets,
+        bound,
+        upstream_ca,
+        // Set from the gate's reply at launch; a dry run shows where it would go.
+        gate_ca: (!launching && !p.secrets.iter().all(|s| s.hosts.is_empty()))
+            .then(|| "<the gate's CA certificate, made by the gate>\n".into()),
+        system_roots: match launching && p.secrets.iter().any(|s| !s.hosts.is_empty()) {
+            true => host.read_file(Path::new(crate::plan::trust::SYSTEM_BUNDLE))?,
+            false => None,
+        },
+        state_dir: state_dir(host, &p.project),
+        protected: host.protected_mounts(&p.project, &crate::launch::guard::candidates(&p.protect))?,
+        ssh_agent: ssh_agent_socket(host, p)?,
+        loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
+        host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),
+        workdir: workdir(host, p)?,
+        probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
+            crate::plan::session::Probe::Skipped
+        } else {
+            crate::plan::session::Probe::AtLaunch
+        },
+    })
+}
+
+/// Where the command starts: the working directory when it is in the project, else the project.
+/// podman carries it as text (config.json), so a name that is not UTF-8 is refused, not mangled.
+fn workdir(host: &dyn Host, p: &Policy) -> anyhow::Result<PathBuf> {
+    let dir = host.cwd().ok().filter(|c| c.starts_with(&p.project)).unwrap_or_else(|| p.project.clone());
+    if dir.to_str().is_none() {
+        return Err(hinted(
+            format!("the working directory's path is not UTF-8 ({})", dir.display()),
+            "run from a directory with a UTF-8 name (the command starts where you are, and podman takes that path as text)",
+        )
+        .into());
+    }
+    Ok(dir)
+}
+
+/// The ssh-agent socket `--ssh-agent` passes in: SSH_AUTH_SOCK, which must name one.
+fn ssh_agent_socket(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<PathBuf>> {
+    if !p.ssh_agent {
+        return Ok(None);
+    }
+    let hint = "start one and add a key (`eval \"$(ssh-agent)\"; ssh-add`), or run without --ssh-agent";
+    let Some(sock) = host.env("SSH_AUTH_SOCK").filter(|s| !s.is_empty()) else {
+        return Err(hinted(
+            "--ssh-agent: SSH_AUTH_SOCK is not set, so there is no ssh-agent to pass in",
+            hint,
+        )
+        .into());
+    };
+    let sock = PathBuf::from(sock);
+    if !sock.is_absolute() || !host.exists(&sock) {
+        return Err(
+            hinted(format!("--ssh-agent: SSH_AUTH_SOCK={} does not exist", sock.display()), hint).into()
+        );
+    }
+    Ok(Some(sock))
+}
+
+/// How the command runs when it is installed where the sandbox does not look (`image = host`
+/// and a bare command name only: an image brings its own programs).
+fn launchable(
+    host: &dyn Host,
+    p: &Policy,
+    host_dirs: &[PathBuf],
+    home: &Path,
+) -> crate::plan::agent::Launchable {
+    let crate::policy::Command::Argv(argv) = &p.command else { return Default::default() };
+    let Some(name) = argv[0].to_str() else { return Default::default() };
+    if p.image != crate::policy::Image::Host || name.contains('/') {
+        return Default::default();
+    }
+    let visible: Vec<PathBuf> = host_dirs.iter().cloned().chain([p.project.clone()]).collect();
+    crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
+}
+
+/// What a launch passes for the `secret` lines.
+struct Resolved {
+    /// By name: the value (unbound) or the placeholder (bound), for the sandbox's environment.
+    values: Vec<(String, String)>,
+    /// The names that have no value.
+    missing: Vec<String>,
+    /// The bound ones, with their values, for the gate.
+    bound: Vec<crate::gate::secrets::Bound>,
+}
+
+/// `upstream_ca = FILE`, read at launch: PEM text (the gate parses it).
+fn read_upstream_ca(host: &dyn Host, f: &str, home: &Path) -> anyhow::Result<String> {
+    let path = match f.strip_prefix("~/") {
+        Some(rest) => home.join(rest),
+        None => PathBuf::from(f),
+    };
+    match host.read_file(&path)? {
+        Some(t) if t.contains("-----BEGIN CERTIFICATE-----") => Ok(t),
+        Some(_) => Err(hinted(
+            format!("upstream_ca {} holds no PEM certificate", path.display()),
+            "point it at a PEM file (-----BEGIN CERTIFICATE-----)",
+        )
+        .into()),
+        None => Err(hinted(
+            format!("upstream_ca {} does not exist", path.display()),
+            "fix the path or remove the line",
+        )
+        .into()),
+    }
+}
+
+/// Secret values, read only for a launch (a dry run shows where each would come from).
+fn resolve_secrets(
+    host: &mut dyn Host,
+    p: &Policy,
+    home: &Path,
+    launching: bool,
+) -> anyhow::Result<Resolved> {
+    use crate::policy::env::SecretSource;
+    let (mut values, mut missing, mut bound) = (Vec::new(), Vec::new(), Vec::new());
+    for s in &p.secrets {
+        let value = match (&s.from, launching) {
+            (SecretSource::Env, false) => Some(format!("<secret from ${}>", s.name)),
+            (SecretSource::File(f), false) => Some(format!("<secret from {f}>")),
+            (SecretSource::Env, true) => host.env(&s.name),
+            (SecretSource::File(f), true) => {
+                let path = match f.strip_prefix("~/") {
+                    Some(rest) => home.join(rest),
+                    None => PathBuf::from(f),
+                };
+                Some(host.read_secret_file(&path)?)
+            }
+        };
+        match value {
+            Some(v) if v.contains('\n') => {
+                bail!("the secret {} contains a newline; an environment variable cannot carry it", s.name)
+            }
+            Some(v) if s.hosts.is_empty() => values.push((s.name.clone(), v)),
+            Some(v) => {
+                // Per session and random: what the sandbox holds is worth nothing elsewhere.
+                let placeholder = match launching {
+                    true => format!("{}{}", crate::gate::secrets::PREFIX, host.random_hex(16)?),
+                    false => format!(
+                        "<placeholder made at launch; the gate sends {v} only to {}>",
+                        s.hosts.join(", ")
+                    ),
+                };
+                values.push((s.name.clone(), placeholder.clone()));
+                bound.push(crate::gate::secrets::Bound {
+                    name: s.name.clone(),
+                    placeholder,
+                    value: v,
+                    hosts: s.hosts.clone(),
+                });
+            }
+            None if host.env_not_text(&s.name) => {
+                return Err(hinted(
+                    format!("the value of {} in your environment is not UTF-8 text", s.name),
+                    "set it to text (an API key or token is); the sandbox's variables go through a text file",
+                )
+                .into());
+            }
+            None => missing.push(s.name.clone()),
+        }
+    }
+    Ok(Resolved { values, missing, bound })
+}
