@@ -35,6 +35,10 @@ fn request_heads_table() {
         ("POST http://e.com/ HTTP/1.1\r\nHost: e.com\r\nTransfer-Encoding: chunked\r\n\r\n".into(), Err(LengthRequired)),
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: -1\r\n\r\n".into(), bad("bad Content-Length")),
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1 2\r\n\r\n".into(), bad("bad Content-Length")),
+        // Digits only (Rust's parser would take `+5`), and at most 15 of them.
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: +5\r\n\r\n".into(), bad("bad Content-Length")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1000000000000000\r\n\r\n".into(), bad("bad Content-Length")),
+        ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 100000000000000\r\n\r\n".into(), Ok(())),
         ("GET /index.html HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("origin-form request: this is a proxy, send an absolute URI")),
         ("GET https://e.com/ HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("only http:// URIs are forwarded (use CONNECT for https)")),
         ("GET http://e.com/ HTTP/1.1\r\nHost: other.com\r\n\r\n".into(), bad("Host header does not match the URI")),
