@@ -35,6 +35,10 @@ fn request_heads_table() {
         ("POST http://e.com/ HTTP/1.1\r\nHost: e.com\r\nTransfer-Encoding: chunked\r\n\r\n".into(), Err(LengthRequired)),
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: -1\r\n\r\n".into(), bad("bad Content-Length")),
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1 2\r\n\r\n".into(), bad("bad Content-Length")),
+        // A CONNECT may say its (empty) body is 0 bytes long.
+        ("CONNECT a.com:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n".into(), Ok(())),
+        // Nothing after the scheme: not a URI the gate forwards.
+        ("GET http:// HTTP/1.1\r\nHost: e.com\r\n\r\n".into(), bad("only http:// URIs are forwarded (use CONNECT for https)")),
         // Digits only (Rust's parser would take `+5`), and at most 15 of them.
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: +5\r\n\r\n".into(), bad("bad Content-Length")),
         ("GET http://e.com/ HTTP/1.1\r\nHost: e.com\r\nContent-Length: 1000000000000000\r\n\r\n".into(), bad("bad Content-Length")),
@@ -97,6 +101,13 @@ fn forwarded_requests_are_rewritten_to_origin_form() {
     assert_eq!((r.kind, r.host.as_str(), r.port), (Kind::Forward, "Example.com", 80));
     let up = String::from_utf8(r.upstream_head).unwrap();
     assert_eq!(up, "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+    // A query straight after the authority gets its `/`.
+    let r = request::parse(b"GET http://e.com?x=1 HTTP/1.1\r\nHost: e.com\r\n\r\n").unwrap();
+    assert!(
+        r.upstream_head.starts_with(b"GET /?x=1 HTTP/1.1\r\n"),
+        "{}",
+        String::from_utf8_lossy(&r.upstream_head)
+    );
 }
 
 /// A 253-character name (four labels of 62 and one of 1) and one character more.
@@ -305,6 +316,12 @@ fn tokens_are_compared_in_constant_time_and_exactly() {
 
 /// A minimal TLS 1.2-style ClientHello with optional SNI entries.
 fn client_hello(snis: &[&str]) -> Vec<u8> {
+    client_hello_padded(snis, 0)
+}
+
+/// The same with a padding extension of `pad` bytes (post-quantum key shares make real
+/// ClientHellos over 1 KiB).
+fn client_hello_padded(snis: &[&str], pad: usize) -> Vec<u8> {
     let mut body = vec![3, 3];
     body.extend([7u8; 32]);
     body.push(0); // session id
@@ -323,6 +340,11 @@ fn client_hello(snis: &[&str]) -> Vec<u8> {
         exts.extend(data);
     }
     exts.extend([0, 0x2b, 0, 3, 2, 3, 4]); // supported_versions
+    if pad > 0 {
+        exts.extend([0, 0x15]);
+        exts.extend((pad as u16).to_be_bytes());
+        exts.extend(vec![0u8; pad]);
+    }
     body.extend((exts.len() as u16).to_be_bytes());
     body.extend(exts);
     let mut hs = vec![1];
@@ -356,6 +378,21 @@ fn sni_is_read_from_the_client_hello() {
     two.extend((b.len() as u16).to_be_bytes());
     two.extend(b);
     assert_eq!(parse_client_hello(&two), Hello::Sni(Some("github.com".into())));
+    // A large one (4 KB, as with post-quantum key shares) is read whole.
+    assert_eq!(
+        parse_client_hello(&client_hello_padded(&["github.com"], 4000)),
+        Hello::Sni(Some("github.com".into()))
+    );
+    // A record header alone: the length it announces is what is needed next.
+    assert_eq!(parse_client_hello(&[0x16, 3, 1, 0, 10]), Hello::NeedMore(15));
+    // A record of length 0, or longer than TLS allows, is not TLS.
+    for len in [0u16, 16384 + 257] {
+        let rec = [&[0x16, 3, 1][..], &len.to_be_bytes()[..], &vec![1u8; len as usize][..]].concat();
+        assert_eq!(parse_client_hello(&rec), Hello::NotTls("bad TLS record length"), "length {len}");
+    }
+    // The largest length TLS allows (2^14 + 256) is a record.
+    let rec = [&[0x16, 3, 1][..], &(16384u16 + 256).to_be_bytes()[..]].concat();
+    assert_eq!(parse_client_hello(&rec), Hello::NeedMore(5 + 16384 + 256));
 }
 
 #[test]
