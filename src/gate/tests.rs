@@ -390,6 +390,25 @@ fn sni_is_read_from_the_client_hello() {
         let rec = [&[0x16, 3, 1][..], &len.to_be_bytes()[..], &vec![1u8; len as usize][..]].concat();
         assert_eq!(parse_client_hello(&rec), Hello::NotTls("bad TLS record length"), "length {len}");
     }
+    // A ClientHello may be 64 KiB (header included) and no more: said by its header at once...
+    let header = |need: u32| [&[0x16, 3, 1, 0, 4, 1][..], &(need - 4).to_be_bytes()[1..]].concat();
+    assert_eq!(parse_client_hello(&header(64 * 1024)), Hello::NeedMore(9 + 5));
+    assert_eq!(parse_client_hello(&header(64 * 1024 + 1)), Hello::NotTls("ClientHello too large"));
+    // ...and by the records read: 64 KiB of them without the whole hello is the end.
+    let records = |total: usize| {
+        let mut data = [&[1u8, 0, 0xff, 0xfc][..], &vec![0u8; total - 4 * 5 - 4][..]].concat();
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            let chunk: Vec<u8> = data.drain(..data.len().min(16384)).collect();
+            out.extend([0x16, 3, 1]);
+            out.extend((chunk.len() as u16).to_be_bytes());
+            out.extend(chunk);
+        }
+        assert_eq!(out.len(), total);
+        out
+    };
+    assert_eq!(parse_client_hello(&records(64 * 1024)), Hello::NeedMore(64 * 1024 + 5));
+    assert_eq!(parse_client_hello(&records(64 * 1024 + 1)), Hello::NotTls("ClientHello too large"));
     // The largest length TLS allows (2^14 + 256) is a record.
     let rec = [&[0x16, 3, 1][..], &(16384u16 + 256).to_be_bytes()[..]].concat();
     assert_eq!(parse_client_hello(&rec), Hello::NeedMore(5 + 16384 + 256));
