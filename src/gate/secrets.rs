@@ -295,6 +295,23 @@ mod tests {
     }
 
     #[test]
+    fn a_misuse_is_worded_with_the_secret_the_host_and_where_it_does_go() {
+        let m = secrets().misuse(PH.as_bytes(), Some("evil.test")).unwrap();
+        assert_eq!(
+            m.reason("evil.test", false),
+            "exfiltration attempt: the placeholder of API_KEY sent to evil.test"
+        );
+        assert_eq!(
+            m.reason("evil.test", true),
+            "exfiltration attempt: the placeholder of API_KEY sent to evil.test over plain HTTP (never substituted: the value would travel in clear)"
+        );
+        assert_eq!(
+            m.hint(),
+            "ai-sandbox gate: exfiltration attempt refused: this request carries the placeholder of API_KEY, which goes only to api.example.com, up.example.com over HTTPS"
+        );
+    }
+
+    #[test]
     fn the_real_value_in_a_response_header_goes_back_to_the_placeholder() {
         let s = secrets();
         assert_eq!(
