@@ -258,6 +258,9 @@ mod tests {
         assert_eq!(out, format!("  basic {}", STANDARD.encode("u:ghp_real")).into_bytes());
         // Elsewhere, the encoded placeholder is still seen.
         assert_eq!(s.substitute(v.as_bytes(), "api.example.com").unwrap_err().secret, "GH_TOKEN");
+        // Values shorter than `Basic ` are plain values (never read past their end).
+        assert_eq!(s.substitute(b"ab", "github.com"), Ok(None));
+        assert_eq!(s.misuse(b"B", None), None);
         // Basic credentials with no placeholder are left as they are.
         let plain = format!("Basic {}", STANDARD.encode("u:p"));
         assert_eq!(s.substitute(plain.as_bytes(), "github.com"), Ok(None));
