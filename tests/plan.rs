@@ -418,6 +418,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         project: "/home/dev/app".into(),
         net: ai_sandbox::policy::NetMode::Allow,
         gate: false,
+        tls: false,
         policy: ai_sandbox::gate::decide::SessionPolicy {
             hosts: vec![],
             nets: vec![],
@@ -428,6 +429,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
             deny_hosts: vec![],
             ask: None,
             deny_nets: vec![],
+            rules: vec![],
         },
     };
     h.running = vec![ai_sandbox::live::Running {

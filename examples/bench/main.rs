@@ -170,6 +170,7 @@ fn session_policy(args: &[String]) -> ai_sandbox::gate::decide::SessionPolicy {
         resolve: vec![(host, need(args, "--addr").parse().unwrap())],
         config_path: "bench".into(),
         gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+        rules: vec![],
     }
 }
 

@@ -392,10 +392,25 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
     let session_only = *session_only;
     let loc = locate(host, project.as_deref())?;
     let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
+    let (rule_items, entries): (Vec<&String>, Vec<&String>) =
+        items.iter().partition(|i| crate::policy::rule::item(i).is_some());
+    let mut rules = Vec::new();
+    for item in &rule_items {
+        if deny {
+            return Err(hinted(
+                format!("`{item}` is a rule, and a rule only allows"),
+                "a host with rules is refused everything they do not name; remove the rule line to refuse more",
+            )
+            .into());
+        }
+        let value = crate::policy::rule::item(item).unwrap_or_default();
+        rules.extend(crate::policy::rule::parse(value).map_err(|(msg, hint)| hinted(msg, hint))?);
+    }
+    let entries: Vec<String> = entries.into_iter().cloned().collect();
     if deny {
-        inputs.deny = items.to_vec()
+        inputs.deny = entries
     } else {
-        inputs.allow = items.to_vec()
+        inputs.allow = entries
     }
     let p =
         policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
@@ -406,6 +421,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
         nets: p.nets,
         deny_hosts: p.deny_hosts,
         deny_nets: p.deny_nets,
+        rules,
     };
     let (key, done) = if deny { ("deny", "denied") } else { ("allow", "allowed") };
     let runtime = runtime_dir(host);
@@ -445,7 +461,10 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
             text.push('\n');
         }
         for item in items {
-            let line = format!("{key} = {item}");
+            let line = match crate::policy::rule::item(item) {
+                Some(rule) => format!("rule = {rule}"),
+                None => format!("{key} = {item}"),
+            };
             if !old.lines().any(|l| l.trim() == line) {
                 text += &format!("{line}\n");
             }

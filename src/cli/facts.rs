@@ -89,9 +89,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         bound,
         upstream_ca,
         // Set from the gate's reply at launch; a dry run shows where it would go.
-        gate_ca: (!launching && !p.secrets.iter().all(|s| s.hosts.is_empty()))
+        gate_ca: (!launching && p.terminates())
             .then(|| "<the gate's CA certificate, made by the gate>\n".into()),
-        system_roots: match launching && p.secrets.iter().any(|s| !s.hosts.is_empty()) {
+        system_roots: match launching && p.terminates() {
             true => host.read_file(Path::new(crate::plan::trust::SYSTEM_BUNDLE))?,
             false => None,
         },

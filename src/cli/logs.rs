@@ -136,6 +136,7 @@ mod tests {
             reason: "later.test:80 is not in the allowlist".into(),
             hint: "blocked by ai-sandbox: add \"allow = later.test\" to /p/c".into(),
             allow: Some("later.test".into()),
+            path: None,
         };
         assert!(
             gate_line(&e, false).ends_with("  → add \"allow = later.test\" to /p/c"),

@@ -100,12 +100,25 @@ pub fn run() -> anyhow::Result<i32> {
         for line in from_gate.lines().map_while(Result::ok) {
             if let Ok(q) = serde_json::from_str::<Question>(&line) {
                 say(&format!(
-                    "ASK  {} {}:{} from {} (session {}), held up to {} s: o/s/a/d?",
-                    q.method, q.host, q.port, q.project, q.session, q.seconds
+                    "ASK  {} {}:{}{} from {} (session {}), held up to {} s: o/s/a/d?",
+                    q.method,
+                    q.host,
+                    q.port,
+                    q.path.as_deref().unwrap_or(""),
+                    q.project,
+                    q.session,
+                    q.seconds
                 ));
                 queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((q, std::time::Instant::now()));
             } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
-                say(&format!("refused {}:{} (session {}): {}", e.host, e.port, e.session, e.fix_or_reason()));
+                say(&format!(
+                    "refused {}:{}{} (session {}): {}",
+                    e.host,
+                    e.port,
+                    e.path.as_deref().map(|p| format!(" {} {p}", e.method)).unwrap_or_default(),
+                    e.session,
+                    e.fix_or_reason()
+                ));
             }
         }
         say("the gate went away");

@@ -39,6 +39,9 @@ pub(crate) struct Question {
     /// The `allow =` value that would let it through (what `a` and `s` add).
     #[serde(default)]
     pub(crate) allow: Option<String>,
+    /// The request's path, when the gate read the request (a host with rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) path: Option<String>,
 }
 
 /// A watcher's answer to question `ask` (one JSON line).
@@ -117,6 +120,7 @@ mod tests {
             port: 443,
             seconds: 5,
             allow: None,
+            path: None,
         }
     }
 

@@ -241,6 +241,7 @@ mod tests {
             config_path: ".ai-sandbox/config".into(),
             gate_addr: std::net::Ipv4Addr::new(100, 64, 0, 1),
             ask: None,
+            rules: Vec::new(),
         }
     }
 
@@ -297,7 +298,7 @@ mod tests {
         }];
         std::fs::write(&path, serde_json::to_string(&file).unwrap()).unwrap();
         let s = load(&path).unwrap();
-        assert!(s[0].secrets.terminates("api.example.com") && s[0].upstream.is_some());
+        assert!(s[0].secrets.terminates("api.example.com") && s[0].upstream().is_ok());
         let header = format!("Bearer {}0123", crate::gate::secrets::PREFIX);
         assert_eq!(
             s[0].secrets.substitute(header.as_bytes(), "api.example.com"),

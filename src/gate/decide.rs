@@ -34,6 +34,9 @@ pub struct SessionPolicy {
     /// `ask = SECONDS`: hold an allowlist refusal this long for a watcher's answer.
     #[serde(default)]
     pub ask: Option<u32>,
+    /// `rule =` lines: a host with rules gets only the requests they allow (see `policy::rule`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<crate::policy::rule::Rule>,
 }
 
 /// A target in its one normal spelling.
@@ -54,20 +57,22 @@ impl std::fmt::Display for Target {
 }
 
 /// A refusal: the HTTP status, a reason for the log, and the hint for the agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Denial {
     pub(crate) status: u16,
     pub(crate) reason: String,
     pub(crate) hint: String,
     /// The `allow =` value that would lift it, when one would.
     pub(crate) allow: Option<String>,
-    /// Only the allowlist said no (not a never-dialled class, a deny line, a token): a watcher
-    /// may be asked instead (`ask = SECONDS`).
+    /// Only the allowlist (or a host's rules) said no (not a never-dialled class, a deny line, a
+    /// token): a watcher may be asked instead (`ask = SECONDS`).
     pub(crate) askable: bool,
+    /// A refused request's normal path (no query), when the gate read the request.
+    pub(crate) path: Option<String>,
 }
 
 fn deny(status: u16, reason: impl Into<String>, hint: impl Into<String>) -> Denial {
-    Denial { status, reason: reason.into(), hint: hint.into(), allow: None, askable: false }
+    Denial { status, reason: reason.into(), hint: hint.into(), allow: None, askable: false, path: None }
 }
 
 /// Constant-time equality (the token must not leak through timing); the length is not secret.
@@ -229,9 +234,13 @@ pub(crate) fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {
     ip == IpAddr::V4(p.gate_addr) && crate::policy::allow::reaches(&p.nets, ip, port)
 }
 
-/// `p` with `t:port` allowed, for one request a watcher let through once.
-pub(crate) fn with_once(p: &SessionPolicy, t: &Target, port: u16) -> SessionPolicy {
+/// `p` with `t:port` allowed, for one request a watcher let through once (and, for a request a
+/// host's rules refused, the rule line its refusal named).
+pub(crate) fn with_once(p: &SessionPolicy, t: &Target, port: u16, allow: Option<&str>) -> SessionPolicy {
     let mut out = p.clone();
+    if let Some(Ok(rules)) = allow.and_then(|a| a.strip_prefix("rule = ")).map(crate::policy::rule::parse) {
+        out.rules.extend(rules);
+    }
     match t {
         Target::Name(n) => out.hosts.push((HostPattern::Exact(n.clone()), Some(Ports::one(port)))),
         Target::Ip(ip) => out.nets.push((IpNet::host(*ip), Ports::one(port))),
@@ -377,5 +386,80 @@ pub(crate) fn auth_reason(presented_token: bool) -> &'static str {
         "wrong or expired session token"
     } else {
         "no proxy credentials yet (407 challenge; clients retry with the session token)"
+    }
+}
+
+/// A request a host's rules let through, in the spelling the gate forwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RuleMatch {
+    /// Uppercase.
+    pub(crate) method: String,
+    /// The normal path and the query as sent (what goes upstream).
+    pub(crate) target: String,
+    /// The normal path alone (what the log shows).
+    pub(crate) path: String,
+    /// The `rule =` value that allowed it.
+    pub(crate) rule: String,
+}
+
+/// The rules' verdict on one request to `host` (pure): `Ok(None)` when the host has no rules
+/// (allowed whole, as before), the rule that allows it, or the refusal with the line that would
+/// allow it. A target the gate would have to guess about is refused whatever the rules say.
+pub(crate) fn check_request(
+    p: &SessionPolicy,
+    host: &str,
+    method: &str,
+    target: &str,
+) -> Result<Option<RuleMatch>, Denial> {
+    use crate::policy::{paths, rule};
+    if !rule::ruled(&p.rules, host) {
+        return Ok(None);
+    }
+    let method = method.to_ascii_uppercase();
+    let normal = paths::normalise(target).map_err(|why| {
+        deny(
+            400,
+            format!("the request target has {why}"),
+            format!(
+                "blocked by ai-sandbox: the request target has {why}; {host} has rules, and the gate does not guess how its server would read such a path"
+            ),
+        )
+    })?;
+    let path = normal.path();
+    match rule::allowing(&p.rules, host, &method, &normal) {
+        Some(r) => Ok(Some(RuleMatch { method, target: normal.target(), path, rule: r.line.clone() })),
+        None => {
+            let line = format!("rule = {}", rule::suggestion(host, &method, &normal));
+            Err(Denial {
+                askable: true,
+                allow: Some(line.clone()),
+                path: Some(path.clone()),
+                ..deny(
+                    403,
+                    format!("{method} {path} matches no rule for {host}"),
+                    format!(
+                        "blocked by ai-sandbox: {method} {path} is not among what the rules allow at {host}; add \"{line}\" to {}",
+                        p.config_path
+                    ),
+                )
+            })
+        }
+    }
+}
+
+/// A CONNECT to a host with rules on a port the gate does not open TLS on: its requests could
+/// not be read, so it is refused (plain HTTP goes through the proxy as a forward request).
+pub(crate) fn unreadable(p: &SessionPolicy, t: &Target, port: u16, tls_ports: &[u16]) -> Result<(), Denial> {
+    match t {
+        Target::Name(n) if !tls_ports.contains(&port) && crate::policy::rule::ruled(&p.rules, n) => {
+            Err(deny(
+                403,
+                format!("{n} has rules, and a tunnel to port {port} would hide its requests"),
+                format!(
+                    "blocked by ai-sandbox: {n} has rules, which the gate checks on HTTPS (443, 8443) and on plain HTTP sent through the proxy, not in a tunnel to port {port}"
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }

@@ -63,6 +63,10 @@ pub(crate) struct Event {
     /// (what `a` and `s` add) and `logs --json`; absent in lines of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) allow: Option<String>,
+    /// A request's path (never its query, headers or body) where the gate read the request: a
+    /// host whose TLS it opened (rules, bound secrets) or plain HTTP to a host with rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) path: Option<String>,
 }
 
 /// What the gate did with a request: the one spelling of a decision, in the log and on the
@@ -162,8 +166,16 @@ impl Follow {
 
 pub(crate) fn human(e: &Event) -> String {
     format!(
-        "{} {:5} {} session={} {} {}:{} {}",
-        e.time, e.decision, e.status, e.session, e.method, e.host, e.port, e.reason
+        "{} {:5} {} session={} {} {}:{}{} {}",
+        e.time,
+        e.decision,
+        e.status,
+        e.session,
+        e.method,
+        e.host,
+        e.port,
+        e.path.as_deref().unwrap_or(""),
+        e.reason
     )
 }
 

@@ -11,7 +11,7 @@ use base64::Engine;
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `CONNECT host:port`: a tunnel.
     Connect,
@@ -32,6 +32,8 @@ pub struct Request {
     pub head_len: usize,
     /// Forward only: the origin-form head to send upstream.
     pub(crate) upstream_head: Vec<u8>,
+    /// Forward only: the origin-form target (`/path?query`) as the client wrote it.
+    pub(crate) path: String,
     /// Forward only: request body length (Content-Length, else 0).
     pub(crate) body_len: u64,
 }
@@ -109,6 +111,16 @@ const HOP_BY_HOP: &[&str] = &[
     "trailer",
     "upgrade",
 ];
+
+impl Request {
+    /// A forward request sent with another method spelling and target (the rules' normal form).
+    pub(crate) fn retargeted(&self, method: &str, target: &str) -> Request {
+        let line_end = self.upstream_head.windows(2).position(|w| w == b"\r\n").unwrap_or(0);
+        let mut head = format!("{method} {target} HTTP/1.1").into_bytes();
+        head.extend_from_slice(&self.upstream_head[line_end..]);
+        Request { method: method.to_string(), path: target.to_string(), upstream_head: head, ..self.clone() }
+    }
+}
 
 pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
     // Framing checks run over everything received so far, so a head that another parser
@@ -197,6 +209,7 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
             token,
             head_len: end,
             upstream_head: Vec::new(),
+            path: String::new(),
             body_len: 0,
         });
     }
@@ -244,6 +257,7 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
         token,
         head_len: end,
         upstream_head: up,
+        path,
         body_len: cl.unwrap_or(0),
     })
 }

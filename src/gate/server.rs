@@ -194,6 +194,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         reason,
         hint: "",
         allow: None,
+        path: None,
     };
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
@@ -246,12 +247,13 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             state.log(Decision {
                 hint: &d.hint,
                 allow: d.allow.as_deref(),
+                path: d.path.as_deref(),
                 ..decision(&session.id, &req.host, d.status, &d.reason)
             });
             let reason = decide::reason_phrase(&d.hint);
             respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
         }
-        Ok((target, upstream)) => {
+        Ok((target, upstream, rule)) => {
             // Only the bytes after the head are kept; the head buffer is freed now.
             let leftover = buf[req.head_len..].to_vec();
             drop(buf);
@@ -259,8 +261,21 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 Kind::Connect => tunnel(&state, &session, &req, &target, client, upstream, leftover).await,
                 Kind::Forward => {
                     session.allowed.fetch_add(1, Ordering::Relaxed);
-                    state.log(decision(&session.id, &target.to_string(), 200, "allowed"));
-                    forward(&req, client, upstream, leftover).await
+                    let host = target.to_string();
+                    match &rule {
+                        Some(m) => {
+                            let reason = format!("allowed by rule = {}", m.rule);
+                            let path = Some(m.path.as_str());
+                            state.log(Decision { path, ..decision(&session.id, &host, 200, &reason) });
+                        }
+                        None => state.log(decision(&session.id, &host, 200, "allowed")),
+                    }
+                    match rule {
+                        Some(m) => {
+                            forward(&req.retargeted(&m.method, &m.target), client, upstream, leftover).await
+                        }
+                        None => forward(&req, client, upstream, leftover).await,
+                    }
                 }
             };
             if let Ok((up, down)) = result {
@@ -285,11 +300,12 @@ async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> 
         port: req.port,
         seconds: secs,
         allow: d.allow.clone(),
+        path: d.path.clone(),
     };
     match state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
         super::ask::Verdict::Once => {
             let target = decide::normalise(&req.host).ok()?;
-            Some(Arc::new(decide::with_once(&policy, &target, req.port)))
+            Some(Arc::new(decide::with_once(&policy, &target, req.port, d.allow.as_deref())))
         }
         super::ask::Verdict::Allowed => Some(s.policy()),
         super::ask::Verdict::Deny => None,
@@ -314,6 +330,7 @@ fn decision<'a>(
         reason,
         hint: "",
         allow: None,
+        path: None,
     }
 }
 
@@ -322,15 +339,21 @@ fn decision<'a>(
 async fn decide_and_dial(
     policy: &SessionPolicy,
     req: &request::Request,
-) -> Result<(Target, TcpStream), Denial> {
+) -> Result<(Target, TcpStream, Option<decide::RuleMatch>), Denial> {
     let target = decide::normalise(&req.host)?;
     decide::check_target(policy, &target, req.port)?;
+    let rule = match (&target, req.kind) {
+        (_, Kind::Connect) => decide::unreadable(policy, &target, req.port, &TLS_PORTS).map(|()| None)?,
+        (Target::Name(n), Kind::Forward) => decide::check_request(policy, n, &req.method, &req.path)?,
+        (Target::Ip(_), Kind::Forward) => None,
+    };
     let d = |status, reason: String, hint: &str| Denial {
         status,
         reason,
         hint: hint.to_string(),
         allow: None,
         askable: false,
+        path: None,
     };
     let addrs: Vec<IpAddr> = match &target {
         // gate_addr on an allowed port is the host's loopback (checked in `check_target`).
@@ -339,7 +362,7 @@ async fn decide_and_dial(
             return match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(local)).await {
                 Ok(Ok(up)) => {
                     let _ = up.set_nodelay(true);
-                    Ok((target, up))
+                    Ok((target, up, rule))
                 }
                 _ => Err(d(
                     502,
@@ -386,7 +409,7 @@ async fn decide_and_dial(
             tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(SocketAddr::new(ip, req.port))).await
         {
             let _ = up.set_nodelay(true);
-            return Ok((target, up));
+            return Ok((target, up, rule));
         }
     }
     Err(d(
@@ -442,10 +465,17 @@ async fn tunnel(
         }
         s.allowed.fetch_add(1, Ordering::Relaxed);
         log(200, "allowed");
-        if let (Target::Name(n), Some(up)) = (target, &s.upstream)
-            && s.secrets.terminates(n)
+        if let Target::Name(n) = target
+            && (s.secrets.terminates(n) || crate::policy::rule::ruled(&s.policy().rules, n))
         {
-            let (state, s, up) = (state.clone(), s.clone(), up.clone());
+            let up = match s.upstream() {
+                Ok(up) => up,
+                Err(why) => {
+                    state.log(Decision { hint: &why, ..decision(req, &s.id, &host, 502, &why) });
+                    return Ok((0, 0));
+                }
+            };
+            let (state, s) = (state.clone(), s.clone());
             super::terminate::serve(state, s, n.clone(), req.port, up, client, first, upstream).await?;
             return Ok((0, 0));
         }

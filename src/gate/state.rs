@@ -27,8 +27,10 @@ pub(crate) struct Session {
     /// Secrets bound to hosts (fixed for the session's life; see `secrets`).
     pub(crate) secrets: Secrets,
     /// How the gate verifies the servers it opens TLS to for this session (the host's roots and
-    /// its `upstream_ca`); set when `secrets` is not empty.
-    pub(crate) upstream: Option<Arc<rustls::ClientConfig>>,
+    /// its `upstream_ca`): made at registration when a secret is bound or a CA given (so a bad
+    /// one refuses the session), else when a host with rules is first terminated.
+    upstream: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
+    upstream_ca: Option<String>,
 }
 
 impl Session {
@@ -45,7 +47,8 @@ impl Session {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             secrets: Secrets::default(),
-            upstream: None,
+            upstream: OnceLock::new(),
+            upstream_ca: None,
         }
     }
 
@@ -56,10 +59,20 @@ impl Session {
         upstream_ca: Option<&str>,
     ) -> anyhow::Result<Session> {
         self.secrets = Secrets::new(bound);
-        if !self.secrets.is_empty() {
-            self.upstream = Some(super::ca::upstream_config(upstream_ca)?);
+        self.upstream_ca = upstream_ca.map(str::to_string);
+        if !self.secrets.is_empty() || upstream_ca.is_some() {
+            let _ = self.upstream.set(Ok(super::ca::upstream_config(upstream_ca)?));
         }
         Ok(self)
+    }
+
+    /// The upstream TLS config (see `upstream`).
+    pub(crate) fn upstream(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        self.upstream
+            .get_or_init(|| {
+                super::ca::upstream_config(self.upstream_ca.as_deref()).map_err(|e| format!("{e:#}"))
+            })
+            .clone()
     }
 }
 
@@ -209,6 +222,7 @@ impl State {
             reason: d.reason.to_string(),
             hint: d.hint.to_string(),
             allow: d.allow.map(str::to_string),
+            path: d.path.map(str::to_string),
         };
         self.log.write(&e);
         // Watchers see refusals as they are decided.
@@ -233,6 +247,8 @@ pub(crate) struct Decision<'a> {
     pub(crate) hint: &'a str,
     /// The `allow =` value that would lift it, when one would.
     pub(crate) allow: Option<&'a str>,
+    /// A request's path (no query) on a host whose TLS the gate opened, or plain HTTP.
+    pub(crate) path: Option<&'a str>,
 }
 
 impl<'a> Decision<'a> {
@@ -246,6 +262,17 @@ impl<'a> Decision<'a> {
         reason: &'a str,
         hint: &'a str,
     ) -> Decision<'a> {
-        Decision { session, method, host, port, status, presented_token: true, reason, hint, allow: None }
+        Decision {
+            session,
+            method,
+            host,
+            port,
+            status,
+            presented_token: true,
+            reason,
+            hint,
+            allow: None,
+            path: None,
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! and is never written anywhere, so no sandbox, file or other process can hold it. The
 //! decisions are in `secrets` (pure); here is the I/O: the certificates, both TLS sides, hyper.
 
+use super::decide::{self, Denial, RuleMatch};
 use super::secrets::{BODY_SCAN, Misuse, Secrets};
 use super::state::{Decision, Session, State};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
@@ -217,23 +218,69 @@ fn refusal(status: u16, hint: &str) -> Response<Out> {
     r
 }
 
+/// What the log says of one request: its method and path (never the query).
+struct Asked<'a> {
+    method: &'a str,
+    path: &'a str,
+}
+
 impl Conn {
-    fn refuse(&self, method: &str, status: u16, reason: &str, hint: &str) -> Response<Out> {
-        self.session.denied.fetch_add(1, Ordering::Relaxed);
-        self.state.log(Decision::refused(
-            &self.session.id,
-            method,
-            &self.host,
-            self.port,
-            status,
-            reason,
-            hint,
-        ));
-        refusal(status, hint)
+    fn refuse(&self, r: &Asked, status: u16, reason: &str, hint: &str) -> Response<Out> {
+        self.denied(r, &Denial { status, reason: reason.into(), hint: hint.into(), ..Denial::default() })
     }
 
-    fn misuse(&self, method: &str, m: &Misuse) -> Response<Out> {
-        self.refuse(method, 403, &m.reason(&self.host, false), &m.hint())
+    fn denied(&self, r: &Asked, d: &Denial) -> Response<Out> {
+        self.session.denied.fetch_add(1, Ordering::Relaxed);
+        self.state.log(Decision {
+            allow: d.allow.as_deref(),
+            path: Some(d.path.as_deref().unwrap_or(r.path)),
+            ..Decision::refused(
+                &self.session.id,
+                r.method,
+                &self.host,
+                self.port,
+                d.status,
+                &d.reason,
+                &d.hint,
+            )
+        });
+        refusal(d.status, &d.hint)
+    }
+
+    fn misuse(&self, r: &Asked, m: &Misuse) -> Response<Out> {
+        self.refuse(r, 403, &m.reason(&self.host, false), &m.hint())
+    }
+
+    /// With `ask = SECONDS` and a watcher attached: holds a request the rules refuse and asks
+    /// (as `server::ask` does for the allowlist); the rules' verdict after the answer.
+    async fn ask(&self, r: &Asked<'_>, target: &str, d: Denial) -> Result<Option<RuleMatch>, Denial> {
+        use super::ask::{Question, Verdict};
+        let policy = self.session.policy();
+        let Some(secs) = policy.ask.filter(|_| self.state.asks.watched()) else { return Err(d) };
+        let q = Question {
+            ask: 0,
+            session: self.session.id.clone(),
+            project: self.session.project.clone(),
+            method: r.method.to_string(),
+            host: self.host.clone(),
+            port: self.port,
+            seconds: secs,
+            allow: d.allow.clone(),
+            path: Some(r.path.to_string()),
+        };
+        match self.state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
+            Verdict::Once => {
+                let normal = crate::policy::paths::normalise(target).map_err(|_| d.clone())?;
+                Ok(Some(RuleMatch {
+                    method: r.method.to_ascii_uppercase(),
+                    target: normal.target(),
+                    path: normal.path(),
+                    rule: "(this request, let through once by a watcher)".into(),
+                }))
+            }
+            Verdict::Allowed => decide::check_request(&self.session.policy(), &self.host, r.method, target),
+            Verdict::Deny => Err(d),
+        }
     }
 
     /// The kept-alive upstream connection, or a new one to the same checked address when the
@@ -282,39 +329,39 @@ fn same_host(req: &Request<Incoming>, host: &str, port: u16) -> Result<(), Strin
 /// One request through a terminated connection.
 async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let asked = Asked { method: &method, path: &path };
     if let Some(why) = &c.failed {
-        let mut r = c.refuse(&method, 502, why, &format!("ai-sandbox gate: {why}"));
+        let mut r = c.refuse(&asked, 502, why, &format!("ai-sandbox gate: {why}"));
         r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
         return r;
     }
     if let Err(why) = same_host(&req, &c.host, c.port) {
         return c.refuse(
-            &method,
+            &asked,
             421,
             &why,
             &format!("ai-sandbox gate: {why}; the tunnel was opened to {}", c.host),
         );
     }
     if let Some(m) = c.secrets.misuse(req.uri().to_string().as_bytes(), Some(&c.host)) {
-        return c.misuse(&method, &m);
+        return c.misuse(&asked, &m);
     }
     for v in req.headers_mut().values_mut() {
         match c.secrets.substitute(v.as_bytes(), &c.host) {
-            Err(m) => return c.misuse(&method, &m),
+            Err(m) => return c.misuse(&asked, &m),
             Ok(Some(real)) => match hyper::header::HeaderValue::from_bytes(&real) {
                 Ok(mut new) => {
                     new.set_sensitive(true);
                     *v = new;
                 }
-                Err(_) => return c.refuse(&method, 400, "a substituted header is not a valid value", ""),
+                Err(_) => return c.refuse(&asked, 400, "a substituted header is not a valid value", ""),
             },
             Ok(None) => {}
         }
     }
     // Origin-form upstream, whatever form the client used (its authority was checked above).
-    if let Some(pq) = req.uri().path_and_query().cloned() {
-        *req.uri_mut() = pq.as_str().parse().unwrap_or_default();
-    }
+    let target = req.uri().path_and_query().map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
     let client_upgrade =
         req.headers().contains_key(hyper::header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
     // The first KiB of the body, read before anything goes upstream.
@@ -336,13 +383,39 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         }
     }
     if let Some(m) = c.secrets.misuse(&seen, Some(&c.host)) {
-        return c.misuse(&method, &m);
+        return c.misuse(&asked, &m);
     }
+    // The host's rules, on the request's one spelling; what goes upstream is that spelling.
+    let verdict = match decide::check_request(&c.session.policy(), &c.host, &method, &target) {
+        Err(d) if d.askable => c.ask(&asked, &target, d).await,
+        v => v,
+    };
+    let mut parts = parts;
+    let (target, logged, reason) = match verdict {
+        Err(d) => return c.denied(&asked, &d),
+        Ok(None) => (target, path.clone(), "allowed".to_string()),
+        Ok(Some(m)) => {
+            match hyper::Method::from_bytes(m.method.as_bytes()) {
+                Ok(upper) => parts.method = upper,
+                Err(_) => return c.refuse(&asked, 400, "the method is not a token", ""),
+            }
+            (m.target, m.path, format!("allowed by rule = {}", m.rule))
+        }
+    };
+    parts.uri = match target.parse() {
+        Ok(u) => u,
+        Err(_) => return c.refuse(&asked, 400, "the request target does not parse", ""),
+    };
+    c.session.allowed.fetch_add(1, Ordering::Relaxed);
+    c.state.log(Decision {
+        path: Some(&logged),
+        ..Decision::refused(&c.session.id, &method, &c.host, c.port, 200, &reason, "")
+    });
     let body = Replay { frames, rest: (!ended).then_some(body) };
     let req = Request::from_parts(parts, body.boxed());
     let mut sender = match c.sender().await {
         Ok(s) => s,
-        Err(why) => return c.refuse(&method, 502, &why, &format!("ai-sandbox gate: {why}")),
+        Err(why) => return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}")),
     };
     let resp = sender.send_request(req).await;
     c.put_back(sender).await;
@@ -350,7 +423,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         Ok(r) => r,
         Err(e) => {
             let why = format!("{} did not answer: {e}", c.host);
-            return c.refuse(&method, 502, &why, &format!("ai-sandbox gate: {why}"));
+            return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
         }
     };
     for v in resp.headers_mut().values_mut() {

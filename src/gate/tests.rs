@@ -183,6 +183,7 @@ fn policy(lines: &[&str]) -> SessionPolicy {
         resolve: vec![],
         config_path: "/p/.ai-sandbox/config".into(),
         gate_addr: Ipv4Addr::new(100, 64, 0, 1),
+        rules: vec![],
     };
     for l in lines {
         match allow::parse(l).unwrap() {

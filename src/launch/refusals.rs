@@ -22,10 +22,22 @@ pub(crate) struct Tally {
 struct Refused {
     host: String,
     port: u16,
+    /// `METHOD /path` of a request the gate read (a host with rules or a bound secret).
+    request: Option<String>,
     /// How many times; `None` for a direct connection (the rules record that, not how often).
     count: Option<u64>,
     first: String,
     fix: String,
+}
+
+impl Refused {
+    /// `host:port`, and the request when the gate read it (`api.test:443 POST /x`).
+    fn dest(&self) -> String {
+        match &self.request {
+            Some(r) => format!("{}:{} {r}", self.host, self.port),
+            None => format!("{}:{}", self.host, self.port),
+        }
+    }
 }
 
 /// `HH:MM:SS` of an RFC 3339 time, else the time as given.
@@ -44,8 +56,11 @@ impl Tally {
         if e.session != self.session || e.decision != Decision::Deny {
             return None;
         }
-        if let Some(r) =
-            self.seen.iter_mut().find(|r| r.host == e.host && r.port == e.port && r.count.is_some())
+        let request = e.path.as_ref().map(|p| format!("{} {p}", e.method));
+        if let Some(r) = self
+            .seen
+            .iter_mut()
+            .find(|r| r.host == e.host && r.port == e.port && r.request == request && r.count.is_some())
         {
             r.count = r.count.map(|c| c + 1);
             return None;
@@ -53,12 +68,12 @@ impl Tally {
         let r = Refused {
             host: e.host.clone(),
             port: e.port,
+            request,
             count: Some(1),
             first: e.time.clone(),
             fix: e.fix_or_reason().to_string(),
         };
-        let line =
-            format!("refused {}:{} ({}); later refusals of it are counted, not shown", r.host, r.port, r.fix);
+        let line = format!("refused {} ({}); later refusals of it are counted, not shown", r.dest(), r.fix);
         self.seen.push(r);
         Some(line)
     }
@@ -76,7 +91,14 @@ impl Tally {
         if self.seen.iter().any(|r| r.host == host && r.port == d.port && r.count.is_none()) {
             return None;
         }
-        let r = Refused { host, port: d.port, count: None, first: time.to_string(), fix: d.fix(config_path) };
+        let r = Refused {
+            host,
+            port: d.port,
+            request: None,
+            count: None,
+            first: time.to_string(),
+            fix: d.fix(config_path),
+        };
         let line = format!("refused a direct connection to {}:{} ({})", r.host, r.port, r.fix);
         self.seen.push(r);
         Some(line)
@@ -88,7 +110,7 @@ impl Tally {
             return Vec::new();
         }
         let mut out = vec!["refused during this run (all decisions: ai-sandbox gate logs):".to_string()];
-        let dest = |r: &Refused| format!("{}:{}", r.host, r.port);
+        let dest = Refused::dest;
         let width = self.seen.iter().map(|r| dest(r).len()).max().unwrap_or(0);
         for r in &self.seen {
             let times = match r.count {
@@ -123,6 +145,7 @@ mod tests {
                 String::new()
             },
             allow: (decision == Decision::Deny).then(|| host.to_string()),
+            path: None,
         }
     }
 

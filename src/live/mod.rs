@@ -24,6 +24,10 @@ pub struct Record {
     pub net: crate::policy::NetMode,
     /// Whether the gate serves this session (hostnames can be added only then).
     pub gate: bool,
+    /// Whether the sandbox trusts the gate's CA (it was started with a bound secret or a rule):
+    /// rules can be added only then, since a host with rules is reached through the gate's TLS.
+    #[serde(default)]
+    pub tls: bool,
     pub policy: SessionPolicy,
 }
 
@@ -39,6 +43,7 @@ pub(crate) fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
         config_path: crate::config::project::config_path(&p.project).display().to_string(),
         gate_addr: p.gate_addr,
         ask: p.ask,
+        rules: p.rules.clone(),
     }
 }
 
@@ -50,6 +55,7 @@ pub(crate) fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts)
         project: p.project.clone(),
         net: p.net,
         gate: p.gate,
+        tls: f.gate_ca.is_some(),
         policy: session_policy(p),
     }
 }
@@ -167,6 +173,8 @@ pub struct Change {
     pub(crate) nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
     pub(crate) deny_hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
     pub(crate) deny_nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+    /// `rule =` lines (`ai-sandbox allow 'rule = HOST METHOD PATH'`).
+    pub(crate) rules: Vec<crate::policy::rule::Rule>,
 }
 
 impl Change {
@@ -180,7 +188,14 @@ impl Change {
         let net = |(n, p): &(crate::policy::allow::IpNet, crate::policy::allow::Ports)| format!("{n}:{p}");
         let hosts = self.hosts.iter().chain(&self.deny_hosts).map(host);
         let nets = self.nets.iter().chain(&self.deny_nets).map(net);
-        hosts.chain(nets).collect::<Vec<_>>().join(", ")
+        let mut rules: Vec<String> = Vec::new();
+        for r in &self.rules {
+            let line = format!("rule = {}", r.line);
+            if !rules.contains(&line) {
+                rules.push(line);
+            }
+        }
+        hosts.chain(nets).chain(rules).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -197,8 +212,27 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
             r.session
         ));
     }
+    if !(c.rules.is_empty() || r.gate && r.tls) {
+        return Err(format!(
+            "session {} was started without a bound secret or a rule, so it does not trust the gate's CA and a host's requests cannot be read while it runs; add the line to the config and restart it",
+            r.session
+        ));
+    }
     let mut out = r.clone();
     add_missing(&mut out.policy.hosts, &c.hosts);
+    for rule in &c.rules {
+        let name = match &rule.host {
+            crate::policy::allow::HostPattern::Exact(n) => n.clone(),
+            crate::policy::allow::HostPattern::Suffix(s) => format!("x.{s}"),
+        };
+        if !out.policy.hosts.iter().any(|(p, _)| p.matches(&name)) {
+            return Err(format!(
+                "`rule = {}`: {} is not allowed in session {}, so the rule would never be reached; allow the host too (`ai-sandbox allow {} 'rule = {}'`)",
+                rule.line, rule.host, r.session, rule.host, rule.line
+            ));
+        }
+    }
+    add_missing(&mut out.policy.rules, &c.rules);
     add_missing(&mut out.policy.nets, &c.nets);
     add_missing(&mut out.policy.deny_hosts, &c.deny_hosts);
     add_missing(&mut out.policy.deny_nets, &c.deny_nets);
@@ -226,6 +260,7 @@ mod tests {
             project: "/p".into(),
             net: crate::policy::NetMode::Allow,
             gate,
+            tls: gate,
             policy: SessionPolicy {
                 hosts: vec![(HostPattern::Exact("a.test".into()), None)],
                 nets: vec![(
@@ -239,6 +274,7 @@ mod tests {
                 resolve: vec![],
                 config_path: "/p/.ai-sandbox/config".into(),
                 gate_addr: "100.64.0.1".parse().unwrap(),
+                rules: vec![],
             },
         }
     }

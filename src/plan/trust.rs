@@ -1,7 +1,8 @@
-//! What the sandbox trusts when the gate terminates TLS (hosts of bound secrets): the gate's CA
-//! certificate (public; its key never leaves the gate's memory), added to the host's roots in a
-//! bundle mounted where the system bundle is read, and the variables common clients read.
-//! Nothing here when no secret is bound: then every host is a blind tunnel.
+//! What the sandbox trusts when the gate terminates TLS (hosts of bound secrets, hosts with
+//! rules): the gate's CA certificate (public; its key never leaves the gate's memory), added to
+//! the host's roots in a bundle mounted where the system bundle is read, and the variables
+//! common clients read. Nothing here when neither is configured: then every host is a blind
+//! tunnel.
 
 use super::session::Facts;
 use crate::policy::{Image, Policy};
@@ -86,11 +87,24 @@ pub(crate) fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             clear.join(", ")
         ));
     }
+    let mut ruled: Vec<String> = Vec::new();
+    for r in &p.rules {
+        let h = r.host.to_string();
+        if !ruled.contains(&h) {
+            ruled.push(h);
+        }
+    }
+    if !ruled.is_empty() {
+        n.push(format!(
+            "{}: only the requests the rules allow go through (the gate opens their TLS to read each method and path)",
+            ruled.join(", ")
+        ));
+    }
     if f.gate_ca.is_some() {
         for (k, _) in p.env.iter().filter(|(k, _)| VARS.contains(&k.as_str())) {
             n.push(format!(
                 "{k} is set by you, so clients that read it do not trust the gate's CA ({GATE_CA}): \
-                 their HTTPS to a bound secret's host fails"
+                 their HTTPS to a bound secret's host or a host with rules fails"
             ));
         }
     }

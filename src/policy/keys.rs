@@ -109,6 +109,15 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
+        name: "rule",
+        repeats: true,
+        shell: false,
+        doc: "HOST METHOD PATH, or HOST git-fetch|git-push [REPO]: once a host has rules, the gate lets through only the requests they allow (it opens TLS to read them)",
+        example: "api.github.com GET /repos/acme/**",
+        widens: Widens::When(rule_widens),
+        export: Export::Carried,
+    },
+    Key {
         name: "resolve",
         repeats: true,
         shell: false,
@@ -320,6 +329,15 @@ fn resolve_widens(v: &str) -> Option<String> {
     Some(format!("pins {} to {}{class} for the gate (no DNS answer is asked)", name.trim(), ip.trim()))
 }
 
+fn rule_widens(v: &str) -> Option<String> {
+    let rules = super::rule::parse(v).ok()?;
+    let host = rules.first()?.host.to_string();
+    Some(format!(
+        "lets the sandbox ask {host} for `{}` (the first rule for a host narrows it to its rules; each further rule allows more)",
+        v.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+    ))
+}
+
 fn secret_widens(v: &str) -> Option<String> {
     Some(match parse_secret(v) {
         Ok(l) if !l.hosts.is_empty() => format!(
@@ -398,11 +416,13 @@ mod tests {
 
     #[test]
     fn every_key_is_read_by_the_policy_and_its_example_is_accepted() {
-        let (empty, _) = crate::config::parse("");
+        // Every example is built beside the allow line a rule's host needs.
+        const ALLOWED: &str = "allow = api.github.com\n";
+        let (empty, _) = crate::config::parse(ALLOWED);
         let base = build(PathBuf::from("/w/p"), &empty, &Inputs::default()).unwrap();
         for k in KEYS {
             assert!(!k.doc.is_empty() && !k.example.is_empty(), "{}", k.name);
-            let text = format!("{} = {}\n", k.name, k.example);
+            let text = format!("{ALLOWED}{} = {}\n", k.name, k.example);
             let (cfg, errs) = crate::config::parse(&text);
             assert!(errs.is_empty(), "{text}: {errs:?}");
             let p = build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
@@ -423,6 +443,7 @@ mod tests {
             ("env", "LD_PRELOAD=/x.so"),
             ("extra_args", "-v /:/host"),
             ("resolve", "a.example=10.0.0.1"),
+            ("rule", "github.com git-push"),
             ("secret", "K"),
             ("upstream_ca", "/ca.pem"),
             ("state", "claude"),

@@ -11,6 +11,8 @@ pub mod forwards;
 mod image;
 pub mod keys;
 pub(crate) mod netset;
+pub mod paths;
+pub mod rule;
 pub(crate) mod secret;
 pub(crate) mod state;
 
@@ -139,12 +141,22 @@ pub struct Policy {
     pub(crate) notices: Vec<String>,
     /// `ask = SECONDS`: the gate holds an allowlist refusal this long while a watcher is attached.
     pub(crate) ask: Option<u32>,
+    /// `rule =` lines: what may be asked of a host below its name (see `rule`).
+    pub(crate) rules: Vec<rule::Rule>,
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
     pub(crate) ssh_agent: bool,
     /// The destinations pasta splices (see `forwards`), computed once from the entries above:
     /// the ruleset, pasta's options, the allowlist and the launcher's relays all read these.
     pub(crate) splices: Vec<forwards::Splice>,
+}
+
+impl Policy {
+    /// Whether the gate opens TLS for some host (a bound secret's, or one with rules): then the
+    /// sandbox trusts the gate's CA.
+    pub(crate) fn terminates(&self) -> bool {
+        self.gate && (self.secrets.iter().any(|s| !s.hosts.is_empty()) || !self.rules.is_empty())
+    }
 }
 
 struct Collector(Vec<Diagnostic>);
@@ -273,6 +285,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let protect = protects(config, &mut c);
     let agent_state = state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
+    let rules = rule_lines(config, (net, gate), &hosts, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -287,6 +300,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         deny_hosts,
         deny_nets,
         ask,
+        rules,
         publish,
         gate_addr,
         gate_port,
@@ -376,6 +390,51 @@ fn bindings(p: &Policy, c: &mut Collector) {
             }
         }
     }
+}
+
+/// `rule =` lines, read. A rule's host must be one the gate lets through (else the rule is
+/// never reached), and the gate must be in use (else nothing reads the requests).
+fn rule_lines(
+    config: &Config,
+    (net, gate): (NetMode, bool),
+    hosts: &[(HostPattern, Option<Ports>)],
+    c: &mut Collector,
+) -> Vec<rule::Rule> {
+    let mut out = Vec::new();
+    for (v, at) in config.all("rule") {
+        let rs = match rule::parse(v) {
+            Ok(rs) => rs,
+            Err((msg, hint)) => {
+                c.bad(at, msg, hint);
+                continue;
+            }
+        };
+        let r = &rs[0];
+        if !gate && net != NetMode::None {
+            let why =
+                if net == NetMode::Full { "--net full has no gate" } else { "--no-gate leaves no gate" };
+            c.bad(
+                at,
+                format!("`rule = {}` needs the gate to read requests, but {why}", r.line),
+                "run with the gate (--net allow), or remove the rule lines",
+            );
+            continue;
+        }
+        let name = match &r.host {
+            HostPattern::Exact(n) => n.clone(),
+            HostPattern::Suffix(s) => format!("x.{s}"),
+        };
+        if net == NetMode::Allow && !hosts.iter().any(|(pat, _)| pat.matches(&name)) {
+            c.bad(
+                at,
+                format!("`rule = {}`: {} is not allowed, so the rule is never reached", r.line, r.host),
+                format!("add `allow = {}` (a rule narrows what an allowed host may be asked)", r.host),
+            );
+            continue;
+        }
+        out.extend(rs);
+    }
+    out
 }
 
 /// `protect = PATH`: a path inside the project, relative, without `..`.

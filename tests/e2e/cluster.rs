@@ -69,6 +69,7 @@ fn policy() -> SessionPolicy {
         config_path: ".ai-sandbox/config".into(),
         gate_addr: std::net::Ipv4Addr::new(100, 64, 0, 1),
         ask: None,
+        rules: vec![],
     }
 }
 

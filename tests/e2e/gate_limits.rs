@@ -42,6 +42,7 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
             resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
             config_path: name.into(),
             gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
+            rules: vec![],
         },
         secrets: vec![],
         upstream_ca: None,

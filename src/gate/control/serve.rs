@@ -50,7 +50,9 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
     match serde_json::from_str::<Request>(&line) {
         Ok(Request::Register { session, project, token, policy, secrets, upstream_ca }) => {
-            let bound = !secrets.is_empty();
+            // The sandbox trusts the gate's CA when the gate opens TLS for it: a bound secret's
+            // host, or a host with rules.
+            let bound = !secrets.is_empty() || !policy.rules.is_empty();
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {

@@ -1,0 +1,324 @@
+//! `rule =` lines (pure): what may be asked of a host below its name, by method and path.
+//!
+//! `rule = HOST METHOD PATH[?KEY=VALUE&...]`, or a git preset: `rule = HOST git-fetch [REPO]`,
+//! `rule = HOST git-push [REPO]` (git's smart HTTP; REPO a path pattern, every repository when
+//! left out). Once a host has a rule, a request to it that matches none is refused (403) with
+//! the line that would allow it; a host without rules is allowed whole, as before. Rules only
+//! allow: a `deny =` line for the host wins over every rule, as deny always does.
+//!
+//! Paths are matched in their one spelling (`paths`): a pattern is a path whose segments may be
+//! `*` (anything within one segment, also inside one: `*.git`), or `**` alone (any number of
+//! segments, none included). The method is matched case-insensitively (`*`: any). A query is
+//! ignored unless the rule names one; then each named key must appear once, with that value.
+
+use super::allow::{Allow, HostPattern};
+use super::paths::{Normal, segment};
+use serde::{Deserialize, Serialize};
+
+/// One rule, as the gate matches it. A preset line makes several.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    pub host: HostPattern,
+    /// Uppercase; `None`: any method.
+    pub method: Option<String>,
+    /// The path pattern's segments, decoded as a request path's are.
+    pub path: Vec<Vec<u8>>,
+    /// `key=value` pairs the query must hold (decoded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<(String, String)>,
+    /// The config value it came from (`rule = LINE`), for the log and `trust`.
+    pub line: String,
+}
+
+/// A bad line: what is wrong, and how to write it.
+type Bad = (String, &'static str);
+type Segments = Vec<Vec<u8>>;
+type Pairs = Vec<(String, String)>;
+
+const HINT: &str = "write `rule = HOST METHOD /path` (e.g. `rule = api.github.com GET /repos/acme/**`), or `rule = HOST git-fetch [/REPO]` / `git-push [/REPO]`";
+
+/// Reads a `rule` line's value.
+pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
+    let line = v.split_whitespace().collect::<Vec<_>>().join(" ");
+    let words: Vec<&str> = line.split(' ').collect();
+    let host = match words.first().map(|h| super::allow::parse(h)) {
+        Some(Ok(Allow::Host(h, None))) => h,
+        Some(Ok(Allow::Host(_, Some(_)))) => {
+            return Err((format!("`{}`: a rule names a host without a port", words[0]), HINT));
+        }
+        Some(Ok(Allow::Net(..))) => {
+            return Err((
+                format!(
+                    "`{}`: rules are for host names (the gate opens TLS to a name), not addresses",
+                    words[0]
+                ),
+                HINT,
+            ));
+        }
+        Some(Err(e)) => return Err((format!("`{}`: {}", words[0], e.reason), HINT)),
+        None => return Err(("an empty rule".into(), HINT)),
+    };
+    let rule = |method: Option<&str>, path: &str| -> Result<Rule, Bad> {
+        let (path, query) = pattern(path)?;
+        Ok(Rule { host: host.clone(), method: method.map(str::to_string), path, query, line: line.clone() })
+    };
+    match words[1..] {
+        [preset @ ("git-fetch" | "git-push")] => {
+            git(preset, "/**")?.iter().map(|(m, p)| rule(Some(m), p)).collect()
+        }
+        [preset @ ("git-fetch" | "git-push"), repo] => {
+            git(preset, repo)?.iter().map(|(m, p)| rule(Some(m), p)).collect()
+        }
+        [method, path] => {
+            let m = method.to_ascii_uppercase();
+            if m != "*" && !(m.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') && m.len() <= 32) {
+                return Err((format!("`{method}` is not an HTTP method (or `*` for any)"), HINT));
+            }
+            Ok(vec![rule((m != "*").then_some(m.as_str()), path)?])
+        }
+        _ => Err((format!("`{line}` is not HOST METHOD PATH"), HINT)),
+    }
+}
+
+/// git's smart HTTP: the ref advertisement (`info/refs?service=...`) and the pack exchange.
+fn git(preset: &str, repo: &str) -> Result<[(&'static str, String); 2], Bad> {
+    if repo.contains('?') {
+        return Err((format!("`{repo}`: a repository pattern has no query"), HINT));
+    }
+    let service = if preset == "git-fetch" { "git-upload-pack" } else { "git-receive-pack" };
+    let repo = repo.trim_end_matches('/');
+    Ok([("GET", format!("{repo}/info/refs?service={service}")), ("POST", format!("{repo}/{service}"))])
+}
+
+/// A path pattern: `/`-rooted, no dot segments, `**` only as a whole segment.
+fn pattern(p: &str) -> Result<(Segments, Pairs), Bad> {
+    let bad = |why: &str| (format!("`{p}`: {why}"), HINT);
+    let (path, query) = p.split_once('?').unwrap_or((p, ""));
+    if !path.starts_with('/') {
+        return Err(bad("a path pattern starts with `/`"));
+    }
+    let mut segs = Vec::new();
+    let raw: Vec<&str> = path[1..].split('/').collect();
+    for (i, r) in raw.iter().enumerate() {
+        let s = segment(r.as_bytes()).map_err(bad)?;
+        if s == b"." || s == b".." {
+            return Err(bad("a path pattern has no `.` or `..` segments"));
+        }
+        if s.windows(2).any(|w| w == b"**") && s != b"**" {
+            return Err(bad("`**` stands alone between slashes (`/a/**/b`); `*` matches within a segment"));
+        }
+        if s.is_empty() && i != raw.len() - 1 {
+            return Err(bad("an empty segment (`//`)"));
+        }
+        segs.push(s);
+    }
+    let mut pairs = Vec::new();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        if k.is_empty() || k.contains(['%', '*']) || v.contains(['%', '*']) {
+            return Err(bad("a query is `key=value` pairs, written as they are (no `%`, no `*`)"));
+        }
+        pairs.push((k.to_string(), v.to_string()));
+    }
+    Ok((segs, pairs))
+}
+
+/// Whether a segment pattern (`*` anywhere inside) matches a segment.
+fn seg_matches(p: &[u8], s: &[u8]) -> bool {
+    match p.iter().position(|b| *b == b'*') {
+        None => p == s,
+        Some(i) => {
+            let (head, tail) = (&p[..i], &p[i + 1..]);
+            s.starts_with(head) && (0..=s.len() - head.len()).any(|k| seg_matches(tail, &s[head.len() + k..]))
+        }
+    }
+}
+
+/// Whether a pattern's segments match a path's (`**`: any number of segments).
+fn path_matches(p: &[Vec<u8>], s: &[Vec<u8>]) -> bool {
+    // Table over (pattern index, segment index): no backtracking blow-up.
+    let mut ok = vec![vec![false; s.len() + 1]; p.len() + 1];
+    ok[p.len()][s.len()] = true;
+    for i in (0..p.len()).rev() {
+        for j in (0..=s.len()).rev() {
+            ok[i][j] = if p[i] == b"**" {
+                ok[i + 1][j] || (j < s.len() && ok[i][j + 1])
+            } else {
+                j < s.len() && seg_matches(&p[i], &s[j]) && ok[i + 1][j + 1]
+            };
+        }
+    }
+    ok[0][0]
+}
+
+impl Rule {
+    /// Whether this rule allows `method` (uppercase) on `target` at `host`.
+    pub fn matches(&self, host: &str, method: &str, target: &Normal) -> bool {
+        self.host.matches(host)
+            && self.method.as_deref().is_none_or(|m| m == method)
+            && path_matches(&self.path, &target.segments)
+            && (self.query.is_empty() || query_matches(&self.query, target))
+    }
+}
+
+/// Each named key once in the query, with the named value: a repeated key is a guess.
+fn query_matches(want: &[(String, String)], target: &Normal) -> bool {
+    let Some(pairs) = target.pairs() else { return false };
+    want.iter().all(|(k, v)| {
+        let mut hits = pairs.iter().filter(|(pk, _)| pk == k);
+        matches!((hits.next(), hits.next()), (Some((_, pv)), None) if pv == v)
+    })
+}
+
+/// The rule in an `ai-sandbox allow` item: `rule = HOST METHOD PATH`, or `HOST METHOD PATH`
+/// (an allow entry has no space).
+pub fn item(i: &str) -> Option<&str> {
+    let t = i.trim();
+    if let Some(rest) = t.strip_prefix("rule")
+        && let Some(v) = rest.trim_start().strip_prefix('=')
+    {
+        return Some(v.trim());
+    }
+    t.contains(char::is_whitespace).then_some(t)
+}
+
+/// Whether `host` has rules (then only what they allow goes through).
+pub fn ruled(rules: &[Rule], host: &str) -> bool {
+    rules.iter().any(|r| r.host.matches(host))
+}
+
+/// The rule that allows the request, if one does.
+pub fn allowing<'a>(rules: &'a [Rule], host: &str, method: &str, target: &Normal) -> Option<&'a Rule> {
+    rules.iter().find(|r| r.matches(host, method, target))
+}
+
+/// The line that would allow a refused request: a git preset for git's own requests (scoped to
+/// the repository), else the exact method and path.
+pub fn suggestion(host: &str, method: &str, target: &Normal) -> String {
+    let path = target.path();
+    let pairs = target.pairs().unwrap_or_default();
+    let service = pairs.iter().find(|(k, _)| k == "service").map(|(_, v)| v.as_str());
+    for (svc, preset) in [("git-upload-pack", "git-fetch"), ("git-receive-pack", "git-push")] {
+        let repo = path
+            .strip_suffix("/info/refs")
+            .filter(|_| service == Some(svc))
+            .or_else(|| path.strip_suffix(&format!("/{svc}")));
+        if let Some(repo) = repo {
+            return format!("{host} {preset} {}", if repo.is_empty() { "/" } else { repo });
+        }
+    }
+    format!("{host} {method} {path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::paths::normalise;
+    use super::*;
+
+    fn allows(line: &str, method: &str, target: &str) -> bool {
+        let rules = parse(line).unwrap();
+        allowing(&rules, "api.test", method, &normalise(target).unwrap()).is_some()
+    }
+
+    #[test]
+    fn a_method_and_a_path_pattern_allow_exactly_their_requests() {
+        for (line, method, target, want) in [
+            ("api.test GET /repos/acme/**", "GET", "/repos/acme/x/issues", true),
+            ("api.test GET /repos/acme/**", "GET", "/repos/acme", true),
+            ("api.test GET /repos/acme/**", "GET", "/repos/acme/", true),
+            ("api.test GET /repos/acme/**", "POST", "/repos/acme/x", false),
+            ("api.test GET /repos/acme/**", "GET", "/repos/acmeco/x", false),
+            ("api.test GET /repos/acme/**", "GET", "/repos/other", false),
+            ("api.test get /repos/*", "GET", "/repos/x", true),
+            ("api.test GET /repos/*", "GET", "/repos/x/y", false),
+            ("api.test GET /repos/*", "GET", "/repos/", true),
+            ("api.test POST /repos/*/issues", "POST", "/repos/a/issues", true),
+            ("api.test POST /repos/*/issues", "POST", "/repos/a/b/issues", false),
+            ("api.test * /x", "DELETE", "/x", true),
+            ("api.test GET /a/**/z", "GET", "/a/z", true),
+            ("api.test GET /a/**/z", "GET", "/a/b/c/z", true),
+            ("api.test GET /a/**/z", "GET", "/a/b/c/y", false),
+            ("api.test GET /f/*.git", "GET", "/f/r.git", true),
+            ("api.test GET /f/*.git", "GET", "/f/r.gits", false),
+            ("api.test GET /f/a*b*c", "GET", "/f/aXbYc", true),
+            ("api.test GET /f/a*b*c", "GET", "/f/acb", false),
+            ("api.test GET /x", "GET", "/x?anything=1", true),
+            ("api.test GET /x?v=2", "GET", "/x?v=2&w=1", true),
+            ("api.test GET /x?v=2", "GET", "/x?v=3", false),
+            ("api.test GET /x?v=2", "GET", "/x", false),
+            ("api.test GET /x?v=2", "GET", "/x?v=2&v=3", false),
+            ("api.test GET /my%20doc", "GET", "/my%20doc", true),
+            ("api.test GET /a:b", "GET", "/a%3Ab", true),
+        ] {
+            assert_eq!(allows(line, method, target), want, "{line} / {method} {target}");
+        }
+        // Another host is not this rule's.
+        let r = parse("api.test GET /x").unwrap();
+        assert!(allowing(&r, "other.test", "GET", &normalise("/x").unwrap()).is_none());
+        assert!(ruled(&r, "api.test") && !ruled(&r, "other.test"));
+        let w = parse("*.api.test GET /x").unwrap();
+        assert!(ruled(&w, "eu.api.test") && !ruled(&w, "api.test"));
+    }
+
+    #[test]
+    fn git_presets_are_the_smart_http_requests_of_one_service() {
+        let fetch = parse("github.test git-fetch /acme/*").unwrap();
+        let ok = |m, t| allowing(&fetch, "github.test", m, &normalise(t).unwrap()).is_some();
+        assert!(ok("GET", "/acme/r.git/info/refs?service=git-upload-pack"));
+        assert!(ok("POST", "/acme/r.git/git-upload-pack"));
+        assert!(!ok("GET", "/acme/r.git/info/refs?service=git-receive-pack"));
+        assert!(!ok("POST", "/acme/r.git/git-receive-pack"));
+        assert!(!ok("POST", "/other/r.git/git-upload-pack"));
+        assert!(!ok("GET", "/acme/r.git/info/refs"));
+        let push = parse("github.test git-push").unwrap();
+        assert!(
+            allowing(&push, "github.test", "POST", &normalise("/a/b/c.git/git-receive-pack").unwrap())
+                .is_some()
+        );
+        assert_eq!(push[0].line, "github.test git-push");
+    }
+
+    #[test]
+    fn a_refusal_suggests_the_line_that_would_allow_it() {
+        let s = |m, t| suggestion("g.test", m, &normalise(t).unwrap());
+        assert_eq!(s("GET", "/a//b/../c?x=1"), "g.test GET /a/c");
+        assert_eq!(s("GET", "/acme/r.git/info/refs?service=git-receive-pack"), "g.test git-push /acme/r.git");
+        assert_eq!(s("POST", "/acme/r.git/git-receive-pack"), "g.test git-push /acme/r.git");
+        assert_eq!(s("POST", "/git-upload-pack"), "g.test git-fetch /");
+        assert_eq!(s("GET", "/acme/info/refs"), "g.test GET /acme/info/refs");
+        // The suggestion is itself a rule that allows the request.
+        let line = s("POST", "/acme/r.git/git-receive-pack");
+        assert!(
+            allowing(
+                &parse(&line).unwrap(),
+                "g.test",
+                "POST",
+                &normalise("/acme/r.git/git-receive-pack").unwrap()
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn bad_lines_say_what_is_wrong() {
+        for (line, says) in [
+            ("", "empty"),
+            ("api.test", "not HOST METHOD PATH"),
+            ("api.test GET", "not HOST METHOD PATH"),
+            ("api.test GET x", "starts with `/`"),
+            ("api.test GET /a/../b", "`.` or `..`"),
+            ("api.test GET /a**", "stands alone"),
+            ("api.test GET /a//b", "empty segment"),
+            ("api.test G3T /a", "not an HTTP method"),
+            ("api.test GET /a%2Fb", "encoded slash"),
+            ("api.test GET /a?x=%41", "written as they are"),
+            ("api.test:443 GET /a", "without a port"),
+            ("10.0.0.1 GET /a", "not addresses"),
+            ("api.test git-fetch /a?x", "no query"),
+            ("api.test GET /a b", "not HOST METHOD PATH"),
+        ] {
+            let e = parse(line).expect_err(line);
+            assert!(e.0.contains(says), "{line}: {}", e.0);
+        }
+    }
+}
