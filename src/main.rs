@@ -35,7 +35,7 @@ fn main() {
         Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
         Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
         Some(Sub::Watch) => ai_sandbox::cli::watch::run(),
-        Some(Sub::Logs { denied, session, all, follow, json }) => {
+        Some(Sub::Logs { denied, session, all, follow, json, format }) => {
             use ai_sandbox::cli::logs::Scope;
             let scope = match (session, all) {
                 (Some(s), _) => Scope::Session(s.clone()),
@@ -45,7 +45,8 @@ fn main() {
                     |p| p.exists(),
                 )),
             };
-            ai_sandbox::cli::logs::run(*denied, &scope, *follow, *json)
+            let format = if *json { ai_sandbox::cli::logs::Format::Json } else { *format };
+            ai_sandbox::cli::logs::run(*denied, &scope, *follow, format)
         }
         Some(Sub::Allow(args)) => app::change_cmd(&mut host, args, false),
         Some(Sub::Deny(args)) => app::change_cmd(&mut host, args, true),

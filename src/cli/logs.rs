@@ -1,5 +1,6 @@
-//! `ai-sandbox logs [--denied] [--session ID] [-f] [--json]`: what was refused (and, without
-//! `--denied`, allowed), at both layers, each refusal with the config line that would allow it.
+//! `ai-sandbox logs [--denied] [--session ID] [-f] [--json | --format ocsf]`: what was refused
+//! (and, without `--denied`, allowed), at both layers, each refusal with the config line that
+//! would allow it; as text, JSON lines, or OCSF events (`gate::ocsf`).
 //! The gate's decisions come from its log (written before each answer); the rules' refusals of
 //! direct connections from each running sandbox's `refused_*` sets, read from outside (they
 //! hold where, not when: they are listed after the gate's decisions, and only while the sandbox
@@ -10,12 +11,25 @@ use crate::live::Direct;
 use std::collections::HashSet;
 use std::time::Duration;
 
+/// How `logs` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    /// OCSF 1.3.0 events (Network Activity, HTTP Activity).
+    Ocsf,
+}
+
 /// One gate decision as `logs` prints it: the human line, and for a refusal its fix.
-fn gate_line(e: &Event, json: bool) -> String {
-    if json {
-        let mut v = serde_json::to_value(e).unwrap_or_default();
-        v["layer"] = "gate".into();
-        return v.to_string();
+fn gate_line(e: &Event, format: Format) -> String {
+    match format {
+        Format::Json => {
+            let mut v = serde_json::to_value(e).unwrap_or_default();
+            v["layer"] = "gate".into();
+            return v.to_string();
+        }
+        Format::Ocsf => return crate::gate::ocsf::event(e).to_string(),
+        Format::Text => {}
     }
     let fix = e.fix();
     if e.decision == Decision::Deny && !fix.is_empty() {
@@ -25,13 +39,34 @@ fn gate_line(e: &Event, json: bool) -> String {
     }
 }
 
-fn direct_line(session: &str, d: &Direct, config_path: &str, json: bool) -> String {
-    if json {
-        return serde_json::json!({
-            "layer": "rules", "session": session, "proto": d.proto, "host": d.addr.to_string(),
-            "port": d.port, "decision": "deny", "fix": d.fix(config_path),
-        })
-        .to_string();
+fn direct_line(session: &str, d: &Direct, config_path: &str, format: Format) -> String {
+    match format {
+        Format::Json => {
+            return serde_json::json!({
+                "layer": "rules", "session": session, "proto": d.proto, "host": d.addr.to_string(),
+                "port": d.port, "decision": "deny", "fix": d.fix(config_path),
+            })
+            .to_string();
+        }
+        Format::Ocsf => {
+            // The rules record where, not when: the time is when it was read.
+            let e = Event {
+                time: crate::gate::log::now(),
+                session: session.to_string(),
+                project: String::new(),
+                method: d.proto.to_string(),
+                host: d.addr.to_string(),
+                port: d.port,
+                decision: Decision::Deny,
+                status: 0,
+                reason: "a direct connection the sandbox's nftables rules refused".into(),
+                hint: d.fix(config_path),
+                allow: None,
+                path: None,
+            };
+            return crate::gate::ocsf::event(&e).to_string();
+        }
+        Format::Text => {}
     }
     format!("rules deny session={session} {} {}  → {}", d.proto, d.dest(), d.fix(config_path))
 }
@@ -59,7 +94,7 @@ fn new_direct(
     runtime: &std::path::Path,
     scope: &Scope,
     seen: &mut HashSet<String>,
-    json: bool,
+    format: Format,
 ) -> Vec<String> {
     let mut lines = Vec::new();
     for r in crate::live::apply::running(runtime) {
@@ -76,10 +111,10 @@ fn new_direct(
             }
         }
     }
-    lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, json)).collect()
+    lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, format)).collect()
 }
 
-pub fn run(denied: bool, scope: &Scope, follow: bool, json: bool) -> anyhow::Result<i32> {
+pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow::Result<i32> {
     let runtime = crate::gate::control::runtime_dir();
     let mut known = false;
     let path = crate::gate::control::log_path(&runtime);
@@ -91,11 +126,11 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, json: bool) -> anyhow::Res
             if scope.wants(&e.session, &e.project) {
                 known = true;
                 if !denied || e.decision == Decision::Deny {
-                    println!("{}", gate_line(&e, json));
+                    println!("{}", gate_line(&e, format));
                 }
             }
         }
-        for l in new_direct(&runtime, scope, &mut seen, json) {
+        for l in new_direct(&runtime, scope, &mut seen, format) {
             println!("{l}");
         }
         if let Scope::Session(s) = scope
@@ -139,14 +174,14 @@ mod tests {
             path: None,
         };
         assert!(
-            gate_line(&e, false).ends_with("  → add \"allow = later.test\" to /p/c"),
+            gate_line(&e, Format::Text).ends_with("  → add \"allow = later.test\" to /p/c"),
             "{}",
-            gate_line(&e, false)
+            gate_line(&e, Format::Text)
         );
-        let v: serde_json::Value = serde_json::from_str(&gate_line(&e, true)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&gate_line(&e, Format::Json)).unwrap();
         assert_eq!(v["layer"], "gate");
         let allowed = Event { decision: Decision::Allow, hint: String::new(), ..e };
-        assert!(!gate_line(&allowed, false).contains('→'));
+        assert!(!gate_line(&allowed, Format::Text).contains('→'));
         let d = Direct {
             proto: crate::live::Proto::Tcp,
             addr: "198.51.100.6".parse().unwrap(),
@@ -154,10 +189,11 @@ mod tests {
             denied_by: None,
         };
         assert_eq!(
-            direct_line("s1", &d, "/p/c", false),
+            direct_line("s1", &d, "/p/c", Format::Text),
             "rules deny session=s1 tcp 198.51.100.6:7000  → add \"allow = 198.51.100.6:7000\" to /p/c"
         );
-        let v: serde_json::Value = serde_json::from_str(&direct_line("s1", &d, "/p/c", true)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["port"].as_u64()), (Some("rules"), Some(7000)));
     }
 }

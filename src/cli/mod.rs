@@ -213,9 +213,13 @@ pub enum Sub {
         /// Keep printing the gate's new decisions (and new direct refusals, read every second).
         #[arg(short, long)]
         follow: bool,
-        /// One JSON object per line.
-        #[arg(long)]
+        /// One JSON object per line (the same as `--format json`).
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// text, json, or ocsf: OCSF 1.3.0 events, HTTP Activity for a request the gate read
+        /// (method and path) and Network Activity for the rest (docs/networking.md).
+        #[arg(long, value_enum, default_value = "text")]
+        format: crate::cli::logs::Format,
     },
     /// Show refusals live; with `ask = SECONDS` in a project's config, answer the requests the
     /// gate holds: o(nce), s(ession), a(lways: adds the line to the config), d(eny); q quits.

@@ -438,7 +438,7 @@ pub(crate) fn check_request(
                     403,
                     format!("{method} {path} matches no rule for {host}"),
                     format!(
-                        "blocked by ai-sandbox: {method} {path} is not among what the rules allow at {host}; add \"{line}\" to {}",
+                        "blocked by ai-sandbox: add \"{line}\" to {} ({host} has rules, and none allows {method} {path})",
                         p.config_path
                     ),
                 )

@@ -20,6 +20,7 @@ pub mod control;
 pub mod decide;
 pub(crate) mod http;
 pub(crate) mod log;
+pub(crate) mod ocsf;
 pub mod request;
 pub(crate) mod secrets;
 pub mod server;

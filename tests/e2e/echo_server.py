@@ -95,7 +95,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def git(self, body):
         """`git http-backend` (CGI) for /git/REPO/..., over the repositories in ECHO_GIT_ROOT,
-        for Basic credentials whose password is the token in ECHO_GIT_TOKEN_FILE only."""
+        for Basic credentials whose password is the token in ECHO_GIT_TOKEN_FILE only (an empty file:
+        for anyone)."""
         with open(os.environ["ECHO_GIT_TOKEN_FILE"]) as f:
             token = f.read().strip()
         auth = self.headers.get("Authorization", "")
@@ -103,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
             creds = base64.b64decode(auth[6:]).decode() if auth.startswith("Basic ") else ""
         except ValueError:
             creds = ""
-        if creds.partition(":")[2] != token:
+        if token and creds.partition(":")[2] != token:
             self.reply(401, b"token?\n", [("WWW-Authenticate", 'Basic realm="git"')])
             return
         path, _, query = self.path[len("/git"):].partition("?")
@@ -129,7 +130,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(rest)
 
-    do_GET = do_POST = do_PUT = handle_any
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = handle_any
 
 
 def serve(port, ctx=None):

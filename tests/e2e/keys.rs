@@ -7,19 +7,21 @@
 use crate::harness::*;
 use std::process::Child;
 
-const NAMES: [&str; 4] = ["api.bound.test", "api2.bound.test", "other.test", "git.bound.test"];
+const NAMES: [&str; 6] =
+    ["api.bound.test", "api2.bound.test", "other.test", "git.bound.test", "api.rules.test", "git.rules.test"];
 
 /// The echo server (tests/e2e/echo_server.py) on a test host, and its CA.
-struct Upstream {
+pub(crate) struct Upstream {
     server: Child,
     log: std::path::PathBuf,
-    dir: std::path::PathBuf,
-    th: TestHost,
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) th: TestHost,
 }
 
 impl Upstream {
-    /// `git_token`: the one token its git server takes (kept in a file, off command lines).
-    fn start(git_token: &str) -> Upstream {
+    /// `git_token`: the one token its git server takes (kept in a file, off command lines);
+    /// empty: it asks for none.
+    pub(crate) fn start(git_token: &str) -> Upstream {
         let th = TestHost::new();
         let dir = env().root.join(format!("keys-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
@@ -41,13 +43,13 @@ impl Upstream {
         Upstream { server, log, dir, th }
     }
 
-    fn requests(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn requests(&self) -> Vec<serde_json::Value> {
         json_lines(&self.log)
     }
 }
 
 /// A bare repository (pushes allowed) whose main has one commit.
-fn bare_repo_with_one_commit(bare: &std::path::Path) {
+pub(crate) fn bare_repo_with_one_commit(bare: &std::path::Path) {
     let git = |dir: &std::path::Path, args: &[&str]| {
         let o = std::process::Command::new("git")
             .args(["-c", "user.name=e2e", "-c", "user.email=e2e@test", "-c", "init.defaultBranch=main"])

@@ -16,6 +16,7 @@ mod lifecycle;
 mod live;
 mod newcomer;
 mod real_agents;
+mod rules;
 mod secrets;
 mod selfprotect;
 mod splice;
