@@ -74,9 +74,13 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
     ("cargo", "crates.io", &["allow = crates.io", "allow = index.crates.io", "allow = static.crates.io"]),
     (
         "github",
-        "GitHub (git over HTTPS, API, downloads)",
+        "GitHub (git over HTTPS, fetch only; API, downloads)",
         &[
             "allow = github.com",
+            "rule = github.com git-fetch                        # clone and fetch any repository; a push is refused",
+            "# rule = github.com git-push /OWNER/REPO.git       # push to this one repository",
+            "rule = github.com GET /*/*/releases/download/**    # release assets",
+            "rule = github.com GET /*/*/archive/**              # source archives",
             "allow = api.github.com",
             "allow = codeload.github.com",
             "allow = objects.githubusercontent.com",

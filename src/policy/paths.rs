@@ -11,7 +11,8 @@
 /// A request target in its one spelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Normal {
-    /// The path's segments, decoded (no `/` inside; never `.`/`..`; no `%` after decoding).
+    /// The path's segments, decoded (no `/` inside; never `.`/`..`; no `%` after decoding, so a
+    /// server that decodes twice sees these same bytes). The root is one empty segment.
     pub segments: Vec<Vec<u8>>,
     /// The query as the client sent it (checked for syntax), without the `?`.
     pub query: Option<String>,
@@ -166,6 +167,10 @@ pub fn normalise(target: &str) -> Result<Normal, &'static str> {
             b"" if i != last => {}
             _ => segments.push(s),
         }
+    }
+    // The root is one empty segment, however it was reached (`/`, `/.`, `/a/..`).
+    if segments.is_empty() {
+        segments.push(Vec::new());
     }
     Ok(Normal { segments, query: query.map(str::to_string) })
 }
