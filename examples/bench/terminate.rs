@@ -1,9 +1,11 @@
-//! `bench terminate GATE --count N`: what opening TLS for a bound secret's host costs. An HTTPS
-//! server (a CA made here, on ADDR:8443) answers small requests; two gate sessions allow it, one
-//! as a blind tunnel and one with a secret bound to it (the gate terminates TLS, substitutes
-//! the placeholder, and verifies the server with the bench CA as `upstream_ca`). Over each: the
-//! set-up (CONNECT and the TLS handshake, a new connection each time) and N requests kept alive
-//! on one connection. Prints `terminate setup|request tunnel|terminated P50 P99` (ms).
+//! `bench terminate GATE --count N`: what opening TLS for a bound secret's host costs, and what
+//! a host's rules add. An HTTPS server (a CA made here, on ADDR:8443) answers small requests;
+//! three gate sessions allow it: one as a blind tunnel, one with a secret bound to it (the gate
+//! terminates TLS, substitutes the placeholder, and verifies the server with the bench CA as
+//! `upstream_ca`), and one with the same secret and 1,000 rules for the host, the last of which
+//! allows the request. Over each: the set-up (CONNECT and the TLS handshake, a new connection
+//! each time) and N requests kept alive on one connection. Prints
+//! `terminate setup|request tunnel|terminated|ruled P50 P99` (ms).
 
 use super::{arg, need, pct, session_policy};
 use std::io::{Read, Write};
@@ -78,13 +80,14 @@ fn register(
     name: &str,
     secrets: Vec<ai_sandbox::gate::control::Bound>,
     ca: Option<String>,
+    rules: Vec<ai_sandbox::policy::rule::Rule>,
 ) -> ai_sandbox::gate::control::Lease {
     use ai_sandbox::gate::control;
     let req = control::Request::Register {
         session: format!("bench-{name}"),
         project: "bench".into(),
         token: format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000),
-        policy: session_policy(args),
+        policy: ai_sandbox::gate::decide::SessionPolicy { rules, ..session_policy(args) },
         secrets,
         upstream_ca: ca,
     };
@@ -139,16 +142,23 @@ pub(crate) fn run(args: &[String]) {
         Some(i) => a[i + 1] = PORT.to_string(),
         None => a.extend(["--port".into(), PORT.to_string()]),
     }
-    let tunnel = register(&a, "tunnel", vec![], None);
-    let bound = ai_sandbox::gate::control::Bound::new("BENCH_KEY", PLACEHOLDER, KEY, &[&host]);
-    let terminated = register(&a, "terminated", vec![bound], Some(ca_pem.clone()));
+    let tunnel = register(&a, "tunnel", vec![], None, vec![]);
+    let bound = || ai_sandbox::gate::control::Bound::new("BENCH_KEY", PLACEHOLDER, KEY, &[&host]);
+    let terminated = register(&a, "terminated", vec![bound()], Some(ca_pem.clone()), vec![]);
+    // The same host with 1,000 rules, the one that allows the request last (every rule is tried).
+    let mut rules = Vec::new();
+    for i in 0..999 {
+        rules.extend(ai_sandbox::policy::rule::parse(&format!("{host} GET /api/v{i}/items/*")).unwrap());
+    }
+    rules.extend(ai_sandbox::policy::rule::parse(&format!("{host} GET /")).unwrap());
+    let ruled = register(&a, "ruled", vec![bound()], Some(ca_pem.clone()), rules);
     let gate_ca = terminated.ca.clone().expect("the gate's CA in the reply");
     let gate: SocketAddr = ([127, 0, 0, 1], tunnel.port).into();
     let token = |name: &str| {
         format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
     };
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
-    for (name, roots) in [("tunnel", &ca_pem), ("terminated", &gate_ca)] {
+    for (name, roots) in [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca)] {
         let setups = arg(args, "--setups").map_or(count.min(200), |v| v.parse().unwrap());
         let mut setup: Vec<f64> = (0..setups)
             .map(|_| {
@@ -171,5 +181,5 @@ pub(crate) fn run(args: &[String]) {
         println!("terminate setup {name} {:.3} {:.3}", pct(&mut setup, 0.5), pct(&mut setup, 0.99));
         println!("terminate request {name} {:.3} {:.3}", pct(&mut req, 0.5), pct(&mut req, 0.99));
     }
-    drop((tunnel, terminated));
+    drop((tunnel, terminated, ruled));
 }

@@ -1,9 +1,10 @@
-//! Bound secrets in the exported objects (ADR 0050): the agent's Pod holds each bound secret's
-//! placeholder (a literal, made for this export) and never a reference to its value; the gate's
-//! Pod mounts the values (the same `ai-sandbox-secrets` Secret, only the bound keys) and the
-//! CA (`ai-sandbox-gate-ca`, a Secret made from `ai-sandbox gate ca DIR`); the agent's Pod
-//! mounts the CA certificate (a ConfigMap of the same name) and trusts it through a bundle an
-//! init container writes: its image's roots, then the gate's CA.
+//! Bound secrets and hosts with rules in the exported objects (ADR 0050, 0051): the agent's Pod
+//! holds each bound secret's placeholder (a literal, made for this export) and never a
+//! reference to its value; the gate's Pod mounts the values (the same `ai-sandbox-secrets`
+//! Secret, only the bound keys). Where the gate opens TLS (a bound secret's host, a host with
+//! rules) it mounts the CA (`ai-sandbox-gate-ca`, a Secret made from `ai-sandbox gate ca DIR`);
+//! the agent's Pod mounts the CA certificate (a ConfigMap of the same name) and trusts it
+//! through a bundle an init container writes: its image's roots, then the gate's CA.
 
 use super::objects::{env, locked_down, mount};
 use super::{GATE_CA, Options, SECRETS};
@@ -32,6 +33,11 @@ pub(super) fn any(p: &Policy) -> bool {
     !names(p).is_empty()
 }
 
+/// Whether the gate opens TLS for some host (then both Pods need the CA).
+pub(super) fn terminates(p: &Policy) -> bool {
+    any(p) || !p.rules.is_empty()
+}
+
 /// The gate policy's entries: placeholder, where the value is mounted, the hosts.
 pub(super) fn entries(p: &Policy, o: &Options) -> Vec<SecretEntry> {
     p.secrets
@@ -47,13 +53,13 @@ pub(super) fn entries(p: &Policy, o: &Options) -> Vec<SecretEntry> {
 }
 
 pub(super) fn gate_volumes(p: &Policy) -> Vec<Volume> {
-    if !any(p) {
-        return Vec::new();
-    }
-    let items =
-        names(p).iter().map(|n| KeyToPath { key: n.to_string(), path: n.to_string(), mode: None }).collect();
-    vec![
-        Volume {
+    let mut out = Vec::new();
+    if any(p) {
+        let items = names(p)
+            .iter()
+            .map(|n| KeyToPath { key: n.to_string(), path: n.to_string(), mode: None })
+            .collect();
+        out.push(Volume {
             name: "secrets".into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(SECRETS.into()),
@@ -61,20 +67,27 @@ pub(super) fn gate_volumes(p: &Policy) -> Vec<Volume> {
                 ..Default::default()
             }),
             ..Volume::default()
-        },
-        Volume {
+        });
+    }
+    if terminates(p) {
+        out.push(Volume {
             name: "ca".into(),
             secret: Some(SecretVolumeSource { secret_name: Some(GATE_CA.into()), ..Default::default() }),
             ..Volume::default()
-        },
-    ]
+        });
+    }
+    out
 }
 
 pub(super) fn gate_mounts(p: &Policy) -> Vec<VolumeMount> {
-    if !any(p) {
-        return Vec::new();
+    let mut out = Vec::new();
+    if any(p) {
+        out.push(mount("secrets", VALUES_DIR, true));
     }
-    vec![mount("secrets", VALUES_DIR, true), mount("ca", CA_DIR, true)]
+    if terminates(p) {
+        out.push(mount("ca", CA_DIR, true));
+    }
+    out
 }
 
 /// The agent's variables for its secrets: a bound one's placeholder, an unbound one's value by
@@ -87,7 +100,7 @@ pub(super) fn agent_env(p: &Policy, o: &Options, from_secret: impl Fn(&str) -> E
             |s| if s.hosts.is_empty() { from_secret(&s.name) } else { env(&s.name, &o.placeholder(&s.name)) },
         )
         .collect();
-    if any(p) {
+    if terminates(p) {
         for v in VARS.iter().filter(|v| !p.env.iter().any(|(k, _)| k == *v)) {
             let file = if *v == "NODE_EXTRA_CA_CERTS" {
                 format!("{AGENT_CA_DIR}/ca.pem")
@@ -101,7 +114,7 @@ pub(super) fn agent_env(p: &Policy, o: &Options, from_secret: impl Fn(&str) -> E
 }
 
 pub(super) fn agent_volumes(p: &Policy) -> Vec<Volume> {
-    if !any(p) {
+    if !terminates(p) {
         return Vec::new();
     }
     vec![
@@ -119,7 +132,7 @@ pub(super) fn agent_volumes(p: &Policy) -> Vec<Volume> {
 }
 
 pub(super) fn agent_mounts(p: &Policy) -> Vec<VolumeMount> {
-    if !any(p) {
+    if !terminates(p) {
         return Vec::new();
     }
     vec![mount("gate-ca", AGENT_CA_DIR, true), mount("trust", BUNDLE_DIR, true)]
@@ -128,7 +141,7 @@ pub(super) fn agent_mounts(p: &Policy) -> Vec<VolumeMount> {
 /// Writes the bundle before the agent starts: the image's roots, then the gate's CA. An image
 /// without Debian's bundle fails here, visibly, rather than running with no roots.
 pub(super) fn agent_init(p: &Policy, image: &str) -> Option<Container> {
-    any(p).then(|| Container {
+    terminates(p).then(|| Container {
         name: "trust".into(),
         image: Some(image.into()),
         command: Some(vec![

@@ -316,7 +316,7 @@ fn gate_deployment(p: &Policy, o: &Options) -> Deployment {
     let listen = format!("0.0.0.0:{GATE_PORT}");
     let policy = format!("{POLICY_DIR}/policy.json");
     let mut args = vec!["gate", "serve", "--listen", &listen, "--policy", &policy, "--drain", "25"];
-    if super::bound::any(p) {
+    if super::bound::terminates(p) {
         args.extend(["--ca", super::bound::CA_DIR]);
     }
     let container = Container {

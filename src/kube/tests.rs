@@ -115,3 +115,28 @@ fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_g
     let out = export(&p, &c, &o).unwrap();
     assert!(!out.contains("aisb_placeholder_") && !out.contains("--ca") && !out.contains("gate-ca"), "{out}");
 }
+
+#[test]
+fn rules_go_to_the_cluster_gate_with_the_ca_both_pods_need_and_no_secret() {
+    let o = opts(Some("img"));
+    let p = crate::policy::from_text("allow = github.com\nrule = github.com git-fetch /acme/*\n");
+    let (c, _) = crate::config::parse("");
+    let out = export(&p, &c, &o).unwrap();
+    let docs: Vec<serde_json::Value> = out
+        .split("\n---\n")
+        .filter_map(|d| serde_json::from_str(d.trim_start_matches(|c| c != '{')).ok())
+        .collect();
+    let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
+    // The gate's policy carries the rules, as the gate matches them.
+    let policy: serde_json::Value =
+        serde_json::from_str(kind("ConfigMap")["data"]["policy.json"].as_str().unwrap()).unwrap();
+    let rules = &policy["sessions"][0]["policy"]["rules"];
+    assert_eq!(rules.as_array().map(Vec::len), Some(2), "{policy}");
+    assert_eq!(rules[0]["line"], "github.com git-fetch /acme/*", "{policy}");
+    // The gate opens TLS: its CA mounted there, trusted in the agent's Pod; no secret anywhere.
+    let gate = kind("Deployment").to_string();
+    assert!(gate.contains(r#""--ca""#) && gate.contains(r#""secretName":"ai-sandbox-gate-ca""#), "{gate}");
+    assert!(!gate.contains(r#""name":"secrets""#), "{gate}");
+    let agent = kind("Pod").to_string();
+    assert!(agent.contains("SSL_CERT_FILE") && agent.contains("ai-sandbox-gate-ca"), "{agent}");
+}

@@ -136,6 +136,10 @@ fn seg_matches(p: &[u8], s: &[u8]) -> bool {
 
 /// Whether a pattern's segments match a path's (`**`: any number of segments).
 fn path_matches(p: &[Vec<u8>], s: &[Vec<u8>]) -> bool {
+    // Without `**` (most rules): segment by segment, no table.
+    if !p.iter().any(|x| x == b"**") {
+        return p.len() == s.len() && p.iter().zip(s).all(|(a, b)| seg_matches(a, b));
+    }
     // Table over (pattern index, segment index): no backtracking blow-up.
     let mut ok = vec![vec![false; s.len() + 1]; p.len() + 1];
     ok[p.len()][s.len()] = true;
