@@ -254,6 +254,11 @@ fn git_fetch_only_refuses_a_push_with_the_fix_in_gits_output_and_git_push_opens_
     assert!(out.contains("clone rc=0") && out.contains("fetch rc=0"), "{out}");
     assert!(!out.contains("push rc=0"), "{out}");
     assert!(push_err.contains("rule = git.rules.test git-push /git/proj.git"), "{push_err}");
+    assert!(
+        push_err.contains("remote: blocked by ai-sandbox: add \"rule = "),
+        "git shows the hint: {push_err}"
+    );
+    assert!(push_err.contains("The requested URL returned error: 403"), "{push_err}");
     assert_eq!(log("proj.git"), "first\n", "the refused push changed the server's repository");
     let receive = up.requests().into_iter().filter(|r| {
         let t = r["target"].as_str().unwrap_or("");
