@@ -170,7 +170,8 @@ fn deny_lines_win_over_allow_lines_at_both_layers() {
 
 /// `ask = SECONDS`: with `ai-sandbox watch` attached, a request the allowlist refuses is held and
 /// answered there (s: allowed for the running sandbox, d: refused); with no watcher it is refused
-/// at once (a held request would run into curl's 20 s limit, exit 28, not a 403).
+/// at once (a held request would run into curl's 20 s limit, exit 28, not a 403). A request a
+/// host's rules refuse (plain HTTP, read from the request line) is asked about by method and path.
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
@@ -179,7 +180,8 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     let th = TestHost::new();
     let p = Project::new("ask");
     let config = format!(
-        "allow = allowed.test\nresolve = allowed.test={v4}\nresolve = later.test={v4}\nresolve = other.test={v4}\nask = 60\n",
+        "allow = allowed.test\nresolve = allowed.test={v4}\nresolve = later.test={v4}\nresolve = other.test={v4}\nask = 60\n\
+         rule = allowed.test GET /\n",
         v4 = th.v4
     );
     p.config(&config);
@@ -199,13 +201,18 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     let code = "curl -s -o /dev/null -w '%{http_code}' -m 90";
     let script = format!(
         "echo first=$({code} http://later.test/); echo second=$({code} http://other.test/); \
-         echo third=$({code} http://later.test/); echo control=$({code} http://allowed.test/)"
+         echo third=$({code} http://later.test/); echo control=$({code} http://allowed.test/); \
+         echo fourth=$({code} http://allowed.test/held); echo fifth=$({code} -X DELETE http://allowed.test/)"
     );
     let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     let mut keys = watch.stdin.take().unwrap();
     let asked_first = wait_for(60, || has("ASK  GET later.test:80"));
     keys.write_all(b"s\n").unwrap();
     let asked_second = wait_for(60, || has("ASK  GET other.test:80"));
+    keys.write_all(b"d\n").unwrap();
+    let asked_path = wait_for(60, || has("ASK  GET allowed.test:80/held"));
+    keys.write_all(b"s\n").unwrap();
+    let asked_method = wait_for(60, || has("ASK  DELETE allowed.test:80/ "));
     keys.write_all(b"d\n").unwrap();
     let out = child.wait_with_output();
     let _ = keys.write_all(b"q\n");
@@ -214,6 +221,9 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let all = format!("{stdout}\n{}\nwatch:\n{}", String::from_utf8_lossy(&out.stderr), seen.lock().unwrap());
     assert!(asked_first && asked_second, "the held requests were not asked about: {all}");
+    assert!(asked_path && asked_method, "the rules' refusals were not asked about by method and path: {all}");
+    assert!(stdout.contains("fourth=200"), "a path let through from the watcher: {all}");
+    assert!(stdout.contains("fifth=403"), "a method refused from the watcher: {all}");
     assert!(stdout.contains("first=200"), "allowed from the watcher, without the client noticing: {all}");
     assert!(stdout.contains("second=403"), "refused from the watcher: {all}");
     assert!(stdout.contains("third=200"), "the session allow holds for the next request: {all}");
