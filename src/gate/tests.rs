@@ -530,3 +530,58 @@ fn each_answer_is_logged_as_its_decision_and_a_bad_token_is_a_refusal_not_a_chal
     assert!(decide::auth_reason(true).contains("wrong or expired session token"));
     assert!(decide::auth_reason(false).contains("no proxy credentials yet"));
 }
+
+#[test]
+fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
+    let mut p = policy(&["api.test", "free.test"]);
+    p.rules = crate::policy::rule::parse("api.test GET /repos/**").unwrap();
+    // No rules for the host: allowed whole, nothing rewritten.
+    assert_eq!(decide::check_request(&p, "free.test", "DELETE", "/anything"), Ok(None));
+    // Allowed: the one spelling, the method in capitals, the rule's line.
+    let m = decide::check_request(&p, "api.test", "get", "/repos//a/./b?x=1").unwrap().unwrap();
+    assert_eq!(
+        m,
+        decide::RuleMatch {
+            method: "GET".into(),
+            target: "/repos/a/b?x=1".into(),
+            path: "/repos/a/b".into(),
+            rule: "api.test GET /repos/**".into(),
+        }
+    );
+    // Refused: 403, askable, the line to add, the path for the log.
+    let d = decide::check_request(&p, "api.test", "POST", "/repos/a?x=1").unwrap_err();
+    assert_eq!((d.status, d.askable), (403, true));
+    assert_eq!(d.allow.as_deref(), Some("rule = api.test POST /repos/a"));
+    assert_eq!(d.path.as_deref(), Some("/repos/a"));
+    assert_eq!(d.reason, "POST /repos/a matches no rule for api.test");
+    assert_eq!(
+        d.hint,
+        "blocked by ai-sandbox: add \"rule = api.test POST /repos/a\" to /p/.ai-sandbox/config (api.test has rules, and none allows POST /repos/a)"
+    );
+    // A spelling the gate would have to guess about: 400, never asked about.
+    let d = decide::check_request(&p, "api.test", "GET", "/repos/a%2Fb").unwrap_err();
+    assert_eq!((d.status, d.askable, d.allow.clone()), (400, false, None));
+    assert!(d.reason.contains("encoded slash") && d.hint.contains("does not guess"), "{d:?}");
+    // A watcher's "once" for a rule refusal adds that rule to the policy it decides with.
+    let once =
+        decide::with_once(&p, &Target::Name("api.test".into()), 443, Some("rule = api.test POST /repos/a"));
+    assert!(decide::check_request(&once, "api.test", "POST", "/repos/a").unwrap().is_some());
+    let plain = decide::with_once(&p, &Target::Name("api.test".into()), 443, Some("api.test"));
+    assert_eq!(plain.rules, p.rules);
+}
+
+#[test]
+fn a_tunnel_to_a_port_where_requests_cannot_be_read_is_refused_for_a_host_with_rules() {
+    let mut p = policy(&["api.test:1-65535", "free.test:1-65535"]);
+    p.rules = crate::policy::rule::parse("api.test GET /").unwrap();
+    let t = |n: &str| Target::Name(n.into());
+    let d = decide::unreadable(&p, &t("api.test"), 22, &[443, 8443]).unwrap_err();
+    assert_eq!(d.status, 403);
+    assert_eq!(d.reason, "api.test has rules, and a tunnel to port 22 would hide its requests");
+    assert!(d.hint.contains("not in a tunnel to port 22"), "{d:?}");
+    // Controls: the TLS ports (terminated), a host without rules, an address.
+    assert_eq!(decide::unreadable(&p, &t("api.test"), 443, &[443, 8443]), Ok(()));
+    assert_eq!(decide::unreadable(&p, &t("api.test"), 8443, &[443, 8443]), Ok(()));
+    assert_eq!(decide::unreadable(&p, &t("free.test"), 22, &[443, 8443]), Ok(()));
+    assert_eq!(decide::unreadable(&p, &Target::Ip("192.0.2.1".parse().unwrap()), 22, &[443]), Ok(()));
+}

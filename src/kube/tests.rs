@@ -83,6 +83,13 @@ fn lines_with_no_cluster_meaning_are_said_to_be_left_out_never_dropped_in_silenc
     assert!(!out.contains("left out: `allow"), "{out}");
 }
 
+/// The exported objects, as JSON values.
+fn objects(out: &str) -> Vec<serde_json::Value> {
+    out.split("\n---\n")
+        .filter_map(|d| serde_json::from_str(d.trim_start_matches(|c| c != '{')).ok())
+        .collect()
+}
+
 #[test]
 fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_gates() {
     let mut o = opts(Some("img"));
@@ -90,10 +97,7 @@ fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_g
     let p = crate::policy::from_text("allow = api.example.com\nsecret = K for api.example.com\nsecret = U\n");
     let (c, _) = crate::config::parse("");
     let out = export(&p, &c, &o).unwrap();
-    let docs: Vec<serde_json::Value> = out
-        .split("\n---\n")
-        .filter_map(|d| serde_json::from_str(d.trim_start_matches(|c| c != '{')).ok())
-        .collect();
+    let docs = objects(&out);
     let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
     let agent = kind("Pod").to_string();
     // The agent: K's placeholder as a literal and no reference to K's value; U unbound, by reference.
@@ -122,10 +126,7 @@ fn rules_go_to_the_cluster_gate_with_the_ca_both_pods_need_and_no_secret() {
     let p = crate::policy::from_text("allow = github.com\nrule = github.com git-fetch /acme/*\n");
     let (c, _) = crate::config::parse("");
     let out = export(&p, &c, &o).unwrap();
-    let docs: Vec<serde_json::Value> = out
-        .split("\n---\n")
-        .filter_map(|d| serde_json::from_str(d.trim_start_matches(|c| c != '{')).ok())
-        .collect();
+    let docs = objects(&out);
     let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
     // The gate's policy carries the rules, as the gate matches them.
     let policy: serde_json::Value =

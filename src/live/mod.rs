@@ -221,11 +221,7 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
     let mut out = r.clone();
     add_missing(&mut out.policy.hosts, &c.hosts);
     for rule in &c.rules {
-        let name = match &rule.host {
-            crate::policy::allow::HostPattern::Exact(n) => n.clone(),
-            crate::policy::allow::HostPattern::Suffix(s) => format!("x.{s}"),
-        };
-        if !out.policy.hosts.iter().any(|(p, _)| p.matches(&name)) {
+        if !rule.reached(&out.policy.hosts) {
             return Err(format!(
                 "`rule = {}`: {} is not allowed in session {}, so the rule would never be reached; allow the host too (`ai-sandbox allow {} 'rule = {}'`)",
                 rule.line, rule.host, r.session, rule.host, rule.line
@@ -325,6 +321,25 @@ mod tests {
             vec![(crate::policy::allow::IpNet::host(d.addr), crate::policy::allow::Ports::one(9090))];
         d.denied_by = crate::gate::decide::deny_net(&p, d.addr, d.port);
         assert_eq!(d.fix("c"), "refused by \"deny = 100.64.0.1:9090\" in c");
+    }
+
+    #[test]
+    fn a_rule_is_added_live_only_where_the_sandbox_trusts_the_gates_ca_and_its_host_is_allowed() {
+        let rules = crate::policy::rule::parse("a.test POST /x").unwrap();
+        let c = Change { rules: rules.clone(), ..Change::default() };
+        let m = merged(&rec(true), &c).unwrap();
+        assert_eq!(m.policy.rules, rules);
+        assert_eq!(merged(&m, &c).unwrap(), m, "added once");
+        assert_eq!(c.summary(), "rule = a.test POST /x");
+        // No gate CA inside: its clients would refuse the gate's certificate.
+        let no_tls = Record { tls: false, ..rec(true) };
+        assert!(merged(&no_tls, &c).unwrap_err().contains("does not trust the gate's CA"));
+        // A host the sandbox may not reach: refused, unless the same change allows it.
+        let other =
+            Change { rules: crate::policy::rule::parse("b.test GET /").unwrap(), ..Change::default() };
+        assert!(merged(&rec(true), &other).unwrap_err().contains("b.test is not allowed in session s1"));
+        let both = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], ..other };
+        assert_eq!(merged(&rec(true), &both).unwrap().policy.rules.len(), 1);
     }
 
     #[test]

@@ -420,11 +420,7 @@ fn rule_lines(
             );
             continue;
         }
-        let name = match &r.host {
-            HostPattern::Exact(n) => n.clone(),
-            HostPattern::Suffix(s) => format!("x.{s}"),
-        };
-        if net == NetMode::Allow && !hosts.iter().any(|(pat, _)| pat.matches(&name)) {
+        if net == NetMode::Allow && !r.reached(hosts) {
             c.bad(
                 at,
                 format!("`rule = {}`: {} is not allowed, so the rule is never reached", r.line, r.host),

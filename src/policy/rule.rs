@@ -156,6 +156,16 @@ fn path_matches(p: &[Vec<u8>], s: &[Vec<u8>]) -> bool {
 }
 
 impl Rule {
+    /// Whether an allow entry of `hosts` lets this rule's host through (else the rule is never
+    /// reached). A wildcard rule is judged by a name under it.
+    pub(crate) fn reached(&self, hosts: &[(HostPattern, Option<super::allow::Ports>)]) -> bool {
+        let name = match &self.host {
+            HostPattern::Exact(n) => n.clone(),
+            HostPattern::Suffix(s) => format!("x.{s}"),
+        };
+        hosts.iter().any(|(pat, _)| pat.matches(&name))
+    }
+
     /// Whether this rule allows `method` (uppercase) on `target` at `host`.
     pub fn matches(&self, host: &str, method: &str, target: &Normal) -> bool {
         self.host.matches(host)
@@ -301,6 +311,16 @@ mod tests {
             )
             .is_some()
         );
+    }
+
+    #[test]
+    fn an_allow_item_with_a_space_or_the_rule_key_is_a_rule() {
+        assert_eq!(item("rule = a.test GET /x"), Some("a.test GET /x"));
+        assert_eq!(item(" rule=a.test GET /x "), Some("a.test GET /x"));
+        assert_eq!(item("a.test git-fetch"), Some("a.test git-fetch"));
+        assert_eq!(item("github.com"), None);
+        assert_eq!(item("rules.test"), None);
+        assert_eq!(item("10.0.0.1:22"), None);
     }
 
     #[test]

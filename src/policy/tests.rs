@@ -307,3 +307,40 @@ fn upstream_ca_is_a_file_outside_the_project() {
         assert!(errs[0].message.contains(says), "{v}: {errs:?}");
     }
 }
+
+#[test]
+fn a_rule_needs_its_host_allowed_and_the_gate_and_makes_the_sandbox_trust_the_gates_ca() {
+    let ok = policy("allow = api.test\nrule = api.test GET /x\n", Inputs::default()).unwrap();
+    assert_eq!(ok.rules.len(), 1);
+    assert!(ok.terminates(), "a host with rules is terminated");
+    let wild = policy("allow = *.api.test\nrule = *.api.test GET /x\n", Inputs::default()).unwrap();
+    assert_eq!(wild.rules.len(), 1);
+    // Not allowed: the line says so, with the allow line to add.
+    let errs = policy("allow = api.test\nrule = other.test GET /x\n", Inputs::default()).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].origin, crate::error::Origin::Config(2));
+    assert!(errs[0].message.contains("other.test is not allowed"), "{:?}", errs[0]);
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("add `allow = other.test` (a rule narrows what an allowed host may be asked)")
+    );
+    let errs = policy("allow = api.test\nrule = *.api.test GET /x\n", Inputs::default()).unwrap_err();
+    assert!(errs[0].message.contains("*.api.test is not allowed"), "{:?}", errs[0]);
+    // No gate to read requests.
+    let full = Inputs { net: Some(NetMode::Full), ..Inputs::default() };
+    let errs = policy("rule = api.test GET /x\n", full).unwrap_err();
+    assert!(
+        errs[0].message.contains("needs the gate to read requests, but --net full has no gate"),
+        "{:?}",
+        errs[0]
+    );
+    let no_gate = Inputs { no_gate: true, ..Inputs::default() };
+    let errs = policy("rule = api.test GET /x\n", no_gate).unwrap_err();
+    assert!(errs[0].message.contains("--no-gate leaves no gate"), "{:?}", errs[0]);
+    // `--net none`: nothing is reachable, the rule is kept and harmless; nothing is terminated.
+    let none =
+        policy("rule = api.test GET /x\n", Inputs { net: Some(NetMode::None), ..Inputs::default() }).unwrap();
+    assert!(!none.terminates());
+    // Without rules or bound secrets, nothing is terminated.
+    assert!(!policy("allow = api.test\n", Inputs::default()).unwrap().terminates());
+}
