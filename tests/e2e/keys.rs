@@ -3,6 +3,10 @@
 //! request headers there, refuses the placeholder anywhere else (403, logged), and leaves every
 //! other host a blind tunnel. Upstreams are a test host serving HTTPS (a certificate from a CA
 //! made for this test, which the gate trusts through `upstream_ca`) and plain HTTP.
+//!
+//! Mutations run against the first test (2026-12-01): substitution off in `terminate::relay`
+//! → it fails where the bound host's server must see the real key (it saw the placeholder);
+//! `Secrets::misuse` always `None` → it fails at `hdr 403` (the other host got the request).
 
 use crate::harness::*;
 use std::process::Child;

@@ -2,6 +2,10 @@
 //! for a host with rules and lets through only the requests they allow, in one spelling of the
 //! path; what it refuses never reaches the server, whose request log (tests/e2e/echo_server.py
 //! on a test host) says what arrived. Every refusal is paired with an allowed request.
+//!
+//! Mutation run against both (2026-12-01): `decide::check_request` always `Ok(None)` (rules
+//! off) → the API test fails at `post` (200, not 403) and the git test at the push (it went
+//! through).
 
 use crate::harness::*;
 use crate::keys::{Upstream, bare_repo_with_one_commit};
