@@ -2,7 +2,9 @@
 //! them and, for a project with `ask = SECONDS`, the requests the gate is holding for an answer
 //! (see `gate::ask`). One key answers the oldest held request: `o` lets it through once, `s`
 //! allows it for the running sandboxes (a live allow), `a` allows it and adds the line to the
-//! config, `d` refuses it; `q` (or Ctrl-C) quits. Without a terminal, one letter per line.
+//! config, `d` refuses it; `q` (or Ctrl-C) quits. For a request a host's rules refused, `s` and
+//! `a` allow its method and path, and `h` the whole host (`rule = HOST * /**`, added to the
+//! config). Without a terminal, one letter per line.
 
 use crate::gate::ask::{Answer, Question, Verdict};
 use crate::gate::control::{self, Request};
@@ -100,14 +102,15 @@ pub fn run() -> anyhow::Result<i32> {
         for line in from_gate.lines().map_while(Result::ok) {
             if let Ok(q) = serde_json::from_str::<Question>(&line) {
                 say(&format!(
-                    "ASK  {} {}:{}{} from {} (session {}), held up to {} s: o/s/a/d?",
+                    "ASK  {} {}:{}{} from {} (session {}), held up to {} s: {}?",
                     q.method,
                     q.host,
                     q.port,
                     q.path.as_deref().unwrap_or(""),
                     q.project,
                     q.session,
-                    q.seconds
+                    q.seconds,
+                    if q.path.is_some() { "o/s/a/h/d" } else { "o/s/a/d" }
                 ));
                 queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((q, std::time::Instant::now()));
             } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
@@ -129,7 +132,7 @@ pub fn run() -> anyhow::Result<i32> {
         let verdict = match key {
             'q' | '\u{3}' | '\u{4}' => break,
             'o' => Verdict::Once,
-            's' | 'a' => Verdict::Allowed,
+            's' | 'a' | 'h' => Verdict::Allowed,
             'd' => Verdict::Deny,
             _ => continue,
         };
@@ -145,7 +148,7 @@ pub fn run() -> anyhow::Result<i32> {
         }
         let mut verdict = verdict;
         if verdict == Verdict::Allowed {
-            let item = q.allow.clone().unwrap_or_else(|| format!("{}:{}", q.host, q.port));
+            let item = item(key, &q);
             let project = std::path::PathBuf::from(&q.project);
             let args = crate::cli::ChangeArgs {
                 items: vec![item],
@@ -164,6 +167,15 @@ pub fn run() -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// What `s`, `a` or `h` add for a held request: the line its refusal named; with `h`, for a
+/// request a host's rules refused, every method and path of the host.
+fn item(key: char, q: &Question) -> String {
+    match (key, &q.path) {
+        ('h', Some(_)) => format!("rule = {} * /**", q.host),
+        _ => q.allow.clone().unwrap_or_else(|| format!("{}:{}", q.host, q.port)),
+    }
+}
+
 /// Whether a request held for `seconds` was answered by the gate's own refusal already.
 fn expired(seconds: u32, elapsed: std::time::Duration) -> bool {
     elapsed >= std::time::Duration::from_secs(u64::from(seconds))
@@ -171,6 +183,35 @@ fn expired(seconds: u32, elapsed: std::time::Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::gate::ask::Question;
+
+    #[test]
+    fn a_rule_refusal_offers_its_method_and_path_or_the_whole_host() {
+        let q = Question {
+            ask: 1,
+            session: "s".into(),
+            project: "/p".into(),
+            method: "POST".into(),
+            host: "api.test".into(),
+            port: 443,
+            seconds: 5,
+            allow: Some("rule = api.test POST /x".into()),
+            path: Some("/x".into()),
+        };
+        assert_eq!(super::item('s', &q), "rule = api.test POST /x");
+        assert_eq!(super::item('a', &q), "rule = api.test POST /x");
+        assert_eq!(super::item('h', &q), "rule = api.test * /**");
+        // The whole-host line is a rule that allows any method and path there.
+        let r = crate::policy::rule::parse("api.test * /**").unwrap();
+        let any = crate::policy::paths::normalise("/a/b?c").unwrap();
+        assert!(crate::policy::rule::allowing(&r, "api.test", "DELETE", &any).is_some());
+        // An allowlist refusal: h is a, the allow line.
+        let host = Question { allow: Some("later.test".into()), path: None, ..q };
+        assert_eq!(super::item('h', &host), "later.test");
+        let none = Question { allow: None, ..host };
+        assert_eq!(super::item('a', &none), "api.test:443");
+    }
+
     #[test]
     fn a_request_held_longer_than_its_time_is_expired_not_answered() {
         use std::time::Duration;
