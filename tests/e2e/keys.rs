@@ -221,7 +221,9 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     // The launcher says it as it happens and in its summary; `logs --denied` shows it.
     let exfil = "exfiltration attempt refused: this request carries the placeholder of API_KEY";
     let summary = stderr.split("refused during this run").nth(1).unwrap_or_default();
-    assert!(stderr.contains(&format!("refused api2.bound.test:443 (ai-sandbox gate: {exfil}")), "{stderr}");
+    // (With the method and path: the gate read the request.)
+    let first = format!("refused api2.bound.test:443 GET /leak-h (ai-sandbox gate: {exfil}");
+    assert!(stderr.contains(&first), "{stderr}");
     assert!(summary.contains("api2.bound.test:443") && summary.contains(exfil), "{stderr}");
     let logs = user_command(&p.dir, &env().bin, &["logs", "--denied"], &[]).output().unwrap();
     let logs = String::from_utf8_lossy(&logs.stdout);
