@@ -228,7 +228,7 @@ fn cluster_policy(args: &[String]) {
     println!("{}", serde_json::to_string(&PolicyFile { sessions: vec![entry] }).unwrap());
 }
 
-fn gate_pid() -> String {
+pub(crate) fn gate_pid() -> String {
     let dir = ai_sandbox::gate::control::runtime_dir();
     let r = ai_sandbox::gate::control::ask(&dir, &ai_sandbox::gate::control::Request::Status)
         .unwrap()
@@ -297,7 +297,7 @@ fn connect(args: &[String]) {
     measure("gate", Some((gate, Some(&token))), &named);
 }
 
-fn rss_kib(pid: &str, key: &str) -> u64 {
+pub(crate) fn rss_kib(pid: &str, key: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     s.lines()
         .find(|l| l.starts_with(key))

@@ -4,8 +4,10 @@
 //! terminates TLS, substitutes the placeholder, and verifies the server with the bench CA as
 //! `upstream_ca`), and one with the same secret and 1,000 rules for the host, the last of which
 //! allows the request. Over each: the set-up (CONNECT and the TLS handshake, a new connection
-//! each time) and N requests kept alive on one connection. Prints
-//! `terminate setup|request tunnel|terminated|ruled P50 P99` (ms).
+//! each time) and N requests kept alive on one connection; then BYTES down and up on that
+//! connection (tunnel and terminated), and the gate's RSS with HELD terminated connections open.
+//! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate transfer
+//! tunnel|terminated DOWN UP` (MB/s) and `terminate held N IDLE_KIB RSS_KIB`.
 
 use super::{arg, need, pct, session_policy};
 use std::io::{Read, Write};
@@ -60,14 +62,26 @@ fn read_message(s: &mut impl Read, body: bool) -> Option<Vec<u8>> {
     Some(got)
 }
 
+/// `GET /big/N`: N bytes; `PUT /up/N`: reads N bytes; anything else: `ok`.
 fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
     for tcp in listener.incoming().flatten() {
         let cfg = cfg.clone();
         std::thread::spawn(move || {
             let _ = tcp.set_nodelay(true);
             let mut s = rustls::StreamOwned::new(rustls::ServerConnection::new(cfg).unwrap(), tcp);
-            while read_message(&mut s, false).is_some() {
-                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+            while let Some(head) = read_message(&mut s, false) {
+                let head = String::from_utf8_lossy(&head);
+                let n = |p: &str| head.split_whitespace().nth(1)?.strip_prefix(p)?.parse::<u64>().ok();
+                let ok = if let Some(n) = n("/big/") {
+                    write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").is_ok()
+                        && std::io::copy(&mut std::io::repeat(b'x').take(n), &mut s).is_ok()
+                } else {
+                    if let Some(n) = n("/up/") {
+                        let _ = std::io::copy(&mut (&mut s).take(n), &mut std::io::sink());
+                    }
+                    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_ok()
+                };
+                if !ok {
                     break;
                 }
             }
@@ -132,6 +146,8 @@ fn open(
 
 pub(crate) fn run(args: &[String]) {
     let count: usize = need(args, "--count").parse().unwrap();
+    let bytes: u64 = arg(args, "--bytes").map_or(64 << 20, |v| v.parse().unwrap());
+    let held: usize = arg(args, "--held").map_or(1000, |v| v.parse().unwrap());
     let host = need(args, "--host");
     let addr: IpAddr = need(args, "--addr").parse().unwrap();
     let (ca_pem, cfg) = server(&host);
@@ -180,6 +196,36 @@ pub(crate) fn run(args: &[String]) {
             .collect();
         println!("terminate setup {name} {:.3} {:.3}", pct(&mut setup, 0.5), pct(&mut setup, 0.99));
         println!("terminate request {name} {:.3} {:.3}", pct(&mut req, 0.5), pct(&mut req, 0.99));
+        if name == "ruled" {
+            continue;
+        }
+        // BYTES down, then up, on that connection (MB/s).
+        let t = Instant::now();
+        write!(s, "GET /big/{bytes} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+        read_message(&mut s, false).expect("the download's head");
+        let got = std::io::copy(&mut (&mut s).take(bytes), &mut std::io::sink()).unwrap();
+        assert_eq!(got, bytes, "the whole download");
+        let down = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let t = Instant::now();
+        write!(s, "PUT /up/{bytes} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {bytes}\r\n\r\n").unwrap();
+        std::io::copy(&mut std::io::repeat(b'y').take(bytes), &mut s).unwrap();
+        read_message(&mut s, true).expect("the upload's answer");
+        let up = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
+        println!("terminate transfer {name} {down:.1} {up:.1}");
     }
+    // The gate's memory with HELD terminated connections open, each kept alive after a request.
+    let pid = super::gate_pid();
+    let idle = super::rss_kib(&pid, "VmRSS:");
+    let held: Vec<_> = (0..held)
+        .map(|_| {
+            let mut s = open(gate, &token("terminated"), &host, &gate_ca);
+            s.write_all(request.as_bytes()).unwrap();
+            read_message(&mut s, true).expect("an answer");
+            s
+        })
+        .collect();
+    let rss = super::rss_kib(&pid, "VmRSS:");
+    println!("terminate held {} {idle} {rss}", held.len());
+    drop(held);
     drop((tunnel, terminated, ruled));
 }
