@@ -585,3 +585,22 @@ fn a_tunnel_to_a_port_where_requests_cannot_be_read_is_refused_for_a_host_with_r
     assert_eq!(decide::unreadable(&p, &t("free.test"), 22, &[443, 8443]), Ok(()));
     assert_eq!(decide::unreadable(&p, &Target::Ip("192.0.2.1".parse().unwrap()), 22, &[443]), Ok(()));
 }
+
+#[test]
+fn a_path_the_gate_would_guess_about_is_refused_with_what_is_wrong() {
+    use crate::policy::paths::normalise;
+    for (target, why) in [
+        ("/a\\b", "a backslash in the path"),
+        ("/a b", "a character that a URL path cannot hold unencoded"),
+        ("/a%2Fb", "an encoded slash or backslash (%2F, %5C)"),
+        ("/a%25b", "an encoded percent sign (%25): a double-encoded path"),
+        ("/a%0a", "an encoded control character"),
+        ("/a%4", "a `%` not followed by two hex digits"),
+        ("/..;/x", "a dot segment with parameters (`..;`)"),
+        ("/..", "a `..` above the root"),
+        ("a", "the request target is not a path (`/...`)"),
+        ("/a?b c", "a character that a URL query cannot hold unencoded"),
+    ] {
+        assert_eq!(normalise(target).map(|n| n.target()), Err(why), "{target}");
+    }
+}
