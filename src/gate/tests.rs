@@ -604,3 +604,16 @@ fn a_path_the_gate_would_guess_about_is_refused_with_what_is_wrong() {
         assert_eq!(normalise(target).map(|n| n.target()), Err(why), "{target}");
     }
 }
+
+#[test]
+fn a_rules_query_key_is_written_out_and_never_empty() {
+    use crate::policy::rule::parse;
+    for bad in ["a.test GET /x?=1", "a.test GET /x?%41=1", "a.test GET /x?k*=1", "a.test GET /x?k=%41"] {
+        let e = parse(bad).expect_err(bad);
+        assert!(e.0.contains("a query is `key=value` pairs"), "{bad}: {}", e.0);
+    }
+    assert_eq!(
+        parse("a.test GET /x?k=1&j").unwrap()[0].query,
+        vec![("k".into(), "1".into()), ("j".into(), "".into())]
+    );
+}
