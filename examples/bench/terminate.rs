@@ -5,9 +5,11 @@
 //! `upstream_ca`), and one with the same secret and 1,000 rules for the host, the last of which
 //! allows the request. Over each: the set-up (CONNECT and the TLS handshake, a new connection
 //! each time) and N requests kept alive on one connection; then BYTES down and up on that
-//! connection (tunnel and terminated), and the gate's RSS with HELD terminated connections open.
+//! connection (tunnel and terminated), a streamed response (its first event, then the last one
+//! 20 ms later), and the gate's RSS with HELD terminated connections open.
 //! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate transfer
-//! tunnel|terminated DOWN UP` (MB/s) and `terminate held N IDLE_KIB RSS_KIB`.
+//! tunnel|terminated DOWN UP` (MB/s), `terminate event tunnel|terminated FIRST_P50 FIRST_P99
+//! END_P50` (ms from the request's write) and `terminate held N IDLE_KIB RSS_KIB`.
 
 use super::{arg, need, pct, session_policy};
 use std::io::{Read, Write};
@@ -18,6 +20,8 @@ use std::time::Instant;
 const PORT: u16 = 8443;
 const PLACEHOLDER: &str = "aisb_placeholder_0000000000000000bench000000000000";
 const KEY: &str = "bench-real-key";
+/// The server's pause between a streamed response's first event and its last.
+const EVENT_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -62,7 +66,13 @@ fn read_message(s: &mut impl Read, body: bool) -> Option<Vec<u8>> {
     Some(got)
 }
 
-/// `GET /big/N`: N bytes; `PUT /up/N`: reads N bytes; anything else: `ok`.
+/// A server-sent event as one chunk of a chunked body.
+fn chunk(s: &mut impl Write, data: &str) -> bool {
+    write!(s, "{:x}\r\n{data}\r\n", data.len()).is_ok() && s.flush().is_ok()
+}
+
+/// `GET /big/N`: N bytes; `PUT /up/N`: reads N bytes; `GET /events`: an event stream, its first
+/// event at once and the last EVENT_GAP later; anything else: `ok`.
 fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
     for tcp in listener.incoming().flatten() {
         let cfg = cfg.clone();
@@ -72,7 +82,16 @@ fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
             while let Some(head) = read_message(&mut s, false) {
                 let head = String::from_utf8_lossy(&head);
                 let n = |p: &str| head.split_whitespace().nth(1)?.strip_prefix(p)?.parse::<u64>().ok();
-                let ok = if let Some(n) = n("/big/") {
+                let ok = if head.starts_with("GET /events ") {
+                    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                        .is_ok()
+                        && chunk(&mut s, "data: first\n\n")
+                        && {
+                            std::thread::sleep(EVENT_GAP);
+                            chunk(&mut s, "data: last\n\n")
+                        }
+                        && s.write_all(b"0\r\n\r\n").is_ok()
+                } else if let Some(n) = n("/big/") {
                     write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").is_ok()
                         && std::io::copy(&mut std::io::repeat(b'x').take(n), &mut s).is_ok()
                 } else {
@@ -107,6 +126,15 @@ fn register(
     };
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
     control::register(&control::runtime_dir(), &exe, 18181, &req).expect("register with the gate")
+}
+
+/// Reads until the bytes read so far end with `end`.
+fn read_until(s: &mut impl Read, got: &mut Vec<u8>, end: &[u8]) {
+    let mut b = [0u8; 1];
+    while !got.ends_with(end) {
+        assert_eq!(s.read(&mut b).expect("the stream"), 1, "the stream ended early");
+        got.push(b[0]);
+    }
 }
 
 /// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).
@@ -212,6 +240,20 @@ pub(crate) fn run(args: &[String]) {
         read_message(&mut s, true).expect("the upload's answer");
         let up = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
         println!("terminate transfer {name} {down:.1} {up:.1}");
+        // A streamed response: when its first event arrives, and its end (EVENT_GAP later).
+        let events = count.min(100);
+        let (mut first, mut end) = (Vec::with_capacity(events), Vec::with_capacity(events));
+        for _ in 0..events {
+            let t = Instant::now();
+            write!(s, "GET /events HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            read_until(&mut s, &mut got, b"data: first\n\n");
+            first.push(t.elapsed().as_secs_f64() * 1e3);
+            read_until(&mut s, &mut got, b"\r\n0\r\n\r\n");
+            end.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (p50, p99, end) = (pct(&mut first, 0.5), pct(&mut first, 0.99), pct(&mut end, 0.5));
+        println!("terminate event {name} {p50:.3} {p99:.3} {end:.3}");
     }
     // The gate's memory with HELD terminated connections open, each kept alive after a request.
     let pid = super::gate_pid();
