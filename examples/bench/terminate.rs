@@ -3,10 +3,11 @@
 //! three gate sessions allow it: one as a blind tunnel, one with a secret bound to it (the gate
 //! terminates TLS, substitutes the placeholder, and verifies the server with the bench CA as
 //! `upstream_ca`), and one with the same secret and 1,000 rules for the host, the last of which
-//! allows the request. Over each: the set-up (CONNECT and the TLS handshake, a new connection
-//! each time) and N requests kept alive on one connection; then BYTES down and up on that
-//! connection (tunnel and terminated), a streamed response (its first event, then the last one
-//! 20 ms later), and the gate's RSS with HELD terminated connections open.
+//! allows the request. Over each, one sample of each path in turn: a new connection (CONNECT,
+//! the TLS handshake and one request's answer), N requests kept alive on one connection, and a
+//! streamed response (its first event, the last one 20 ms later); then BYTES down and up on
+//! that connection (tunnel and terminated), and the gate's RSS with HELD terminated connections
+//! open.
 //! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate transfer
 //! tunnel|terminated DOWN UP` (MB/s), `terminate event tunnel|terminated FIRST_P50 FIRST_P99
 //! END_P50` (ms from the request's write) and `terminate held N IDLE_KIB RSS_KIB`.
@@ -202,59 +203,71 @@ pub(crate) fn run(args: &[String]) {
         format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
     };
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
-    for (name, roots) in [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca)] {
-        let setups = arg(args, "--setups").map_or(count.min(200), |v| v.parse().unwrap());
-        let mut setup: Vec<f64> = (0..setups)
-            .map(|_| {
-                let t = Instant::now();
-                let s = open(gate, &token(name), &host, roots);
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                drop(s);
-                ms
-            })
-            .collect();
-        let mut s = open(gate, &token(name), &host, roots);
-        let mut req: Vec<f64> = (0..count)
-            .map(|_| {
-                let t = Instant::now();
-                s.write_all(request.as_bytes()).unwrap();
-                read_message(&mut s, true).expect("an answer");
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        println!("terminate setup {name} {:.3} {:.3}", pct(&mut setup, 0.5), pct(&mut setup, 0.99));
-        println!("terminate request {name} {:.3} {:.3}", pct(&mut req, 0.5), pct(&mut req, 0.99));
-        if name == "ruled" {
-            continue;
+    // Each path's samples are taken in turn (tunnel, terminated, ruled, tunnel, ...), so what
+    // the machine does meanwhile falls on all of them alike.
+    let paths = [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca)];
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let setups = arg(args, "--setups").map_or(count.min(200), |v| v.parse().unwrap());
+    let mut setup = vec![Vec::with_capacity(setups); paths.len()];
+    for _ in 0..setups {
+        for (i, (name, roots)) in paths.iter().enumerate() {
+            let t = Instant::now();
+            let mut s = open(gate, &token(name), &host, roots);
+            s.write_all(request.as_bytes()).unwrap();
+            read_message(&mut s, true).expect("an answer");
+            setup[i].push(ms(t));
+            drop(s);
         }
-        // BYTES down, then up, on that connection (MB/s).
+    }
+    let mut conns: Vec<_> =
+        paths.iter().map(|(name, roots)| open(gate, &token(name), &host, roots)).collect();
+    let mut req = vec![Vec::with_capacity(count); paths.len()];
+    for _ in 0..count {
+        for (i, s) in conns.iter_mut().enumerate() {
+            let t = Instant::now();
+            s.write_all(request.as_bytes()).unwrap();
+            read_message(s, true).expect("an answer");
+            req[i].push(ms(t));
+        }
+    }
+    // A streamed response: when its first event arrives, and its end (EVENT_GAP later).
+    let events = count.min(100);
+    let (mut first, mut last) = (vec![Vec::with_capacity(events); 2], vec![Vec::with_capacity(events); 2]);
+    for _ in 0..events {
+        for (i, s) in conns.iter_mut().take(2).enumerate() {
+            let t = Instant::now();
+            write!(s, "GET /events HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            read_until(s, &mut got, b"data: first\n\n");
+            first[i].push(ms(t));
+            read_until(s, &mut got, b"\r\n0\r\n\r\n");
+            last[i].push(ms(t));
+        }
+    }
+    for (i, (name, _)) in paths.iter().enumerate() {
+        println!("terminate setup {name} {:.3} {:.3}", pct(&mut setup[i], 0.5), pct(&mut setup[i], 0.99));
+        println!("terminate request {name} {:.3} {:.3}", pct(&mut req[i], 0.5), pct(&mut req[i], 0.99));
+        if i < 2 {
+            let (p50, p99, end) = (pct(&mut first[i], 0.5), pct(&mut first[i], 0.99), pct(&mut last[i], 0.5));
+            println!("terminate event {name} {p50:.3} {p99:.3} {end:.3}");
+        }
+    }
+    // BYTES down, then up, on the tunnel's and the terminated connection (MB/s).
+    for (s, (name, _)) in conns.iter_mut().zip(paths).take(2) {
         let t = Instant::now();
         write!(s, "GET /big/{bytes} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-        read_message(&mut s, false).expect("the download's head");
-        let got = std::io::copy(&mut (&mut s).take(bytes), &mut std::io::sink()).unwrap();
+        read_message(s, false).expect("the download's head");
+        let got = std::io::copy(&mut s.take(bytes), &mut std::io::sink()).unwrap();
         assert_eq!(got, bytes, "the whole download");
         let down = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
         let t = Instant::now();
         write!(s, "PUT /up/{bytes} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {bytes}\r\n\r\n").unwrap();
-        std::io::copy(&mut std::io::repeat(b'y').take(bytes), &mut s).unwrap();
-        read_message(&mut s, true).expect("the upload's answer");
+        std::io::copy(&mut std::io::repeat(b'y').take(bytes), s).unwrap();
+        read_message(s, true).expect("the upload's answer");
         let up = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
         println!("terminate transfer {name} {down:.1} {up:.1}");
-        // A streamed response: when its first event arrives, and its end (EVENT_GAP later).
-        let events = count.min(100);
-        let (mut first, mut end) = (Vec::with_capacity(events), Vec::with_capacity(events));
-        for _ in 0..events {
-            let t = Instant::now();
-            write!(s, "GET /events HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-            let mut got = Vec::new();
-            read_until(&mut s, &mut got, b"data: first\n\n");
-            first.push(t.elapsed().as_secs_f64() * 1e3);
-            read_until(&mut s, &mut got, b"\r\n0\r\n\r\n");
-            end.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let (p50, p99, end) = (pct(&mut first, 0.5), pct(&mut first, 0.99), pct(&mut end, 0.5));
-        println!("terminate event {name} {p50:.3} {p99:.3} {end:.3}");
     }
+    drop(conns);
     // The gate's memory with HELD terminated connections open, each kept alive after a request.
     let pid = super::gate_pid();
     let idle = super::rss_kib(&pid, "VmRSS:");
