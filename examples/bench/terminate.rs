@@ -207,8 +207,10 @@ pub(crate) fn run(args: &[String]) {
     // the machine does meanwhile falls on all of them alike.
     let paths = [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca)];
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let samples =
+        |paths: usize, n: usize| -> Vec<Vec<f64>> { (0..paths).map(|_| Vec::with_capacity(n)).collect() };
     let setups = arg(args, "--setups").map_or(count.min(200), |v| v.parse().unwrap());
-    let mut setup = vec![Vec::with_capacity(setups); paths.len()];
+    let mut setup = samples(paths.len(), setups);
     for _ in 0..setups {
         for (i, (name, roots)) in paths.iter().enumerate() {
             let t = Instant::now();
@@ -221,7 +223,7 @@ pub(crate) fn run(args: &[String]) {
     }
     let mut conns: Vec<_> =
         paths.iter().map(|(name, roots)| open(gate, &token(name), &host, roots)).collect();
-    let mut req = vec![Vec::with_capacity(count); paths.len()];
+    let mut req = samples(paths.len(), count);
     for _ in 0..count {
         for (i, s) in conns.iter_mut().enumerate() {
             let t = Instant::now();
@@ -232,7 +234,7 @@ pub(crate) fn run(args: &[String]) {
     }
     // A streamed response: when its first event arrives, and its end (EVENT_GAP later).
     let events = count.min(100);
-    let (mut first, mut last) = (vec![Vec::with_capacity(events); 2], vec![Vec::with_capacity(events); 2]);
+    let (mut first, mut last) = (samples(2, events), samples(2, events));
     for _ in 0..events {
         for (i, s) in conns.iter_mut().take(2).enumerate() {
             let t = Instant::now();
