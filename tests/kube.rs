@@ -61,7 +61,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     ("no_gate", "allow = github.com\n", &["--no-gate", "--image", "img"]),
     (
         "bound_secret",
-        "allow = api.anthropic.com\nsecret = ANTHROPIC_API_KEY for api.anthropic.com\nsecret = OTHER\n",
+        "allow = api.anthropic.com\nsecret = ANTHROPIC_API_KEY for api.anthropic.com\nsecret = OTHER\nupstream_ca = /etc/corp/ca.pem\n",
         &["--image", "node:22"],
     ),
 ];

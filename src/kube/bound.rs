@@ -4,10 +4,12 @@
 //! Secret, only the bound keys). Where the gate opens TLS (a bound secret's host, a host with
 //! rules) it mounts the CA (`ai-sandbox-gate-ca`, a Secret made from `ai-sandbox gate ca DIR`);
 //! the agent's Pod mounts the CA certificate (a ConfigMap of the same name) and trusts it
-//! through a bundle an init container writes: its image's roots, then the gate's CA.
+//! through a bundle an init container writes: its image's roots, then the gate's CA. The
+//! config's `upstream_ca` (more roots for the servers the gate opens TLS to) is a ConfigMap
+//! the gate's Pod mounts, as the local gate reads the file.
 
 use super::objects::{env, locked_down, mount};
-use super::{GATE_CA, Options, SECRETS};
+use super::{GATE_CA, Options, SECRETS, UPSTREAM_CA};
 use crate::gate::cluster::SecretEntry;
 use crate::plan::trust::VARS;
 use crate::policy::Policy;
@@ -19,6 +21,7 @@ use k8s_openapi::api::core::v1::{
 /// In the gate's Pod: the bound values, and the CA (certificate and key).
 const VALUES_DIR: &str = "/var/run/ai-sandbox/secrets";
 pub(super) const CA_DIR: &str = "/var/run/ai-sandbox/ca";
+const UPSTREAM_CA_DIR: &str = "/var/run/ai-sandbox/upstream-ca";
 /// In the agent's Pod: the CA certificate, and the bundle the init container writes.
 const AGENT_CA_DIR: &str = "/etc/ai-sandbox/gate-ca";
 const BUNDLE_DIR: &str = "/etc/ai-sandbox/trust";
@@ -52,6 +55,11 @@ pub(super) fn entries(p: &Policy, o: &Options) -> Vec<SecretEntry> {
         .collect()
 }
 
+/// Where the gate's Pod reads the config's `upstream_ca` (the file's name there is fixed).
+pub(super) fn upstream_ca_file(p: &Policy) -> Option<std::path::PathBuf> {
+    p.upstream_ca.as_ref().map(|_| format!("{UPSTREAM_CA_DIR}/ca.pem").into())
+}
+
 pub(super) fn gate_volumes(p: &Policy) -> Vec<Volume> {
     let mut out = Vec::new();
     if any(p) {
@@ -76,6 +84,13 @@ pub(super) fn gate_volumes(p: &Policy) -> Vec<Volume> {
             ..Volume::default()
         });
     }
+    if p.upstream_ca.is_some() {
+        out.push(Volume {
+            name: "upstream-ca".into(),
+            config_map: Some(ConfigMapVolumeSource { name: UPSTREAM_CA.into(), ..Default::default() }),
+            ..Volume::default()
+        });
+    }
     out
 }
 
@@ -86,6 +101,9 @@ pub(super) fn gate_mounts(p: &Policy) -> Vec<VolumeMount> {
     }
     if terminates(p) {
         out.push(mount("ca", CA_DIR, true));
+    }
+    if p.upstream_ca.is_some() {
+        out.push(mount("upstream-ca", UPSTREAM_CA_DIR, true));
     }
     out
 }

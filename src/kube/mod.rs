@@ -57,6 +57,9 @@ pub(crate) const SECRETS: &str = "ai-sandbox-secrets";
 /// The gate's CA for bound secrets' hosts: a Secret (keys `ca.pem`, `ca.key`) for the gate
 /// only, and a ConfigMap (key `ca.pem`) for the agent, both made from `ai-sandbox gate ca DIR`.
 pub(crate) const GATE_CA: &str = "ai-sandbox-gate-ca";
+/// The config's `upstream_ca` for the gate (a ConfigMap, key `ca.pem`), created by the user
+/// from the same file.
+pub(crate) const UPSTREAM_CA: &str = "ai-sandbox-upstream-ca";
 /// The PersistentVolumeClaim holding the project, created by the user.
 pub(crate) const PROJECT_CLAIM: &str = "ai-sandbox-project";
 pub(crate) const GATE_PORT: u16 = 3128;
@@ -71,6 +74,12 @@ pub(crate) fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Ve
         p.project.display(),
         docs.len()
     );
+    if let Some(file) = &p.upstream_ca {
+        out += &format!(
+            "# and the gate's extra roots (upstream_ca): kubectl -n {} create configmap {UPSTREAM_CA} --from-file=ca.pem={file}\n",
+            o.namespace
+        );
+    }
     // Lines with no cluster meaning are said, never dropped in silence.
     for e in &cfg.entries {
         if let Some(keys::Key { export: Export::LeftOut(why), .. }) = keys::get(&e.key) {

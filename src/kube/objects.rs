@@ -299,7 +299,7 @@ fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
             token_file: format!("{TOKEN_DIR}/token").into(),
             policy,
             secrets: super::bound::entries(p, o),
-            upstream_ca_file: None,
+            upstream_ca_file: super::bound::upstream_ca_file(p),
         }],
     };
     ConfigMap {

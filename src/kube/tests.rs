@@ -141,3 +141,35 @@ fn rules_go_to_the_cluster_gate_with_the_ca_both_pods_need_and_no_secret() {
     let agent = kind("Pod").to_string();
     assert!(agent.contains("SSL_CERT_FILE") && agent.contains("ai-sandbox-gate-ca"), "{agent}");
 }
+
+#[test]
+fn upstream_ca_goes_to_the_gates_pod_only_as_a_configmap_the_output_says_how_to_make() {
+    let o = opts(Some("img"));
+    let cfg = "allow = api.example.com\nsecret = K for api.example.com\nupstream_ca = /etc/corp/ca.pem\n";
+    let p = crate::policy::from_text(cfg);
+    let (c, _) = crate::config::parse(cfg);
+    let out = export(&p, &c, &o).unwrap();
+    assert!(
+        out.contains(
+            "kubectl -n ns create configmap ai-sandbox-upstream-ca --from-file=ca.pem=/etc/corp/ca.pem"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("left out: `upstream_ca"), "{out}");
+    let docs = objects(&out);
+    let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
+    let policy: serde_json::Value =
+        serde_json::from_str(kind("ConfigMap")["data"]["policy.json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        policy["sessions"][0]["upstream_ca_file"], "/var/run/ai-sandbox/upstream-ca/ca.pem",
+        "{policy}"
+    );
+    let gate = kind("Deployment").to_string();
+    assert!(gate.contains(r#""configMap":{"name":"ai-sandbox-upstream-ca"}"#), "{gate}");
+    assert!(gate.contains(r#""mountPath":"/var/run/ai-sandbox/upstream-ca""#), "{gate}");
+    assert!(!kind("Pod").to_string().contains("upstream-ca"), "the agent's Pod needs none of it");
+    // Control: without the line, none of it.
+    let cfg = "allow = api.example.com\nsecret = K for api.example.com\n";
+    let out = export(&crate::policy::from_text(cfg), &crate::config::parse(cfg).0, &o).unwrap();
+    assert!(!out.contains("upstream") && out.contains("ai-sandbox-gate-ca"), "{out}");
+}

@@ -155,9 +155,7 @@ pub const KEYS: &[Key] = &[
         widens: Widens::When(|v| {
             Some(format!("the gate trusts servers whose certificates {} signs", v.trim()))
         }),
-        export: Export::LeftOut(
-            "the cluster gate verifies upstreams against its image's roots (docs/kubernetes.md: a private CA)",
-        ),
+        export: Export::Carried,
     },
     Key {
         name: "state",
