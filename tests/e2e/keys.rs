@@ -87,6 +87,7 @@ const PROBES: &str = r#"
 {
 echo "env=$API_KEY"
 curl -sS -H "Authorization: Bearer $API_KEY" https://api.bound.test/auth; echo "auth rc=$?"
+python3 -c 'import os, urllib.request as u; r = u.urlopen(u.Request("https://api.bound.test/py", headers={"Authorization": "Bearer " + os.environ["API_KEY"]}), timeout=20); print("py", r.status)' 2>&1 | tail -1
 curl -sS -o /dev/null -D - -H "Authorization: Bearer $API_KEY" https://api.bound.test/echo-auth | tr -d '\r' | grep -i '^x-echo'
 curl -sSN https://api.bound.test/sse | while IFS= read -r l; do
   [ "$l" = "data: one" ] && curl -sS https://api.bound.test/ack >/dev/null
@@ -152,6 +153,9 @@ fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     // The bound host receives the real value, in a header and in Basic credentials (git).
     assert!(out.contains("ok api.bound.test") && out.contains("auth rc=0"), "{out}");
     assert_eq!(at("/auth")[0]["headers"]["authorization"], format!("Bearer {api}"), "{reqs:?}");
+    // Python's own client (urllib, the ssl module's default context) trusts the gate's CA too.
+    assert!(out.contains("py 200"), "{out}");
+    assert_eq!(at("/py")[0]["headers"]["authorization"], format!("Bearer {api}"), "{reqs:?}");
     // git asks without credentials first; the 401 makes it send them.
     let basic = reqs.iter().find(|r| {
         r["target"].as_str().unwrap_or("").starts_with("/basic.git")
