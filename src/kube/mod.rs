@@ -75,9 +75,12 @@ pub(crate) fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Ve
         docs.len()
     );
     if let Some(file) = &p.upstream_ca {
+        // Pasteable: `~/` as `"$HOME"/` (a shell expands no tilde after `=`), the rest quoted.
+        let q = |s: &str| crate::plan::quote(s.as_ref());
+        let file = file.strip_prefix("~/").map_or_else(|| q(file), |rest| format!("\"$HOME\"/{}", q(rest)));
         out += &format!(
             "# and the gate's extra roots (upstream_ca): kubectl -n {} create configmap {UPSTREAM_CA} --from-file=ca.pem={file}\n",
-            o.namespace
+            q(&o.namespace)
         );
     }
     // Lines with no cluster meaning are said, never dropped in silence.

@@ -172,4 +172,8 @@ fn upstream_ca_goes_to_the_gates_pod_only_as_a_configmap_the_output_says_how_to_
     let cfg = "allow = api.example.com\nsecret = K for api.example.com\n";
     let out = export(&crate::policy::from_text(cfg), &crate::config::parse(cfg).0, &o).unwrap();
     assert!(!out.contains("upstream") && out.contains("ai-sandbox-gate-ca"), "{out}");
+    // A `~/` path is printed as the shell would need it, after `=` where no tilde expands.
+    let cfg = "allow = api.example.com\nupstream_ca = ~/my certs/ca.pem\n";
+    let out = export(&crate::policy::from_text(cfg), &crate::config::parse(cfg).0, &o).unwrap();
+    assert!(out.contains(r#"--from-file=ca.pem="$HOME"/'my certs/ca.pem'"#), "{out}");
 }
