@@ -50,16 +50,22 @@ fn server(host: &str) -> (String, Arc<rustls::ServerConfig>) {
     (ca_pem, Arc::new(cfg))
 }
 
-/// Reads one HTTP head (to the blank line) and, with `body`, a 2-byte body after it.
-fn read_message(s: &mut impl Read, body: bool) -> Option<Vec<u8>> {
-    let mut got = Vec::new();
+/// Reads until the bytes read so far end with `end` (`None`: the stream ended first).
+fn read_until(s: &mut impl Read, got: &mut Vec<u8>, end: &[u8]) -> Option<()> {
     let mut b = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
+    while !got.ends_with(end) {
         if s.read(&mut b).ok()? == 0 {
             return None;
         }
         got.push(b[0]);
     }
+    Some(())
+}
+
+/// Reads one HTTP head (to the blank line) and, with `body`, a 2-byte body after it.
+fn read_message(s: &mut impl Read, body: bool) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    read_until(s, &mut got, b"\r\n\r\n")?;
     if body {
         let mut two = [0u8; 2];
         s.read_exact(&mut two).ok()?;
@@ -127,15 +133,6 @@ fn register(
     };
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
     control::register(&control::runtime_dir(), &exe, 18181, &req).expect("register with the gate")
-}
-
-/// Reads until the bytes read so far end with `end`.
-fn read_until(s: &mut impl Read, got: &mut Vec<u8>, end: &[u8]) {
-    let mut b = [0u8; 1];
-    while !got.ends_with(end) {
-        assert_eq!(s.read(&mut b).expect("the stream"), 1, "the stream ended early");
-        got.push(b[0]);
-    }
 }
 
 /// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).
@@ -240,9 +237,9 @@ pub(crate) fn run(args: &[String]) {
             let t = Instant::now();
             write!(s, "GET /events HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
             let mut got = Vec::new();
-            read_until(s, &mut got, b"data: first\n\n");
+            read_until(s, &mut got, b"data: first\n\n").expect("the first event");
             first[i].push(ms(t));
-            read_until(s, &mut got, b"\r\n0\r\n\r\n");
+            read_until(s, &mut got, b"\r\n0\r\n\r\n").expect("the stream's end");
             last[i].push(ms(t));
         }
     }
