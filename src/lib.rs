@@ -28,3 +28,4 @@ pub mod launch;
 pub mod live;
 pub mod plan;
 pub mod policy;
+pub mod sys;

@@ -101,7 +101,7 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
         // next launch (and is in this log).
         if let Some(state_dir) = guard.parent().and_then(Path::parent) {
             let mut report = Vec::new();
-            if let Err(e) = crate::launch::guard::settle(guard, state_dir, &mut report) {
+            if let Err(e) = crate::launch::guard::settle(guard, state_dir, &mut report, false) {
                 eprintln!("keeper: verifying the protected paths failed: {e:#}");
             }
             eprint!("{}", String::from_utf8_lossy(&report));

@@ -281,7 +281,7 @@ impl Machine for Real {
         run_podman(plan, keeper)
     }
     fn settle(&mut self, g: &GuardSpec) -> anyhow::Result<()> {
-        crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr())
+        crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr(), true)
     }
     fn remove_session_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         fs::remove_dir_all(dir).with_context(|| format!("removing the session dir {}", dir.display()))

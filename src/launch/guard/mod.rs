@@ -25,10 +25,11 @@
 
 pub mod repos;
 
+use crate::sys::quote;
+use crate::sys::untrusted::{Kind, Tree};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Paths the host runs or trusts without showing them in a diff, relative to the project.
@@ -212,24 +213,27 @@ pub(crate) fn existing_mounts(project: &Path, rels: &[String]) -> anyhow::Result
     Ok(Protected { mounts: out, repos, writable: Vec::new() })
 }
 
+/// The git directories of submodules under `.git/modules` (links not followed).
 fn submodule_gitdirs(project: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            let p = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if p.join("HEAD").is_file() && p.join("config").is_file() {
-                    out.push(p.clone());
-                }
-                if depth < 4 {
-                    walk(&p, depth + 1, out);
-                }
+    fn walk(tree: &Tree, dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = tree.list(dir) else { return };
+        for (name, _) in entries.iter().filter(|(_, k)| *k == Kind::Dir) {
+            let p = dir.join(name);
+            let is_file =
+                |n: &str| tree.stat(&p.join(n)).ok().flatten().is_some_and(|s| s.kind == Kind::File);
+            if is_file("HEAD") && is_file("config") {
+                out.push(p.clone());
+            }
+            if depth < 4 {
+                walk(tree, &p, depth + 1, out);
             }
         }
     }
     let mut out = Vec::new();
-    walk(&project.join(".git/modules"), 0, &mut out);
-    out
+    if let Ok(tree) = Tree::open(project) {
+        walk(&tree, Path::new(".git/modules"), 0, &mut out);
+    }
+    out.into_iter().map(|p| project.join(p)).collect()
 }
 
 fn relative(project: &Path, p: &Path) -> PathBuf {
@@ -250,6 +254,7 @@ pub(crate) fn snapshot(
     std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
+    let tree = Tree::open(project).with_context(|| format!("opening the project {}", project.display()))?;
     let roots = roots_of(project, rels, &protected.repos, true);
     let mut m = Manifest {
         project: project.to_path_buf(),
@@ -277,15 +282,15 @@ pub(crate) fn snapshot(
             if anc.as_os_str().is_empty() || m.entries.iter().any(|(p, _)| p == anc) {
                 continue;
             }
-            match fs::symlink_metadata(project.join(anc)) {
-                Ok(meta) if meta.is_dir() => m
-                    .entries
-                    .push((anc.to_path_buf(), Was::Parent { mode: meta.mode() & 0o7777, ino: meta.ino() })),
+            match tree.stat(anc) {
+                Ok(Some(st)) if st.kind == Kind::Dir => {
+                    m.entries.push((anc.to_path_buf(), Was::Parent { mode: st.mode, ino: st.ino }))
+                }
                 // A parent that is missing, a file or a link: its child is recorded as it is.
                 _ => break,
             }
         }
-        record(project, rel, &files, &mut m.entries, &mut bytes)?;
+        record(&tree, rel, &files, &mut m.entries, &mut bytes)?;
     }
     let text = serde_json::to_string(&m)?;
     fs::write(store.join("manifest.json"), text).with_context(|| format!("writing {}", store.display()))?;
@@ -293,7 +298,7 @@ pub(crate) fn snapshot(
 }
 
 fn record(
-    project: &Path,
+    tree: &Tree,
     rel: &Path,
     files: &Path,
     out: &mut Vec<(PathBuf, Was)>,
@@ -304,130 +309,91 @@ fn record(
             "more than {MAX_ENTRIES} files under the protected paths; nothing was started\n  hint: protect fewer paths"
         );
     }
-    let p = project.join(rel);
-    let was = match fs::symlink_metadata(&p) {
-        Err(e) if absent(&e) => Was::Missing,
-        Err(e) => return Err(e).with_context(|| format!("reading the protected path {}", p.display())),
-        Ok(meta) if meta.file_type().is_symlink() => Was::Symlink { target: fs::read_link(&p)? },
-        Ok(meta) if meta.is_dir() => {
-            out.push((rel.to_path_buf(), Was::Dir { mode: meta.mode() & 0o7777, ino: meta.ino() }));
-            let mut names: Vec<PathBuf> =
-                fs::read_dir(&p)?.flatten().map(|e| rel.join(e.file_name())).collect();
-            names.sort();
-            for n in names {
-                record(project, &n, files, out, bytes)?;
+    let shown = || quote::path(&tree.path().join(rel));
+    let st = tree.stat(rel).with_context(|| format!("reading the protected path {}", shown()))?;
+    let was = match st {
+        None => Was::Missing,
+        Some(st) if st.kind == Kind::Link => Was::Symlink { target: tree.readlink(rel)? },
+        Some(st) if st.kind == Kind::Dir => {
+            out.push((rel.to_path_buf(), Was::Dir { mode: st.mode, ino: st.ino }));
+            for (n, _) in tree.list(rel)? {
+                record(tree, &rel.join(n), files, out, bytes)?;
             }
             return Ok(());
         }
-        Ok(meta) if meta.is_file() => {
-            *bytes += meta.len();
+        Some(st) if st.kind == Kind::File => {
+            *bytes += st.len;
             if *bytes > MAX_BYTES {
                 anyhow::bail!(
                     "the protected paths hold more than {} MiB ({}); nothing was started\n  hint: protect fewer or smaller paths",
                     MAX_BYTES >> 20,
-                    p.display()
+                    shown()
                 );
             }
+            let content = tree.read(rel, MAX_BYTES).with_context(|| format!("recording {}", shown()))?;
             let copy = files.join(format!("{}", out.len()));
-            fs::copy(&p, &copy).with_context(|| format!("recording {}", p.display()))?;
-            Was::File { mode: meta.mode() & 0o7777, copy }
+            fs::write(&copy, content).with_context(|| format!("recording {}", shown()))?;
+            Was::File { mode: st.mode, copy }
         }
         // Sockets, fifos, devices: recorded as missing, so anything there afterwards is reported.
-        Ok(_) => Was::Missing,
+        Some(_) => Was::Missing,
     };
     out.push((rel.to_path_buf(), was));
     Ok(())
 }
 
-/// What a path is now, compared with what it was.
-fn unchanged(p: &Path, was: &Was) -> bool {
-    let meta = fs::symlink_metadata(p);
-    match (was, meta) {
-        (Was::Missing, Err(_)) => true,
-        (Was::Symlink { target }, Ok(m)) if m.file_type().is_symlink() => {
-            fs::read_link(p).is_ok_and(|t| &t == target)
+/// What a path is now, compared with what it was (never read through a link, never blocking).
+fn unchanged(tree: &Tree, rel: &Path, was: &Was) -> bool {
+    let Ok(now) = tree.stat(rel) else { return false };
+    match (was, now) {
+        (Was::Missing, None) => true,
+        (Was::Symlink { target }, Some(st)) if st.kind == Kind::Link => {
+            tree.readlink(rel).is_ok_and(|t| &t == target)
         }
-        (Was::Dir { mode, .. }, Ok(m)) if m.is_dir() && !m.file_type().is_symlink() => {
-            m.mode() & 0o7777 == *mode
+        (Was::Dir { mode, .. }, Some(st)) if st.kind == Kind::Dir => st.mode == *mode,
+        (Was::File { mode, copy }, Some(st)) if st.kind == Kind::File => {
+            st.mode == *mode && tree.read(rel, MAX_BYTES).ok() == fs::read(copy).ok()
         }
-        (Was::File { mode, copy }, Ok(m)) if m.is_file() && !m.file_type().is_symlink() => {
-            m.mode() & 0o7777 == *mode && fs::read(p).ok() == fs::read(copy).ok()
-        }
-        (Was::Parent { .. }, Ok(m)) => m.is_dir() && !m.file_type().is_symlink(),
+        (Was::Parent { .. }, Some(st)) => st.kind == Kind::Dir,
         _ => false,
     }
 }
 
-/// Moves `p` to `dest` (creating parents), copying across filesystems.
-fn move_aside(p: &Path, dest: &Path) -> anyhow::Result<()> {
-    if let Some(parent) = dest.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    match fs::rename(p, dest) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(p, dest)?;
-            if fs::symlink_metadata(p)?.is_dir() {
-                fs::remove_dir_all(p)?
-            } else {
-                fs::remove_file(p)?
-            }
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("moving {} aside", p.display())),
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    let m = fs::symlink_metadata(from)?;
-    if m.file_type().is_symlink() {
-        std::os::unix::fs::symlink(fs::read_link(from)?, to)?;
-    } else if m.is_dir() {
-        fs::create_dir_all(to)?;
-        for e in fs::read_dir(from)?.flatten() {
-            copy_tree(&e.path(), &to.join(e.file_name()))?;
-        }
-    } else {
-        fs::copy(from, to)?;
-    }
-    Ok(())
-}
-
-fn put_back(p: &Path, was: &Was) -> anyhow::Result<()> {
+/// Puts a recorded path back (its directories made as needed, none reached through a link).
+fn put_back(tree: &Tree, rel: &Path, was: &Was) -> std::io::Result<()> {
+    let parent = rel.parent().unwrap_or(Path::new(""));
     match was {
         Was::Missing => Ok(()),
         Was::Dir { mode, .. } | Was::Parent { mode, .. } => {
-            fs::create_dir_all(p)?;
-            fs::set_permissions(p, fs::Permissions::from_mode(*mode))?;
-            Ok(())
+            tree.mkdir_all(rel, 0o755)?;
+            tree.chmod(rel, *mode)
         }
         Was::File { mode, copy } => {
-            if let Some(parent) = p.parent() {
-                fs::create_dir_all(parent)?;
-            }
-            fs::copy(copy, p)?;
-            fs::set_permissions(p, fs::Permissions::from_mode(*mode))?;
-            Ok(())
+            tree.mkdir_all(parent, 0o755)?;
+            tree.write(rel, &fs::read(copy)?, *mode)
         }
-        Was::Symlink { target } => Ok(std::os::unix::fs::symlink(target, p)?),
+        Was::Symlink { target } => {
+            tree.mkdir_all(parent, 0o755)?;
+            tree.symlink(target, rel)
+        }
     }
 }
 
-/// Everything under the protected roots now (to find what was created).
-fn present(project: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
-    fn walk(project: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
-        let p = project.join(rel);
-        let Ok(m) = fs::symlink_metadata(&p) else { return };
+/// Everything under the protected roots now (to find what was created), links not followed.
+fn present(tree: &Tree, roots: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(tree: &Tree, rel: &Path, kind: Kind, out: &mut Vec<PathBuf>) {
         out.push(rel.to_path_buf());
-        if m.is_dir() && out.len() < MAX_ENTRIES * 2 {
-            for e in fs::read_dir(&p).into_iter().flatten().flatten() {
-                walk(project, &rel.join(e.file_name()), out);
+        if kind == Kind::Dir && out.len() < MAX_ENTRIES * 2 {
+            for (n, k) in tree.list(rel).unwrap_or_default() {
+                walk(tree, &rel.join(n), k, out);
             }
         }
     }
     let mut out = Vec::new();
     for r in roots {
-        walk(project, r, &mut out);
+        if let Ok(Some(st)) = tree.stat(r) {
+            walk(tree, r, st.kind, &mut out);
+        }
     }
     out
 }
@@ -436,7 +402,7 @@ fn present(project: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
 /// that was mounted read-only inside, the directories above that mount are the ones recorded
 /// (a `.git` renamed and rebuilt inside is not), and so is the mount itself when `rel` is below
 /// it. A file mount may have a new inode: editors save by writing a new file and renaming it.
-fn host_made(m: &Manifest, rel: &Path) -> bool {
+fn host_made(m: &Manifest, tree: &Tree, rel: &Path) -> bool {
     let Some(mount) = m.mounted.iter().find(|mnt| rel.starts_with(mnt)) else { return false };
     let same_dir = |p: &Path| {
         let recorded = m.entries.iter().find(|(e, _)| e == p).map(|(_, w)| w);
@@ -444,72 +410,116 @@ fn host_made(m: &Manifest, rel: &Path) -> bool {
             Some(Was::Parent { ino, .. }) | Some(Was::Dir { ino, .. }) => *ino,
             _ => return false,
         };
-        ino != 0 && fs::symlink_metadata(m.project.join(p)).is_ok_and(|now| now.is_dir() && now.ino() == ino)
+        ino != 0 && tree.stat(p).ok().flatten().is_some_and(|now| now.kind == Kind::Dir && now.ino == ino)
     };
     let above_ok = mount.ancestors().skip(1).take_while(|a| !a.as_os_str().is_empty()).all(same_dir);
     above_ok && (rel == mount || same_dir(mount))
 }
 
+/// The root's `.git` swapped during the session (renamed away and another made in its place):
+/// the user's directory, found by its inode, goes back to `.git` and the sandbox's aside.
+/// Returns the report line, or None when `.git` is the recorded directory (or the original is
+/// nowhere to be found: the recorded files are then put back into what is there).
+fn swap_back(m: &Manifest, tree: &Tree, quarantine: &Path) -> anyhow::Result<Option<String>> {
+    let git = Path::new(".git");
+    let Some(Was::Parent { ino, .. }) = m.entries.iter().find(|(p, _)| p == git).map(|(_, w)| w) else {
+        return Ok(None);
+    };
+    let now = tree.stat(git)?;
+    if now.is_some_and(|st| st.kind == Kind::Dir && st.ino == *ino) {
+        return Ok(None);
+    }
+    let Some(original) = find_by_inode(tree, *ino) else { return Ok(None) };
+    let aside = quarantine.join(git);
+    if now.is_some() {
+        tree.move_out(git, &aside)?;
+    }
+    tree.rename(&original, git)?;
+    Ok(Some(format!(
+        ".git: replaced during the session by another directory, the original moved to {}; your repository is back at .git{}",
+        quote::path(&original),
+        if now.is_some() {
+            format!(" and the sandbox's is at {}", quote::path(&aside))
+        } else {
+            String::new()
+        }
+    )))
+}
+
 /// Compares the project with the manifest and restores every difference the sandbox could have
 /// made; keeps what only the host could have (see `host_made`); then takes out of each
-/// repository the session made what would run a program (see `repos::settle_new`).
+/// repository the session made what would run a program (see `repos::settle_new`). Nothing is
+/// read through a link or blocks on a fifo (see `sys::untrusted`), and one path that cannot be
+/// restored does not stop the others: every failure is said, and the first returned at the end.
 pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Result<Outcome> {
     let project = &m.project;
+    let tree = Tree::open(project).with_context(|| format!("opening the project {}", project.display()))?;
     let mut out = Outcome::default();
+    let mut failed: Option<anyhow::Error> = None;
+    let mut fail = |out: &mut Outcome, what: &Path, e: anyhow::Error| {
+        let what = if what.as_os_str().is_empty() {
+            "the repositories made during the session".into()
+        } else {
+            quote::path(what)
+        };
+        out.restored.push(format!("{what}: could NOT be restored: {e:#}"));
+        failed.get_or_insert(e);
+    };
     let aside = |rel: &Path| quarantine.join(rel);
-    let yours =
-        |rel: &Path| format!("; if you made this change yourself, restore it from {}", aside(rel).display());
+    let shown = |rel: &Path| quote::path(rel);
+    let yours = |rel: &Path| {
+        format!("; if you made this change yourself, restore it from {}", quote::path(&aside(rel)))
+    };
     let kept = |rel: &Path| {
-        format!("{}: changed on the host during the session (it was read-only inside); kept", rel.display())
+        format!("{}: changed on the host during the session (it was read-only inside); kept", shown(rel))
     };
     // A repository below the root that the session deleted or made again: nothing of the
     // record goes back into it (one made again is cleaned as new, in 3).
-    let replaced = |rel: &Path| m.repos.as_ref().is_some_and(|b| repos::replaced_below(project, b, rel));
+    let replaced = |rel: &Path| m.repos.as_ref().is_some_and(|b| repos::replaced_below(&tree, b, rel));
+    // 0. The user's repository back at `.git`, if the session swapped it for another.
+    match swap_back(m, &tree, quarantine) {
+        Ok(Some(line)) => out.restored.push(line),
+        Ok(None) => {}
+        Err(e) => fail(&mut out, Path::new(".git"), e),
+    }
     // 1. Recorded paths, parents first: whatever differs goes aside and the original comes back.
     for (rel, was) in &m.entries {
-        let p = project.join(rel);
-        if replaced(rel) {
+        if replaced(rel) || unchanged(&tree, rel, was) {
             continue;
         }
-        if unchanged(&p, was) {
-            if let Was::Parent { ino, .. } = was
-                && fs::symlink_metadata(&p).is_ok_and(|now| now.ino() != *ino)
-            {
-                let original = find_by_inode(project, *ino);
-                out.restored.push(format!(
-                    "{}: replaced by another directory during the session (its protected files are checked below){}",
-                    rel.display(),
-                    original.map(|o| format!("; the original is now at {}", o.display())).unwrap_or_default()
-                ));
-            }
-            continue;
-        }
-        if host_made(m, rel) {
+        if host_made(m, &tree, rel) {
             out.kept.push(kept(rel));
             continue;
         }
-        let now = fs::symlink_metadata(&p).ok();
-        let both_dirs = matches!(was, Was::Dir { .. })
-            && now.as_ref().is_some_and(|n| n.is_dir() && !n.file_type().is_symlink());
-        if now.is_some() && !both_dirs {
-            move_aside(&p, &aside(rel))?;
+        let now = tree.stat(rel).ok().flatten();
+        let both_dirs = matches!(was, Was::Dir { .. }) && now.is_some_and(|n| n.kind == Kind::Dir);
+        let restored = (|| -> anyhow::Result<()> {
+            if now.is_some() && !both_dirs {
+                tree.move_out(rel, &aside(rel))?;
+            }
+            Ok(put_back(&tree, rel, was)?)
+        })();
+        if let Err(e) = restored {
+            fail(&mut out, rel, e);
+            continue;
         }
-        put_back(&p, was)?;
+        let what = now.map(|n| n.kind).filter(|k| !matches!(k, Kind::File | Kind::Dir));
+        let what = what.map(|k| format!(" ({} now, not read)", k.name())).unwrap_or_default();
         out.restored.push(match (now.is_some(), both_dirs) {
             _ if *was == Was::Missing => {
                 format!(
-                    "{}: created during the session; moved to {}{}",
-                    rel.display(),
-                    aside(rel).display(),
+                    "{}: created during the session{what}; moved to {}{}",
+                    shown(rel),
+                    shown(&aside(rel)),
                     yours(rel)
                 )
             }
-            (false, _) => format!("{}: deleted during the session; restored", rel.display()),
-            (true, true) => format!("{}: mode changed during the session; restored", rel.display()),
+            (false, _) => format!("{}: deleted during the session; restored", shown(rel)),
+            (true, true) => format!("{}: mode changed during the session; restored", shown(rel)),
             (true, false) => format!(
-                "{}: changed during the session; restored (the sandbox's version is at {}{})",
-                rel.display(),
-                aside(rel).display(),
+                "{}: changed during the session{what}; restored (the sandbox's version is at {}{})",
+                shown(rel),
+                shown(&aside(rel)),
                 yours(rel)
             ),
         });
@@ -517,18 +527,19 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
     // 2. Anything under a protected path (or at one) that was not there before goes aside.
     let known: std::collections::HashSet<&Path> = m.entries.iter().map(|(p, _)| p.as_path()).collect();
     let mut handled: Vec<PathBuf> = Vec::new();
-    for rel in present(project, &m.roots) {
+    for rel in present(&tree, &m.roots) {
         if known.contains(rel.as_path()) || handled.iter().any(|d| rel.starts_with(d)) || replaced(&rel) {
             continue;
         }
-        if host_made(m, &rel) {
+        if host_made(m, &tree, &rel) {
             out.kept.push(kept(&rel));
+        } else if let Err(e) = tree.move_out(&rel, &aside(&rel)) {
+            fail(&mut out, &rel, e.into());
         } else {
-            move_aside(&project.join(&rel), &aside(&rel))?;
             out.restored.push(format!(
                 "{}: created during the session; moved to {}{}",
-                rel.display(),
-                aside(&rel).display(),
+                shown(&rel),
+                shown(&aside(&rel)),
                 yours(&rel)
             ));
         }
@@ -536,23 +547,27 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
     }
     // 3. Repositories the session made, anywhere in the project.
     if let Some(before) = &m.repos {
-        out.restored.extend(repos::settle_new(project, before, &m.roots, &m.writable, quarantine)?);
+        match repos::settle_new(&tree, before, &m.roots, &m.writable, quarantine) {
+            Ok(lines) => out.restored.extend(lines),
+            Err(e) => fail(&mut out, Path::new(""), e),
+        }
     }
-    Ok(out)
+    match failed {
+        Some(e) => Err(e.context(out.restored.join("\n"))),
+        None => Ok(out),
+    }
 }
 
 /// A directory at the project's top level (or one below) with this inode: where a renamed
 /// `.git` went.
-fn find_by_inode(project: &Path, ino: u64) -> Option<PathBuf> {
-    let top: Vec<PathBuf> = fs::read_dir(project).ok()?.flatten().map(|e| e.path()).collect();
-    let second = top
-        .iter()
-        .filter(|p| p.is_dir())
-        .flat_map(|d| fs::read_dir(d).into_iter().flatten().flatten().map(|e| e.path()));
-    top.iter()
-        .cloned()
-        .chain(second)
-        .find(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.ino() == ino))
+fn find_by_inode(tree: &Tree, ino: u64) -> Option<PathBuf> {
+    let dirs = |rel: &Path| -> Vec<PathBuf> {
+        let l = tree.list(rel).unwrap_or_default();
+        l.into_iter().filter(|(_, k)| *k == Kind::Dir).map(|(n, _)| rel.join(n)).collect()
+    };
+    let top = dirs(Path::new(""));
+    let second = top.iter().flat_map(|d| dirs(d));
+    top.iter().cloned().chain(second).find(|p| tree.stat(p).ok().flatten().is_some_and(|s| s.ino == ino))
 }
 
 /// Reads a manifest written by `snapshot`.
@@ -563,12 +578,21 @@ pub(crate) fn load(store: &Path) -> anyhow::Result<Manifest> {
 }
 
 #[cfg(test)]
+mod hostile;
+#[cfg(test)]
 mod tests;
 
-/// Verifies a session's record and restores what changed, writes the report to `out` (and,
-/// when something was restored, to the project's pending report), then removes the record.
-/// Holds the record's lock, so a keeper and a next launch never settle the same record twice.
-pub(crate) fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+/// Verifies a session's record and restores what changed, writes the report to `out` and to
+/// the project's report log (`ai-sandbox report`), then removes the record. `told`: whether `out`
+/// is the user's terminal (the launcher's stderr); if not (the keeper), the report also waits in
+/// the project's pending report, shown once at the next launch. Holds the record's lock, so a
+/// keeper and a next launch never settle the same record twice.
+pub(crate) fn settle(
+    store: &Path,
+    state_dir: &Path,
+    out: &mut dyn std::io::Write,
+    told: bool,
+) -> anyhow::Result<()> {
     use nix::fcntl::{Flock, FlockArg};
     let Ok(lock_file) = fs::File::open(store) else { return Ok(()) };
     let Ok(_lock) = Flock::lock(lock_file, FlockArg::LockExclusive) else { return Ok(()) };
@@ -579,12 +603,12 @@ pub(crate) fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Writ
     };
     let stamp = crate::gate::log::now().replace(':', "");
     let quarantine = state_dir.join("quarantine").join(format!("{stamp}-{}", m.session));
+    let project = quote::path(&m.project);
     let Outcome { restored: lines, kept } = verify_and_restore(&m, &quarantine)
-        .with_context(|| format!("restoring the protected paths of {}", m.project.display()))?;
+        .with_context(|| format!("restoring the protected paths of {project}"))?;
     if !kept.is_empty() {
         let mut text = format!(
-            "ai-sandbox: kept your changes made on the host during the session in {} (read-only inside, so not the sandbox's):\n",
-            m.project.display()
+            "ai-sandbox: kept your changes made on the host during the session in {project} (read-only inside, so not the sandbox's):\n"
         );
         for l in &kept {
             text += &format!("  {l}\n");
@@ -593,19 +617,29 @@ pub(crate) fn settle(store: &Path, state_dir: &Path, out: &mut dyn std::io::Writ
     }
     if !lines.is_empty() {
         let mut text = format!(
-            "ai-sandbox: PROTECTED FILES WERE CHANGED during the session in {} ({}); restored:\n",
-            m.project.display(),
-            m.session
+            "ai-sandbox: PROTECTED FILES WERE CHANGED during the session in {project} ({}, {stamp}); restored:\n",
+            quote::text(&m.session)
         );
         for l in &lines {
             text += &format!("  ! {l}\n");
         }
-        let _ = out.write_all(text.as_bytes());
-        let pending = pending_report(state_dir);
-        let mut f = fs::OpenOptions::new().create(true).append(true).open(&pending)?;
-        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        let _ = out.write_all(format!("{text}ai-sandbox: `ai-sandbox report` shows this again\n").as_bytes());
+        append(&report_log(state_dir), &text)?;
+        if !told {
+            append(&pending_report(state_dir), &text)?;
+        }
     }
     fs::remove_dir_all(store).with_context(|| format!("removing {}", store.display()))?;
+    Ok(())
+}
+
+fn append(file: &Path, text: &str) -> anyhow::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .with_context(|| format!("writing {}", file.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
     Ok(())
 }
 
@@ -624,9 +658,15 @@ pub(crate) fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: 
             }
         }
     }
+    // The file may have been made (or replaced by a link) inside: written as a new file renamed
+    // over the name, never through a link.
     let path = project.join(rel);
-    fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    let mode = fs::metadata(&path)?.mode() & 0o7777;
+    let tree = Tree::open(project).with_context(|| format!("opening {}", project.display()))?;
+    let mode = match tree.stat(rel)? {
+        Some(st) if st.kind == Kind::File => st.mode,
+        _ => 0o644,
+    };
+    tree.write(rel, text.as_bytes(), mode).with_context(|| format!("writing {}", quote::path(&path)))?;
     for (store, _lock) in &held {
         let Ok(mut m) = load(store) else { continue };
         let copy = store.join("files").join(format!("host-{}", m.entries.len()));
@@ -647,7 +687,10 @@ pub(crate) fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: 
 pub(crate) fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let pending = pending_report(state_dir);
     if let Ok(text) = fs::read_to_string(&pending) {
-        let _ = out.write_all(format!("ai-sandbox: since your last session here:\n{text}").as_bytes());
+        let _ = out.write_all(
+            format!("ai-sandbox: since your last session here:\n{text}ai-sandbox: `ai-sandbox report` shows this again\n")
+                .as_bytes(),
+        );
         let _ = fs::remove_file(&pending);
     }
     let Ok(records) = fs::read_dir(state_dir.join("guard")) else { return Ok(()) };
@@ -666,8 +709,12 @@ pub(crate) fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -
         };
         let alive = crate::host::process::alive(m.launcher_pid as i32);
         if !alive {
-            settle(&r.path(), state_dir, out)?;
-            let _ = fs::remove_file(&pending);
+            let _ = writeln!(
+                out,
+                "ai-sandbox: {} is not yet verified: an earlier session's check did not finish (its launcher was stopped); verifying it now",
+                quote::path(&m.project)
+            );
+            settle(&r.path(), state_dir, out, true)?;
         }
     }
     Ok(())
@@ -676,4 +723,9 @@ pub(crate) fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -
 /// Reports of restores that happened with no terminal to tell (keeper), shown at the next launch.
 pub(crate) fn pending_report(state_dir: &Path) -> PathBuf {
     state_dir.join("restored.txt")
+}
+
+/// Every report of the project, oldest first (`ai-sandbox report` prints it).
+pub(crate) fn report_log(state_dir: &Path) -> PathBuf {
+    state_dir.join("reports.txt")
 }

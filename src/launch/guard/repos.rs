@@ -13,10 +13,16 @@
 //! a repository's files and hold nothing git runs). Before a session it refuses a project past
 //! `MAX_WALK` entries; after one it has no bound. See docs/adr/0039.
 
+use crate::sys::quote;
+use crate::sys::untrusted::{Kind, Tree};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
+
+/// At most this many bytes of a git config, `.git` file or `commondir` are read (git's own are
+/// a few KiB): a larger one made during a session is moved aside whole, unread.
+const MAX_READ: u64 = 1 << 20;
 
 /// The walk before a launch refuses a project with more files and directories than this
 /// (outside git directories), so that a launch's cost stays bounded.
@@ -45,7 +51,7 @@ pub struct Repos {
 
 /// Whether a directory's entry names make it a git directory as git's discovery sees it: a
 /// `HEAD` with `objects` and `refs`, or with `commondir` (a worktree's or a linked git dir).
-fn looks_like_gitdir(names: &[(std::ffi::OsString, fs::FileType)]) -> bool {
+fn looks_like_gitdir(names: &[(std::ffi::OsString, Kind)]) -> bool {
     let has = |n: &str| names.iter().any(|(x, _)| x == n);
     has("HEAD") && ((has("objects") && has("refs")) || has("commondir"))
 }
@@ -53,38 +59,34 @@ fn looks_like_gitdir(names: &[(std::ffi::OsString, fs::FileType)]) -> bool {
 /// Walks the project before a session (bounded by `MAX_WALK`, no links followed, no git
 /// directory entered).
 pub fn scan(project: &Path) -> anyhow::Result<Repos> {
-    walk(project, Some(MAX_WALK))
+    let tree = Tree::open(project).with_context(|| format!("opening the project {}", project.display()))?;
+    walk(&tree, Some(MAX_WALK))
 }
 
 /// The walk; `limit` None after a session, where the check must be complete however many files
 /// the session made (a bound there would let it hide a repository behind enough files).
-fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
+fn walk(tree: &Tree, limit: Option<usize>) -> anyhow::Result<Repos> {
+    let project = tree.path();
     let mut out = Repos::default();
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let dir = project.join(&rel);
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
+        let names = match tree.list(&rel) {
+            Ok(names) => names,
             // After a session, a directory of the user's that the sandbox made unreadable is
             // opened to be checked, and said; otherwise (gone meanwhile, another owner's) git
             // cannot read it either.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && limit.is_none() => {
-                match open_up(&dir).and_then(|()| fs::read_dir(&dir)) {
-                    Ok(rd) => {
+                match open_up(tree, &rel).and_then(|()| tree.list(&rel)) {
+                    Ok(names) => {
                         out.opened.push(rel.clone());
-                        rd
+                        names
                     }
                     Err(_) => continue,
                 }
             }
             Err(_) => continue,
         };
-        let mut names = Vec::new();
-        for e in rd.flatten() {
-            let Ok(t) = e.file_type() else { continue };
-            names.push((e.file_name(), t));
-        }
         out.walked += names.len();
         if limit.is_some_and(|l| out.walked > l) {
             anyhow::bail!(
@@ -95,22 +97,23 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
             );
         }
         if !rel.as_os_str().is_empty() && looks_like_gitdir(&names) {
-            out.gitdirs.push((rel, inode(&dir)));
+            let ino = inode(tree, &rel);
+            out.gitdirs.push((rel, ino));
             continue;
         }
         for (name, t) in names {
             let child = rel.join(&name);
             if name == ".git" {
-                if t.is_dir() {
-                    let ino = inode(&project.join(&child));
+                if t == Kind::Dir {
+                    let ino = inode(tree, &child);
                     out.gitdirs.push((child, ino));
                 } else {
-                    let target = pointer_target(project, &child);
+                    let target = pointer_target(tree, &child);
                     out.pointers.push((child, target));
                 }
-            } else if t.is_dir() {
+            } else if t == Kind::Dir {
                 stack.push(child);
-            } else if t.is_symlink() && leads_out(&canon, &project.join(&child)) {
+            } else if t == Kind::Link && leads_out(&canon, tree, &child) {
                 out.links_out.push(child);
             }
         }
@@ -121,33 +124,32 @@ fn walk(project: &Path, limit: Option<usize>) -> anyhow::Result<Repos> {
     Ok(out)
 }
 
-/// Adds u+rx to a directory this user owns.
-fn open_up(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let m = fs::symlink_metadata(dir)?;
-    if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(std::io::ErrorKind::PermissionDenied.into());
+/// Adds u+rx to a directory this user owns (not through a link).
+fn open_up(tree: &Tree, rel: &Path) -> std::io::Result<()> {
+    match tree.stat(rel)? {
+        Some(st) if st.kind == Kind::Dir && st.uid == nix::unistd::geteuid().as_raw() => {
+            tree.chmod(rel, st.mode | 0o500)
+        }
+        _ => Err(std::io::ErrorKind::PermissionDenied.into()),
     }
-    fs::set_permissions(dir, fs::Permissions::from_mode((m.mode() & 0o7777) | 0o500))
 }
 
 /// Which directory this is: its inode, mixed with its birth time where the filesystem keeps one
 /// (an inode freed by a deletion is handed to the next directory made, often at once).
-fn inode(p: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(m) = fs::symlink_metadata(p) else { return 0 };
-    let born = m.created().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    m.ino() ^ born.map_or(0, |d| (d.as_nanos() as u64).rotate_left(32))
+fn inode(tree: &Tree, rel: &Path) -> u64 {
+    let Ok(Some(st)) = tree.stat(rel) else { return 0 };
+    st.ino ^ st.born.rotate_left(32)
 }
 
 /// Whether a link leads out of the project. Only targets that can leave it lexically (absolute,
-/// or with `..`) are resolved: most links in a tree (`node_modules/.bin`) point nearby.
-fn leads_out(canon_project: &Path, link: &Path) -> bool {
-    let Ok(target) = fs::read_link(link) else { return false };
+/// or with `..`) are resolved (a stat, nothing opened): most links in a tree
+/// (`node_modules/.bin`) point nearby.
+fn leads_out(canon_project: &Path, tree: &Tree, link: &Path) -> bool {
+    let Ok(target) = tree.readlink(link) else { return false };
     if target.is_relative() && !target.components().any(|c| c == Component::ParentDir) {
         return false;
     }
-    fs::canonicalize(link).is_ok_and(|t| !t.starts_with(canon_project))
+    fs::canonicalize(tree.path().join(link)).is_ok_and(|t| !t.starts_with(canon_project))
 }
 
 /// The paths of a git directory that make git run a program or redirect to one that does.
@@ -158,16 +160,17 @@ pub(crate) fn gitdir_paths(gitdir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Where a `.git` file or link leads, resolved on the host (None when it leads nowhere).
-pub(crate) fn pointer_target(project: &Path, pointer: &Path) -> Option<PathBuf> {
-    let p = project.join(pointer);
-    let meta = fs::symlink_metadata(&p).ok()?;
+/// Where a `.git` file or link leads, resolved on the host (None when it leads nowhere, or is
+/// neither a regular file nor a link: a fifo is never opened).
+pub(crate) fn pointer_target(tree: &Tree, pointer: &Path) -> Option<PathBuf> {
+    let p = tree.path().join(pointer);
+    let st = tree.stat(pointer).ok()??;
     let base = p.parent()?.to_path_buf();
-    let target = if meta.file_type().is_symlink() {
-        base.join(fs::read_link(&p).ok()?)
+    let target = if st.kind == Kind::Link {
+        base.join(tree.readlink(pointer).ok()?)
     } else {
         // `gitdir: PATH`, PATH absolute or relative to the file's directory (git reads one line).
-        let text = fs::read(&p).ok()?;
+        let text = tree.read(pointer, MAX_READ).ok()?;
         let text = String::from_utf8_lossy(&text[..text.len().min(4096)]).into_owned();
         let line = text.lines().next()?.strip_prefix("gitdir:")?.trim().to_string();
         base.join(line)
@@ -206,7 +209,8 @@ pub(crate) fn roots(project: &Path, repos: &Repos, nested: bool) -> Vec<PathBuf>
 /// Whether `rel` lies in a repository below the root that existed before the session and is no
 /// longer the same (deleted, or made again: another inode). Its recorded files are not put back
 /// there: a repository made again is a new one (see `settle_new`), a deleted one runs nothing.
-pub(crate) fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool {
+pub(crate) fn replaced_below(tree: &Tree, before: &Repos, rel: &Path) -> bool {
+    let project = tree.path();
     let root = Path::new(".git");
     let modules = |p: &Path| p.parent().map(|w| w.join(".gitmodules"));
     let gitdir = before.gitdirs.iter().filter(|(g, _)| g != root).find(|(g, _)| {
@@ -214,7 +218,7 @@ pub(crate) fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool
             || (g.file_name().is_some_and(|n| n == ".git") && modules(g).as_deref() == Some(rel))
     });
     if let Some((g, ino)) = gitdir {
-        return inode(&project.join(g)) != *ino;
+        return inode(tree, g) != *ino;
     }
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let pointer = before.pointers.iter().filter(|(p, _)| p != root).find(|(p, t)| {
@@ -222,7 +226,7 @@ pub(crate) fn replaced_below(project: &Path, before: &Repos, rel: &Path) -> bool
             || modules(p).as_deref() == Some(rel)
             || t.as_ref().and_then(|t| inside(&canon, t)).is_some_and(|g| rel.starts_with(g))
     });
-    pointer.is_some_and(|(p, t)| pointer_target(project, p) != *t)
+    pointer.is_some_and(|(p, t)| pointer_target(tree, p) != *t)
 }
 
 /// Settings kept in the config of a repository made during a session: what a cloned or
@@ -342,12 +346,24 @@ pub(crate) fn sanitize_config(text: &str) -> (String, Vec<String>) {
                 out.push_str(&pending.take().unwrap_or_default());
                 out.push_str(&logical);
             }
-            Some((s, Some(sub))) => dropped.push(format!("{s}.{sub}.{key}")),
-            Some((s, None)) => dropped.push(format!("{s}.{key}")),
-            None => dropped.push(format!("{key} (under a section header git may read otherwise)")),
+            Some((s, Some(sub))) => {
+                dropped.push(format!("{s}.{}.{}", shown_subsection(sub), quote::text(&key)))
+            }
+            Some((s, None)) => dropped.push(format!("{s}.{}", quote::text(&key))),
+            None => {
+                dropped.push(format!("{} (under a section header git may read otherwise)", quote::text(&key)))
+            }
         }
     }
     (out, dropped)
+}
+
+/// A subsection as a report names it: a URL's (`url."https://TOKEN@host/".insteadOf`,
+/// `http."…".extraHeader`, `credential."…".helper`) may carry a secret, so only a plain name
+/// is printed.
+fn shown_subsection(sub: &str) -> String {
+    let plain = sub.chars().all(|c| c.is_ascii_alphanumeric() || "._/:-".contains(c));
+    if plain && !sub.is_empty() { sub.to_string() } else { "\"…\"".to_string() }
 }
 
 /// `name "subsection"]` or legacy `name.subsection]` → (lowercased name, subsection, the rest).
@@ -402,24 +418,28 @@ fn clean(p: &Path) -> PathBuf {
 
 /// The repositories the session made (not in `before`): each one's config keeps only the kept
 /// settings, hooks other than git's `*.sample` files are moved aside, and a pointer (`.git`
-/// file or link, `commondir`) that leads outside the project is moved aside. What is moved
-/// goes to `quarantine` (same relative path). Returns one report line per thing moved.
+/// file or link, `commondir`) that leads outside the project is moved aside. A link, fifo,
+/// socket or device where git reads a file (or a hooks directory) is itself moved aside, never
+/// read or listed through. What is moved goes to `quarantine` (same relative path). Returns one
+/// report line per thing moved.
 pub(crate) fn settle_new(
-    project: &Path,
+    tree: &Tree,
     before: &Repos,
     protected: &[PathBuf],
     writable: &[PathBuf],
     quarantine: &Path,
 ) -> anyhow::Result<Vec<String>> {
-    let now = walk(project, None)?;
+    let project = tree.path();
+    let now = walk(tree, None)?;
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
+    let q = |rel: &Path| quote::path(&quarantine.join(rel));
     let mut report: Vec<String> = now
         .opened
         .iter()
         .map(|d| {
             format!(
                 "{}: made unreadable during the session; opened (u+rx) to check it for repositories",
-                d.display()
+                quote::path(d)
             )
         })
         .collect();
@@ -430,12 +450,12 @@ pub(crate) fn settle_new(
     for l in now.links_out.iter().filter(|l| !before.links_out.contains(l)) {
         let Ok(t) = fs::canonicalize(project.join(l)) else { continue };
         if writable.iter().any(|w| t.starts_with(w)) {
-            super::move_aside(&project.join(l), &quarantine.join(l))?;
+            tree.move_out(l, &quarantine.join(l))?;
             report.push(format!(
                 "{}: a link made during the session into the sandbox's own files outside the project ({}); moved to {}",
-                l.display(),
-                t.display(),
-                quarantine.join(l).display()
+                quote::path(l),
+                quote::path(&t),
+                q(l)
             ));
         }
     }
@@ -445,11 +465,11 @@ pub(crate) fn settle_new(
         match target.as_ref().and_then(|t| inside(&canon, t)) {
             Some(rel) => todo.push(clean(&rel)),
             None => {
-                super::move_aside(&project.join(p), &quarantine.join(p))?;
+                tree.move_out(p, &quarantine.join(p))?;
                 report.push(format!(
-                    "{}: a repository pointer made during the session that leads outside the project; moved to {}",
-                    p.display(),
-                    quarantine.join(p).display()
+                    "{}: a repository pointer made during the session that leads outside the project (or is not a file or link); moved to {}",
+                    quote::path(p),
+                    q(p)
                 ));
             }
         }
@@ -458,68 +478,106 @@ pub(crate) fn settle_new(
     while let Some(g) = todo.pop() {
         // The root's is the record's to verify, as are git dirs guarded by protected paths (the
         // root's submodules); one below the root counts as new if it is not the same one.
-        let existed = before.gitdirs.iter().any(|(b, ino)| *b == g && *ino == inode(&project.join(&g)));
+        let existed = before.gitdirs.iter().any(|(b, ino)| *b == g && *ino == inode(tree, &g));
         let nested = before.gitdirs.iter().any(|(b, _)| *b == g);
         let root = g == Path::new(".git") || (!nested && protected.contains(&g.join("config")));
         if done.contains(&g) || existed || root {
             continue;
         }
         done.push(g.clone());
-        report.extend(sanitize_gitdir(project, &canon, &g, quarantine, &mut todo)?);
+        report.extend(sanitize_gitdir(tree, &canon, &g, quarantine, &mut todo)?);
     }
     Ok(report)
 }
 
+/// Moves `rel` aside when it is not what git expects there (`want`): the line that says so.
+fn not_what_git_reads(
+    tree: &Tree,
+    rel: &Path,
+    want: Kind,
+    quarantine: &Path,
+) -> anyhow::Result<Option<String>> {
+    let Some(st) = tree.stat(rel)? else { return Ok(None) };
+    if st.kind == want {
+        return Ok(None);
+    }
+    tree.move_out(rel, &quarantine.join(rel))?;
+    Ok(Some(format!(
+        "{}: {} where git expects {} in a repository made during the session; moved to {} (not read)",
+        quote::path(rel),
+        st.kind.name(),
+        want.name(),
+        quote::path(&quarantine.join(rel))
+    )))
+}
+
 fn sanitize_gitdir(
-    project: &Path,
+    tree: &Tree,
     canon: &Path,
     g: &Path,
     quarantine: &Path,
     todo: &mut Vec<PathBuf>,
 ) -> anyhow::Result<Vec<String>> {
     let mut report = Vec::new();
-    let dir = project.join(g);
+    let q = |rel: &Path| quote::path(&quarantine.join(rel));
     for name in ["config", "config.worktree"] {
-        let (p, rel) = (dir.join(name), g.join(name));
-        let Ok(bytes) = fs::read(&p) else { continue };
+        let rel = g.join(name);
+        if let Some(line) = not_what_git_reads(tree, &rel, Kind::File, quarantine)? {
+            report.push(line);
+            continue;
+        }
+        let Some(st) = tree.stat(&rel)? else { continue };
+        let bytes = match tree.read(&rel, MAX_READ) {
+            Ok(b) => b,
+            Err(e) => {
+                tree.move_out(&rel, &quarantine.join(&rel))?;
+                report.push(format!("{}: {e}; moved to {} (not read)", quote::path(&rel), q(&rel)));
+                continue;
+            }
+        };
         let text = String::from_utf8_lossy(&bytes);
         let (clean_text, dropped) = sanitize_config(&text);
         if dropped.is_empty() && clean_text.as_bytes() == bytes.as_slice() {
             continue;
         }
-        super::move_aside(&p, &quarantine.join(&rel))?;
-        fs::write(&p, clean_text).with_context(|| format!("writing {}", p.display()))?;
+        tree.move_out(&rel, &quarantine.join(&rel))?;
+        tree.write(&rel, clean_text.as_bytes(), st.mode)
+            .with_context(|| format!("writing {}", quote::path(&tree.path().join(&rel))))?;
         report.push(format!(
             "{}: a repository made during the session had settings that make git run programs ({}); they were taken out, the rest kept; the original is at {}",
-            rel.display(),
+            quote::path(&rel),
             dropped.join(", "),
-            quarantine.join(&rel).display()
+            q(&rel)
         ));
     }
-    if let Ok(rd) = fs::read_dir(dir.join("hooks")) {
-        let mut hooks: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
-        hooks.sort();
-        for h in hooks.into_iter().filter(|h| !h.to_string_lossy().ends_with(".sample")) {
-            let rel = g.join("hooks").join(&h);
-            super::move_aside(&project.join(&rel), &quarantine.join(&rel))?;
+    let hooks = g.join("hooks");
+    if let Some(line) = not_what_git_reads(tree, &hooks, Kind::Dir, quarantine)? {
+        report.push(line);
+    } else if let Ok(entries) = tree.list(&hooks) {
+        for (h, _) in entries.into_iter().filter(|(h, _)| !h.to_string_lossy().ends_with(".sample")) {
+            let rel = hooks.join(&h);
+            tree.move_out(&rel, &quarantine.join(&rel))?;
             report.push(format!(
                 "{}: a hook in a repository made during the session; moved to {}",
-                rel.display(),
-                quarantine.join(&rel).display()
+                quote::path(&rel),
+                q(&rel)
             ));
         }
     }
-    if let Ok(text) = fs::read_to_string(dir.join("commondir")) {
-        let target = fs::canonicalize(dir.join(text.trim())).ok();
+    let commondir = g.join("commondir");
+    if let Some(line) = not_what_git_reads(tree, &commondir, Kind::File, quarantine)? {
+        report.push(line);
+    } else if let Ok(text) = tree.read(&commondir, MAX_READ) {
+        let text = String::from_utf8_lossy(&text);
+        let target = fs::canonicalize(tree.path().join(g).join(text.trim())).ok();
         match target.as_deref().and_then(|t| inside(canon, t)) {
             Some(rel) => todo.push(clean(&rel)),
             None => {
-                let rel = g.join("commondir");
-                super::move_aside(&project.join(&rel), &quarantine.join(&rel))?;
+                tree.move_out(&commondir, &quarantine.join(&commondir))?;
                 report.push(format!(
                     "{}: a repository made during the session shares a git directory outside the project; moved to {}",
-                    rel.display(),
-                    quarantine.join(&rel).display()
+                    quote::path(&commondir),
+                    q(&commondir)
                 ));
             }
         }

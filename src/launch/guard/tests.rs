@@ -82,8 +82,10 @@ fn git_turned_into_a_gitdir_file_becomes_a_directory_again() {
     assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
     assert!(f.project.join(".git/hooks/pre-commit.sample").exists());
     assert_eq!(fs::read_to_string(f.quarantine.join(".git")).unwrap(), "gitdir: elsewhere-evil\n");
-    assert!(report[0].starts_with(".git: changed during the session"), "{report:#?}");
-    assert!(f.project.join("elsewhere/HEAD").exists(), "the renamed original is not deleted");
+    assert!(report[0].starts_with(".git: replaced during the session"), "{report:#?}");
+    assert!(report[0].contains("moved to elsewhere; your repository is back at .git"), "{report:#?}");
+    assert!(!f.project.join("elsewhere").exists(), "the renamed original is back at .git, not copied");
+    assert_eq!(report.len(), 1, "nothing else differs from the record: {report:#?}");
 }
 
 #[test]
@@ -96,10 +98,15 @@ fn a_wholesale_replacement_of_git_is_named_with_where_the_original_went() {
         fs::write(p.join(".git/hooks/post-checkout"), "#!/bin/sh\n").unwrap();
     });
     let text = report.join("\n");
-    assert!(text.contains(".git: replaced by another directory") && text.contains(".git-old"), "{text}");
+    assert!(text.contains(".git: replaced during the session") && text.contains(".git-old"), "{text}");
     assert!(!fs::read_to_string(f.project.join(".git/config")).unwrap().contains("fsmonitor"));
     assert!(!f.project.join(".git/hooks/post-checkout").exists());
     assert!(f.project.join(".git/hooks/pre-commit.sample").exists(), "the original hooks are back");
+    // The user's repository itself (objects, refs, HEAD) is at .git again, the sandbox's aside.
+    assert!(!f.project.join(".git-old").exists(), "{text}");
+    assert!(f.project.join(".git/HEAD").exists() && f.project.join(".git/objects").is_dir());
+    assert!(fs::read_to_string(f.quarantine.join(".git/config")).unwrap().contains("fsmonitor"));
+    assert!(f.quarantine.join(".git/hooks/post-checkout").exists());
 }
 
 #[test]
@@ -228,7 +235,9 @@ fn a_read_only_path_under_a_rebuilt_directory_is_still_the_sandboxs() {
     let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
     assert!(out.kept.is_empty(), "{out:#?}");
     assert_eq!(fs::read_to_string(f.project.join(".git/config")).unwrap(), "[core]\n\tbare = false\n");
-    assert!(out.restored.iter().any(|l| l.starts_with(".git/config: changed")), "{out:#?}");
+    assert!(out.restored.iter().any(|l| l.starts_with(".git: replaced during the session")), "{out:#?}");
+    assert!(!f.project.join(".git-real").exists(), "the user's .git is back in place");
+    assert!(fs::read_to_string(f.quarantine.join(".git/config")).unwrap().contains("fsmonitor"));
 }
 
 fn nested_repo(dir: &Path, config: &str) {

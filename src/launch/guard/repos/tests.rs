@@ -47,7 +47,10 @@ fn the_walk_finds_every_kind_of_repository_and_never_enters_one() {
     ] {
         assert!(roots.contains(&PathBuf::from(want)), "{want} not protected: {roots:?}");
     }
-    assert_eq!(pointer_target(p, Path::new("sub/.git")), Some(fs::canonicalize(p.join("bare.git")).unwrap()));
+    assert_eq!(
+        pointer_target(&Tree::open(p).unwrap(), Path::new("sub/.git")),
+        Some(fs::canonicalize(p.join("bare.git")).unwrap())
+    );
 }
 
 #[test]
@@ -147,7 +150,7 @@ fn a_repository_made_during_the_session_keeps_its_objects_and_loses_what_runs() 
     fs::create_dir_all(p.join("out")).unwrap();
     fs::write(p.join("out/.git"), format!("gitdir: {}\n", outside.display())).unwrap();
     let q = t.path().join("q");
-    let report = settle_new(&p, &before, &protected, &[], &q).unwrap();
+    let report = settle_new(&Tree::open(&p).unwrap(), &before, &protected, &[], &q).unwrap();
     assert_eq!(report.len(), 4, "{report:#?}");
     let cfg = fs::read_to_string(p.join("new/.git/config")).unwrap();
     assert_eq!(cfg, "[core]\n\tbare = false\n");
@@ -165,7 +168,7 @@ fn a_repository_made_during_the_session_keeps_its_objects_and_loses_what_runs() 
         "repositories that existed are the record's to verify, not changed here"
     );
     assert!(
-        settle_new(&p, &before, &protected, &[], &q).unwrap().is_empty(),
+        settle_new(&Tree::open(&p).unwrap(), &before, &protected, &[], &q).unwrap().is_empty(),
         "a second pass finds nothing more"
     );
 }
@@ -181,7 +184,7 @@ fn a_new_repository_sharing_a_git_dir_outside_the_project_loses_the_link() {
     fs::write(wt.join("HEAD"), "ref: refs/heads/main\n").unwrap();
     fs::write(wt.join("commondir"), format!("{}\n", t.path().display())).unwrap();
     let q = t.path().join("q");
-    let report = settle_new(&p, &before, &[], &[], &q).unwrap();
+    let report = settle_new(&Tree::open(&p).unwrap(), &before, &[], &[], &q).unwrap();
     assert!(!wt.join("commondir").exists() && report.len() == 1, "{report:?}");
 }
 
@@ -199,7 +202,7 @@ fn a_link_made_into_the_sandboxs_own_files_outside_the_project_goes_aside() {
     std::os::unix::fs::symlink(home.join("evil"), p.join("cd-me")).unwrap();
     std::os::unix::fs::symlink("/usr/share", p.join("share")).unwrap(); // out, not the sandbox's
     let q = t.path().join("q");
-    let report = settle_new(&p, &before, &[], std::slice::from_ref(&home), &q).unwrap();
+    let report = settle_new(&Tree::open(&p).unwrap(), &before, &[], std::slice::from_ref(&home), &q).unwrap();
     assert_eq!(report.len(), 1, "{report:?}");
     assert!(!p.join("cd-me").exists() && q.join("cd-me").symlink_metadata().is_ok());
     assert!(

@@ -1,0 +1,12 @@
+//! The bottom layer: what every other module may use and which uses none of them.
+//!
+//! - `untrusted`: reading, moving and writing paths that a sandbox could have made (the project,
+//!   the sandbox HOME, the agents' stores), without ever following a link, blocking on a fifo
+//!   or reading without bound. Everything on the host that touches such a path after a session
+//!   goes through it (see docs/adr/0052).
+//! - `quote`: how anything a sandbox named (a path, a setting, a request path) is printed to the
+//!   user: control characters, bidi overrides and bytes that are not UTF-8 escaped, as git's
+//!   `core.quotePath` does, so that no terminal escape reaches a terminal.
+
+pub mod quote;
+pub mod untrusted;

@@ -1,0 +1,117 @@
+//! Printing what a sandbox named. A file name, a git setting or a request path made inside can
+//! hold any byte but `/` and NUL: an `ESC ] 0;` sets the terminal's title, `ESC [2K` erases the
+//! line that warned the user, OSC 52 writes the clipboard, a bidi override shows a name other
+//! than the one on disk. Every such thing the host prints goes through `text` or `path`.
+//!
+//! What is escaped: C0 controls and DEL (`\n`, `\t`, `\r`, `\e`, else `\xNN`), C1 controls
+//! (`\u{85}`), the bidi and zero-width format characters (`\u{202e}`), the backslash itself (so
+//! that an escape cannot be forged), and, in paths, each byte that is not UTF-8 (`\xff`).
+//! Everything else, including non-ASCII letters, is printed as it is.
+
+use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Whether a character is printed escaped.
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || c == '\\'
+        // bidi embeddings, overrides and isolates; marks; zero-width and invisible formatters
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
+}
+
+fn push(out: &mut String, c: char) {
+    match c {
+        c if !escaped(c) => out.push(c),
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        '\r' => out.push_str("\\r"),
+        '\u{1b}' => out.push_str("\\e"),
+        '\\' => out.push_str("\\\\"),
+        c if (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+}
+
+/// A string as it may be printed: unchanged when it holds nothing to escape.
+pub fn text(s: &str) -> String {
+    if !s.chars().any(escaped) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        push(&mut out, c);
+    }
+    out
+}
+
+/// A path as it may be printed: like `text`, and each byte that is not UTF-8 as `\xNN`.
+pub fn path(p: &Path) -> String {
+    bytes(p.as_os_str().as_bytes())
+}
+
+/// Bytes as they may be printed (see `path`).
+pub fn bytes(mut b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    loop {
+        match std::str::from_utf8(b) {
+            Ok(s) => {
+                out.push_str(&text(s));
+                return out;
+            }
+            Err(e) => {
+                let (good, rest) = b.split_at(e.valid_up_to());
+                out.push_str(&text(std::str::from_utf8(good).unwrap_or_default()));
+                let bad = e.error_len().unwrap_or(rest.len());
+                for byte in &rest[..bad] {
+                    let _ = write!(out, "\\x{byte:02x}");
+                }
+                b = &rest[bad..];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn plain_text_is_unchanged() {
+        for s in ["src/main.rs", "héllo wörld", "日本語/ファイル", "a b"] {
+            assert_eq!(text(s), s);
+        }
+    }
+
+    #[test]
+    fn control_and_format_characters_are_escaped() {
+        let cases = [
+            ("a\u{1b}]0;pwned\u{7}b", "a\\e]0;pwned\\x07b"),
+            ("x\u{1b}[2Ky", "x\\e[2Ky"),
+            ("line\nnext", "line\\nnext"),
+            ("tab\there\r", "tab\\there\\r"),
+            ("del\u{7f}", "del\\x7f"),
+            ("c1\u{85}\u{9b}", "c1\\u{85}\\u{9b}"),
+            ("evil\u{202e}txt.exe", "evil\\u{202e}txt.exe"),
+            ("iso\u{2066}x\u{2069}", "iso\\u{2066}x\\u{2069}"),
+            ("zw\u{200b}j", "zw\\u{200b}j"),
+            ("back\\e[2K", "back\\\\e[2K"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(text(raw), want, "{raw:?}");
+            assert!(!text(raw).chars().any(|c| c.is_control()), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_escaped() {
+        let p = Path::new(OsStr::from_bytes(b"a\xffb\xc3(\x1bc/\xe2\x82"));
+        assert_eq!(path(p), "a\\xffb\\xc3(\\ec/\\xe2\\x82");
+        assert_eq!(path(Path::new("ok/é")), "ok/é");
+    }
+}

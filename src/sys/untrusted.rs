@@ -1,0 +1,413 @@
+//! Paths a sandbox could have made, handled on the host without trusting them.
+//!
+//! After a session the host reads, moves and rewrites files in the project, the sandbox HOME
+//! and the agents' stores. Each path there was chosen by whatever ran inside, so a plain
+//! `fs::read` is a way out: a link reads (or, written through, overwrites) any file of the
+//! user's; a link as a directory above it does the same one level up; a fifo blocks the reader
+//! for ever; a 50 GB file fills memory. A `Tree` is a directory opened once (the project, a
+//! store: chosen by the user, trusted), and every path below it is reached from that descriptor
+//! one component at a time, each opened with `O_NOFOLLOW` (no `..`, no absolute path), so a
+//! link anywhere on the way is refused, never followed, and a rename on the way cannot move the
+//! walk elsewhere. A file is opened `O_NONBLOCK` and read only if `fstat` says it is a regular
+//! file, up to a cap. Writes go to a new file (`O_EXCL`) renamed over the name, which replaces
+//! a link or fifo there instead of writing through it.
+//!
+//! `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH)` would do the walk in one call on kernels
+//! from 5.6; the component walk is the same guarantee on every kernel, in one code path.
+
+use nix::dir::{Dir, Type as DirType};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// What is at a path (never what a link there leads to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    File,
+    Dir,
+    Link,
+    Fifo,
+    Socket,
+    Device,
+}
+
+impl Kind {
+    /// How a report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "a file",
+            Kind::Dir => "a directory",
+            Kind::Link => "a symbolic link",
+            Kind::Fifo => "a fifo",
+            Kind::Socket => "a socket",
+            Kind::Device => "a device",
+        }
+    }
+
+    fn of_mode(mode: u32) -> Kind {
+        match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFLNK => Kind::Link,
+            SFlag::S_IFIFO => Kind::Fifo,
+            SFlag::S_IFSOCK => Kind::Socket,
+            _ => Kind::Device,
+        }
+    }
+}
+
+/// What `lstat` says of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub kind: Kind,
+    /// Permission bits (`& 0o7777`).
+    pub mode: u32,
+    pub ino: u64,
+    pub len: u64,
+    pub uid: u32,
+    /// Birth time in nanoseconds where the filesystem keeps one (statx), else 0.
+    pub born: u64,
+}
+
+impl Stat {
+    fn of(st: &FileStat) -> Stat {
+        Stat {
+            kind: Kind::of_mode(st.st_mode),
+            mode: st.st_mode & 0o7777,
+            ino: st.st_ino,
+            len: st.st_size as u64,
+            uid: st.st_uid,
+            born: 0,
+        }
+    }
+}
+
+/// The error for a path that is there but not what may be read or entered (a link, a fifo...).
+pub fn not_a(kind: Kind, wanted: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{} where {wanted} was expected", kind.name()))
+}
+
+fn errno(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// Whether an error means "nothing there to reach without following a link or leaving".
+pub fn absent(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP))
+        || e.kind() == io::ErrorKind::NotFound
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC)
+    .union(OFlag::O_NONBLOCK);
+
+/// A directory opened once; everything below it reached without following a link.
+pub struct Tree {
+    root: OwnedFd,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tree({})", self.path.display())
+    }
+}
+
+/// The names of a relative path, refused if it could leave the tree (`..`, absolute).
+fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
+    let mut out = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} leaves the directory", crate::sys::quote::path(rel)),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Tree {
+    /// Opens `root` (a directory the user chose: it may itself be reached through a link).
+    pub fn open(root: &Path) -> io::Result<Tree> {
+        let fd =
+            nix::fcntl::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .map_err(errno)?;
+        Ok(Tree { root: fd, path: root.to_path_buf() })
+    }
+
+    /// The root as the host names it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory at `names`, each component opened without following a link.
+    fn walk(&self, names: &[&OsStr]) -> io::Result<OwnedFd> {
+        let mut fd = self.root.try_clone()?;
+        for n in names {
+            fd = openat(fd.as_fd(), *n, DIR_FLAGS, Mode::empty()).map_err(errno)?;
+        }
+        Ok(fd)
+    }
+
+    /// The directory holding `rel`, and `rel`'s last name.
+    fn parent<'a>(&self, rel: &'a Path) -> io::Result<(OwnedFd, &'a OsStr)> {
+        let n = names(rel)?;
+        let Some((last, above)) = n.split_last() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the tree's root itself"));
+        };
+        Ok((self.walk(above)?, last))
+    }
+
+    /// What is at `rel` (None: nothing, or only through a link or a non-directory above it).
+    pub fn stat(&self, rel: &Path) -> io::Result<Option<Stat>> {
+        let (dir, name) = match self.parent(rel) {
+            Ok(p) => p,
+            Err(e) if absent(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                let mut s = Stat::of(&st);
+                s.born = born(&dir, name);
+                Ok(Some(s))
+            }
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// The bytes of the regular file at `rel`, at most `cap` of them: a link, fifo, socket or
+    /// device there is an error (`not_a`), as is a larger file; nothing blocks.
+    pub fn read(&self, rel: &Path, cap: u64) -> io::Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel)?;
+        let flags =
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let fd = match openat(dir.as_fd(), name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            // A socket cannot be opened; a link is refused by O_NOFOLLOW.
+            Err(Errno::ELOOP) => return Err(not_a(Kind::Link, "a file")),
+            Err(Errno::ENXIO) => return Err(not_a(Kind::Socket, "a file")),
+            Err(e) => return Err(errno(e)),
+        };
+        let st = fstat(fd.as_fd()).map_err(errno)?;
+        let kind = Kind::of_mode(st.st_mode);
+        if kind != Kind::File {
+            return Err(not_a(kind, "a file"));
+        }
+        if st.st_size as u64 > cap {
+            return Err(too_large(rel, cap));
+        }
+        let mut out = Vec::with_capacity(st.st_size as usize);
+        std::fs::File::from(fd).take(cap + 1).read_to_end(&mut out)?;
+        if out.len() as u64 > cap {
+            return Err(too_large(rel, cap));
+        }
+        Ok(out)
+    }
+
+    /// The entries of the directory at `rel` ("" for the root), with what each is, sorted by
+    /// name. A link or anything else that is not a directory at `rel` is an error.
+    pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+        let n = names(rel)?;
+        let fd = match self.walk(&n) {
+            Ok(fd) => fd,
+            // Say what is there instead (O_NOFOLLOW with O_DIRECTORY gives ENOTDIR for a link).
+            Err(e) => match self.stat(rel) {
+                Ok(Some(st)) if st.kind != Kind::Dir => return Err(not_a(st.kind, "a directory")),
+                _ => return Err(e),
+            },
+        };
+        let dup = fd.try_clone()?;
+        let mut dir = Dir::from_fd(fd).map_err(errno)?;
+        let mut out = Vec::new();
+        for e in dir.iter() {
+            let e = e.map_err(errno)?;
+            let name = OsStr::from_bytes(e.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let kind = match e.file_type() {
+                Some(DirType::File) => Kind::File,
+                Some(DirType::Directory) => Kind::Dir,
+                Some(DirType::Symlink) => Kind::Link,
+                Some(DirType::Fifo) => Kind::Fifo,
+                Some(DirType::Socket) => Kind::Socket,
+                Some(DirType::CharacterDevice) | Some(DirType::BlockDevice) => Kind::Device,
+                None => match fstatat(dup.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) => Kind::of_mode(st.st_mode),
+                    Err(_) => continue,
+                },
+            };
+            out.push((name.to_os_string(), kind));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Where a link at `rel` leads (its text, not followed).
+    pub fn readlink(&self, rel: &Path) -> io::Result<PathBuf> {
+        let (dir, name) = self.parent(rel)?;
+        readlinkat(dir.as_fd(), name).map(PathBuf::from).map_err(errno)
+    }
+
+    /// Moves what is at `rel` (whatever it is, not followed) to `dest`, a path outside the tree
+    /// that the host owns (the quarantine), making `dest`'s parents; across filesystems it is
+    /// copied (files, directories, links; a fifo, socket or device is not carried) and removed.
+    pub fn move_out(&self, rel: &Path, dest: &Path) -> io::Result<()> {
+        if let Some(p) = dest.parent() {
+            std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+                .create(p)?;
+        }
+        let (dir, name) = self.parent(rel)?;
+        match renameat(dir.as_fd(), name, nix::fcntl::AT_FDCWD, dest) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXDEV) => {
+                self.copy_out(rel, dest)?;
+                self.remove(rel)
+            }
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// Renames `from` to `to`, both in the tree (neither name followed, `to` replaced if there).
+    pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (a, an) = self.parent(from)?;
+        let (b, bn) = self.parent(to)?;
+        renameat(a.as_fd(), an, b.as_fd(), bn).map_err(errno)
+    }
+
+    fn copy_out(&self, rel: &Path, dest: &Path) -> io::Result<()> {
+        let Some(st) = self.stat(rel)? else { return Ok(()) };
+        match st.kind {
+            Kind::File => {
+                let bytes = self.read(rel, u64::MAX - 1)?;
+                let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dest)?;
+                f.write_all(&bytes)?;
+            }
+            Kind::Dir => {
+                std::fs::create_dir(dest)?;
+                for (n, _) in self.list(rel)? {
+                    self.copy_out(&rel.join(&n), &dest.join(&n))?;
+                }
+            }
+            Kind::Link => std::os::unix::fs::symlink(self.readlink(rel)?, dest)?,
+            Kind::Fifo | Kind::Socket | Kind::Device => {}
+        }
+        Ok(())
+    }
+
+    /// Removes what is at `rel`, a directory with everything in it, never through a link.
+    pub fn remove(&self, rel: &Path) -> io::Result<()> {
+        let Some(st) = self.stat(rel)? else { return Ok(()) };
+        if st.kind == Kind::Dir {
+            for (n, _) in self.list(rel)? {
+                self.remove(&rel.join(n))?;
+            }
+        }
+        let (dir, name) = self.parent(rel)?;
+        let flag = if st.kind == Kind::Dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
+        match unlinkat(dir.as_fd(), name, flag) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// Writes `bytes` as the regular file `rel` with `mode`: a new file in the same directory,
+    /// renamed over the name (whatever was there, a link included, is replaced, not written
+    /// through). The directory must exist and be reached without a link.
+    pub fn write(&self, rel: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(".aisb-{}-{:x}", std::process::id(), nanos()));
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd =
+            openat(dir.as_fd(), tmp.as_os_str(), flags, Mode::from_bits_truncate(0o600)).map_err(errno)?;
+        let written = (|| {
+            fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o7777)).map_err(errno)?;
+            let mut f = std::fs::File::from(fd);
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name).map_err(errno)
+        })();
+        if written.is_err() {
+            let _ = unlinkat(dir.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        written
+    }
+
+    /// Makes the directories of `rel` that are missing (`mode`), each reached without a link:
+    /// a link or file on the way is an error.
+    pub fn mkdir_all(&self, rel: &Path, mode: u32) -> io::Result<()> {
+        let mut fd = self.root.try_clone()?;
+        for n in names(rel)? {
+            fd = match openat(fd.as_fd(), n, DIR_FLAGS, Mode::empty()) {
+                Ok(next) => next,
+                Err(Errno::ENOENT) => {
+                    match mkdirat(fd.as_fd(), n, Mode::from_bits_truncate(mode)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(errno(e)),
+                    }
+                    openat(fd.as_fd(), n, DIR_FLAGS, Mode::empty()).map_err(errno)?
+                }
+                Err(e) => return Err(errno(e)),
+            };
+        }
+        Ok(())
+    }
+
+    /// Sets the permission bits of the file or directory at `rel` (a link or fifo is refused).
+    pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        let flags =
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let fd = openat(dir.as_fd(), name, flags, Mode::empty()).map_err(errno)?;
+        let kind = Kind::of_mode(fstat(fd.as_fd()).map_err(errno)?.st_mode);
+        if !matches!(kind, Kind::File | Kind::Dir) {
+            return Err(not_a(kind, "a file or directory"));
+        }
+        fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o7777)).map_err(errno)
+    }
+
+    /// Makes a symbolic link at `rel` to `target` (for putting a recorded link back).
+    pub fn symlink(&self, target: &Path, rel: &Path) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        symlinkat(target, dir.as_fd(), name).map_err(errno)
+    }
+}
+
+fn too_large(rel: &Path, cap: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is larger than {cap} bytes", crate::sys::quote::path(rel)),
+    )
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+/// The birth time of `name` in `dir`, 0 where none is kept: `lstat` through the descriptor's
+/// `/proc/self/fd` entry (the directory already reached), which std asks of statx.
+fn born(dir: &OwnedFd, name: &OsStr) -> u64 {
+    use std::os::fd::AsRawFd;
+    let p = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string()).join(name);
+    let t = std::fs::symlink_metadata(p).and_then(|m| m.created());
+    t.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! Each refusal beside the same operation on a plain file or directory that works.
+
+use super::*;
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::time::{Duration, Instant};
+
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("project");
+    let outside = t.path().join("outside");
+    fs::create_dir_all(tree.join("repo/.git")).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("secret"), "token").unwrap();
+    fs::write(tree.join("repo/.git/config"), "[core]\n").unwrap();
+    (t, tree, outside)
+}
+
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+#[test]
+fn a_regular_file_is_read_and_a_link_to_one_is_not() {
+    let (_t, p, outside) = setup();
+    let tree = Tree::open(&p).unwrap();
+    assert_eq!(tree.read(Path::new("repo/.git/config"), 100).unwrap(), b"[core]\n");
+    symlink(outside.join("secret"), p.join("repo/.git/linked")).unwrap();
+    let e = tree.read(Path::new("repo/.git/linked"), 100).unwrap_err();
+    assert!(e.to_string().contains("a symbolic link"), "{e}");
+}
+
+#[test]
+fn a_link_above_the_path_is_not_followed() {
+    let (_t, p, outside) = setup();
+    symlink(&outside, p.join("repo/up")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    assert!(tree.read(Path::new("repo/up/secret"), 100).is_err());
+    assert_eq!(tree.stat(Path::new("repo/up/secret")).unwrap(), None);
+    assert!(tree.list(Path::new("repo/up")).unwrap_err().to_string().contains("symbolic link"));
+    // control: the same file reached as a real directory is read
+    let outer = Tree::open(outside.parent().unwrap()).unwrap();
+    assert_eq!(outer.read(Path::new("outside/secret"), 100).unwrap(), b"token");
+}
+
+#[test]
+fn dot_dot_and_absolute_paths_are_refused() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    for rel in ["../outside/secret", "/etc/passwd", "repo/../../outside/secret"] {
+        let e = tree.read(Path::new(rel), 100).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{rel}");
+    }
+    assert!(tree.read(Path::new("./repo/.git/config"), 100).is_ok());
+}
+
+#[test]
+fn a_fifo_is_refused_at_once_and_never_blocks() {
+    let (_t, p, _) = setup();
+    mkfifo(&p.join("repo/.git/config.worktree"));
+    let tree = Tree::open(&p).unwrap();
+    let start = Instant::now();
+    let e = tree.read(Path::new("repo/.git/config.worktree"), 100).unwrap_err();
+    assert!(e.to_string().contains("a fifo"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(tree.stat(Path::new("repo/.git/config.worktree")).unwrap().unwrap().kind, Kind::Fifo);
+    let l = tree.list(Path::new("repo/.git")).unwrap();
+    assert_eq!(l, vec![("config".into(), Kind::File), ("config.worktree".into(), Kind::Fifo)]);
+}
+
+#[test]
+fn a_socket_is_refused() {
+    let (_t, p, _) = setup();
+    let _l = std::os::unix::net::UnixListener::bind(p.join("repo/sock")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    assert!(tree.read(Path::new("repo/sock"), 100).unwrap_err().to_string().contains("a socket"));
+}
+
+#[test]
+fn a_file_past_the_cap_is_refused() {
+    let (_t, p, _) = setup();
+    fs::write(p.join("big"), vec![b'x'; 101]).unwrap();
+    fs::write(p.join("fits"), vec![b'x'; 100]).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    assert!(tree.read(Path::new("big"), 100).unwrap_err().to_string().contains("larger than 100"));
+    assert_eq!(tree.read(Path::new("fits"), 100).unwrap().len(), 100);
+}
+
+#[test]
+fn a_write_replaces_a_link_and_leaves_its_target_alone() {
+    let (_t, p, outside) = setup();
+    fs::remove_file(p.join("repo/.git/config")).unwrap();
+    symlink(outside.join("secret"), p.join("repo/.git/config")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    tree.write(Path::new("repo/.git/config"), b"clean\n", 0o640).unwrap();
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
+    let m = fs::symlink_metadata(p.join("repo/.git/config")).unwrap();
+    assert!(m.is_file());
+    assert_eq!(m.permissions().mode() & 0o777, 0o640);
+    assert_eq!(fs::read(p.join("repo/.git/config")).unwrap(), b"clean\n");
+    // no temporary file is left beside it
+    assert_eq!(tree.list(Path::new("repo/.git")).unwrap().len(), 1);
+}
+
+#[test]
+fn a_write_through_a_linked_directory_is_refused() {
+    let (_t, p, outside) = setup();
+    symlink(&outside, p.join("store")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    assert!(tree.write(Path::new("store/secret"), b"x", 0o600).is_err());
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
+    assert!(tree.mkdir_all(Path::new("store/deeper"), 0o700).is_err());
+    assert!(!outside.join("deeper").exists());
+    // control: a real directory is made and written
+    tree.mkdir_all(Path::new("real/deeper"), 0o700).unwrap();
+    tree.write(Path::new("real/deeper/f"), b"x", 0o600).unwrap();
+    assert_eq!(fs::read(p.join("real/deeper/f")).unwrap(), b"x");
+}
+
+#[test]
+fn moving_a_linked_directory_moves_the_link_not_what_it_holds() {
+    let (t, p, outside) = setup();
+    fs::remove_dir_all(p.join("repo/.git")).unwrap();
+    fs::create_dir(p.join("repo/.git")).unwrap();
+    symlink(&outside, p.join("repo/.git/hooks")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    let dest = t.path().join("quarantine/repo/.git/hooks");
+    tree.move_out(Path::new("repo/.git/hooks"), &dest).unwrap();
+    assert!(fs::symlink_metadata(&dest).unwrap().file_type().is_symlink());
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
+    assert!(fs::symlink_metadata(p.join("repo/.git/hooks")).is_err());
+}
+
+#[test]
+fn copy_out_and_remove_never_follow_links() {
+    let (t, p, outside) = setup();
+    fs::create_dir_all(p.join("d/e")).unwrap();
+    fs::write(p.join("d/e/f"), "f").unwrap();
+    symlink(&outside, p.join("d/link")).unwrap();
+    mkfifo(&p.join("d/fifo"));
+    let tree = Tree::open(&p).unwrap();
+    let dest = t.path().join("copy");
+    tree.copy_out(Path::new("d"), &dest).unwrap();
+    assert_eq!(fs::read(dest.join("e/f")).unwrap(), b"f");
+    assert_eq!(fs::read_link(dest.join("link")).unwrap(), outside);
+    tree.remove(Path::new("d")).unwrap();
+    assert!(!p.join("d").exists());
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
+}
+
+#[test]
+fn chmod_refuses_a_link_and_changes_a_directory() {
+    let (_t, p, outside) = setup();
+    symlink(&outside, p.join("l")).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    assert!(tree.chmod(Path::new("l"), 0o777).is_err());
+    assert_ne!(fs::metadata(&outside).unwrap().permissions().mode() & 0o777, 0o777);
+    tree.chmod(Path::new("repo"), 0o700).unwrap();
+    assert_eq!(fs::metadata(p.join("repo")).unwrap().permissions().mode() & 0o777, 0o700);
+}
