@@ -252,7 +252,7 @@ pub fn login_import(host: &mut dyn Host, agent: &str) -> anyhow::Result<i32> {
     ));
     for (from, to) in present {
         host.print(&format!("  ~/{from} -> {}\n", store.join(to).display()));
-        host.copy_private(&home.join(from), &store.join(to))?;
+        host.copy_private(&home.join(from), &store, Path::new(to))?;
     }
     Ok(0)
 }

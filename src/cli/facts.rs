@@ -100,6 +100,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
         host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),
+        cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
             crate::plan::session::Probe::Skipped

@@ -69,8 +69,10 @@ pub trait Host {
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
-    /// Copies a file readable only by the user (0600, parents 0700): credentials.
-    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()>;
+    /// Copies a file of the user's into `store` at `rel`, readable only by the user (0600,
+    /// directories 0700): credentials. The store is one sandboxes write, so nothing in it is
+    /// followed: a link planted at `rel` is replaced, a linked directory on the way refused.
+    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()>;
     /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
@@ -119,7 +121,20 @@ impl Host for RealHost {
         path.exists()
     }
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
-        match std::fs::read(path) {
+        // Never blocks: a fifo (or socket, device) where a file is expected is an error, not a
+        // read that waits for a writer.
+        let read = || -> std::io::Result<Vec<u8>> {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+            if !f.metadata()?.is_file() {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a regular file"));
+            }
+            let mut out = Vec::new();
+            f.take(64 << 20).read_to_end(&mut out)?;
+            Ok(out)
+        };
+        match read() {
             Ok(b) => Ok(Some(String::from_utf8(b).map_err(|_| {
                 hinted(format!("{}: not valid UTF-8", path.display()), "save the file as UTF-8")
             })?)),
@@ -330,21 +345,25 @@ impl Host for RealHost {
     ) -> anyhow::Result<()> {
         crate::live::apply::allow(runtime, record, change)
     }
-    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
+    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()> {
         use anyhow::Context;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        if let Some(dir) = to.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        use std::os::unix::fs::DirBuilderExt;
+        let to = crate::sys::quote::path(&store.join(rel));
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(store)?;
+        // The user's own file (a dotfile manager's link is the user's choice), but only a
+        // regular file, and not without bound.
+        let meta = std::fs::metadata(from).with_context(|| format!("reading {}", from.display()))?;
+        if !meta.is_file() || meta.len() > 16 << 20 {
+            anyhow::bail!("{} is not a regular file of at most 16 MiB; nothing was copied", from.display());
         }
         let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(to)
-            .with_context(|| format!("writing {}", to.display()))?;
-        std::io::Write::write_all(&mut f, &bytes)?;
+        let tree = crate::sys::untrusted::Tree::open(store)
+            .with_context(|| format!("opening {}", store.display()))?;
+        if let Some(dir) = rel.parent() {
+            tree.mkdir_all(dir, 0o700)
+                .with_context(|| format!("making the directory of {to} (a link there is refused)"))?;
+        }
+        tree.write(rel, &bytes, 0o600).with_context(|| format!("writing {to}"))?;
         Ok(())
     }
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
@@ -596,7 +615,8 @@ impl Host for FakeHost {
         self.stderr += question;
         Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
     }
-    fn copy_private(&mut self, from: &Path, to: &Path) -> anyhow::Result<()> {
+    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()> {
+        let to = store.join(rel);
         let text = self.read_file(from)?.ok_or_else(|| anyhow::anyhow!("{} not found", from.display()))?;
         self.effects.push(format!("copy {} -> {}", from.display(), to.display()));
         self.files.push((to.to_path_buf(), text));

@@ -143,6 +143,10 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Set once podman has exited: from then on a signal ends the launcher instead of going to a
+/// podman that is gone (see `forward_signals`).
+static PODMAN_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Forwards signals sent to ai-sandbox (by `kill`, a supervisor) to podman, which relays them
 /// to the container. Terminal-generated ones (Ctrl-C) already reach podman through the
 /// foreground process group, so they are not sent twice. A command may ignore SIGINT: the
@@ -152,6 +156,15 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
         let mut interrupts = 0;
         loop {
             let Some((sig, from_kernel)) = process::wait_for_signal(&set) else { continue };
+            if PODMAN_ENDED.load(std::sync::atomic::Ordering::SeqCst) {
+                // The sandbox is gone and the guard is checking the project: stop now, whatever
+                // it is doing. Its record stays, and the next launch here verifies it first.
+                say(&format!(
+                    "stopped by {sig} while checking the project's protected files: the project is NOT yet verified; \
+                     the next `ai-sandbox` in it verifies it before anything starts"
+                ));
+                std::process::exit(128 + sig as i32);
+            }
             if sig == Signal::SIGINT {
                 interrupts += 1;
                 match interrupts {
@@ -432,6 +445,7 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
     let _ = writeln!(keeper, "podman {}", child.id());
     forward_signals(child.id(), set, plan.argv[0].clone(), plan.container.clone());
     let status = child.wait().context("waiting for podman")?;
+    PODMAN_ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = writeln!(keeper, "ok");
     if let Some(r) = refusals {
         for line in r.finish() {

@@ -256,6 +256,13 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     n.extend(f.launchable.notice.iter().cloned());
+    if let (Some(m), false) = (p.limits.memory, f.cgroup_v2) {
+        n.push(format!(
+            "memory = {}: not enforced on this host (rootless podman can limit memory on cgroup v2 only; this host runs cgroup v1). \
+             The process limit and the size of /tmp still hold; to enforce memory, boot with systemd.unified_cgroup_hierarchy=1",
+            crate::policy::limits::show_size(m)
+        ));
+    }
     for s in &f.missing_secrets {
         n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
     }

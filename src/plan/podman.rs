@@ -240,6 +240,16 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &f.workdir.display().to_string(),
     ]);
+    // What the sandbox may take of the machine (see `policy::limits`): nproc is counted per
+    // user namespace, so it holds on cgroup v1 too and counts this sandbox's processes only.
+    let l = &p.limits;
+    push(&["--ulimit", &format!("nproc={0}:{0}", l.pids)]);
+    if f.cgroup_v2 {
+        push(&["--pids-limit", &l.pids.to_string()]);
+        if let Some(m) = l.memory {
+            push(&["--memory", &m.to_string()]);
+        }
+    }
     // This binary: the self-check hook, and `ai-sandbox connect` (ssh through the gate); with
     // its loader's directory, so it runs inside any image.
     if p.net == NetMode::Allow {
@@ -272,7 +282,7 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             let d = d.display();
             push(&["-v", &format!("{d}:{d}:ro")]);
         }
-        push(&["--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777"]);
+        push(&["--tmpfs", &format!("/tmp:rw,exec,nosuid,nodev,mode=1777,size={}", p.limits.tmp)]);
     }
     push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
     // Agent logins shared by this user's sandboxes (never the real HOME's files).

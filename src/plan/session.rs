@@ -91,6 +91,9 @@ pub struct Facts {
     pub(crate) ssh_agent: Option<PathBuf>,
     /// The hook's proof that the rules hold (see `hook::self_check`): where it probes.
     pub(crate) probe: Probe,
+    /// Whether the host runs cgroup v2 (rootless podman enforces `--memory` and
+    /// `--pids-limit` there only).
+    pub(crate) cgroup_v2: bool,
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
     pub(crate) loader: Option<PathBuf>,

@@ -220,6 +220,35 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
+        name: "pids",
+        repeats: false,
+        shell: false,
+        doc: "N: how many processes the sandbox may run at once (default 4096; a fork bomb stops there)",
+        example: "8192",
+        widens: Widens::When(super::limits::pids_widen),
+        export: Export::LeftOut("a Pod's limits are its resources: set them in the exported Pod"),
+    },
+    Key {
+        name: "memory",
+        repeats: false,
+        shell: false,
+        doc: "SIZE (512m, 8g): the sandbox's memory limit, where the host can enforce it (cgroup v2)",
+        example: "8g",
+        widens: Widens::WhenDropped("removed: the sandbox's memory is no longer limited"),
+        export: Export::LeftOut(
+            "a Pod's limits are its resources: set resources.limits.memory in the exported Pod",
+        ),
+    },
+    Key {
+        name: "tmp_size",
+        repeats: false,
+        shell: false,
+        doc: "SIZE: how much the sandbox's /tmp (in memory, image = host) may hold (default 2g)",
+        example: "4g",
+        widens: Widens::When(super::limits::tmp_widen),
+        export: Export::LeftOut("a Pod's /tmp is its own emptyDir: size it in the exported Pod"),
+    },
+    Key {
         name: "ask",
         repeats: false,
         shell: false,
@@ -450,6 +479,8 @@ mod tests {
             ("image", "localhost/x"),
             ("cmd", "sh"),
             ("net", "full"),
+            ("pids", "100000"),
+            ("tmp_size", "64g"),
         ];
         for k in KEYS {
             match (&k.widens, widening.iter().find(|(n, _)| *n == k.name)) {

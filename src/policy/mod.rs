@@ -10,6 +10,7 @@ pub(crate) mod env;
 pub mod forwards;
 mod image;
 pub mod keys;
+pub(crate) mod limits;
 pub(crate) mod netset;
 pub mod paths;
 pub mod rule;
@@ -149,6 +150,8 @@ pub struct Policy {
     /// The destinations pasta splices (see `forwards`), computed once from the entries above:
     /// the ruleset, pasta's options, the allowlist and the launcher's relays all read these.
     pub(crate) splices: Vec<forwards::Splice>,
+    /// `pids`, `memory`, `tmp_size`: what the sandbox may take of the machine.
+    pub(crate) limits: limits::Limits,
 }
 
 impl Policy {
@@ -286,6 +289,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let agent_state = state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
+    let limits = limits::limits(config, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -311,6 +315,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         extra_args,
         resolve,
         gate_ports,
+        limits,
         notices: if inputs.ssh_agent {
             vec![
                 "--ssh-agent: the sandbox can sign with every key your ssh-agent holds, as you, while it runs \
