@@ -50,7 +50,7 @@ pub(crate) fn parse_size(v: &str) -> Option<u64> {
 /// A size as the docs write it (`2g`, `512m`, else bytes).
 pub(crate) fn show_size(b: u64) -> String {
     for (unit, shift) in [("t", 40), ("g", 30), ("m", 20), ("k", 10)] {
-        if b >= 1 << shift && b % (1 << shift) == 0 {
+        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
             return format!("{}{unit}", b >> shift);
         }
     }
