@@ -33,6 +33,7 @@ fn main() {
         Some(Sub::Connect { host, port }) => ai_sandbox::gate::connect::run(host, *port),
         Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
+        Some(Sub::Report { project }) => app::report_cmd(&mut host, project.as_deref()),
         Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
         Some(Sub::Watch) => ai_sandbox::cli::watch::run(),
         Some(Sub::Logs { denied, session, all, follow, json, format }) => {

@@ -257,6 +257,20 @@ pub fn login_import(host: &mut dyn Host, agent: &str) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `ai-sandbox report`: the guard's reports for this project, as they were shown.
+pub fn report_cmd(host: &mut dyn Host, project: Option<&Path>) -> anyhow::Result<i32> {
+    let loc = locate(host, project)?;
+    let log = crate::launch::guard::report_log(&super::facts::state_dir(host, &loc.project));
+    match host.read_file(&log)? {
+        Some(text) if !text.is_empty() => host.print(&text),
+        _ => host.print(&format!(
+            "no sandbox has changed a protected file of {} (nothing was restored)\n",
+            crate::sys::quote::path(&loc.project)
+        )),
+    }
+    Ok(0)
+}
+
 /// `ai-sandbox trust [--show]`: approve the project's config as it is now, or show where it
 /// stands. An invalid config is not approved (it would not start anyway).
 pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> anyhow::Result<i32> {
@@ -376,7 +390,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
             r.mode,
             n(r.allowed),
             n(r.refused),
-            r.project.as_deref().unwrap_or("-"),
+            crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),
         );
     }
     host.print(&out);

@@ -126,12 +126,12 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow:
             if scope.wants(&e.session, &e.project) {
                 known = true;
                 if !denied || e.decision == Decision::Deny {
-                    println!("{}", gate_line(&e, format));
+                    println!("{}", shown(gate_line(&e, format), format));
                 }
             }
         }
         for l in new_direct(&runtime, scope, &mut seen, format) {
-            println!("{l}");
+            println!("{}", shown(l, format));
         }
         if let Scope::Session(s) = scope
             && !known
@@ -195,5 +195,14 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["port"].as_u64()), (Some("rules"), Some(7000)));
+    }
+}
+
+/// A line as it is printed: in text, what the sandbox named (a host, a method, a path) is
+/// escaped (see `sys::quote`); JSON escapes control characters itself.
+fn shown(line: String, format: Format) -> String {
+    match format {
+        Format::Text => crate::sys::quote::text(&line),
+        Format::Json | Format::Ocsf => line,
     }
 }

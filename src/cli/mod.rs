@@ -254,6 +254,14 @@ pub enum Sub {
         #[arg(long, value_name = "DIR")]
         project: Option<PathBuf>,
     },
+    /// What the file guard found and restored after this project's sessions (protected files a
+    /// sandbox changed, repositories it made), oldest first: each report is shown once when it
+    /// happens; this shows them again.
+    Report {
+        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
     /// Inside a sandbox: a raw TCP stream to HOST:PORT through the egress gate (ssh's
     /// ProxyCommand; `allow = HOST:22` lets git over SSH through). GIT_SSH_COMMAND uses it.
     Connect { host: String, port: u16 },

@@ -88,7 +88,8 @@ pub fn run() -> anyhow::Result<i32> {
     let nl = if raw.0.is_some() { "\r\n" } else { "\n" };
     let say = move |s: &str| {
         let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{s}{nl}");
+        // Hosts, methods and paths here are the sandbox's words: escaped, never raw.
+        let _ = write!(out, "{}{nl}", crate::sys::quote::text(s));
         let _ = out.flush();
     };
     say(

@@ -95,8 +95,9 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                     print!("{line}");
                 } else {
                     match serde_json::from_str::<Event>(&line) {
-                        Ok(e) => println!("{}", human(&e)),
-                        Err(_) => print!("{line}"),
+                        // What the sandbox named (a host, a path) is escaped, never raw.
+                        Ok(e) => println!("{}", crate::sys::quote::text(&human(&e))),
+                        Err(_) => println!("{}", crate::sys::quote::text(line.trim_end_matches('\n'))),
                     }
                 }
             }

@@ -352,6 +352,8 @@ fn spawn_keeper(plan: &Plan) -> anyhow::Result<std::process::ChildStdin> {
 /// terminal, a full-screen agent may have it in raw mode, where only `\r\n` starts a line.
 fn say(line: &str) {
     use std::io::{IsTerminal, Write};
+    // Hosts, methods and paths in these lines are the sandbox's words: escaped, never raw.
+    let line = crate::sys::quote::text(line);
     let mut err = std::io::stderr().lock();
     let _ = if err.is_terminal() {
         write!(err, "\r\nai-sandbox: {line}\r\n")
