@@ -153,6 +153,15 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow:
     }
 }
 
+/// A line as it is printed: in text, what the sandbox named (a host, a method, a path) is
+/// escaped (see `sys::quote`); JSON escapes control characters itself.
+fn shown(line: String, format: Format) -> String {
+    match format {
+        Format::Text => crate::sys::quote::text(&line),
+        Format::Json | Format::Ocsf => line,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,14 +204,5 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["port"].as_u64()), (Some("rules"), Some(7000)));
-    }
-}
-
-/// A line as it is printed: in text, what the sandbox named (a host, a method, a path) is
-/// escaped (see `sys::quote`); JSON escapes control characters itself.
-fn shown(line: String, format: Format) -> String {
-    match format {
-        Format::Text => crate::sys::quote::text(&line),
-        Format::Json | Format::Ocsf => line,
     }
 }
