@@ -505,6 +505,14 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
 
 /// The default command: plan, then print (`--dry-run`) or launch.
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
+    if !args.dry_run && host.uid() != 0 {
+        // An earlier session whose check never finished (its launcher stopped mid-way): the
+        // project is verified before anything of it is read, its config included, or planned
+        // from (a path the check moves aside must not be planned as a mount).
+        let loc = locate(host, args.policy.project.as_deref())?;
+        host.settle_leftovers(&state_dir(host, &loc.project))
+            .context("verifying what an earlier session of this project left; nothing was started")?;
+    }
     let mut loaded = load_policy(host, args)?;
     if args.dry_run {
         if approval(host, &loaded.policy.project, loaded.text.as_deref())?.status.needs_approval() {

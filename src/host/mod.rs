@@ -78,6 +78,9 @@ pub trait Host {
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected>;
+    /// Verifies the records of this project's earlier sessions whose check never finished
+    /// (see `guard::settle_leftovers`), saying so on stderr.
+    fn settle_leftovers(&mut self, state_dir: &Path) -> Result<()>;
     /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
     /// `ai-sandbox allow` at once both land in the config.
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
@@ -305,6 +308,9 @@ impl Host for RealHost {
     }
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected> {
         crate::launch::guard::existing_mounts(project, rels)
+    }
+    fn settle_leftovers(&mut self, state_dir: &Path) -> Result<()> {
+        crate::launch::guard::settle_leftovers(state_dir, &mut std::io::stderr())
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
         crate::live::apply::sessions(runtime, project)
@@ -646,6 +652,10 @@ impl Host for FakeHost {
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
             .collect();
         Ok(crate::launch::guard::Protected { mounts, ..Default::default() })
+    }
+    fn settle_leftovers(&mut self, state_dir: &Path) -> Result<()> {
+        self.effects.push(format!("settle leftovers {}", state_dir.display()));
+        Ok(())
     }
 }
 

@@ -11,6 +11,7 @@ mod filelayer;
 mod gate;
 mod gate_limits;
 mod harness;
+mod hostile;
 mod keys;
 mod lifecycle;
 mod live;
