@@ -375,7 +375,9 @@ fn plain_relay(args: &[String]) {
 }
 
 /// `walk DIR RUNS`: the guard's repository walk of DIR (as before and after every session),
-/// median ms of RUNS, beside a bare listing of the same tree (read_dir only, no decisions).
+/// and its whole check of a session that changed nothing (the record before, the verification
+/// after: what a stop during the check interrupts), median ms of RUNS, beside a bare listing of
+/// the same tree (read_dir only, no decisions).
 fn walk(args: &[String]) {
     let dir = std::path::PathBuf::from(&args[1]);
     let runs: usize = args[2].parse().expect("RUNS");
@@ -393,8 +395,12 @@ fn walk(args: &[String]) {
         }
         n
     }
-    let (mut scan, mut list, mut entries) = (Vec::new(), Vec::new(), 0);
+    let (mut scan, mut list, mut check, mut entries) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    let store = tempfile::tempdir().expect("a temporary directory");
     for _ in 0..runs {
+        let t = Instant::now();
+        ai_sandbox::launch::guard::check_unchanged(&dir, store.path()).expect("check");
+        check.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         entries = ai_sandbox::launch::guard::repos::scan(&dir).expect("walk").walked;
         scan.push(t.elapsed().as_secs_f64() * 1e3);
@@ -402,7 +408,7 @@ fn walk(args: &[String]) {
         std::hint::black_box(bare(&dir));
         list.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    println!("walk {entries} {:.2} {:.2}", med(scan), med(list));
+    println!("walk {entries} {:.2} {:.2} {:.2}", med(scan), med(list), med(check));
 }
 
 fn main() {

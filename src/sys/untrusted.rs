@@ -370,16 +370,21 @@ impl Tree {
     }
 
     /// Sets the permission bits of the file or directory at `rel` (a link or fifo is refused).
+    /// The path is opened `O_PATH` (no read permission needed: a directory the sandbox made
+    /// mode 000 is opened up this way) and changed through its `/proc/self/fd` entry, which is
+    /// the inode itself, never a link's target.
     pub fn chmod(&self, rel: &Path, mode: u32) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
         let (dir, name) = self.parent(rel)?;
-        let flags =
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(dir.as_fd(), name, flags, Mode::empty()).map_err(errno)?;
         let kind = Kind::of_mode(fstat(fd.as_fd()).map_err(errno)?.st_mode);
         if !matches!(kind, Kind::File | Kind::Dir) {
             return Err(not_a(kind, "a file or directory"));
         }
-        fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o7777)).map_err(errno)
+        let me = Path::new("/proc/self/fd").join(fd.as_raw_fd().to_string());
+        std::fs::set_permissions(me, std::fs::Permissions::from_mode(mode & 0o7777))
     }
 
     /// Makes a symbolic link at `rel` to `target` (for putting a recorded link back).

@@ -570,6 +570,24 @@ fn find_by_inode(tree: &Tree, ino: u64) -> Option<PathBuf> {
     top.iter().cloned().chain(second).find(|p| tree.stat(p).ok().flatten().is_some_and(|s| s.ino == ino))
 }
 
+/// The whole check a session costs on a project it left unchanged: the record before (with the
+/// repository walk) and the verification after (with the second walk), in `scratch` (for the
+/// bench). Fails if anything was found to restore.
+pub fn check_unchanged(project: &Path, scratch: &Path) -> anyhow::Result<()> {
+    let rels = candidates(&[]);
+    let protected = existing_mounts(project, &rels)?;
+    let store = scratch.join("record");
+    let _ = fs::remove_dir_all(&store);
+    let m = snapshot(project, &rels, &protected, &store, "bench")?;
+    let out = verify_and_restore(&m, &scratch.join("quarantine"))?;
+    anyhow::ensure!(
+        out.restored.is_empty() && out.kept.is_empty(),
+        "the project changed: {:?}",
+        out.restored
+    );
+    Ok(())
+}
+
 /// Reads a manifest written by `snapshot`.
 pub(crate) fn load(store: &Path) -> anyhow::Result<Manifest> {
     let text = fs::read_to_string(store.join("manifest.json"))

@@ -157,4 +157,11 @@ fn chmod_refuses_a_link_and_changes_a_directory() {
     assert_ne!(fs::metadata(&outside).unwrap().permissions().mode() & 0o777, 0o777);
     tree.chmod(Path::new("repo"), 0o700).unwrap();
     assert_eq!(fs::metadata(p.join("repo")).unwrap().permissions().mode() & 0o777, 0o700);
+    // a directory closed to everyone (mode 000) is opened up without reading it first
+    tree.chmod(Path::new("repo"), 0).unwrap();
+    tree.chmod(Path::new("repo"), 0o700).unwrap();
+    assert!(tree.list(Path::new("repo")).is_ok());
+    // a fifo is refused
+    mkfifo(&p.join("f"));
+    assert!(tree.chmod(Path::new("f"), 0o777).is_err());
 }
