@@ -222,7 +222,9 @@ fn a_fork_bomb_stops_at_the_process_limit_and_the_host_and_other_sandboxes_still
     // control: a build's worth of processes within the limit all run
     let many = "for i in $(seq 100); do sleep 1 & done; wait; echo all-100-ran";
     assert!(sandbox(&p, &["--", "sh", "-c", many], &[]).ok().stdout.contains("all-100-ran"));
-    let bomb = "sleep 1000 & s=$!; ( b() { b | b & }; b ) 2>/dev/null; \
+    // `ulimit -S -u 400` is a backstop for the host should the sandbox's limit be gone (it
+    // cannot raise a hard limit of 200, so it changes nothing when the limit holds).
+    let bomb = "ulimit -S -u 400 2>/dev/null; sleep 1000 & s=$!; ( b() { b | b & }; b ) 2>/dev/null; \
                 while [ ! -e done ]; do read -t 1 x < /dev/zero 2>/dev/null || :; done; kill $s; echo bomb-over";
     let mut child = spawn_sandbox(&p, &["--", "bash", "-c", bomb]);
     assert!(wait_for(60, || containers_of(&p).len() == 1), "the sandbox did not start");
@@ -249,8 +251,9 @@ fn a_fork_bomb_stops_at_the_process_limit_and_the_host_and_other_sandboxes_still
 fn filling_tmp_stops_at_its_size() {
     let p = Project::new("tmpfull");
     p.config("tmp_size = 16m\n");
+    // `yes` bounded at 64 MiB: were the limit gone, the test must not fill the host's memory.
     let script = "head -c 1048576 /dev/zero > /tmp/small && echo small-ok; \
-                  yes > /tmp/x; echo yes-rc=$?; echo size=$(du -k /tmp/x | cut -f1)";
+                  yes | head -c 64M > /tmp/x; echo yes-rc=$?; echo size=$(du -k /tmp/x | cut -f1)";
     let r = sandbox(&p, &["--", "sh", "-c", script], &[]);
     r.ok();
     assert!(r.stdout.contains("small-ok"), "control: /tmp takes a file within its size: {}", r.stdout);

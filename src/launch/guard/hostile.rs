@@ -71,24 +71,29 @@ fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 }
 
-/// Records, lets `session` act as the sandbox, then settles on a thread: the report, or a
-/// failure if it has not finished within 20 s (it must never block).
+/// Records, lets `act` be the sandbox, then settles: the report.
 fn session(g: &Ground, act: impl FnOnce(&Path, &Path)) -> String {
     let rels = candidates(&[]);
     let protected =
         Protected { mounts: Vec::new(), repos: repos::scan(&g.project).unwrap(), writable: Vec::new() };
     snapshot(&g.project, &rels, &protected, &g.store, "s1").unwrap();
     act(&g.project, &g.outside);
+    let (r, text) = settle_within(g);
+    r.unwrap_or_else(|e| panic!("settle failed: {e}\n{text}"));
+    text
+}
+
+/// Settles `g`'s record on a thread: its result and what it printed, or a failure if it has not
+/// finished within 20 s (it must never block).
+fn settle_within(g: &Ground) -> (Result<(), String>, String) {
     let (store, state) = (g.store.clone(), g.quarantine.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut out = Vec::new();
-        let r = settle(&store, &state, &mut out, true);
-        let _ = tx.send((r.map_err(|e| format!("{e:#}")), String::from_utf8_lossy(&out).into_owned()));
+        let r = settle(&store, &state, &mut out, true).map_err(|e| format!("{e:#}"));
+        let _ = tx.send((r, String::from_utf8_lossy(&out).into_owned()));
     });
-    let (r, text) = rx.recv_timeout(Duration::from_secs(20)).expect("the guard finished");
-    r.unwrap_or_else(|e| panic!("settle failed: {e}\n{text}"));
-    text
+    rx.recv_timeout(Duration::from_secs(20)).expect("the guard finished")
 }
 
 #[test]
@@ -312,14 +317,7 @@ proptest! {
         for (rel, what) in &during {
             plant(&g.project, &g.outside, rel, what);
         }
-        let (store, state) = (g.store.clone(), g.quarantine.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let r = settle(&store, &state, &mut out, true).map_err(|e| format!("{e:#}"));
-            let _ = tx.send((r, String::from_utf8_lossy(&out).into_owned()));
-        });
-        let (r, text) = rx.recv_timeout(Duration::from_secs(20)).expect("the guard finished");
+        let (r, text) = settle_within(&g);
         let text = match r { Ok(()) => text, Err(e) => format!("{text}{e}") };
         prop_assert_eq!(contents(&g.outside), outside);
         prop_assert!(!text.chars().any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'), "{:?}", text);

@@ -21,6 +21,10 @@
 //! on the host during the session, and is kept. Only paths that were absent at launch, or whose
 //! directory was replaced, are ambiguous, and are restored with the way back said.
 //!
+//! What the check reads was made by the sandbox, so it is reached through `sys::untrusted`
+//! (never a link followed, a fifo waited on or a file read without bound), and everything it
+//! names is printed through `sys::quote` (docs/adr/0052).
+//!
 //! `candidates` is pure; the rest reads and writes files (called from `launch` and `keeper`).
 
 pub mod repos;
