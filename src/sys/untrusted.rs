@@ -221,40 +221,24 @@ impl Tree {
     /// The entries of the directory at `rel` ("" for the root), with what each is, sorted by
     /// name. A link or anything else that is not a directory at `rel` is an error.
     pub fn list(&self, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+        let fd = self.open_dir(None, rel)?;
+        entries(&fd)
+    }
+
+    /// The directory at `rel`, opened without following a link: from `parent` (the descriptor
+    /// of `rel`'s parent directory, as a walk down the tree holds it: one `openat` per
+    /// directory) or from the root. What is there instead of a directory is said.
+    pub fn open_dir(&self, parent: Option<&OwnedFd>, rel: &Path) -> io::Result<OwnedFd> {
         let n = names(rel)?;
-        let fd = match self.walk(&n) {
-            Ok(fd) => fd,
-            // Say what is there instead (O_NOFOLLOW with O_DIRECTORY gives ENOTDIR for a link).
-            Err(e) => match self.stat(rel) {
-                Ok(Some(st)) if st.kind != Kind::Dir => return Err(not_a(st.kind, "a directory")),
-                _ => return Err(e),
-            },
+        let opened = match (parent, n.last()) {
+            (Some(p), Some(last)) => openat(p.as_fd(), *last, DIR_FLAGS, Mode::empty()).map_err(errno),
+            _ => self.walk(&n),
         };
-        let dup = fd.try_clone()?;
-        let mut dir = Dir::from_fd(fd).map_err(errno)?;
-        let mut out = Vec::new();
-        for e in dir.iter() {
-            let e = e.map_err(errno)?;
-            let name = OsStr::from_bytes(e.file_name().to_bytes());
-            if name == "." || name == ".." {
-                continue;
-            }
-            let kind = match e.file_type() {
-                Some(DirType::File) => Kind::File,
-                Some(DirType::Directory) => Kind::Dir,
-                Some(DirType::Symlink) => Kind::Link,
-                Some(DirType::Fifo) => Kind::Fifo,
-                Some(DirType::Socket) => Kind::Socket,
-                Some(DirType::CharacterDevice) | Some(DirType::BlockDevice) => Kind::Device,
-                None => match fstatat(dup.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) => Kind::of_mode(st.st_mode),
-                    Err(_) => continue,
-                },
-            };
-            out.push((name.to_os_string(), kind));
-        }
-        out.sort();
-        Ok(out)
+        opened.map_err(|e| match self.stat(rel) {
+            // O_NOFOLLOW with O_DIRECTORY gives ENOTDIR for a link: say what it is.
+            Ok(Some(st)) if st.kind != Kind::Dir => not_a(st.kind, "a directory"),
+            _ => e,
+        })
     }
 
     /// Where a link at `rel` leads (its text, not followed).
@@ -392,6 +376,34 @@ impl Tree {
         let (dir, name) = self.parent(rel)?;
         symlinkat(target, dir.as_fd(), name).map_err(errno)
     }
+}
+
+/// The entries of an open directory, with what each is (never followed), sorted by name.
+pub fn entries(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
+    let mut dir = Dir::from_fd(fd.try_clone()?).map_err(errno)?;
+    let mut out = Vec::new();
+    for e in dir.iter() {
+        let e = e.map_err(errno)?;
+        let name = OsStr::from_bytes(e.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let kind = match e.file_type() {
+            Some(DirType::File) => Kind::File,
+            Some(DirType::Directory) => Kind::Dir,
+            Some(DirType::Symlink) => Kind::Link,
+            Some(DirType::Fifo) => Kind::Fifo,
+            Some(DirType::Socket) => Kind::Socket,
+            Some(DirType::CharacterDevice) | Some(DirType::BlockDevice) => Kind::Device,
+            None => match fstatat(fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Kind::of_mode(st.st_mode),
+                Err(_) => continue,
+            },
+        };
+        out.push((name.to_os_string(), kind));
+    }
+    out.sort();
+    Ok(out)
 }
 
 fn too_large(rel: &Path, cap: u64) -> io::Error {

@@ -14,11 +14,13 @@
 //! `MAX_WALK` entries; after one it has no bound. See docs/adr/0039.
 
 use crate::sys::quote;
-use crate::sys::untrusted::{Kind, Tree};
+use crate::sys::untrusted::{Kind, Tree, entries};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fs;
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 /// At most this many bytes of a git config, `.git` file or `commondir` are read (git's own are
 /// a few KiB): a larger one made during a session is moved aside whole, unread.
@@ -69,24 +71,31 @@ fn walk(tree: &Tree, limit: Option<usize>) -> anyhow::Result<Repos> {
     let project = tree.path();
     let mut out = Repos::default();
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let names = match tree.list(&rel) {
-            Ok(names) => names,
+    // Each directory is opened from its parent's descriptor, held (shared) while its children
+    // wait on the stack: one `openat` per directory, as a listing by path costs.
+    let mut stack: Vec<(PathBuf, Option<Rc<OwnedFd>>)> = vec![(PathBuf::new(), None)];
+    while let Some((rel, parent)) = stack.pop() {
+        let opened = tree.open_dir(parent.as_deref(), &rel).and_then(|fd| Ok((entries(&fd)?, fd)));
+        let (names, fd) = match opened {
+            Ok(done) => done,
             // After a session, a directory of the user's that the sandbox made unreadable is
             // opened to be checked, and said; otherwise (gone meanwhile, another owner's) git
             // cannot read it either.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && limit.is_none() => {
-                match open_up(tree, &rel).and_then(|()| tree.list(&rel)) {
-                    Ok(names) => {
+                let reopened = open_up(tree, &rel)
+                    .and_then(|()| tree.open_dir(None, &rel))
+                    .and_then(|fd| Ok((entries(&fd)?, fd)));
+                match reopened {
+                    Ok(done) => {
                         out.opened.push(rel.clone());
-                        names
+                        done
                     }
                     Err(_) => continue,
                 }
             }
             Err(_) => continue,
         };
+        let fd = Rc::new(fd);
         out.walked += names.len();
         if limit.is_some_and(|l| out.walked > l) {
             anyhow::bail!(
@@ -112,7 +121,7 @@ fn walk(tree: &Tree, limit: Option<usize>) -> anyhow::Result<Repos> {
                     out.pointers.push((child, target));
                 }
             } else if t == Kind::Dir {
-                stack.push(child);
+                stack.push((child, Some(fd.clone())));
             } else if t == Kind::Link && leads_out(&canon, tree, &child) {
                 out.links_out.push(child);
             }
