@@ -7,9 +7,6 @@
 //! says so once). `tmp_size` is the size of the `/tmp` tmpfs of `image = host`.
 //! Raising any of them is called out at approval (see `keys`); see docs/adr/0053.
 
-use super::Collector;
-use crate::config::Config;
-
 /// Processes (threads included) a sandbox may run at once, by default: a parallel build of a
 /// large project stays well below it.
 pub(crate) const DEFAULT_PIDS: u32 = 4096;
@@ -57,36 +54,8 @@ pub(crate) fn show_size(b: u64) -> String {
     b.to_string()
 }
 
-fn parse_pids(v: &str) -> Option<u32> {
+pub(crate) fn parse_pids(v: &str) -> Option<u32> {
     v.trim().parse().ok().filter(|n| *n >= 16)
-}
-
-/// The limits from the config's `pids`, `memory` and `tmp_size` lines (each bad value said).
-pub(super) fn limits(config: &Config, c: &mut Collector) -> Limits {
-    let mut l = Limits::default();
-    if let Some((v, at)) = config.one("pids") {
-        match parse_pids(v) {
-            Some(n) => l.pids = n,
-            None => c.bad(
-                at,
-                format!("pids `{v}` is not a number of processes of at least 16"),
-                "e.g. `pids = 8192`",
-            ),
-        }
-    }
-    if let Some((v, at)) = config.one("memory") {
-        match parse_size(v) {
-            Some(b) if b >= 64 << 20 => l.memory = Some(b),
-            _ => c.bad(at, format!("memory `{v}` is not a size of at least 64m"), "e.g. `memory = 8g`"),
-        }
-    }
-    if let Some((v, at)) = config.one("tmp_size") {
-        match parse_size(v) {
-            Some(b) if b >= 1 << 20 => l.tmp = b,
-            _ => c.bad(at, format!("tmp_size `{v}` is not a size of at least 1m"), "e.g. `tmp_size = 4g`"),
-        }
-    }
-    l
 }
 
 /// What approving a `pids` line allows beyond the default, if anything.

@@ -289,7 +289,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let agent_state = state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
-    let limits = limits::limits(config, &mut c);
+    let limits = limits_of(config, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -680,6 +680,34 @@ pub(crate) fn from_text(cfg: &str) -> Policy {
     let (c, errs) = crate::config::parse(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     build("/p".into(), &c, &Inputs::default()).unwrap()
+}
+
+/// The limits from the config's `pids`, `memory` and `tmp_size` lines (each bad value said).
+fn limits_of(config: &Config, c: &mut Collector) -> limits::Limits {
+    let mut l = limits::Limits::default();
+    if let Some((v, at)) = config.one("pids") {
+        match limits::parse_pids(v) {
+            Some(n) => l.pids = n,
+            None => c.bad(
+                at,
+                format!("pids `{v}` is not a number of processes of at least 16"),
+                "e.g. `pids = 8192`",
+            ),
+        }
+    }
+    if let Some((v, at)) = config.one("memory") {
+        match limits::parse_size(v) {
+            Some(b) if b >= 64 << 20 => l.memory = Some(b),
+            _ => c.bad(at, format!("memory `{v}` is not a size of at least 64m"), "e.g. `memory = 8g`"),
+        }
+    }
+    if let Some((v, at)) = config.one("tmp_size") {
+        match limits::parse_size(v) {
+            Some(b) if b >= 1 << 20 => l.tmp = b,
+            _ => c.bad(at, format!("tmp_size `{v}` is not a size of at least 1m"), "e.g. `tmp_size = 4g`"),
+        }
+    }
+    l
 }
 
 #[cfg(test)]
