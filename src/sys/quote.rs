@@ -97,6 +97,8 @@ mod tests {
             ("tab\there\r", "tab\\there\\r"),
             ("del\u{7f}", "del\\x7f"),
             ("c1\u{85}\u{9b}", "c1\\u{85}\\u{9b}"),
+            // the first C1 control, just past ASCII: a code point, not a byte
+            ("\u{80}\u{7f}", "\\u{80}\\x7f"),
             ("evil\u{202e}txt.exe", "evil\\u{202e}txt.exe"),
             ("iso\u{2066}x\u{2069}", "iso\\u{2066}x\\u{2069}"),
             ("zw\u{200b}j", "zw\\u{200b}j"),
