@@ -50,6 +50,8 @@ fn dot_dot_and_absolute_paths_are_refused() {
     for rel in ["../outside/secret", "/etc/passwd", "repo/../../outside/secret"] {
         let e = tree.read(Path::new(rel), 100).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{rel}");
+        // an error, not "nothing there": the caller must not take it for a missing file
+        assert_eq!(tree.stat(Path::new(rel)).unwrap_err().kind(), io::ErrorKind::InvalidInput, "{rel}");
     }
     assert!(tree.read(Path::new("./repo/.git/config"), 100).is_ok());
 }
@@ -74,6 +76,7 @@ fn a_socket_is_refused() {
     let _l = std::os::unix::net::UnixListener::bind(p.join("repo/sock")).unwrap();
     let tree = Tree::open(&p).unwrap();
     assert!(tree.read(Path::new("repo/sock"), 100).unwrap_err().to_string().contains("a socket"));
+    assert_eq!(tree.stat(Path::new("repo/sock")).unwrap().unwrap().kind, Kind::Socket);
 }
 
 #[test]
@@ -157,6 +160,8 @@ fn chmod_refuses_a_link_and_changes_a_directory() {
     assert_ne!(fs::metadata(&outside).unwrap().permissions().mode() & 0o777, 0o777);
     tree.chmod(Path::new("repo"), 0o700).unwrap();
     assert_eq!(fs::metadata(p.join("repo")).unwrap().permissions().mode() & 0o777, 0o700);
+    let st = tree.stat(Path::new("repo")).unwrap().unwrap();
+    assert_eq!((st.kind, st.mode), (Kind::Dir, 0o700), "the permission bits alone");
     // a directory closed to everyone (mode 000) is opened up without reading it first
     tree.chmod(Path::new("repo"), 0).unwrap();
     tree.chmod(Path::new("repo"), 0o700).unwrap();
