@@ -115,12 +115,6 @@ pub struct Tree {
     path: PathBuf,
 }
 
-impl std::fmt::Debug for Tree {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tree({})", self.path.display())
-    }
-}
-
 /// The names of a relative path, refused if it could leave the tree (`..`, absolute).
 fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
     let mut out = Vec::new();

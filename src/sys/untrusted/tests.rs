@@ -21,6 +21,13 @@ fn mkfifo(p: &Path) {
 }
 
 #[test]
+fn a_tree_is_a_directory() {
+    let (_t, p, _) = setup();
+    assert!(Tree::open(&p.join("repo/.git/config")).is_err(), "a file is no tree");
+    assert!(Tree::open(&p.join("repo")).is_ok());
+}
+
+#[test]
 fn a_regular_file_is_read_and_a_link_to_one_is_not() {
     let (_t, p, outside) = setup();
     let tree = Tree::open(&p).unwrap();
