@@ -103,11 +103,27 @@ pub fn absent(e: &io::Error) -> bool {
         || e.kind() == io::ErrorKind::NotFound
 }
 
+/// How each kind of open is done, in one place: a directory on the way (never a link); the
+/// tree's own root (chosen by the user); a file to read (never a link, never waiting on a fifo,
+/// never becoming a terminal); a new file to write (only if nothing is there); a path to change
+/// the mode of (no read permission needed).
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC)
     .union(OFlag::O_NONBLOCK);
+const ROOT_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_CLOEXEC);
+const READ_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_NONBLOCK)
+    .union(OFlag::O_CLOEXEC)
+    .union(OFlag::O_NOCTTY);
+const NEW_FLAGS: OFlag = OFlag::O_WRONLY
+    .union(OFlag::O_CREAT)
+    .union(OFlag::O_EXCL)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+const PATH_FLAGS: OFlag = OFlag::O_PATH.union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 /// A directory opened once; everything below it reached without following a link.
 pub struct Tree {
@@ -136,9 +152,7 @@ fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
 impl Tree {
     /// Opens `root` (a directory the user chose: it may itself be reached through a link).
     pub fn open(root: &Path) -> io::Result<Tree> {
-        let fd =
-            nix::fcntl::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-                .map_err(errno)?;
+        let fd = nix::fcntl::open(root, ROOT_FLAGS, Mode::empty()).map_err(errno)?;
         Ok(Tree { root: fd, path: root.to_path_buf() })
     }
 
@@ -187,9 +201,7 @@ impl Tree {
     /// device there is an error (`not_a`), as is a larger file; nothing blocks.
     pub fn read(&self, rel: &Path, cap: u64) -> io::Result<Vec<u8>> {
         let (dir, name) = self.parent(rel)?;
-        let flags =
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
-        let fd = match openat(dir.as_fd(), name, flags, Mode::empty()) {
+        let fd = match openat(dir.as_fd(), name, READ_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
             // A socket cannot be opened; a link is refused by O_NOFOLLOW.
             Err(Errno::ELOOP) => return Err(not_a(Kind::Link, "a file")),
@@ -311,9 +323,8 @@ impl Tree {
         let mut tmp = OsString::from(".");
         tmp.push(name);
         tmp.push(format!(".aisb-{}-{:x}", std::process::id(), nanos()));
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd =
-            openat(dir.as_fd(), tmp.as_os_str(), flags, Mode::from_bits_truncate(0o600)).map_err(errno)?;
+        let fd = openat(dir.as_fd(), tmp.as_os_str(), NEW_FLAGS, Mode::from_bits_truncate(0o600))
+            .map_err(errno)?;
         let written = (|| {
             fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o7777)).map_err(errno)?;
             let mut f = std::fs::File::from(fd);
@@ -355,8 +366,7 @@ impl Tree {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::PermissionsExt;
         let (dir, name) = self.parent(rel)?;
-        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(dir.as_fd(), name, flags, Mode::empty()).map_err(errno)?;
+        let fd = openat(dir.as_fd(), name, PATH_FLAGS, Mode::empty()).map_err(errno)?;
         let kind = Kind::of_mode(fstat(fd.as_fd()).map_err(errno)?.st_mode);
         if !matches!(kind, Kind::File | Kind::Dir) {
             return Err(not_a(kind, "a file or directory"));
