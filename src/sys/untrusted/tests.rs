@@ -177,3 +177,18 @@ fn chmod_refuses_a_link_and_changes_a_directory() {
     mkfifo(&p.join("f"));
     assert!(tree.chmod(Path::new("f"), 0o777).is_err());
 }
+
+#[test]
+fn a_directory_that_cannot_be_opened_keeps_its_error() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    // Opened from a parent that has no such entry: the error is the open's (not found), not a
+    // claim that something else stands there; the same path from the root opens.
+    let other = tree.open_dir(None, Path::new("repo/.git")).unwrap();
+    let e = tree.open_dir(Some(&other), Path::new("repo")).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+    assert!(tree.open_dir(None, Path::new("repo")).is_ok());
+    // A file where a directory is expected is said as such.
+    let e = tree.open_dir(None, Path::new("repo/.git/config")).unwrap_err();
+    assert!(e.to_string().contains("a file where a directory was expected"), "{e}");
+}
