@@ -213,10 +213,9 @@ impl Tree {
         if kind != Kind::File {
             return Err(not_a(kind, "a file"));
         }
-        if st.st_size as u64 > cap {
-            return Err(too_large(rel, cap));
-        }
-        let mut out = Vec::with_capacity(st.st_size as usize);
+        // The bound is what is read, not what fstat said: a file that grows meanwhile is refused
+        // too.
+        let mut out = Vec::with_capacity((st.st_size as u64).min(cap) as usize);
         std::fs::File::from(fd).take(cap + 1).read_to_end(&mut out)?;
         if out.len() as u64 > cap {
             return Err(too_large(rel, cap));

@@ -192,3 +192,25 @@ fn a_directory_that_cannot_be_opened_keeps_its_error() {
     let e = tree.open_dir(None, Path::new("repo/.git/config")).unwrap_err();
     assert!(e.to_string().contains("a file where a directory was expected"), "{e}");
 }
+
+#[test]
+fn a_write_is_not_stopped_by_a_temporary_file_an_earlier_write_left() {
+    let (_t, p, _) = setup();
+    // What a write killed mid-way leaves, under the names a fixed suffix would take.
+    for n in ["0", "1"] {
+        fs::write(p.join(format!("repo/.f.aisb-{}-{n}", std::process::id())), "stale").unwrap();
+    }
+    let tree = Tree::open(&p).unwrap();
+    tree.write(Path::new("repo/f"), b"new", 0o644).unwrap();
+    assert_eq!(fs::read(p.join("repo/f")).unwrap(), b"new");
+}
+
+#[test]
+fn a_paths_birth_time_is_the_one_the_filesystem_keeps() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    let st = tree.stat(Path::new("repo")).unwrap().unwrap();
+    let kept = fs::symlink_metadata(p.join("repo")).unwrap().created().ok();
+    let want = kept.map_or(0, |t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+    assert_eq!(st.born, want);
+}
