@@ -488,7 +488,22 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
     }
     // 1. Recorded paths, parents first: whatever differs goes aside and the original comes back.
     for (rel, was) in &m.entries {
-        if replaced(rel) || unchanged(&tree, rel, was) {
+        if replaced(rel) {
+            continue;
+        }
+        if unchanged(&tree, rel, was) {
+            // A directory above protected paths renamed away and made again (the root's `.git`
+            // was put back above): its protected files are checked below; say where it went.
+            if let Was::Parent { ino, .. } = was
+                && tree.stat(rel).ok().flatten().is_some_and(|now| now.ino != *ino)
+            {
+                let original = find_by_inode(&tree, *ino);
+                out.restored.push(format!(
+                    "{}: replaced by another directory during the session (its protected files are checked below){}",
+                    shown(rel),
+                    original.map(|o| format!("; the original is now at {}", shown(&o))).unwrap_or_default()
+                ));
+            }
             continue;
         }
         if host_made(m, &tree, rel) {

@@ -278,3 +278,19 @@ fn a_repository_below_the_root_is_verified_and_may_be_deleted_or_made_again() {
     assert!(lines.contains("vendor/again/.git/config: a repository made during the session"), "{lines}");
     assert!(!lines.contains("vendor/gone"), "{lines}");
 }
+
+#[test]
+fn a_rebuilt_directory_above_protected_files_is_named_with_where_the_original_went() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join(".cargo")).unwrap();
+    fs::write(f.project.join(".cargo/config.toml"), "[build]\n").unwrap();
+    let report = run(&f, |p| {
+        fs::rename(p.join(".cargo"), p.join(".cargo-old")).unwrap();
+        fs::create_dir_all(p.join(".cargo")).unwrap();
+        fs::write(p.join(".cargo/config.toml"), "[target.x]\nrunner = \"evil\"\n").unwrap();
+    });
+    let text = report.join("\n");
+    assert!(text.contains(".cargo: replaced by another directory during the session"), "{text}");
+    assert!(text.contains("the original is now at .cargo-old"), "{text}");
+    assert_eq!(fs::read_to_string(f.project.join(".cargo/config.toml")).unwrap(), "[build]\n", "{text}");
+}
