@@ -30,8 +30,8 @@ struct Loaded {
 fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
     let cwd = host.cwd()?;
     let project = match flag {
-        Some(p) if p.is_absolute() => p.to_path_buf(),
-        Some(p) => cwd.join(p),
+        Some(p) if p.is_absolute() => host.canonical(p),
+        Some(p) => host.canonical(&cwd.join(p)),
         None => project::find(&cwd, |p| host.exists(p)),
     };
     if flag.is_some() && !host.exists(&project) {
@@ -55,6 +55,7 @@ fn locate(host: &dyn Host, flag: Option<&Path>) -> anyhow::Result<Located> {
         .into());
     }
     project::check(&project, &home)?;
+    project::check_reserved(&project, &super::facts::reserved(host))?;
     if project.to_str().is_none() {
         return Err(hinted(
             format!("the project directory's path is not UTF-8 ({})", project.display()),
@@ -666,7 +667,9 @@ pub fn init(
         None => cwd,
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
-    project::check(&dir, &home).map_err(|e| hinted(format!("{}; nothing was written", e.message), e.hint))?;
+    project::check(&dir, &home)
+        .and_then(|()| project::check_reserved(&host.canonical(&dir), &super::facts::reserved(host)))
+        .map_err(|e| hinted(format!("{}; nothing was written", e.message), e.hint))?;
     let path = project::config_path(&dir);
     if !force && host.read_file(&path)?.is_some() {
         return Err(hinted(

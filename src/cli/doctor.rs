@@ -111,15 +111,27 @@ pub fn run() -> anyhow::Result<i32> {
 }
 
 fn runtime_works() -> Result<String, String> {
-    let cache = std::env::var("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache"));
-    let rootfs = cache.join("ai-sandbox/rootfs-v1");
-    crate::launch::ensure_rootfs(&rootfs).map_err(|e| format!("{e:#}"))?;
-    let root = rootfs.display().to_string();
-    output(
+    // A root directory like a session's (see `plan::root`), in a directory of its own.
+    let tmp = tempfile::tempdir().map_err(|e| format!("making a temporary directory: {e}"))?;
+    let argv: Vec<String> = ["-v", "/usr:/usr:ro"].iter().map(|s| s.to_string()).collect();
+    let root = crate::plan::root::skeleton(tmp.path().join("root"), &argv);
+    crate::launch::make_root(&root).map_err(|e| format!("{e:#}"))?;
+    let dir = root.dir.display().to_string();
+    let ran = output(
         "podman",
-        &["run", "--rm", "--network", "none", "-v", "/usr:/usr:ro", "--rootfs", &root, "/bin/true"],
-    )
-    .map(|_| "podman run --rootfs ... /bin/true works".into())
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--read-only",
+            "-v",
+            "/usr:/usr:ro",
+            "--rootfs",
+            &dir,
+            "/bin/true",
+        ],
+    );
+    let _ = crate::launch::remove_session_tree(tmp.path(), std::path::Path::new("podman"));
+    ran.map(|_| "podman run --read-only --rootfs ... /bin/true works".into())
 }

@@ -26,10 +26,11 @@ fn project_key(project: &Path) -> String {
 
 /// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
 pub(super) fn runtime_dir(host: &dyn Host) -> PathBuf {
+    let uid = host.uid();
     crate::gate::control::runtime_dir_for(
         host.env("AISB_RUNTIME_DIR").as_deref(),
-        host.env("XDG_RUNTIME_DIR").as_deref(),
-        host.uid(),
+        host.owned_dir(&crate::gate::control::login_run(uid)),
+        uid,
     )
 }
 
@@ -41,6 +42,44 @@ pub(super) fn agents_dir(host: &dyn Host) -> PathBuf {
 /// This project's directory in the user's state dir (`$XDG_STATE_HOME/ai-sandbox/projects/KEY`).
 pub(super) fn state_dir(host: &dyn Host, project: &Path) -> PathBuf {
     xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects").join(project_key(project))
+}
+
+/// The directories no project may be, hold or lie in (see `project::check_reserved`): each as
+/// the environment names it and as the host resolves it (a `~/.config` that is a link to a
+/// dotfiles checkout is refused under both names).
+pub(super) fn reserved(host: &dyn Host) -> Vec<crate::config::project::Reserved> {
+    use crate::config::project::Reserved;
+    let login_run = crate::gate::control::login_run(host.uid());
+    let (config, data) =
+        (xdg(host, "XDG_CONFIG_HOME", ".config"), xdg(host, "XDG_DATA_HOME", ".local/share"));
+    let named = [
+        (runtime_dir(host), "ai-sandbox's runtime directory (the gate's control socket, the sessions)"),
+        (
+            xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox"),
+            "ai-sandbox's state (the approved configs, the file guard's records)",
+        ),
+        (data.join("ai-sandbox"), "ai-sandbox's data (every project's sandbox HOME, the agents' logins)"),
+        (xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox"), "ai-sandbox's cache"),
+        (config.join("ai-sandbox"), "ai-sandbox's configuration"),
+        (config.join("containers"), "podman's configuration (it names the runtime the host runs)"),
+        (data.join("containers"), "podman's storage (your images and containers)"),
+        (login_run.join("containers"), "podman's runtime state"),
+        (login_run.join("libpod"), "podman's runtime state"),
+        (config.join("systemd"), "your systemd user units (the host runs them)"),
+        (data.join("systemd"), "your systemd user units (the host runs them)"),
+        (config.join("environment.d"), "your login environment (the host reads it at login)"),
+        (config.join("autostart"), "your desktop's autostart entries (the host runs them at login)"),
+        (config.join("git"), "git's global configuration (every git command of yours reads it)"),
+    ];
+    let mut out = Vec::new();
+    for (path, what) in named {
+        let resolved = host.canonical(&path);
+        if resolved != path {
+            out.push(Reserved { path: resolved, what });
+        }
+        out.push(Reserved { path, what });
+    }
+    out
 }
 
 pub(super) fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
@@ -75,7 +114,6 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         sandbox_home: xdg(host, "XDG_DATA_HOME", ".local/share")
             .join("ai-sandbox/homes")
             .join(project_key(&p.project)),
-        rootfs: xdg(host, "XDG_CACHE_HOME", ".cache").join("ai-sandbox/rootfs-v1"),
         home,
         launchable,
         host_dirs,

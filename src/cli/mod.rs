@@ -34,12 +34,13 @@ pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "AISB_RUNTIME_DIR",
-        "ai-sandbox's runtime directory: the gate's socket and log, session files (default: $XDG_RUNTIME_DIR/ai-sandbox)",
+        "ai-sandbox's runtime directory: the gate's socket and log, session files (default: /run/user/UID/ai-sandbox when the login manager made /run/user/UID, else /tmp/ai-sandbox-UID; XDG_RUNTIME_DIR is not read, so every shell of a user finds the same gate)",
     ),
     ("AISB_GATE_IDLE_EXIT", "seconds a gate started now stays up without sessions (default 30)"),
-    ("XDG_RUNTIME_DIR", "the per-user runtime directory (else /tmp/ai-sandbox-UID is used)"),
-    ("XDG_DATA_HOME", "where the per-project sandbox HOMEs live (default ~/.local/share)"),
-    ("XDG_CACHE_HOME", "where the skeleton root filesystem lives (default ~/.cache)"),
+    (
+        "XDG_DATA_HOME",
+        "where the per-project sandbox HOMEs and the agents' logins live (default ~/.local/share)",
+    ),
     ("XDG_STATE_HOME", "where approvals and the file guard's records live (default ~/.local/state)"),
 ];
 
@@ -49,22 +50,21 @@ pub(crate) const FILES: &[(&str, &str)] = &[
         ".ai-sandbox/config",
         "the project's policy: what the sandbox may reach, what it runs (see config.example)",
     ),
-    ("$XDG_RUNTIME_DIR/ai-sandbox/gate.sock", "the gate's control socket (0600, in a 0700 directory)"),
-    ("$XDG_RUNTIME_DIR/ai-sandbox/gate.log", "the gate's decisions, one JSON object per line (`gate logs`)"),
+    ("/run/user/UID/ai-sandbox/gate.sock", "the gate's control socket (0600, in a 0700 directory)"),
+    ("/run/user/UID/ai-sandbox/gate.log", "the gate's decisions, one JSON object per line (`gate logs`)"),
     (
-        "$XDG_RUNTIME_DIR/ai-sandbox/sessions/ID",
-        "a running session's ruleset, hook and proxy env file (0700)",
+        "/run/user/UID/ai-sandbox/sessions/ID",
+        "a running session's ruleset, hook, proxy env file and root directory skeleton (0700)",
     ),
     (
         "$XDG_DATA_HOME/ai-sandbox/homes/PROJECT-HASH",
         "the sandbox HOME of one project (never your real HOME)",
     ),
-    ("$XDG_CACHE_HOME/ai-sandbox/rootfs-v1", "the skeleton root filesystem for `image = host`"),
     (
         "$XDG_STATE_HOME/ai-sandbox/projects/PROJECT-HASH",
         "per project: the approved config, the guard's records of running sessions, the quarantine of restored files",
     ),
-    ("$XDG_RUNTIME_DIR/ai-sandbox/keeper.log", "what each session's keeper did after its launcher died"),
+    ("/run/user/UID/ai-sandbox/keeper.log", "what each session's keeper did after its launcher died"),
 ];
 
 /// Exit statuses: for the man page.

@@ -22,6 +22,42 @@ pub fn find(cwd: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
     cwd.to_path_buf()
 }
 
+/// A directory no project may hold or lie in: ai-sandbox's own files, or files the host runs
+/// or trusts without asking (see `reserved` in `cli::facts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reserved {
+    pub(crate) path: PathBuf,
+    /// What it holds, in words ("ai-sandbox's runtime directory (the gate's control socket)").
+    pub(crate) what: &'static str,
+}
+
+/// Refuses a project that equals, contains or lies inside a reserved directory: mounted
+/// read-write, it would hand the agent the tool's own state (the gate's control socket, the
+/// approvals, other projects' HOMEs) or files the host runs (podman's runtime setting, a user
+/// unit). Both sides are compared as given and as the host resolves them (`reserved` lists both).
+pub(crate) fn check_reserved(project: &Path, reserved: &[Reserved]) -> Result<(), Hinted> {
+    let Some(r) = reserved.iter().find(|r| r.path.starts_with(project) || project.starts_with(&r.path))
+    else {
+        return Ok(());
+    };
+    let how = if r.path == project {
+        "is"
+    } else if r.path.starts_with(project) {
+        "contains"
+    } else {
+        "lies inside"
+    };
+    Err(hinted(
+        format!(
+            "the project directory {} {how} {} ({}): the sandbox would mount it read-write, and an agent could change what ai-sandbox or the host later trusts",
+            project.display(),
+            r.what,
+            r.path.display()
+        ),
+        "use a directory that holds only the project (a repository in ~/.config works from its own subfolder, e.g. ~/.config/nvim); ai-sandbox's own directories are never a project",
+    ))
+}
+
 /// Refuses project directories whose read-write mount would expose far more than a project.
 pub(crate) fn check(project: &Path, home: &Path) -> Result<(), Hinted> {
     let hint = "cd into a project, or pass --project DIR";
@@ -68,6 +104,31 @@ mod tests {
         let git = |p: &Path| p == Path::new("/w/repo/.git");
         assert_eq!(find(cwd, git), PathBuf::from("/w/repo"));
         assert_eq!(find(cwd, |_| false), PathBuf::from("/w/repo/sub/deep"));
+    }
+
+    #[test]
+    fn a_project_that_is_holds_or_lies_in_a_reserved_directory_is_refused() {
+        let reserved = [
+            Reserved {
+                path: PathBuf::from("/run/user/7/ai-sandbox"),
+                what: "ai-sandbox's runtime directory",
+            },
+            Reserved { path: PathBuf::from("/h/.config/containers"), what: "podman's configuration" },
+        ];
+        for (project, how) in [
+            ("/run/user/7/ai-sandbox", "is"),
+            ("/run/user/7", "contains"),
+            ("/run", "contains"),
+            ("/run/user/7/ai-sandbox/sessions/ab", "lies inside"),
+            ("/h/.config", "contains"),
+            ("/h", "contains"),
+        ] {
+            let e = check_reserved(Path::new(project), &reserved).unwrap_err();
+            assert!(e.message.contains(&format!("{project} {how} ")), "{project}: {}", e.message);
+        }
+        for fine in ["/h/.config/nvim", "/h/.config/containers-notes", "/run/user/77", "/h/src/app"] {
+            assert!(check_reserved(Path::new(fine), &reserved).is_ok(), "{fine}");
+        }
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub trait Host {
     }
     fn cwd(&self) -> anyhow::Result<PathBuf>;
     fn exists(&self, path: &Path) -> bool;
+    /// Whether `path` is a directory (not a link) owned by this user.
+    fn owned_dir(&self, path: &Path) -> bool;
+    /// `path` with its links resolved as far as it exists (the rest appended as given).
+    fn canonical(&self, path: &Path) -> PathBuf;
     /// `Ok(None)` when the file does not exist.
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>>;
     /// Creates parent directories as needed.
@@ -122,6 +126,25 @@ impl Host for RealHost {
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+    fn owned_dir(&self, path: &Path) -> bool {
+        crate::gate::control::owned_dir(path, self.uid())
+    }
+    fn canonical(&self, path: &Path) -> PathBuf {
+        let mut rest = Vec::new();
+        let mut at = path;
+        loop {
+            if let Ok(real) = at.canonicalize() {
+                return rest.iter().rev().fold(real, |p, c| p.join(c));
+            }
+            match (at.parent(), at.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    at = parent;
+                }
+                _ => return path.to_path_buf(),
+            }
+        }
     }
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         // Never blocks: a fifo (or socket, device) where a file is expected is an error, not a
@@ -296,7 +319,7 @@ impl Host for RealHost {
         }
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
-        crate::launch::run(&mut crate::launch::Real, plan)
+        crate::launch::run(&mut crate::launch::Real { podman: PathBuf::from(&plan.argv[0]) }, plan)
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         use std::io::Write;
@@ -514,6 +537,13 @@ impl Host for FakeHost {
         self.files.retain(|(p, _)| p != path);
         self.files.push((path.to_path_buf(), text.to_string()));
         Ok(())
+    }
+    fn canonical(&self, path: &Path) -> PathBuf {
+        path.to_path_buf()
+    }
+    fn owned_dir(&self, path: &Path) -> bool {
+        // The runtime dirs the fake's variables name are this user's.
+        self.vars.iter().any(|(k, v)| k == "XDG_RUNTIME_DIR" && Path::new(v) == path)
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         Some(PathBuf::from(match name {

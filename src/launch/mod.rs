@@ -1,4 +1,4 @@
-//! Runs a Plan: writes the session files, prepares the rootfs skeleton and the sandbox HOME,
+//! Runs a Plan: writes the session files (the root directory among them) and the sandbox HOME,
 //! runs podman as a child, forwards signals, passes the exit code through, and tears down.
 //!
 //! Leftovers are impossible or swept: podman gets SIGTERM if ai-sandbox dies (PR_SET_PDEATHSIG),
@@ -24,46 +24,63 @@ use nix::unistd::Pid;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SKELETON_DIRS: &[&str] =
-    &["usr", "etc", "opt", "home", "tmp", "proc", "dev", "sys", "run", "var", "root", "mnt"];
-const SKELETON_LINKS: &[(&str, &str)] =
-    &[("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")];
-
-/// Builds the skeleton rootfs once (atomically: in a temporary dir, then renamed).
-pub(crate) fn ensure_rootfs(dir: &Path) -> anyhow::Result<()> {
-    if dir.join("usr").is_dir() {
-        return Ok(());
+/// Makes a session's root directory (see `plan::root`): the skeleton's directories and links,
+/// and the parents of the mount targets that lie in it, all the user's own.
+pub(crate) fn make_root(sk: &crate::plan::root::Skeleton) -> anyhow::Result<()> {
+    use crate::plan::root::{DIRS, LINKS};
+    let mk =
+        |rel: &Path| {
+            fs::DirBuilder::new().recursive(true).mode(0o755).create(sk.dir.join(rel)).with_context(|| {
+                format!("creating the sandbox's root directory {}", sk.dir.join(rel).display())
+            })
+        };
+    mk(Path::new(""))?;
+    for d in DIRS.iter().map(Path::new).chain(sk.parents.iter().map(PathBuf::as_path)) {
+        mk(d)?;
     }
-    let parent = dir.parent().context("rootfs path has no parent")?;
-    fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".rootfs-")
-        .tempdir_in(parent)
-        .with_context(|| format!("creating the rootfs skeleton in {}", parent.display()))?;
-    for d in SKELETON_DIRS {
-        fs::create_dir(tmp.path().join(d))?;
-    }
-    fs::set_permissions(tmp.path().join("tmp"), fs::Permissions::from_mode(0o1777))?;
-    for (link, target) in SKELETON_LINKS {
-        symlink(target, tmp.path().join(link))?;
-    }
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755))?;
-    let tmp = tmp.keep();
-    if let Err(e) = fs::rename(&tmp, dir) {
-        let _ = fs::remove_dir_all(&tmp);
-        if !dir.join("usr").is_dir() {
-            return Err(e).with_context(|| format!("creating the rootfs skeleton {}", dir.display()));
-        }
+    for (link, target) in LINKS {
+        let at = sk.dir.join(link);
+        symlink(target, &at).with_context(|| format!("linking {}", at.display()))?;
     }
     Ok(())
 }
 
+/// Removes a session directory. What podman's runtime made in it (the last component of a mount
+/// target, a mount target of the user's own `-v` two levels deep) belongs to the container's
+/// root user, which the user cannot always remove: then inside podman's user namespace, where
+/// that user is root.
+pub(crate) fn remove_session_tree(dir: &Path, podman: &Path) -> anyhow::Result<()> {
+    let Err(first) = fs::remove_dir_all(dir) else { return Ok(()) };
+    if !dir.exists() {
+        return Ok(());
+    }
+    let unshared = Command::new(podman)
+        .args(["unshare", "rm", "-rf", "--"])
+        .arg(dir)
+        .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match unshared {
+        Ok(o) if o.status.success() && !dir.exists() => Ok(()),
+        Ok(o) => bail!(
+            "removing the session dir {}: {first}; `podman unshare rm -rf` too: {}",
+            dir.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => {
+            bail!("removing the session dir {}: {first}; running {}: {e}", dir.display(), podman.display())
+        }
+    }
+}
+
 /// Removes session directories whose launcher is gone (killed with SIGKILL, say). A dir with
 /// no pid file yet may belong to a launch that is starting right now: left alone for a minute.
-fn sweep_sessions(sessions: &Path) {
+fn sweep_sessions(sessions: &Path, podman: &Path) {
     let Ok(entries) = fs::read_dir(sessions) else {
         return;
     };
@@ -79,7 +96,7 @@ fn sweep_sessions(sessions: &Path) {
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 60)),
         };
         if stale {
-            let _ = fs::remove_dir_all(e.path());
+            let _ = remove_session_tree(&e.path(), podman);
         }
     }
 }
@@ -91,7 +108,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
             crate::gate::control::private_dir(runtime)?;
         }
         crate::gate::control::private_dir(sessions)?;
-        sweep_sessions(sessions);
+        sweep_sessions(sessions, Path::new(&plan.argv[0]));
     }
     fs::DirBuilder::new()
         .mode(0o700)
@@ -99,7 +116,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         .with_context(|| format!("creating session dir {}", dir.display()))?;
     // Made by this call: removed again if a file in it cannot be written.
     write_session_files(plan).inspect_err(|_| {
-        let _ = fs::remove_dir_all(dir);
+        let _ = remove_session_tree(dir, Path::new(&plan.argv[0]));
     })
 }
 
@@ -109,6 +126,9 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
         fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     };
     write(&dir.join(crate::plan::session::PID_FILE), &std::process::id().to_string())?;
+    if let Some(root) = &plan.rootfs {
+        make_root(root)?;
+    }
     if let Some((path, text)) = &plan.env_file {
         use std::io::Write;
         let mut f = fs::OpenOptions::new()
@@ -197,8 +217,6 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
 /// real calls are `Real` below; the unit tests drive `run` with a recording fake that can make
 /// any call fail, so the order and what each failure leaves behind are tested without podman.
 pub(crate) trait Machine {
-    /// The skeleton rootfs for `image = host` (built once).
-    fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// A directory of the user's own, mode 0700 (the sandbox HOME, an agent's state).
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// The session directory and its files (pid, env file, live record, hook, ruleset); on
@@ -221,11 +239,8 @@ pub(crate) trait Machine {
 
 /// Runs a plan: prepare, record, keeper, podman, then always settle and clean up once the
 /// session directory exists. An error before podman starts leaves nothing behind but the
-/// files that outlive sessions (the rootfs, the HOME); every error is returned once.
+/// files that outlive sessions (the HOME); every error is returned once.
 pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
-    if let Some(rootfs) = &plan.rootfs {
-        m.ensure_rootfs(rootfs)?;
-    }
     m.private_dir(&plan.sandbox_home)?;
     for store in &plan.agent_stores {
         m.private_dir(store)?;
@@ -264,12 +279,12 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
 }
 
 /// The machine itself.
-pub(crate) struct Real;
+pub(crate) struct Real {
+    /// podman, for what only its user namespace can remove (see `remove_session_tree`).
+    pub(crate) podman: PathBuf,
+}
 
 impl Machine for Real {
-    fn ensure_rootfs(&mut self, dir: &Path) -> anyhow::Result<()> {
-        ensure_rootfs(dir)
-    }
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         fs::DirBuilder::new()
             .recursive(true)
@@ -297,7 +312,7 @@ impl Machine for Real {
         crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr(), true)
     }
     fn remove_session_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
-        fs::remove_dir_all(dir).with_context(|| format!("removing the session dir {}", dir.display()))
+        remove_session_tree(dir, Path::new(&self.podman))
     }
     fn warn(&mut self, line: &str) {
         eprintln!("ai-sandbox: {line}");

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Call {
-    Rootfs,
     PrivateDir(PathBuf),
     WriteSession,
     SettleLeftovers,
@@ -41,7 +40,6 @@ impl Fake {
         self.calls
             .iter()
             .map(|c| match c {
-                Call::Rootfs => "rootfs",
                 Call::PrivateDir(_) => "private_dir",
                 Call::WriteSession => "write_session",
                 Call::SettleLeftovers => "settle_leftovers",
@@ -57,9 +55,6 @@ impl Fake {
 }
 
 impl Machine for Fake {
-    fn ensure_rootfs(&mut self, _: &Path) -> anyhow::Result<()> {
-        self.call(Call::Rootfs, "rootfs")
-    }
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         self.call(Call::PrivateDir(dir.into()), "private_dir")
     }
@@ -105,8 +100,7 @@ fn plan() -> Plan {
 }
 
 /// Every call of a launch that goes well, in order.
-const ALL: [&str; 9] = [
-    "rootfs",
+const ALL: [&str; 8] = [
     "private_dir",
     "write_session",
     "settle_leftovers",
@@ -123,7 +117,7 @@ fn a_launch_prepares_records_starts_the_keeper_then_podman_and_always_settles() 
     let mut m = Fake::new(None);
     assert_eq!(run(&mut m, &p).unwrap(), 7, "podman's status is the launch's");
     assert_eq!(m.names(), ALL);
-    assert_eq!(m.calls[1], Call::PrivateDir(p.sandbox_home.clone()), "the sandbox HOME first");
+    assert_eq!(m.calls[0], Call::PrivateDir(p.sandbox_home.clone()), "the sandbox HOME first");
 }
 
 #[test]
@@ -132,7 +126,6 @@ fn each_failure_leaves_nothing_half_started_and_is_said_once() {
     // (failing call, the clean-up after it): every call up to the failing one is made, then
     // only the clean-up the state calls for; podman never runs without a record and a keeper.
     let cases: &[(&str, &[&str])] = &[
-        ("rootfs", &[]),
         ("private_dir", &[]),
         // A failed write undoes its own part (only it knows whether the dir is its own).
         ("write_session", &[]),

@@ -7,6 +7,7 @@
 pub(crate) mod agent;
 
 pub(crate) mod podman;
+pub(crate) mod root;
 pub mod ruleset;
 pub(crate) mod session;
 pub(crate) mod trust;
@@ -55,8 +56,8 @@ pub struct Plan {
     pub(crate) trust_files: Vec<(PathBuf, String)>,
     /// The sandbox's ssh client config (path, text), see `podman::ssh_config`.
     pub(crate) ssh_config: Option<(PathBuf, String)>,
-    /// Skeleton rootfs to create before launch (`image = host`).
-    pub(crate) rootfs: Option<PathBuf>,
+    /// The session's root directory to make before launch (`image = host`), see `root`.
+    pub(crate) rootfs: Option<root::Skeleton>,
     pub(crate) sandbox_home: PathBuf,
     /// Agent state stores to create (0700) before launch.
     pub(crate) agent_stores: Vec<PathBuf>,
@@ -110,8 +111,10 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
     let rules = hook.is_some();
     let record = crate::live::record(p, f);
     let live = (f.live_file(), serde_json::to_string(&record).expect("json"));
+    let argv = podman::argv(p, f);
     Plan {
-        argv: podman::argv(p, f),
+        rootfs: (p.image == Image::Host).then(|| root::skeleton(f.root_dir(), &argv)),
+        argv,
         ruleset,
         hook,
         notices: notices(p, f),
@@ -120,7 +123,6 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
         trust_files: trust::files(f),
-        rootfs: (p.image == Image::Host).then(|| f.rootfs.clone()),
         sandbox_home: f.sandbox_home.clone(),
         agent_stores: p.agent_state.iter().map(|s| s.store(&f.agents_dir)).collect(),
         session_dir: f.session_dir.clone(),
@@ -133,10 +135,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             state_dir: f.state_dir.clone(),
             store: crate::plan::session::guard_store(&f.state_dir, &f.session_id),
             protected: crate::launch::guard::Protected {
-                writable: [f.sandbox_home.clone(), f.rootfs.clone()]
-                    .into_iter()
-                    .chain(p.agent_state.iter().map(|s| s.store(&f.agents_dir)))
-                    .collect(),
+                writable: vec![f.sandbox_home.clone()],
                 ..f.protected.clone()
             },
         },
@@ -373,6 +372,20 @@ pub(crate) fn render(plan: &Plan) -> String {
     }
     if let Some((path, text)) = &plan.ssh_config {
         out += &format!("\n# {} (mounted at {} inside)\n{text}", path.display(), podman::SSH_CONFIG);
+    }
+    if let Some(r) = &plan.rootfs {
+        let dirs: Vec<String> = root::DIRS
+            .iter()
+            .map(|d| d.to_string())
+            .chain(r.parents.iter().map(|p| p.display().to_string()))
+            .collect();
+        let links: Vec<String> = root::LINKS.iter().map(|(l, t)| format!("{l} -> {t}")).collect();
+        out += &format!(
+            "\n# {} (the root directory, made for this session; read-only inside)\n#   directories: {}\n#   links: {}\n",
+            r.dir.display(),
+            dirs.join(" "),
+            links.join(", ")
+        );
     }
     if let Some(words) = &plan.self_check {
         out += &format!("\n# self-check: {words}\n");

@@ -282,7 +282,12 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             let d = d.display();
             push(&["-v", &format!("{d}:{d}:ro")]);
         }
-        push(&["--tmpfs", &format!("/tmp:rw,exec,nosuid,nodev,mode=1777,size={}", p.limits.tmp)]);
+        // The root is this session's skeleton, read-only (see `root`); what programs expect to
+        // write is the session's tmpfs (podman adds its own for /run and /dev).
+        push(&["--read-only"]);
+        for dir in ["/tmp", "/var/tmp"] {
+            push(&["--tmpfs", &format!("{dir}:rw,exec,nosuid,nodev,mode=1777,size={}", p.limits.tmp)]);
+        }
     }
     push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
     // Agent logins shared by this user's sandboxes (never the real HOME's files).
@@ -304,7 +309,7 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     }
     a.extend(p.extra_args.iter().cloned());
     match &p.image {
-        Image::Host => a.extend(["--rootfs".to_string(), f.rootfs.display().to_string()]),
+        Image::Host => a.extend(["--rootfs".to_string(), f.root_dir().display().to_string()]),
         Image::Named(n) => a.push(n.clone()),
     }
     a

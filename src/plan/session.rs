@@ -1,5 +1,5 @@
 //! One sandbox session: the host facts a launch is planned against, and the layout of its
-//! private session directory (`$XDG_RUNTIME_DIR/ai-sandbox/sessions/ID`, 0700), in one place
+//! private session directory (`/run/user/UID/ai-sandbox/sessions/ID`, 0700), in one place
 //! for the planner (which names the files), the launcher (which writes them) and the keeper
 //! (which cleans up after a launcher that was killed).
 
@@ -51,8 +51,6 @@ pub struct Facts {
     pub(crate) home: PathBuf,
     /// The persistent, per-project sandbox HOME on the host.
     pub(crate) sandbox_home: PathBuf,
-    /// Skeleton rootfs for `image = host`.
-    pub(crate) rootfs: PathBuf,
     /// Host directories mounted read-only for `image = host` (those that exist).
     pub(crate) host_dirs: Vec<PathBuf>,
     pub(crate) tty: bool,
@@ -132,6 +130,10 @@ impl Facts {
     /// What `check_exe` is on the host.
     pub(crate) fn check_exe_target(&self) -> PathBuf {
         self.loader.clone().unwrap_or_else(|| self.self_exe.clone())
+    }
+    /// The session's root directory for `image = host` (see `root`).
+    pub(crate) fn root_dir(&self) -> PathBuf {
+        self.session_dir.join("root")
     }
     pub(crate) fn ruleset_file(&self) -> PathBuf {
         self.session_dir.join(RULESET_FILE)

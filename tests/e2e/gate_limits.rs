@@ -1,5 +1,5 @@
 //! The gate under abuse: slow clients, a session at its connection cap, fd exhaustion. Each
-//! test runs its own gate process (private XDG_RUNTIME_DIR, optionally a tiny fd limit) and
+//! test runs its own gate process (private AISB_RUNTIME_DIR, optionally a tiny fd limit) and
 //! pairs every refusal with a request that is served at the same time.
 
 use crate::harness::*;
@@ -63,7 +63,7 @@ fn gate(th: &TestHost, port_from: u16, nofile: Option<u32>) -> Gate {
     };
     let child = cmd
         .args(["gate", "serve", "--port-from", &port_from.to_string(), "--idle-exit", "600"])
-        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("AISB_RUNTIME_DIR", dir.path().join("ai-sandbox"))
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -197,7 +197,7 @@ fn every_decision_is_logged_before_its_answer_and_none_is_lost_on_sigterm() {
     let logs = || {
         let o = Command::new(&env().bin)
             .args(["gate", "logs", "--json"])
-            .env("XDG_RUNTIME_DIR", g._dir.path())
+            .env("AISB_RUNTIME_DIR", g._dir.path().join("ai-sandbox"))
             .output()
             .unwrap();
         String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect::<Vec<_>>()

@@ -314,6 +314,24 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
     rules.ok();
     let session = hooks_dir.parent().unwrap();
     std::fs::create_dir_all(&hooks_dir).unwrap();
+    // The session's root directory, as printed (image = host, see plan::root).
+    let root = std::path::PathBuf::from(&argv[argv.iter().position(|a| a == "--rootfs").unwrap() + 1]);
+    let root_marker =
+        format!("# {} (the root directory, made for this session; read-only inside)", root.display());
+    let root_lines: Vec<&str> =
+        dry.stdout.lines().skip_while(|l| *l != root_marker).skip(1).take(2).collect();
+    let dirs = root_lines[0].strip_prefix("#   directories: ").expect("the root's directories printed");
+    let links = root_lines[1].strip_prefix("#   links: ").expect("the root's links printed");
+    for d in dirs.split(' ') {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for l in links.split(", ") {
+        let (at, to) = l.split_once(" -> ").unwrap();
+        std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+    }
+    let chowned =
+        std::process::Command::new("chown").arg("-hR").arg(format!("{}:", env().user)).arg(&root).status().unwrap();
+    assert!(chowned.success());
     std::fs::write(&hook_file, hook_json).unwrap();
     std::fs::write(session.join("ruleset.json"), &rules.stdout).unwrap();
     std::fs::write(&env_file, env_text).unwrap();

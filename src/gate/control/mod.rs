@@ -1,4 +1,4 @@
-//! The gate's control socket (`$XDG_RUNTIME_DIR/ai-sandbox/gate.sock`, mode 0600 in a 0700
+//! The gate's control socket (`/run/user/UID/ai-sandbox/gate.sock`, mode 0600 in a 0700
 //! directory: only this user can register sessions). Newline-delimited JSON. The client
 //! (launcher, `gate` commands) and the server (inside the gate) are both here, so the protocol
 //! is read in one place.
@@ -21,7 +21,7 @@ mod serve;
 mod stand_in;
 
 pub use client::{Lease, ask, register};
-pub use runtime::{log_path, private_dir, runtime_dir, runtime_dir_for, socket_path};
+pub use runtime::{log_path, login_run, owned_dir, private_dir, runtime_dir, runtime_dir_for, socket_path};
 pub(crate) use serve::serve_conn;
 
 use super::decide::SessionPolicy;

@@ -6,22 +6,33 @@ use std::path::{Path, PathBuf};
 
 /// ai-sandbox's per-user runtime directory (pure: the launcher's plan and the gate both use
 /// this): `$AISB_RUNTIME_DIR` if set (an isolated gate and its sessions, e.g. for tests), else
-/// `$XDG_RUNTIME_DIR/ai-sandbox`, else `/tmp/ai-sandbox-UID`. Relative values are ignored.
-pub fn runtime_dir_for(aisb_runtime_dir: Option<&str>, xdg_runtime_dir: Option<&str>, uid: u32) -> PathBuf {
-    match (aisb_runtime_dir, xdg_runtime_dir) {
-        (Some(v), _) if Path::new(v).is_absolute() => PathBuf::from(v),
-        (_, Some(v)) if Path::new(v).is_absolute() => PathBuf::from(v).join("ai-sandbox"),
+/// `/run/user/UID/ai-sandbox` when the login manager made `/run/user/UID` for this user, else
+/// `/tmp/ai-sandbox-UID`. One place per user whatever the environment says: `XDG_RUNTIME_DIR`
+/// is not read, because a shell reached through `su` lacks it, and a launch there would start a
+/// second gate that `ps` and `allow` from the user's other shells never see (ADR 0055).
+pub fn runtime_dir_for(aisb_runtime_dir: Option<&str>, login_run_dir: bool, uid: u32) -> PathBuf {
+    match aisb_runtime_dir {
+        Some(v) if Path::new(v).is_absolute() => PathBuf::from(v),
+        _ if login_run_dir => login_run(uid).join("ai-sandbox"),
         _ => PathBuf::from(format!("/tmp/ai-sandbox-{uid}")),
     }
 }
 
+/// The login manager's per-user runtime directory (systemd-logind, elogind).
+pub fn login_run(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/run/user/{uid}"))
+}
+
+/// Whether `dir` is a directory (not a link) owned by `uid`: the login runtime dir is used only
+/// then (another user's, or a planted link, is not a place for our socket).
+pub fn owned_dir(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == uid)
+}
+
 pub fn runtime_dir() -> PathBuf {
-    let var = |k| std::env::var(k).ok();
-    runtime_dir_for(
-        var("AISB_RUNTIME_DIR").as_deref(),
-        var("XDG_RUNTIME_DIR").as_deref(),
-        nix::unistd::getuid().as_raw(),
-    )
+    let uid = nix::unistd::getuid().as_raw();
+    runtime_dir_for(std::env::var("AISB_RUNTIME_DIR").ok().as_deref(), owned_dir(&login_run(uid), uid), uid)
 }
 
 /// Creates `dir` (mode 0700) or checks an existing one: a real directory, owned by this user,
@@ -41,7 +52,7 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     if !meta.is_dir() || meta.uid() != me {
         return Err(crate::error::hinted(
             format!("{} is not a directory owned by you (uid {me}); refusing to use it", dir.display()),
-            "remove it, or set XDG_RUNTIME_DIR to a private directory",
+            "remove it (another user may have made it first), or set AISB_RUNTIME_DIR to a private directory",
         )
         .into());
     }
@@ -66,15 +77,24 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn runtime_dir_prefers_xdg() {
-        assert_eq!(runtime_dir_for(None, Some("/run/user/7"), 7), PathBuf::from("/run/user/7/ai-sandbox"));
-        assert_eq!(runtime_dir_for(None, Some("relative"), 7), PathBuf::from("/tmp/ai-sandbox-7"));
-        assert_eq!(runtime_dir_for(None, None, 7), PathBuf::from("/tmp/ai-sandbox-7"));
-        assert_eq!(runtime_dir_for(Some("/x/rt"), Some("/run/user/7"), 7), PathBuf::from("/x/rt"));
-        assert_eq!(
-            runtime_dir_for(Some("rel"), Some("/run/user/7"), 7),
-            PathBuf::from("/run/user/7/ai-sandbox")
-        );
+    fn runtime_dir_is_one_place_per_user_whatever_the_environment() {
+        assert_eq!(runtime_dir_for(None, true, 7), PathBuf::from("/run/user/7/ai-sandbox"));
+        assert_eq!(runtime_dir_for(None, false, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        assert_eq!(runtime_dir_for(Some("/x/rt"), true, 7), PathBuf::from("/x/rt"));
+        assert_eq!(runtime_dir_for(Some("rel"), true, 7), PathBuf::from("/run/user/7/ai-sandbox"));
+        assert_eq!(runtime_dir_for(Some("rel"), false, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+    }
+
+    #[test]
+    fn the_login_run_dir_counts_only_when_it_is_a_directory_of_this_user() {
+        let tmp = tempfile::tempdir().unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        assert!(owned_dir(tmp.path(), me));
+        assert!(!owned_dir(tmp.path(), me + 1), "another user's");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path(), &link).unwrap();
+        assert!(!owned_dir(&link, me), "a link");
+        assert!(!owned_dir(&tmp.path().join("none"), me), "missing");
     }
 
     #[test]

@@ -36,18 +36,46 @@ async fn reply(wr: &tokio::net::UnixStream, r: &Reply, pass: Option<&OwnedFd>) {
     }
 }
 
+/// The socket's second barrier (ADR 0055): it is 0600 in a 0700 directory, so only this user
+/// reaches it, and a project may not hold that directory; should a sandboxed process reach it
+/// anyway, it is still refused, because every sandbox runs in a user namespace of podman's and
+/// the gate answers only processes in its own (the kernel says who connected: SO_PEERCRED).
+pub(crate) fn peer_refused(s: &tokio::net::UnixStream) -> Option<String> {
+    let cred = match s.peer_cred() {
+        Ok(c) => c,
+        Err(e) => return Some(format!("cannot tell who connected ({e})")),
+    };
+    let me = nix::unistd::getuid().as_raw();
+    if cred.uid() != me {
+        return Some(format!("uid {} is not the gate's user", cred.uid()));
+    }
+    let Some(pid) = cred.pid() else { return Some("cannot tell which process connected".into()) };
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).ok();
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(mine)) if theirs == mine => None,
+        (Some(_), Some(_)) => Some(format!(
+            "process {pid} is in another user namespace (a sandbox): the control socket answers the host's processes only"
+        )),
+        _ => Some(format!("cannot read the user namespace of process {pid}")),
+    }
+}
+
 /// Serves one control connection.
 pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let (rd, wr) = s.into_split();
     let s: &tokio::net::UnixStream = wr.as_ref();
     let mut rd = tokio::io::BufReader::new(rd);
+    let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
+    if let Some(why) = peer_refused(s) {
+        eprintln!("gate: control connection refused: {why}");
+        return reply(s, &refuse(format!("refused: {why}")), None).await;
+    }
     let mut line = String::new();
     if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
         return;
     }
     let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
-    let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
     match serde_json::from_str::<Request>(&line) {
         Ok(Request::Register { session, project, token, policy, secrets, upstream_ca }) => {
             // The sandbox trusts the gate's CA when the gate opens TLS for it: a bound secret's
