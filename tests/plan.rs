@@ -325,14 +325,28 @@ fn protected_paths_that_exist_are_read_only_in_the_podman_command() {
 }
 
 #[test]
-fn agent_state_is_a_shared_store_mounted_into_the_sandbox_home_and_never_the_real_one() {
-    let mut h = host("state = claude\nstate = ~/.config/tool\n", &[]);
-    let argv = argv_of(&dry_run(&mut h, &["--", "true"]));
+fn a_state_line_carries_the_login_only_and_mounts_no_store() {
+    let mut h = host("state = claude\nstate = ~/.config/gh/hosts.yml\n", &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    let argv = argv_of(&out);
     let store = "/home/dev/.local/share/ai-sandbox/agents";
-    assert!(argv.contains(&format!("{store}/claude/.claude:/home/dev/.claude")), "{argv:?}");
-    assert!(argv.contains(&format!("{store}/.config_tool/.config/tool:/home/dev/.config/tool")), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.contains(store)), "no store is mounted: {argv:?}");
     assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
-    assert!(h.stdout.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{}", h.stdout);
+    assert!(out.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{out}");
+    for line in [
+        format!("#   {store}/claude/login/.credentials.json -> ~/.claude/.credentials.json (claudeAiOauth)"),
+        format!("#   {store}/claude/login/.claude.json -> ~/.claude/.claude.json (oauthAccount, userID,"),
+        format!("#   {store}/home/.config/gh/hosts.yml -> ~/.config/gh/hosts.yml (the whole file)"),
+    ] {
+        assert!(out.contains(&line), "{line} missing from\n{out}");
+    }
+    // A directory is not a login: the line names the file.
+    let mut h = host("", &[]);
+    h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    h.files.push(("/home/dev/app/.ai-sandbox/config".into(), "state = ~/.config/tool/\n".into()));
+    let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run", "--", "true"]).unwrap();
+    let e = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(e.contains("is not a file under HOME") && e.contains("state = ~/.config/gh/hosts.yml"), "{e}");
 }
 
 #[test]
@@ -357,19 +371,30 @@ fn ssh_agent_is_passed_in_only_when_asked_and_said_out_loud() {
 }
 
 #[test]
-fn login_import_says_which_files_then_copies_them() {
+fn login_import_says_which_files_then_copies_their_login_only() {
     let mut h = host("", &[]);
-    h.files.push(("/home/dev/.claude/.credentials.json".into(), "{\"token\":\"x\"}".into()));
-    h.files.push(("/home/dev/.claude.json".into(), "{}".into()));
+    h.files.push(("/home/dev/.claude/.credentials.json".into(), "{\"claudeAiOauth\":{\"t\":\"x\"}}".into()));
+    h.files.push((
+        "/home/dev/.claude.json".into(),
+        "{\"userID\":\"u\",\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}".into(),
+    ));
     assert_eq!(app::login_import(&mut h, "claude").unwrap(), 0);
-    let store = "/home/dev/.local/share/ai-sandbox/agents/claude/.claude";
+    let store = "/home/dev/.local/share/ai-sandbox/agents/claude/login";
     assert!(
-        h.stdout.contains(&format!("~/.claude/.credentials.json -> {store}/.credentials.json")),
+        h.stdout.contains(&format!(
+            "~/.claude/.credentials.json -> {store}/.credentials.json (only claudeAiOauth)"
+        )),
         "{}",
         h.stdout
     );
-    assert!(h.stdout.contains(&format!("~/.claude.json -> {store}/.claude.json")), "{}", h.stdout);
+    assert!(
+        h.stdout.contains(&format!("~/.claude.json -> {store}/.claude.json (only oauthAccount")),
+        "{}",
+        h.stdout
+    );
     assert_eq!(h.effects.iter().filter(|e| e.starts_with("copy ")).count(), 2, "{:?}", h.effects);
+    let copied = h.files.iter().find(|(p, _)| p.ends_with("login/.claude.json")).unwrap();
+    assert!(copied.1.contains("\"u\"") && !copied.1.contains("mcpServers"), "{}", copied.1);
     let err = app::login_import(&mut h, "codex").unwrap_err().to_string();
     assert!(err.contains("no codex login found") && err.contains("~/.codex/auth.json"), "{err}");
     assert!(

@@ -234,26 +234,27 @@ fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
 /// `ai-sandbox login import AGENT`: copies an existing login from the real HOME into the store
 /// that `state = AGENT` shares with this user's sandboxes, after saying which files.
 pub fn login_import(host: &mut dyn Host, agent: &str) -> anyhow::Result<i32> {
-    use crate::policy::state::{KNOWN, login_files};
+    use crate::policy::agents::{KNOWN, fields_of, login_files};
     let Some(files) = login_files(agent) else {
-        let names: Vec<&str> = KNOWN.iter().map(|(n, _, _)| *n).collect();
+        let names: Vec<&str> = KNOWN.iter().map(|(n, ..)| *n).collect();
         bail!("no login import for `{agent}`; known agents: {}", names.join(", "));
     };
-    let (_, dir, _) = KNOWN.iter().find(|(n, _, _)| *n == agent).expect("known agents have login files");
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let store = crate::policy::state::store_path(&agents_dir(host), agent, dir);
+    let store = agents_dir(host).join(agent).join("login");
     let present: Vec<_> = files.iter().filter(|(from, _)| host.exists(&home.join(from))).collect();
     if present.is_empty() {
         let names: Vec<String> = files.iter().map(|(f, _)| format!("~/{f}")).collect();
         bail!("no {agent} login found in your home directory (looked for {})", names.join(", "));
     }
     host.print(&format!(
-        "copying your {agent} login into the store your sandboxes share ({}); an agent in a sandbox with `state = {agent}` can use it:\n",
+        "copying your {agent} login into the store your sandboxes share ({}); a sandbox with `state = {agent}` gets it:\n",
         store.display()
     ));
     for (from, to) in present {
-        host.print(&format!("  ~/{from} -> {}\n", store.join(to).display()));
-        host.copy_private(&home.join(from), &store, Path::new(to))?;
+        let fields = fields_of(agent, to);
+        let which = fields.map_or_else(|| "the whole file".to_string(), |f| format!("only {}", f.join(", ")));
+        host.print(&format!("  ~/{from} -> {} ({which})\n", store.join(to).display()));
+        host.copy_private(&home.join(from), &store, Path::new(to), fields)?;
     }
     Ok(0)
 }

@@ -74,9 +74,16 @@ pub trait Host {
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
     /// Copies a file of the user's into `store` at `rel`, readable only by the user (0600,
-    /// directories 0700): credentials. The store is one sandboxes write, so nothing in it is
-    /// followed: a link planted at `rel` is replaced, a linked directory on the way refused.
-    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()>;
+    /// directories 0700): credentials; with `fields`, only those of its JSON object (see
+    /// `launch::logins`). Nothing in the store is followed: a link at `rel` is replaced, a
+    /// linked directory on the way refused.
+    fn copy_private(
+        &mut self,
+        from: &Path,
+        store: &Path,
+        rel: &Path,
+        fields: Option<&[&str]>,
+    ) -> anyhow::Result<()>;
     /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
     /// or less); one trailing newline is dropped.
     fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
@@ -374,7 +381,13 @@ impl Host for RealHost {
     ) -> anyhow::Result<()> {
         crate::live::apply::allow(runtime, record, change)
     }
-    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()> {
+    fn copy_private(
+        &mut self,
+        from: &Path,
+        store: &Path,
+        rel: &Path,
+        fields: Option<&[&str]>,
+    ) -> anyhow::Result<()> {
         use anyhow::Context;
         use std::os::unix::fs::DirBuilderExt;
         let to = crate::sys::quote::path(&store.join(rel));
@@ -386,6 +399,13 @@ impl Host for RealHost {
             anyhow::bail!("{} is not a regular file of at most 16 MiB; nothing was copied", from.display());
         }
         let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+        let Some(bytes) = crate::launch::logins::login_part(&bytes, fields) else {
+            anyhow::bail!(
+                "{} holds no login (none of {}); nothing was copied",
+                from.display(),
+                fields.unwrap_or_default().join(", ")
+            );
+        };
         let tree = crate::sys::untrusted::Tree::open(store)
             .with_context(|| format!("opening {}", store.display()))?;
         if let Some(dir) = rel.parent() {
@@ -651,9 +671,18 @@ impl Host for FakeHost {
         self.stderr += question;
         Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
     }
-    fn copy_private(&mut self, from: &Path, store: &Path, rel: &Path) -> anyhow::Result<()> {
+    fn copy_private(
+        &mut self,
+        from: &Path,
+        store: &Path,
+        rel: &Path,
+        fields: Option<&[&str]>,
+    ) -> anyhow::Result<()> {
         let to = store.join(rel);
         let text = self.read_file(from)?.ok_or_else(|| anyhow::anyhow!("{} not found", from.display()))?;
+        let text = crate::launch::logins::login_part(text.as_bytes(), fields)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .ok_or_else(|| anyhow::anyhow!("{} holds no login", from.display()))?;
         self.effects.push(format!("copy {} -> {}", from.display(), to.display()));
         self.files.push((to.to_path_buf(), text));
         Ok(())

@@ -11,6 +11,7 @@
 pub mod guard;
 pub mod hook;
 pub mod keeper;
+pub(crate) mod logins;
 pub(crate) mod refusals;
 pub mod relay;
 #[cfg(test)]
@@ -217,8 +218,13 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
 /// real calls are `Real` below; the unit tests drive `run` with a recording fake that can make
 /// any call fail, so the order and what each failure leaves behind are tested without podman.
 pub(crate) trait Machine {
-    /// A directory of the user's own, mode 0700 (the sandbox HOME, an agent's state).
+    /// A directory of the user's own, mode 0700 (the sandbox HOME).
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()>;
+    /// Carries the logins into the sandbox HOME (after taking back what an unfinished session
+    /// refreshed); notices to say.
+    fn give_logins(&mut self, l: &crate::plan::Logins) -> anyhow::Result<Vec<String>>;
+    /// Carries refreshed logins back to the store; notices to say.
+    fn take_logins(&mut self, l: &crate::plan::Logins) -> anyhow::Result<Vec<String>>;
     /// The session directory and its files (pid, env file, live record, hook, ruleset); on
     /// failure, what it made is removed again.
     fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()>;
@@ -242,8 +248,10 @@ pub(crate) trait Machine {
 /// files that outlive sessions (the HOME); every error is returned once.
 pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     m.private_dir(&plan.sandbox_home)?;
-    for store in &plan.agent_stores {
-        m.private_dir(store)?;
+    if let Some(l) = &plan.logins {
+        for notice in m.give_logins(l)? {
+            m.warn(&notice);
+        }
     }
     // A failed write removes what it made of the session dir itself: only it knows whether the
     // dir is its own (the runtime dir may have failed its privacy check).
@@ -259,6 +267,14 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
         return Err(e);
     }
     let result = m.start_keeper(plan).and_then(|mut keeper| m.run_podman(plan, &mut *keeper));
+    // A login refreshed inside is the next project's (a failure is said: the store keeps the
+    // older one, and the next launch here tries again).
+    if let Some(l) = &plan.logins {
+        match m.take_logins(l) {
+            Ok(notices) => notices.iter().for_each(|n| m.warn(n)),
+            Err(e) => m.warn(&format!("warning: {e:#}; the next launch in this project tries again")),
+        }
+    }
     // Whatever happened inside, the paths the host trusts are as they were.
     let settled = m.settle(g);
     let cleanup = m.remove_session_dir(&plan.session_dir);
@@ -291,6 +307,15 @@ impl Machine for Real {
             .mode(0o700)
             .create(dir)
             .with_context(|| format!("creating {}", dir.display()))
+    }
+    fn give_logins(&mut self, l: &crate::plan::Logins) -> anyhow::Result<Vec<String>> {
+        // A session whose launcher was killed never carried its refresh back: first that.
+        let mut notices = logins::take(l).unwrap_or_else(|e| vec![format!("warning: {e:#}")]);
+        notices.extend(logins::give(l)?);
+        Ok(notices)
+    }
+    fn take_logins(&mut self, l: &crate::plan::Logins) -> anyhow::Result<Vec<String>> {
+        logins::take(l)
     }
     fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()> {
         write_session(plan)

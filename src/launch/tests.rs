@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Call {
     PrivateDir(PathBuf),
+    GiveLogins,
+    TakeLogins,
     WriteSession,
     SettleLeftovers,
     Snapshot,
@@ -41,6 +43,8 @@ impl Fake {
             .iter()
             .map(|c| match c {
                 Call::PrivateDir(_) => "private_dir",
+                Call::GiveLogins => "give_logins",
+                Call::TakeLogins => "take_logins",
                 Call::WriteSession => "write_session",
                 Call::SettleLeftovers => "settle_leftovers",
                 Call::Snapshot => "snapshot",
@@ -57,6 +61,12 @@ impl Fake {
 impl Machine for Fake {
     fn private_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         self.call(Call::PrivateDir(dir.into()), "private_dir")
+    }
+    fn give_logins(&mut self, _: &crate::plan::Logins) -> anyhow::Result<Vec<String>> {
+        self.call(Call::GiveLogins, "give_logins").map(|()| Vec::new())
+    }
+    fn take_logins(&mut self, _: &crate::plan::Logins) -> anyhow::Result<Vec<String>> {
+        self.call(Call::TakeLogins, "take_logins").map(|()| Vec::new())
     }
     fn write_session(&mut self, _: &Plan) -> anyhow::Result<()> {
         self.call(Call::WriteSession, "write_session")

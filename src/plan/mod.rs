@@ -59,8 +59,8 @@ pub struct Plan {
     /// The session's root directory to make before launch (`image = host`), see `root`.
     pub(crate) rootfs: Option<root::Skeleton>,
     pub(crate) sandbox_home: PathBuf,
-    /// Agent state stores to create (0700) before launch.
-    pub(crate) agent_stores: Vec<PathBuf>,
+    /// The logins carried into the sandbox HOME before the session and back after it.
+    pub(crate) logins: Option<Logins>,
     pub(crate) session_dir: PathBuf,
     /// The container's name, which the keeper removes if the launcher is killed.
     pub(crate) container: String,
@@ -105,6 +105,55 @@ pub(crate) struct GuardSpec {
     pub(crate) protected: crate::launch::guard::Protected,
 }
 
+/// The logins a session carries (see `policy::state`, `launch::logins`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logins {
+    /// The sandbox HOME on the host.
+    pub(crate) home: PathBuf,
+    /// What was carried in, by file (digests, never the values): a file whose login differs
+    /// from it after the session was refreshed inside and goes back to the store.
+    pub(crate) record: PathBuf,
+    pub(crate) files: Vec<LoginCopy>,
+}
+
+/// One login file: where the store keeps it, where the sandbox HOME has it, which fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginCopy {
+    /// The `state` value it comes from (`claude`, `~/.config/gh/hosts.yml`).
+    pub(crate) state: String,
+    pub(crate) store: PathBuf,
+    /// Where versions before ADR 0056 kept it (read when the store has no login yet).
+    pub(crate) legacy: Option<PathBuf>,
+    /// Relative to the sandbox HOME.
+    pub(crate) home_rel: PathBuf,
+    pub(crate) fields: Option<&'static [&'static str]>,
+}
+
+fn logins(p: &Policy, f: &Facts) -> Option<Logins> {
+    let files: Vec<LoginCopy> = p
+        .agent_state
+        .iter()
+        .flat_map(|s| {
+            let state = match s.name.as_str() {
+                "home" => format!("~/{}", s.home_file(&s.files[0].name).display()),
+                agent => agent.to_string(),
+            };
+            s.files.iter().map(move |l| LoginCopy {
+                state: state.clone(),
+                store: s.store_file(&f.agents_dir, &l.name),
+                legacy: s.legacy_file(&f.agents_dir, &l.name),
+                home_rel: s.home_file(&l.name),
+                fields: l.fields,
+            })
+        })
+        .collect();
+    (!files.is_empty()).then(|| Logins {
+        home: f.sandbox_home.clone(),
+        record: f.state_dir.join("logins-given"),
+        files,
+    })
+}
+
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(p, f));
@@ -124,7 +173,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
         trust_files: trust::files(f),
         sandbox_home: f.sandbox_home.clone(),
-        agent_stores: p.agent_state.iter().map(|s| s.store(&f.agents_dir)).collect(),
+        logins: logins(p, f),
         session_dir: f.session_dir.clone(),
         container: f.container_name(),
         self_exe: f.self_exe.clone(),
@@ -372,6 +421,13 @@ pub(crate) fn render(plan: &Plan) -> String {
     }
     if let Some((path, text)) = &plan.ssh_config {
         out += &format!("\n# {} (mounted at {} inside)\n{text}", path.display(), podman::SSH_CONFIG);
+    }
+    if let Some(l) = &plan.logins {
+        out += "\n# logins carried into the sandbox HOME before the session, and back after it when refreshed inside\n";
+        for c in &l.files {
+            let fields = c.fields.map_or_else(|| "the whole file".to_string(), |f| f.join(", "));
+            out += &format!("#   {} -> ~/{} ({fields})\n", c.store.display(), c.home_rel.display());
+        }
     }
     if let Some(r) = &plan.rootfs {
         let dirs: Vec<String> = root::DIRS

@@ -290,10 +290,6 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
-    // Agent logins shared by this user's sandboxes (never the real HOME's files).
-    for s in &p.agent_state {
-        push(&["-v", &format!("{}:{home}/{}", s.store(&f.agents_dir).display(), s.dir)]);
-    }
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }

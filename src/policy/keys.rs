@@ -161,11 +161,9 @@ pub const KEYS: &[Key] = &[
         name: "state",
         repeats: true,
         shell: false,
-        doc: "AGENT or ~/PATH: an agent's login and settings kept for all your sandboxes",
+        doc: "AGENT or ~/FILE: a login that follows you from project to project (the login only: settings stay per project)",
         example: "claude",
-        widens: Widens::When(|v| {
-            Some(format!("shares the {v} login and settings kept for all your sandboxes with this one"))
-        }),
+        widens: Widens::When(|v| Some(crate::policy::agents::shared_words(v))),
         export: Export::Refused(
             "keeps the agent's login on this machine",
             "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",

@@ -5,6 +5,7 @@
 //! a `Policy` exists only when there were none (nothing starts on bad input).
 
 pub(crate) mod addr;
+pub(crate) mod agents;
 pub mod allow;
 pub(crate) mod env;
 pub mod forwards;

@@ -1,79 +1,106 @@
-//! `state = AGENT | ~/PATH`: an agent's login and settings, kept in a per-user directory that
-//! only sandboxes see (never the real HOME) and shared by all of this user's sandboxes, so a
-//! login made in one project works in the next. Known agents name their directory and the
-//! variable that points the CLI at it.
+//! `state = AGENT | ~/PATH`: a login that follows the user from project to project, and nothing
+//! else (ADR 0056).
+//!
+//! Logins follow the user: a login made or refreshed in one project's sandbox is the one the
+//! next project's sandbox gets. Nothing else does: an agent's settings, hooks, memory files, MCP
+//! server lists, plugins, history and transcripts stay in the project's own sandbox HOME, since
+//! a hostile project could otherwise plant a hook that another project's agent runs, or read
+//! another project's transcripts. So the per-user store holds login files only, filtered field
+//! by field where a file mixes the login with settings (Claude Code's `.claude.json`), and it is
+//! never mounted: the launcher copies the login into the sandbox HOME before a session and back
+//! after it (see `launch::logins`).
 
 use super::Collector;
+use super::agents::KNOWN;
 use crate::config::Config;
 use std::path::{Path, PathBuf};
 
-/// A directory under the sandbox HOME backed by the shared agent store.
+/// An agent whose login the sandbox carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AgentState {
-    /// The store's name (`claude`, `codex`, or the path for `~/` entries).
+    /// The store's name (`claude`, `codex`, or `home` for `~/` entries).
     pub(crate) name: String,
-    /// The directory relative to HOME (`.claude`).
+    /// The agent's directory relative to HOME (`.claude`; for `~/PATH`, the file's directory).
     pub(crate) dir: String,
-    /// A variable the CLI reads to find it, and its value relative to HOME.
+    /// A variable the CLI reads to find its directory, and its value relative to HOME.
     pub(crate) var: Option<(&'static str, String)>,
+    /// The login files (relative to `dir`), each with the fields that are the login.
+    pub(crate) files: Vec<LoginFile>,
+}
+
+/// One file of a login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoginFile {
+    /// Its name in the agent's directory (and in the store).
+    pub(crate) name: String,
+    /// The top-level JSON fields that are the login (None: the whole file is).
+    pub(crate) fields: Option<&'static [&'static str]>,
 }
 
 impl AgentState {
-    /// Its directory in the shared store.
-    pub(crate) fn store(&self, agents_dir: &Path) -> PathBuf {
-        store_path(agents_dir, &self.name, &self.dir)
-    }
-}
-
-/// Where an agent's state lives in the store: `AGENTS_DIR/NAME/DIR`.
-pub(crate) fn store_path(agents_dir: &Path, name: &str, dir: &str) -> PathBuf {
-    agents_dir.join(name).join(dir)
-}
-
-/// Known agents: (name, directory under HOME, variable that points the CLI at it). Claude Code
-/// keeps `.claude.json` in CLAUDE_CONFIG_DIR when set, so one directory holds its whole login.
-pub(crate) const KNOWN: &[(&str, &str, Option<&str>)] =
-    &[("claude", ".claude", Some("CLAUDE_CONFIG_DIR")), ("codex", ".codex", Some("CODEX_HOME"))];
-
-/// The files of an existing login in the real HOME, and where each goes in the agent's store
-/// (both relative: to HOME, and to the store's directory). Claude Code's `~/.claude.json` lives
-/// inside its config directory when CLAUDE_CONFIG_DIR is set.
-pub(crate) fn login_files(agent: &str) -> Option<&'static [(&'static str, &'static str)]> {
-    match agent {
-        "claude" => {
-            Some(&[(".claude/.credentials.json", ".credentials.json"), (".claude.json", ".claude.json")])
+    /// Where the store keeps this login's file `name`.
+    pub(crate) fn store_file(&self, agents_dir: &Path, name: &str) -> PathBuf {
+        match self.name.as_str() {
+            "home" => agents_dir.join("home").join(&self.dir).join(name),
+            agent => agents_dir.join(agent).join("login").join(name),
         }
-        "codex" => Some(&[(".codex/auth.json", "auth.json"), (".codex/config.toml", "config.toml")]),
-        _ => None,
+    }
+    /// Where versions before ADR 0056 kept it (the whole directory, mounted): read once, when
+    /// the store has no login of its own yet.
+    /// For `~/DIR/FILE`, the store of a former `state = ~/DIR` line (the presets had those).
+    pub(crate) fn legacy_file(&self, agents_dir: &Path, name: &str) -> Option<PathBuf> {
+        match self.name.as_str() {
+            "home" if self.dir.is_empty() => None,
+            "home" => Some(agents_dir.join(self.dir.replace('/', "_")).join(&self.dir).join(name)),
+            agent => Some(agents_dir.join(agent).join(&self.dir).join(name)),
+        }
+    }
+    /// The file relative to HOME.
+    pub(crate) fn home_file(&self, name: &str) -> PathBuf {
+        Path::new(&self.dir).join(name)
     }
 }
 
 pub(super) fn states(config: &Config, c: &mut Collector) -> Vec<AgentState> {
     let mut out: Vec<AgentState> = Vec::new();
     for (v, at) in config.all("state") {
-        let s = if let Some((name, dir, var)) = KNOWN.iter().find(|(n, _, _)| *n == v) {
+        let s = if let Some((name, dir, var, files)) = KNOWN.iter().find(|(n, ..)| *n == v) {
             AgentState {
                 name: name.to_string(),
                 dir: dir.to_string(),
                 var: var.map(|k| (k, dir.to_string())),
+                files: files
+                    .iter()
+                    .map(|(f, fields)| LoginFile { name: f.to_string(), fields: Some(fields) })
+                    .collect(),
             }
         } else if let Some(rel) = v.strip_prefix("~/") {
-            let rel = rel.trim_end_matches('/');
-            if rel.is_empty()
+            let bad = rel.is_empty()
+                || rel.ends_with('/')
                 || rel.split('/').any(|p| p.is_empty() || p == "." || p == "..")
-                || rel.contains([':', ','])
-            {
-                c.bad(at, format!("`{v}` is not a directory under HOME"), "write `state = ~/.config/tool`");
+                || rel.contains([':', ',']);
+            if bad {
+                c.bad(
+                    at,
+                    format!("`{v}` is not a file under HOME"),
+                    "name the login file itself, e.g. `state = ~/.config/gh/hosts.yml` (one file per line)",
+                );
                 continue;
             }
-            AgentState { name: rel.replace('/', "_"), dir: rel.to_string(), var: None }
+            let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+            AgentState {
+                name: "home".into(),
+                dir: dir.to_string(),
+                var: None,
+                files: vec![LoginFile { name: name.to_string(), fields: None }],
+            }
         } else {
-            let names: Vec<&str> = KNOWN.iter().map(|(n, _, _)| *n).collect();
+            let names: Vec<&str> = KNOWN.iter().map(|(n, ..)| *n).collect();
             c.bad(
                 at,
                 format!("unknown agent state `{v}`"),
                 format!(
-                    "known agents: {}; or a directory under HOME, e.g. `state = ~/.config/tool`",
+                    "known agents: {}; or a login file under HOME, e.g. `state = ~/.config/gh/hosts.yml`",
                     names.join(", ")
                 ),
             );
@@ -84,4 +111,29 @@ pub(super) fn states(config: &Config, c: &mut Collector) -> Vec<AgentState> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_each_login_file_lives() {
+        let claude = AgentState { name: "claude".into(), dir: ".claude".into(), var: None, files: vec![] };
+        let a = Path::new("/d/agents");
+        assert_eq!(claude.store_file(a, ".claude.json"), Path::new("/d/agents/claude/login/.claude.json"));
+        assert_eq!(
+            claude.legacy_file(a, ".claude.json").unwrap(),
+            Path::new("/d/agents/claude/.claude/.claude.json")
+        );
+        assert_eq!(claude.home_file(".claude.json"), Path::new(".claude/.claude.json"));
+        let gh = AgentState { name: "home".into(), dir: ".config/gh".into(), var: None, files: vec![] };
+        assert_eq!(gh.store_file(a, "hosts.yml"), Path::new("/d/agents/home/.config/gh/hosts.yml"));
+        assert_eq!(
+            gh.legacy_file(a, "hosts.yml").unwrap(),
+            Path::new("/d/agents/.config_gh/.config/gh/hosts.yml")
+        );
+        let top = AgentState { name: "home".into(), dir: String::new(), var: None, files: vec![] };
+        assert_eq!(top.legacy_file(a, ".netrc"), None);
+    }
 }

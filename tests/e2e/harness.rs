@@ -135,6 +135,10 @@ pub struct Run {
 }
 
 impl Run {
+    /// Runs `c` to the end.
+    pub fn of(mut c: Command) -> Run {
+        Run::from(c.output().unwrap())
+    }
     fn from(o: Output) -> Run {
         Run {
             code: o.status.code().unwrap_or(-1),

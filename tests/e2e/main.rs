@@ -12,6 +12,7 @@ mod gate;
 mod gate_limits;
 mod harness;
 mod hostile;
+mod isolation;
 mod keys;
 mod lifecycle;
 mod live;
@@ -329,8 +330,12 @@ fn dry_run_argv_run_by_hand_behaves_like_the_launch() {
         let (at, to) = l.split_once(" -> ").unwrap();
         std::os::unix::fs::symlink(to, root.join(at)).unwrap();
     }
-    let chowned =
-        std::process::Command::new("chown").arg("-hR").arg(format!("{}:", env().user)).arg(&root).status().unwrap();
+    let chowned = std::process::Command::new("chown")
+        .arg("-hR")
+        .arg(format!("{}:", env().user))
+        .arg(&root)
+        .status()
+        .unwrap();
     assert!(chowned.success());
     std::fs::write(&hook_file, hook_json).unwrap();
     std::fs::write(session.join("ruleset.json"), &rules.stdout).unwrap();
@@ -386,7 +391,7 @@ fn an_allowed_redis_without_a_password_is_warned_about_at_launch() {
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
-fn a_local_image_runs_under_the_same_enforcement() {
+fn a_local_image_runs_under_the_same_enforcement_and_fresh_each_run() {
     let allowed = Banner::start("OK\n");
     let other = Banner::start("NO\n");
     let e = env();
@@ -419,7 +424,13 @@ fn a_local_image_runs_under_the_same_enforcement() {
     let allow = format!("100.64.0.1:{}", allowed.port);
     let a = sandbox(&p, &["--allow", &allow, "--", "/probe", "100.64.0.1", &allowed.port.to_string()], &[]);
     let b = sandbox(&p, &["--allow", &allow, "--", "/probe", "100.64.0.1", &other.port.to_string()], &[]);
+    // A named image's root is the container's own, made fresh from the image for each run: what
+    // one run writes to / is gone in the next (the first run's write is the positive control).
+    let first = sandbox(&p, &["--", "/probe", "plant", "/planted"], &[]);
+    let second = sandbox(&p, &["--", "/probe", "plant", "/planted"], &[]);
     as_user("/usr/bin/podman", &["rmi", image]);
+    assert_eq!(first.stdout.trim(), "planted", "{}\n{}", first.stdout, first.stderr);
+    assert_eq!(second.stdout.trim(), "planted", "a later run saw the first one's file: {}", second.stdout);
     assert_eq!(a.code, 0, "positive control through the image: {}\n{}", a.stdout, a.stderr);
     assert!(a.stdout.contains(&format!("100.64.0.1:{} open", allowed.port)), "{}", a.stdout);
     assert_eq!(b.code, 1, "{}\n{}", b.stdout, b.stderr);

@@ -8,7 +8,15 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 int main(int argc, char **argv) {
-    if (argc != 3) { fprintf(stderr, "usage: probe IPV4 PORT\n"); return 2; }
+    /* `probe plant FILE`: says whether FILE was there, then makes it (a named image's root is
+     * the container's own: each run starts from the image). */
+    if (argc == 3 && strcmp(argv[1], "plant") == 0) {
+        int was = access(argv[2], F_OK) == 0;
+        FILE *f = fopen(argv[2], "w");
+        printf("%s\n", was ? "was there" : f ? "planted" : "cannot write");
+        return f ? 0 : 1;
+    }
+    if (argc != 3) { fprintf(stderr, "usage: probe IPV4 PORT | probe plant FILE\n"); return 2; }
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
     if (inet_pton(AF_INET, argv[1], &a.sin_addr) != 1) return 2;
     int s = socket(AF_INET, SOCK_STREAM, 0);

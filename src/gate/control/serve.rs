@@ -67,13 +67,14 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     let s: &tokio::net::UnixStream = wr.as_ref();
     let mut rd = tokio::io::BufReader::new(rd);
     let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
-    if let Some(why) = peer_refused(s) {
-        eprintln!("gate: control connection refused: {why}");
-        return reply(s, &refuse(format!("refused: {why}")), None).await;
-    }
     let mut line = String::new();
     if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
         return;
+    }
+    // After the request is read, so the client gets the refusal as its reply.
+    if let Some(why) = peer_refused(s) {
+        eprintln!("gate: control connection refused: {why}");
+        return reply(s, &refuse(format!("refused: {why}")), None).await;
     }
     let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
     match serde_json::from_str::<Request>(&line) {

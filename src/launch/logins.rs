@@ -1,0 +1,318 @@
+//! Carries the logins of `state` lines (see `policy::state`) into a sandbox HOME before the
+//! session and back to the per-user store after it (ADR 0056).
+//!
+//! Copies, never a mount: agents rewrite their credential file by write-and-rename, which a
+//! single-file bind mount refuses (EBUSY), and a mounted store is live-shared between two running
+//! sandboxes. The sandbox HOME is written by the agent, so it is read and written through
+//! `sys::untrusted::Tree` (no link followed, regular files only, bounded), and only the login
+//! fields of a file ever reach the store.
+//!
+//! Which login wins: the store takes a sandbox's login only when it differs from what that
+//! session was given (recorded by digest, never the value). A session that did not refresh never
+//! overwrites a newer login with its older copy; of two sessions that both refreshed, the one
+//! that ends last wins (the other's refresh token may then be spent, and its agent asks to log in
+//! again). A session whose launcher was killed is taken back at the project's next launch,
+//! before anything is given.
+
+use crate::plan::{LoginCopy, Logins};
+use crate::sys::quote;
+use crate::sys::untrusted::Tree;
+use anyhow::{Context, bail};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A login file is small; anything larger is not one.
+pub(crate) const CAP: u64 = 1 << 20;
+
+/// The login in a file's bytes: the whole file, or the object of its login fields (None when
+/// the file has none of them). Text that is not a JSON object has no fields.
+pub(crate) fn login_part(bytes: &[u8], fields: Option<&[&str]>) -> Option<Vec<u8>> {
+    let Some(fields) = fields else { return Some(bytes.to_vec()) };
+    let Ok(Value::Object(all)) = serde_json::from_slice::<Value>(bytes) else { return None };
+    let part: Map<String, Value> = all.into_iter().filter(|(k, _)| fields.contains(&k.as_str())).collect();
+    (!part.is_empty()).then(|| serde_json::to_vec_pretty(&Value::Object(part)).expect("json"))
+}
+
+/// `existing` (the sandbox HOME's file) with its login fields replaced by `part`'s; what is not
+/// a JSON object is replaced whole.
+pub(crate) fn merged(existing: Option<&[u8]>, part: &[u8], fields: Option<&[&str]>) -> Vec<u8> {
+    let Some(fields) = fields else { return part.to_vec() };
+    let mut out = match existing.map(serde_json::from_slice::<Value>) {
+        Some(Ok(Value::Object(m))) => m,
+        _ => Map::new(),
+    };
+    out.retain(|k, _| !fields.contains(&k.as_str()));
+    if let Ok(Value::Object(p)) = serde_json::from_slice::<Value>(part) {
+        out.extend(p);
+    }
+    serde_json::to_vec_pretty(&Value::Object(out)).expect("json")
+}
+
+/// A digest of a login (the record holds these, never a value).
+pub(crate) fn digest(part: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    part.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+type Record = BTreeMap<String, String>;
+
+/// The record of a file the session was given nothing for.
+const NONE: &str = "none";
+
+fn read_record(path: &Path) -> Record {
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+fn key(c: &LoginCopy) -> String {
+    c.home_rel.display().to_string()
+}
+
+/// The file at `rel` of the sandbox HOME, if it is a regular file (a link, a directory, a fifo
+/// there is the sandbox's and is not read).
+fn read_home(home: &Tree, rel: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    match home.stat(rel)? {
+        None => Ok(None),
+        Some(st) if st.kind == crate::sys::untrusted::Kind::File => Ok(Some(home.read(rel, CAP)?)),
+        Some(st) => bail!("{} is {}, not a file", quote::path(&home.path().join(rel)), st.kind.name()),
+    }
+}
+
+/// Reads a store file (the user's own directory; no sandbox reaches it).
+fn read_store(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Ok(m) if m.is_file() && m.len() <= CAP => {
+            Ok(Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?))
+        }
+        Ok(_) => bail!("{} is not a login file (a regular file of at most 1 MiB)", path.display()),
+    }
+}
+
+/// Writes a store file: mode 0600 in 0700 directories, by rename.
+pub(crate) fn write_store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent().context("a store file has a directory")?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let tree = Tree::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let name = Path::new(path.file_name().context("a store file has a name")?);
+    tree.write(name, bytes, 0o600).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Back to the store: each login the sandbox HOME holds that differs from what its last
+/// session was given. Returns what went back, in words.
+pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
+    let given = read_record(&l.record);
+    if given.is_empty() || !l.home.exists() {
+        return Ok(Vec::new());
+    }
+    let home = Tree::open(&l.home).with_context(|| format!("opening {}", l.home.display()))?;
+    let mut out = Vec::new();
+    let mut now = given.clone();
+    for c in &l.files {
+        // A file this session was given nothing for is recorded as NONE: a login made inside
+        // goes back too.
+        let Some(was) = given.get(&key(c)) else { continue };
+        let bytes = read_home(&home, &c.home_rel)
+            .with_context(|| format!("the {} login was not carried back", c.state))?;
+        let Some(part) = bytes.as_deref().and_then(|b| login_part(b, c.fields)) else { continue };
+        if digest(&part) == *was {
+            continue;
+        }
+        let store = read_store(&c.store)?;
+        write_store(&c.store, &merged(store.as_deref(), &part, c.fields))?;
+        // What the HOME holds is now the store's: taken once, never again.
+        now.insert(key(c), digest(&part));
+        out.push(format!(
+            "the {} login refreshed in this sandbox ({}) is now your other projects' login",
+            c.state,
+            c.home_rel.display()
+        ));
+    }
+    if now != given {
+        std::fs::write(&l.record, serde_json::to_vec(&now).expect("json"))
+            .with_context(|| format!("writing {}", l.record.display()))?;
+    }
+    Ok(out)
+}
+
+/// Into the sandbox HOME: each login of the store (or, once, of the store's layout before ADR
+/// 0056) merged into the HOME's file; what was given is recorded. Returns notices.
+pub(crate) fn give(l: &Logins) -> anyhow::Result<Vec<String>> {
+    let home = Tree::open(&l.home).with_context(|| format!("opening {}", l.home.display()))?;
+    let mut record = Record::new();
+    let mut notices = Vec::new();
+    for c in &l.files {
+        let mut from = read_store(&c.store)?;
+        if from.is_none()
+            && let Some(old) = &c.legacy
+            && let Some(bytes) = read_store(old)?
+        {
+            // The store of older versions held the agent's whole directory, mounted into every
+            // project: only the login comes along.
+            if let Some(part) = login_part(&bytes, c.fields) {
+                write_store(&c.store, &part)?;
+                notices.push(format!(
+                    "your {} login now lives in {} (its login fields only); the rest of {} (settings, hooks, \
+                     history, transcripts) is no longer mounted into any sandbox and stays there until you move or delete it",
+                    c.state,
+                    c.store.display(),
+                    old.parent().map_or_else(String::new, |d| d.display().to_string())
+                ));
+                from = Some(part);
+            }
+        }
+        if home.stat(&c.home_rel)?.is_some_and(|st| st.kind == crate::sys::untrusted::Kind::Dir) {
+            bail!(
+                "`state = {}`: {} is a directory; a state line carries one login file (name the file, e.g. \
+                 `state = ~/.config/gh/hosts.yml`), since a directory's settings would follow you into every project",
+                c.state,
+                quote::path(&l.home.join(&c.home_rel))
+            );
+        }
+        record.insert(key(c), NONE.to_string());
+        // The agent's directory exists even with no login yet (its variable points there).
+        if let Some(dir) = c.home_rel.parent().filter(|d| !d.as_os_str().is_empty()) {
+            home.mkdir_all(dir, 0o700).with_context(|| {
+                format!("making {} (a link there is refused)", quote::path(&l.home.join(dir)))
+            })?;
+        }
+        let Some(store) = from else { continue };
+        let Some(part) = login_part(&store, c.fields) else { continue };
+        // Whatever else the sandbox left there (a link, a fifo) is replaced, never followed.
+        let existing = read_home(&home, &c.home_rel).ok().flatten();
+        home.write(&c.home_rel, &merged(existing.as_deref(), &part, c.fields), 0o600)
+            .with_context(|| format!("writing {}", quote::path(&l.home.join(&c.home_rel))))?;
+        record.insert(key(c), digest(&part));
+    }
+    let text = serde_json::to_vec(&record).expect("json");
+    if let Some(dir) = l.record.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&l.record, text).with_context(|| format!("writing {}", l.record.display()))?;
+    Ok(notices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const FIELDS: &[&str] = &["oauthAccount", "userID"];
+
+    #[test]
+    fn only_the_login_fields_are_taken_and_a_merge_keeps_the_rest() {
+        let hostile = br#"{"userID":"u1","oauthAccount":{"email":"a@b"},"mcpServers":{"x":{"command":"sh"}},"projects":{}}"#;
+        let part = login_part(hostile, Some(FIELDS)).unwrap();
+        let v: Value = serde_json::from_slice(&part).unwrap();
+        assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["oauthAccount", "userID"]);
+        assert_eq!(login_part(b"not json", Some(FIELDS)), None);
+        assert_eq!(login_part(br#"{"theme":"dark"}"#, Some(FIELDS)), None, "no login field: no login");
+        assert_eq!(login_part(b"raw", None).unwrap(), b"raw", "a whole file is its own login");
+
+        let project = br#"{"userID":"old","theme":"dark","mcpServers":{"mine":{}}}"#;
+        let m: Value = serde_json::from_slice(&merged(Some(project), &part, Some(FIELDS))).unwrap();
+        assert_eq!(m["userID"], "u1");
+        assert_eq!(m["theme"], "dark", "the project's own settings stay");
+        assert!(m["mcpServers"].get("x").is_none() && m["mcpServers"].get("mine").is_some());
+        let fresh: Value = serde_json::from_slice(&merged(Some(b"[1]"), &part, Some(FIELDS))).unwrap();
+        assert_eq!(fresh["userID"], "u1");
+    }
+
+    fn logins(tmp: &Path) -> Logins {
+        Logins {
+            home: tmp.join("home"),
+            record: tmp.join("state/logins-given"),
+            files: vec![LoginCopy {
+                state: "claude".into(),
+                store: tmp.join("agents/claude/login/.claude.json"),
+                legacy: Some(tmp.join("agents/claude/.claude/.claude.json")),
+                home_rel: PathBuf::from(".claude/.claude.json"),
+                fields: Some(FIELDS),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_login_goes_in_and_comes_back_only_when_refreshed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(&l.home).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();
+        assert!(give(&l).unwrap().is_empty());
+        let inside = l.home.join(".claude/.claude.json");
+        assert!(std::fs::read_to_string(&inside).unwrap().contains("u1"));
+        // Unchanged: nothing goes back, even when the store moved on meanwhile.
+        write_store(&l.files[0].store, br#"{"userID":"u2"}"#).unwrap();
+        assert!(take(&l).unwrap().is_empty());
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("u2"));
+        // Refreshed inside (and a hook planted beside it): the login goes back, the hook not.
+        std::fs::write(&inside, br#"{"userID":"u3","hooks":{"SessionStart":"sh evil"}}"#).unwrap();
+        assert_eq!(take(&l).unwrap().len(), 1);
+        let store = std::fs::read_to_string(&l.files[0].store).unwrap();
+        assert!(store.contains("u3") && !store.contains("evil"), "{store}");
+        // Taken once: another project's newer login is not overwritten by this HOME's again.
+        write_store(&l.files[0].store, br#"{"userID":"u4"}"#).unwrap();
+        assert!(take(&l).unwrap().is_empty());
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("u4"));
+    }
+
+    #[test]
+    fn a_first_login_made_inside_reaches_the_store_and_a_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(&l.home).unwrap();
+        give(&l).unwrap();
+        assert!(!l.files[0].store.exists(), "nothing to give");
+        std::fs::create_dir_all(l.home.join(".claude")).unwrap();
+        std::fs::write(l.home.join(".claude/.claude.json"), br#"{"userID":"new"}"#).unwrap();
+        assert_eq!(take(&l).unwrap().len(), 1);
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("new"));
+
+        let other = tempfile::tempdir().unwrap();
+        let l = logins(other.path());
+        std::fs::create_dir_all(l.home.join(".claude/.claude.json")).unwrap();
+        let e = format!("{:#}", give(&l).unwrap_err());
+        assert!(e.contains("is a directory; a state line carries one login file"), "{e}");
+    }
+
+    #[test]
+    fn a_link_in_the_sandbox_home_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(l.home.join(".claude")).unwrap();
+        let secret = tmp.path().join("elsewhere");
+        std::fs::write(&secret, br#"{"userID":"not-yours"}"#).unwrap();
+        std::os::unix::fs::symlink(&secret, l.home.join(".claude/.claude.json")).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();
+        give(&l).unwrap();
+        assert!(std::fs::read_to_string(&secret).unwrap().contains("not-yours"), "not written through");
+        let inside = l.home.join(".claude/.claude.json");
+        assert!(std::fs::symlink_metadata(&inside).unwrap().is_file(), "the link is replaced by the login");
+        // A link made during the session is not read back either.
+        std::fs::remove_file(&inside).unwrap();
+        std::os::unix::fs::symlink(&secret, &inside).unwrap();
+        let e = format!("{:#}", take(&l).unwrap_err());
+        assert!(e.contains("is a symbolic link, not a file") && e.contains("not carried back"), "{e}");
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("u1"));
+    }
+
+    #[test]
+    fn the_old_store_gives_its_login_once_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(&l.home).unwrap();
+        let old = l.files[0].legacy.clone().unwrap();
+        std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+        std::fs::write(&old, br#"{"userID":"u1","mcpServers":{"x":{"command":"sh"}}}"#).unwrap();
+        let notices = give(&l).unwrap();
+        assert!(notices[0].contains("no longer mounted"), "{notices:?}");
+        let store = std::fs::read_to_string(&l.files[0].store).unwrap();
+        assert!(store.contains("u1") && !store.contains("mcpServers"), "{store}");
+        assert!(give(&l).unwrap().is_empty(), "said once");
+        assert!(old.exists(), "the old directory is left where it is");
+    }
+}

@@ -1,0 +1,85 @@
+//! The agents whose login a `state` line carries, and which fields of their files are the
+//! login (see `state`): data only, so the key registry and the approval prompt read it without
+//! importing the config reader.
+
+/// Claude Code: the OAuth tokens, and of `.claude.json` (which also holds per-project MCP
+/// servers, allowed tools and history) the account and the onboarding flags, so a new project
+/// does not ask to log in again.
+const CLAUDE: &[(&str, &[&str])] = &[
+    (".credentials.json", &["claudeAiOauth"]),
+    (
+        ".claude.json",
+        &["oauthAccount", "userID", "primaryApiKey", "hasCompletedOnboarding", "lastOnboardingVersion"],
+    ),
+];
+/// Codex: `auth.json` (its `config.toml` holds MCP server and `notify` commands: not a login).
+const CODEX: &[(&str, &[&str])] =
+    &[("auth.json", &["OPENAI_API_KEY", "tokens", "last_refresh", "auth_mode"])];
+
+/// A known agent: (name, directory under HOME, variable that points the CLI at it, login files
+/// with their fields).
+pub(crate) type Known =
+    (&'static str, &'static str, Option<&'static str>, &'static [(&'static str, &'static [&'static str])]);
+
+/// Known agents. Claude Code keeps `.claude.json` in CLAUDE_CONFIG_DIR when set, so one
+/// directory holds it.
+pub(crate) const KNOWN: &[Known] = &[
+    ("claude", ".claude", Some("CLAUDE_CONFIG_DIR"), CLAUDE),
+    ("codex", ".codex", Some("CODEX_HOME"), CODEX),
+];
+
+/// The files of an existing login in the real HOME, and where each goes in the agent's store
+/// (both relative: to HOME, and to the store's login directory). Claude Code's `~/.claude.json`
+/// lives inside its config directory when CLAUDE_CONFIG_DIR is set.
+pub(crate) fn login_files(agent: &str) -> Option<&'static [(&'static str, &'static str)]> {
+    match agent {
+        "claude" => {
+            Some(&[(".claude/.credentials.json", ".credentials.json"), (".claude.json", ".claude.json")])
+        }
+        "codex" => Some(&[(".codex/auth.json", "auth.json")]),
+        _ => None,
+    }
+}
+
+/// The fields of `name` in `agent`'s login (None: the whole file, or not a known file).
+pub(crate) fn fields_of(agent: &str, name: &str) -> Option<&'static [&'static str]> {
+    let (_, _, _, files) = KNOWN.iter().find(|(n, ..)| *n == agent)?;
+    files.iter().find(|(f, _)| *f == name).map(|(_, fields)| *fields)
+}
+
+/// What approving a `state` line shares, in words (the approval prompt says it).
+pub(crate) fn shared_words(v: &str) -> String {
+    let v = v.trim();
+    match KNOWN.iter().find(|(n, ..)| *n == v) {
+        Some((name, dir, _, files)) => {
+            let files: Vec<String> =
+                files.iter().map(|(f, fields)| format!("{dir}/{f} ({})", fields.join(", "))).collect();
+            format!(
+                "carries your {name} login into this sandbox and a login it refreshes back to your other projects: {} \
+                 (its settings, hooks, memory and transcripts stay in this project)",
+                files.join("; ")
+            )
+        }
+        None => format!(
+            "carries the file {v} into this sandbox and what the sandbox writes to it back to your other projects' sandboxes"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_fields_of_each_file() {
+        assert_eq!(fields_of("codex", "auth.json").unwrap()[1], "tokens");
+        assert_eq!(fields_of("codex", "config.toml"), None, "codex's config runs commands: not a login");
+    }
+
+    #[test]
+    fn the_approval_names_every_shared_field() {
+        let w = shared_words("claude");
+        assert!(w.contains(".claude/.credentials.json (claudeAiOauth)") && w.contains("oauthAccount"), "{w}");
+        assert!(shared_words("~/.config/gh/hosts.yml").contains("the file ~/.config/gh/hosts.yml"));
+    }
+}
