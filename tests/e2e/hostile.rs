@@ -131,31 +131,52 @@ fn a_linked_config_or_hooks_directory_leaves_the_host_files_alone() {
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
-fn login_import_never_writes_through_a_link_planted_in_the_store() {
+fn a_link_planted_where_the_login_lives_is_never_followed_by_the_copy_back_the_next_copy_in_or_login_import()
+{
     let host = host_files("login");
     let (bashrc, before) = (host.join("bashrc"), std::fs::read(host.join("bashrc")).unwrap());
+    // A data dir of this test's own: the store is never reachable from a sandbox any more, so
+    // the agent plants its link in the sandbox HOME, where the login is carried in and out.
+    let data = env().home.join(format!("e2e-data-login-{}", std::process::id()));
+    std::fs::create_dir_all(&data).unwrap();
+    chown_user(&data);
+    let vars = [("XDG_DATA_HOME", data.to_str().unwrap())];
     let p = Project::new("login");
     p.config("state = claude\n");
     let plant = format!("ln -sf {} \"$CLAUDE_CONFIG_DIR/.claude.json\" && echo planted", bashrc.display());
-    sandbox(&p, &["--", "sh", "-c", &plant], &[]).ok();
-    let store = env().home.join(".local/share/ai-sandbox/agents/claude/.claude");
-    assert!(std::fs::symlink_metadata(store.join(".claude.json")).unwrap().file_type().is_symlink());
+    let r = sandbox(&p, &["--", "sh", "-c", &plant], &vars);
+    r.ok();
+    assert!(r.stderr.contains("is a symbolic link, not a file"), "the copy back must say why: {}", r.stderr);
+    assert_eq!(std::fs::read(&bashrc).unwrap(), before, "the copy back read or wrote through the link");
     // The user's real login, then the import a user runs on the host.
     let real = env().home.join(".claude.json");
-    std::fs::write(&real, "{\"oauthAccount\":\"e2e\"}\n").unwrap();
+    std::fs::write(&real, "{\"oauthAccount\":\"e2e\",\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}\n")
+        .unwrap();
     chown_user(&real);
-    let r = sandbox(&p, &["login", "import", "claude"], &[]);
+    let r = sandbox(&p, &["login", "import", "claude"], &vars);
     let _ = std::fs::remove_file(&real);
     r.ok();
-    assert_eq!(std::fs::read(&bashrc).unwrap(), before, "login import wrote through the planted link");
-    let copied = store.join(".claude.json");
-    assert!(std::fs::symlink_metadata(&copied).unwrap().is_file(), "the link is replaced by the login");
-    assert_eq!(
-        std::fs::read_to_string(&copied).unwrap(),
-        "{\"oauthAccount\":\"e2e\"}\n",
-        "control: imported"
+    let store = data.join("ai-sandbox/agents/claude/login/.claude.json");
+    let copied = std::fs::read_to_string(&store).unwrap();
+    assert!(
+        copied.contains("\"e2e\"") && !copied.contains("mcpServers"),
+        "control: the login imported, only it: {copied}"
     );
-    let _ = std::fs::remove_file(copied);
+    // The next session's copy in replaces the link with the login, never writing through it.
+    let r = sandbox(
+        &p,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "test -L \"$CLAUDE_CONFIG_DIR/.claude.json\" && echo link; cat \"$CLAUDE_CONFIG_DIR/.claude.json\"",
+        ],
+        &vars,
+    );
+    r.ok();
+    assert!(!r.stdout.contains("link") && r.stdout.contains("\"e2e\""), "{}", r.stdout);
+    assert_eq!(std::fs::read(&bashrc).unwrap(), before, "the copy in wrote through the planted link");
+    let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(&host);
 }
 

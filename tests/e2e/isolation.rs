@@ -174,6 +174,14 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
     // Control: B is logged in with the login A made.
     assert!(rb.stdout.contains(&format!("sk-a-{t}")), "A's login is not in B: {}", rb.stdout);
     assert!(!rb.stdout.contains("found"), "B saw what A planted beside its login: {}", rb.stdout);
+    // A project without the line gets no login at all.
+    let c = Project::new("store-c");
+    let rc = sandbox(
+        &c,
+        &["--", "sh", "-c", "cat \"$HOME/.codex/auth.json\" 2>/dev/null || echo no-login"],
+        &vars,
+    );
+    assert_eq!(rc.ok().stdout.trim(), "no-login");
     // B refreshes the login: A's next session has it, and still has its own settings.
     let refresh =
         format!("echo '{{\"OPENAI_API_KEY\":\"sk-b-{t}\",\"tokens\":null}}' > \"$CODEX_HOME/auth.json\"");

@@ -397,6 +397,9 @@ fn a_local_image_runs_under_the_same_enforcement_and_fresh_each_run() {
     let e = env();
     let dir = e.root.join("image");
     std::fs::create_dir_all(&dir).unwrap();
+    // A /tmp in the image the user may write (its root is the image's root user's).
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    std::fs::set_permissions(dir.join("tmp"), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
     let built = std::process::Command::new("gcc")
         .args(["-static", "-O2", "-o"])
         .arg(dir.join("probe"))
@@ -412,6 +415,7 @@ fn a_local_image_runs_under_the_same_enforcement_and_fresh_each_run() {
             .arg("-cf")
             .arg(&tar)
             .arg("probe")
+            .arg("tmp")
             .status()
             .unwrap()
             .success()
@@ -426,8 +430,8 @@ fn a_local_image_runs_under_the_same_enforcement_and_fresh_each_run() {
     let b = sandbox(&p, &["--allow", &allow, "--", "/probe", "100.64.0.1", &other.port.to_string()], &[]);
     // A named image's root is the container's own, made fresh from the image for each run: what
     // one run writes to / is gone in the next (the first run's write is the positive control).
-    let first = sandbox(&p, &["--", "/probe", "plant", "/planted"], &[]);
-    let second = sandbox(&p, &["--", "/probe", "plant", "/planted"], &[]);
+    let first = sandbox(&p, &["--", "/probe", "plant", "/tmp/planted"], &[]);
+    let second = sandbox(&p, &["--", "/probe", "plant", "/tmp/planted"], &[]);
     as_user("/usr/bin/podman", &["rmi", image]);
     assert_eq!(first.stdout.trim(), "planted", "{}\n{}", first.stdout, first.stderr);
     assert_eq!(second.stdout.trim(), "planted", "a later run saw the first one's file: {}", second.stdout);
