@@ -209,6 +209,42 @@ fn init_refuses_root_and_home_and_a_home_config_is_named_as_the_cause() {
 }
 
 #[test]
+fn a_project_that_holds_the_tools_own_directories_is_refused_under_either_name() {
+    let (_t, dir, home) = project(None);
+    // ~/.config is a link to a dotfiles checkout elsewhere (common): refused under both names.
+    let dotfiles = dir.parent().unwrap().join("dotfiles");
+    std::fs::create_dir_all(dotfiles.join("containers")).unwrap();
+    std::fs::create_dir_all(dotfiles.join("nvim/.git")).unwrap();
+    std::os::unix::fs::symlink(&dotfiles, home.join(".config")).unwrap();
+    for (project, how) in [
+        (home.join(".config"), "contains ai-sandbox's configuration"),
+        (dotfiles.clone(), "contains ai-sandbox's configuration"),
+        (home.join(".local/share/ai-sandbox/homes/x"), "lies inside ai-sandbox's data"),
+        (home.join(".local"), "contains ai-sandbox's state"),
+    ] {
+        std::fs::create_dir_all(&project).unwrap();
+        for args in [
+            vec!["--dry-run", "--project", project.to_str().unwrap()],
+            vec!["init", "--project", project.to_str().unwrap()],
+        ] {
+            let o = run_in(&dir, &home, &args);
+            assert_eq!(o.code, 125, "{args:?}: {}", o.stdout);
+            assert!(
+                o.stderr.contains(how) && o.stderr.contains("use a directory that holds only the project"),
+                "{args:?}: {}",
+                o.stderr
+            );
+            assert!(!o.stdout.contains("podman"), "{args:?}: a plan was printed");
+        }
+        assert!(!project.join(".ai-sandbox").exists(), "init wrote into {}", project.display());
+    }
+    // Control: a repository in a subfolder of the linked ~/.config plans a sandbox.
+    let o = run_in(&home.join(".config/nvim"), &home, &["--dry-run"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("podman"), "{}", o.stdout);
+}
+
+#[test]
 fn rules_takes_only_the_flags_that_shape_the_ruleset() {
     let (_t, dir, home) = project(Some("allow = 100.64.0.1:5432\n"));
     for bad in [

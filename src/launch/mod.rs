@@ -59,7 +59,7 @@ pub(crate) fn remove_session_tree(dir: &Path, podman: &Path) -> anyhow::Result<(
         return Ok(());
     }
     let unshared = Command::new(podman)
-        .args(["unshare", "rm", "-rf", "--"])
+        .args(["unshare", "rm", "-rf", "--one-file-system", "--"])
         .arg(dir)
         .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
         .stdin(std::process::Stdio::null())
