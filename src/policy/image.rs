@@ -1,5 +1,5 @@
-//! `image = host | NAME`: the host's own tools on a skeleton root, or a local OCI image named
-//! by a reference podman accepts — checked here, so a path (`../../etc`), a flag (`-v`) or an
+//! `image = host | NAME`: the host's own tools on a read-only root made for each session, or a
+//! local OCI image named by a reference podman accepts — checked here, so a path (`../../etc`), a flag (`-v`) or an
 //! empty name never reaches podman's positional image argument.
 
 use super::{Collector, Image, Inputs};

@@ -62,7 +62,7 @@ impl std::fmt::Display for NetMode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Image {
-    /// The host's own /usr, /etc, /opt read-only on a skeleton rootfs.
+    /// The host's own /usr, /etc, /opt read-only on a root made for each session (`plan::root`).
     Host,
     /// A local OCI image.
     Named(String),

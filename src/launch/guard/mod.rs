@@ -137,8 +137,8 @@ pub(crate) struct Manifest {
     /// them, under the recorded directories, came from the host.
     #[serde(default)]
     pub(crate) mounted: Vec<PathBuf>,
-    /// Directories outside the project the sandbox can write (its HOME, the agents' stores, the
-    /// skeleton root), as the host sees them: a link into one made during a session is moved aside.
+    /// Directories outside the project the sandbox can write and the host keeps (its HOME), as
+    /// the host sees them: a link into one made during a session is moved aside.
     #[serde(default)]
     pub(crate) writable: Vec<PathBuf>,
     /// The repositories in the project before the session (see `repos`; none in records of

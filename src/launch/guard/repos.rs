@@ -453,8 +453,8 @@ pub(crate) fn settle_new(
         })
         .collect();
     // A link made during the session into a directory the sandbox can write outside the project
-    // (its HOME, the agents' stores, as they are on the host): the sandbox could make a
-    // repository there that the host's git would find on `cd` through the link.
+    // (its HOME, as it is on the host): the sandbox could make a repository there that the
+    // host's git would find on `cd` through the link.
     let writable: Vec<PathBuf> = writable.iter().filter_map(|w| fs::canonicalize(w).ok()).collect();
     for l in now.links_out.iter().filter(|l| !before.links_out.contains(l)) {
         let Ok(t) = fs::canonicalize(project.join(l)) else { continue };
