@@ -280,6 +280,45 @@ mod tests {
     }
 
     #[test]
+    fn each_file_of_a_login_is_recorded_and_taken_on_its_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut l = logins(tmp.path());
+        l.files.push(LoginCopy {
+            state: "claude".into(),
+            store: tmp.path().join("agents/claude/login/.credentials.json"),
+            legacy: None,
+            home_rel: PathBuf::from(".claude/.credentials.json"),
+            fields: Some(&["claudeAiOauth"]),
+        });
+        std::fs::create_dir_all(&l.home).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();
+        write_store(&l.files[1].store, br#"{"claudeAiOauth":{"t":"a"}}"#).unwrap();
+        give(&l).unwrap();
+        // Only the tokens are refreshed inside: they go back, the account file is not touched.
+        std::fs::write(l.home.join(".claude/.credentials.json"), br#"{"claudeAiOauth":{"t":"b"}}"#).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"other"}"#).unwrap();
+        assert_eq!(take(&l).unwrap().len(), 1);
+        assert!(std::fs::read_to_string(&l.files[1].store).unwrap().contains("\"b\""));
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("other"));
+    }
+
+    #[test]
+    fn a_home_gone_or_a_store_that_is_not_a_file_is_said_not_guessed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(&l.home).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();
+        give(&l).unwrap();
+        std::fs::remove_dir_all(&l.home).unwrap();
+        assert!(take(&l).unwrap().is_empty(), "no HOME (removed by prune): nothing to take");
+        std::fs::create_dir_all(&l.home).unwrap();
+        std::fs::remove_file(&l.files[0].store).unwrap();
+        std::fs::create_dir_all(&l.files[0].store).unwrap();
+        let e = format!("{:#}", give(&l).unwrap_err());
+        assert!(e.contains("is not a login file"), "{e}");
+    }
+
+    #[test]
     fn a_link_in_the_sandbox_home_is_never_followed() {
         let tmp = tempfile::tempdir().unwrap();
         let l = logins(tmp.path());

@@ -42,8 +42,9 @@ pub(crate) fn targets(argv: &[String]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut it = argv.iter();
     while let Some(a) = it.next() {
+        // `--volume=V` and `-v=V` (podman's flag parser takes both); `A=B` is a value.
         let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
             _ => (a.as_str(), None),
         };
         let value = || inline.clone().or_else(|| it.clone().next().cloned());
@@ -113,9 +114,11 @@ mod tests {
         let argv = v(&[
             "podman",
             "run",
+            "--rm",
             "-v",
             "/p/proj:/srv/proj",
             "--volume=/a:/b/c:ro",
+            "-v=/d:/e",
             "--tmpfs",
             "/tmp:rw,size=1g",
             "--tmpfs=/x/y",
@@ -131,7 +134,7 @@ mod tests {
         ]);
         assert_eq!(
             targets(&argv),
-            ["/srv/proj", "/b/c", "/tmp", "/x/y", "/data/h", "/scratch"].map(PathBuf::from).to_vec()
+            ["/srv/proj", "/b/c", "/e", "/tmp", "/x/y", "/data/h", "/scratch"].map(PathBuf::from).to_vec()
         );
     }
 
@@ -152,6 +155,8 @@ mod tests {
             "/var/tmp:size=1g",
             "-v",
             "/q:/top",
+            "-v",
+            "/m:/mnt/x",
             "-v",
             "/z:/a/../../etc",
         ]);

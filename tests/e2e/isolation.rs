@@ -281,3 +281,33 @@ fn the_control_socket_refuses_a_process_in_another_user_namespace() {
     assert!(!r.stdout.contains(&project), "{}", r.stdout);
     finish(&p, running);
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_sandbox_started_without_xdg_runtime_dir_is_seen_from_a_shell_that_has_it() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("su-shell");
+    p.config("allow = example.com\n");
+    // As through `su`: no XDG_RUNTIME_DIR (set empty here, after the harness's own).
+    let child = user_command(&p.dir, &env().bin, &["--", "sh", "-c", UNTIL_DONE], &[("XDG_RUNTIME_DIR", "")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let project = p.dir.display().to_string();
+    // From a shell that has the variable (the harness's default), and from one whose variable
+    // names somewhere else: one runtime dir, one gate, the same sandbox.
+    for vars in [vec![], vec![("XDG_RUNTIME_DIR", "/tmp")]] {
+        let seen = wait_for(20, || sandbox(&p, &["ps", "--json"], &vars).stdout.contains(&project));
+        assert!(seen, "{vars:?}: `ps` does not see it: {}", sandbox(&p, &["ps", "--json"], &vars).stdout);
+    }
+    let status = sandbox(&p, &["gate", "status"], &[]);
+    assert!(status.ok().stdout.contains(&project), "{}", status.stdout);
+    let _ = std::fs::write(p.path("done"), "");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !std::path::Path::new(&format!("/tmp/ai-sandbox-{}", env().uid)).join("gate.sock").exists(),
+        "a second gate in /tmp"
+    );
+}
