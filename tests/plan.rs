@@ -103,7 +103,7 @@ fn launch_goes_through_the_host_and_root_is_refused() {
     let mut root = host("", &[]);
     root.uid = 0;
     let err = app::run(&mut root, &cli.run).unwrap_err().to_string();
-    assert!(err.contains("rootless") && err.contains("scripts/as-user"), "{err}");
+    assert!(err.contains("rootless") && err.contains("runuser -l USER -c 'ai-sandbox ...'"), "{err}");
     assert!(root.effects.is_empty());
 }
 
@@ -433,6 +433,33 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
 }
 
 #[test]
+fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
+    let mut h = host("", &[]);
+    h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
+    h.effects.clear();
+    for sub in ["allow", "deny"] {
+        let cli = Cli::try_parse_from(["ai-sandbox", sub, "b.test"]).unwrap();
+        let (Some(ai_sandbox::cli::Sub::Allow(args)) | Some(ai_sandbox::cli::Sub::Deny(args))) = &cli.sub
+        else {
+            panic!()
+        };
+        let e = format!("{:#}", app::change_cmd(&mut h, args, sub == "deny").unwrap_err());
+        assert!(e.contains("has no config") && e.contains("nothing was changed"), "{e}");
+        assert!(
+            e.contains(&format!("`ai-sandbox {sub} b.test` adds to it")) && e.contains("--session-only"),
+            "{e}"
+        );
+        assert!(h.effects.is_empty(), "no live change, no lock, no write: {:?}", h.effects);
+    }
+    // Control: --session-only changes the running sandbox without a config.
+    let cli = Cli::try_parse_from(["ai-sandbox", "allow", "--session-only", "b.test"]).unwrap();
+    let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
+    assert_eq!(app::change_cmd(&mut h, args, false).unwrap(), 0);
+    assert!(h.effects.iter().any(|e| e.starts_with("live allow b.test")), "{:?}", h.effects);
+}
+
+#[test]
 fn ps_lists_running_sandboxes_with_their_mode_and_project() {
     let mut h = host("", &[]);
     assert_eq!(app::ps_cmd(&mut h, false).unwrap(), 0);
@@ -609,6 +636,10 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     assert_eq!(run(&mut h, &["./plain.sh"]), 126);
     assert!(h.stderr.contains("./plain.sh: not an executable file (`chmod +x ./plain.sh`)"), "{}", h.stderr);
     assert_eq!(run(&mut h, &["./missing.sh"]), 127);
+    // Installed in ~/bin: seen only by mounting the home directory, so not at all.
+    h.install("tool", "/home/dev/bin/tool");
+    assert_eq!(run(&mut h, &["tool"]), 127);
+    assert!(h.stderr.contains("command not found inside. To make it available, install it"), "{}", h.stderr);
     assert!(h.effects.is_empty(), "nothing registered or launched: {:?}", h.effects);
     // Positive controls: an executable script and a program on PATH launch.
     h.files.push(("/home/dev/app/run.sh".into(), "#!/bin/sh\necho hi\n".into()));
@@ -621,6 +652,57 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     // The user's own PATH may find what the host's does not: not judged then.
     let mut own = host("env = PATH=/home/dev/app/bin:/usr/bin\n", &[]);
     assert_eq!(run(&mut own, &["nosuchcmd"]), 0);
+}
+
+#[test]
+fn a_dry_run_shows_the_running_gates_port_or_says_it_is_not_known_yet() {
+    let mut h = host("allow = github.com\n", &[]);
+    let out = dry_run(&mut h, &[]);
+    assert!(
+        out.contains(
+            "# note: no gate is running: a launch starts one on the first free port at or above 18081"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("HTTPS_PROXY=http://aisb:SESSION-TOKEN@127.0.0.1:18081"), "{out}");
+    h.gate_listening = Some(18082);
+    h.stdout.clear();
+    let out = dry_run(&mut h, &[]);
+    assert!(!out.contains("no gate is running"), "{out}");
+    assert!(
+        out.contains("HTTPS_PROXY=http://aisb:SESSION-TOKEN@127.0.0.1:18082") && out.contains("-T,18082"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_variable_passed_with_e_is_not_called_a_secret() {
+    let mut h = host("secret = API_TOKEN\n", &[]);
+    let cli = Cli::try_parse_from(["ai-sandbox", "-e", "NOPE", "--", "true"]).unwrap();
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
+    assert!(
+        h.stderr.contains("-e NOPE: NOPE is not set in your environment; the sandbox starts without it"),
+        "{}",
+        h.stderr
+    );
+    assert!(!h.stderr.contains("secret NOPE"), "{}", h.stderr);
+    assert!(h.stderr.contains("secret API_TOKEN has no value in your environment"), "{}", h.stderr);
+}
+
+#[test]
+fn a_published_port_only_root_may_bind_is_said_before_anything_starts() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--publish", "80", "--", "true"]).unwrap();
+    let mut h = host("", &[]);
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(
+        err.contains("host port 80 is below 1024, the first port a user may bind")
+            && err.contains("--publish 8080:80"),
+        "{err}"
+    );
+    assert!(h.effects.is_empty(), "{:?}", h.effects);
+    // The host's own setting decides (lowered here), and the control launches.
+    h.files.push(("/proc/sys/net/ipv4/ip_unprivileged_port_start".into(), "80\n".into()));
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
 }
 
 #[test]

@@ -142,6 +142,9 @@ fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -> anyhow::R
 /// registration, no relay, no record): an image that is not here (never pulled), a published
 /// host port in use, a command that cannot run (126/127, as podman would say, returned as the
 /// exit code with its words on stderr).
+/// The first port an unprivileged process may bind.
+const UNPRIVILEGED_PORT_START: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+
 fn preflight(host: &mut dyn Host, policy: &Policy, facts: &Facts) -> anyhow::Result<Option<i32>> {
     if let crate::policy::Image::Named(image) = &policy.image
         && !host.image_present(&facts.podman, image)?
@@ -152,6 +155,27 @@ fn preflight(host: &mut dyn Host, policy: &Policy, facts: &Facts) -> anyhow::Res
                  registry outside any policy); nothing was started"
             ),
             format!("fetch it outside the sandbox first: podman pull {image} (or build it: podman build -t {image} ...)"),
+        )
+        .into());
+    }
+    // A rootless process binds only ports from the kernel's unprivileged start (1024 unless
+    // lowered): pasta would fail after the container exists, with its own words.
+    let unprivileged = host
+        .read_file(Path::new(UNPRIVILEGED_PORT_START))?
+        .and_then(|t| t.trim().parse::<u16>().ok())
+        .unwrap_or(1024);
+    if let Some(publ) = policy.publish.iter().find(|x| x.host < unprivileged) {
+        return Err(hinted(
+            format!(
+                "host port {} is below {unprivileged}, the first port a user may bind on this host \
+                 ({UNPRIVILEGED_PORT_START}); ai-sandbox runs as you, so nothing was started",
+                publ.host
+            ),
+            format!(
+                "publish a host port from {unprivileged} up: --publish {}:{}",
+                8000 + publ.host % 1000,
+                publ.container
+            ),
         )
         .into());
     }
@@ -180,6 +204,9 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
     let crate::policy::Command::Argv(argv) = &p.command else { return None };
     if p.image != crate::policy::Image::Host || p.env.iter().any(|(k, _)| k == "PATH") {
         return None;
+    }
+    if let Some(why) = &f.launchable.unreachable {
+        return Some((127, why.clone()));
     }
     // A name that is not UTF-8 is left to podman to find (or not).
     let name = f.launchable.program.as_deref().or(argv[0].to_str())?;
@@ -440,6 +467,17 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
         rules,
     };
     let (key, done) = if deny { ("deny", "denied") } else { ("allow", "allowed") };
+    // No config to add the line to: said before anything changes (no live change, no lock).
+    if !session_only && host.read_file(&loc.cfg_path)?.is_none() {
+        return Err(hinted(
+            format!("{} has no config ({} does not exist); nothing was changed", loc.project.display(), loc.display),
+            format!(
+                "`ai-sandbox init` writes one, then `ai-sandbox {key} {}` adds to it; or `--session-only` changes the running sandbox only",
+                items.join(" ")
+            ),
+        )
+        .into());
+    }
     let runtime = runtime_dir(host);
     let running = host.live_sessions(&runtime, &loc.project);
     if running.is_empty() && session_only {
@@ -488,6 +526,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
         if text != old {
             let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
             host.write_trusted(&state, &loc.project, &rel, &text)?;
+            record_project(host, &loc.project)?;
             if was_approved {
                 host.write_file(&approved, &text)?;
             }
@@ -530,7 +569,10 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     if !args.dry_run && host.uid() == 0 {
         return Err(hinted(
             "this tool runs rootless and refuses to start as root (podman cannot use pasta as root)",
-            "run it as a regular user; from a root shell: scripts/as-user ai-sandbox ...",
+            format!(
+                "run it as a regular user; from a root shell: {}",
+                super::doctor::as_user_hint("ai-sandbox ...")
+            ),
         )
         .into());
     }
@@ -547,6 +589,17 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.
         (facts.gate_port, facts.gate_ca) = host.register_gate(&policy, &facts)?;
+    }
+    let mut policy = policy;
+    if policy.gate && args.dry_run {
+        // The port a launch would use: the running gate's, else the first free one from gate_port.
+        match host.gate_port(&facts.runtime_dir) {
+            Some(port) => facts.gate_port = port,
+            None => policy.notices.push(format!(
+                "no gate is running: a launch starts one on the first free port at or above {} (shown here as {})",
+                policy.gate_port, policy.gate_port
+            )),
+        }
     }
     let relays = crate::policy::forwards::relays(&policy.splices);
     if policy.net == crate::policy::NetMode::Allow && !relays.is_empty() && !args.dry_run {

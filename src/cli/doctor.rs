@@ -7,7 +7,7 @@ use std::process::Command;
 struct Check {
     name: &'static str,
     result: Result<String, String>,
-    fix: &'static str,
+    fix: String,
 }
 
 fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -17,6 +17,29 @@ fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
     } else {
         Err(format!("`{cmd} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
+}
+
+/// How to run `cmd` as a regular user from a root shell, with what podman needs (the login
+/// manager's runtime dir); said with the user's name when there is one to suggest.
+pub(crate) fn as_user_hint(cmd: &str) -> String {
+    format!(
+        "runuser -l USER -c '{cmd}' (in ai-sandbox's source tree, scripts/as-user {cmd} does this with the environment podman needs)"
+    )
+}
+
+/// The first subordinate id range start (a multiple of 65536, at least 100000) past every range
+/// in these /etc/subuid and /etc/subgid texts, so the suggested line overlaps none.
+pub(crate) fn free_subid_start(texts: &[&str]) -> u64 {
+    let end = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| {
+            let mut f = l.split(':').skip(1);
+            Some(f.next()?.trim().parse::<u64>().ok()? + f.next()?.trim().parse::<u64>().ok()?)
+        })
+        .max()
+        .unwrap_or(0);
+    end.max(100_000).div_ceil(65_536) * 65_536
 }
 
 fn user_name() -> Option<String> {
@@ -41,7 +64,7 @@ pub fn run() -> anyhow::Result<i32> {
         } else {
             Ok("uid ok".into())
         },
-        fix: "run as a regular user; from a root shell: scripts/as-user ai-sandbox doctor",
+        fix: format!("run as a regular user; from a root shell: {}", as_user_hint("ai-sandbox doctor")),
     }];
     checks.push(Check {
         name: "podman >= 5",
@@ -52,7 +75,7 @@ pub fn run() -> anyhow::Result<i32> {
                 _ => Err(format!("podman {v} is too old")),
             }
         }),
-        fix: "sudo scripts/install-deps   (podman 5 from Debian trixie)",
+        fix: "sudo scripts/install-deps   (podman 5 from Debian trixie)".into(),
     });
     checks.push(Check {
         name: "pasta with --map-host-loopback",
@@ -63,7 +86,7 @@ pub fn run() -> anyhow::Result<i32> {
                 Err("this pasta lacks --map-host-loopback (needs passt >= 2024-08)".into())
             }
         }),
-        fix: "sudo scripts/install-deps   (passt from Debian trixie)",
+        fix: "sudo scripts/install-deps   (passt from Debian trixie)".into(),
     });
     let nft = ["/usr/sbin/nft", "/sbin/nft"].into_iter().map(PathBuf::from).find(|p| p.exists());
     checks.push(Check {
@@ -71,7 +94,7 @@ pub fn run() -> anyhow::Result<i32> {
         result: nft
             .map(|p| format!("{}", p.display()))
             .ok_or_else(|| "nft not found in /usr/sbin or /sbin".into()),
-        fix: "sudo apt-get install -y nftables",
+        fix: "sudo apt-get install -y nftables".into(),
     });
     checks.push(Check {
         name: "/dev/net/tun usable",
@@ -81,20 +104,23 @@ pub fn run() -> anyhow::Result<i32> {
             .open("/dev/net/tun")
             .map(|_| "ok".into())
             .map_err(|e| format!("/dev/net/tun: {e}")),
-        fix: "sudo chmod 666 /dev/net/tun",
+        fix: "sudo chmod 666 /dev/net/tun".into(),
     });
+    let taken: Vec<String> =
+        ["/etc/subuid", "/etc/subgid"].iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    let start = free_subid_start(&taken.iter().map(String::as_str).collect::<Vec<_>>());
     for file in ["/etc/subuid", "/etc/subgid"] {
         checks.push(Check {
             name: if file.ends_with("uid") { "subordinate uids" } else { "subordinate gids" },
             result: has_subids(file),
-            fix: "echo \"$USER:100000:65536\" | sudo tee -a /etc/subuid /etc/subgid",
+            fix: format!("echo \"$USER:{start}:65536\" | sudo tee -a /etc/subuid /etc/subgid   (a range no entry there uses)"),
         });
     }
     if checks.iter().all(|c| c.result.is_ok()) {
         checks.push(Check {
             name: "OCI runtime starts a container",
             result: runtime_works(),
-            fix: "on cgroup v1 hosts: printf '[engine]\\nruntime = \"runc\"\\n' >> ~/.config/containers/containers.conf",
+            fix: "on cgroup v1 hosts: printf '[engine]\\nruntime = \"runc\"\\n' >> ~/.config/containers/containers.conf".into(),
         });
     }
     let mut failed = 0;
@@ -134,4 +160,15 @@ fn runtime_works() -> Result<String, String> {
     );
     let _ = crate::launch::remove_session_tree(tmp.path(), std::path::Path::new("podman"));
     ran.map(|_| "podman run --read-only --rootfs ... /bin/true works".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_suggested_subordinate_range_overlaps_none_in_use() {
+        assert_eq!(super::free_subid_start(&[]), 131_072);
+        assert_eq!(super::free_subid_start(&["aisb:100000:65536\n", "aisb:100000:65536\n"]), 196_608);
+        assert_eq!(super::free_subid_start(&["a:100000:65536\nb:165536:65536\n# c\nbad\n", ""]), 262_144);
+        assert_eq!(super::free_subid_start(&["a:1000000:65536\n"]), 1_114_112);
+    }
 }

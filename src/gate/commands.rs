@@ -73,7 +73,9 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                 Ok(0)
             }
             Some(_) => {
-                println!("gate stopped; running sandboxes have no egress now");
+                println!(
+                    "gate stopped; running sandboxes reach no hostname now (their IP entries and allowed host ports still work: those never go through the gate)"
+                );
                 Ok(0)
             }
         },

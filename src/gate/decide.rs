@@ -201,7 +201,7 @@ pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(
                     403,
                     format!("{ip}:{port} is gate_addr, the host's loopback mapping"),
                     format!(
-                        "blocked by ai-sandbox: {ip} is never relayed by the gate; an allowed {ip}:PORT is reached directly (it is in NO_PROXY); to allow one, add \"allow = {ip}:{port}\" to {}",
+                        "blocked by ai-sandbox: {ip}:{port} is a port of the host's loopback that is not allowed; to allow it, add \"allow = {ip}:{port}\" to {}",
                         p.config_path
                     ),
                 )

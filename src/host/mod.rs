@@ -101,6 +101,8 @@ pub trait Host {
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running>;
     /// The gate's sessions with their counters (none when no gate runs).
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus>;
+    /// The port the running gate listens on (none when no gate runs).
+    fn gate_port(&self, runtime: &Path) -> Option<u16>;
     /// The live records (see `live`) of `project`'s running sandboxes (their launcher alive).
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf>;
     /// Adds `change` to one running sandbox, at both layers, under its record's lock: the
@@ -364,6 +366,12 @@ impl Host for RealHost {
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running> {
         crate::live::apply::running(runtime)
     }
+    fn gate_port(&self, runtime: &Path) -> Option<u16> {
+        match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
+            Ok(Some(r)) if r.ok => Some(r.port),
+            _ => None,
+        }
+    }
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
         match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
             Ok(Some(r)) => r.sessions,
@@ -533,6 +541,17 @@ pub struct FakeHost {
     pub taken_ports: Vec<u16>,
     /// Variables set to a value that is not UTF-8 (`env` says None for them).
     pub not_text: Vec<String>,
+    /// The port of a running gate (`gate_port`), none by default.
+    pub gate_listening: Option<u16>,
+}
+
+impl FakeHost {
+    /// A program on PATH at `path` (its own target, no interpreter).
+    pub fn install(&mut self, name: &str, path: &str) {
+        let p = PathBuf::from(path);
+        self.programs
+            .push((name.into(), crate::plan::agent::Found { path: p.clone(), target: p, interpreter: None }));
+    }
 }
 
 impl Host for FakeHost {
@@ -628,6 +647,9 @@ impl Host for FakeHost {
     }
     fn gate_sessions(&self, _runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
         Vec::new()
+    }
+    fn gate_port(&self, _runtime: &Path) -> Option<u16> {
+        self.gate_listening
     }
     fn write_trusted(&mut self, _: &Path, project: &Path, rel: &Path, text: &str) -> Result<()> {
         self.write_file(&project.join(rel), text)

@@ -28,6 +28,8 @@ struct Refused {
     count: Option<u64>,
     first: String,
     fix: String,
+    /// The gate could not reach an allowed destination (a 5xx), rather than refusing it.
+    unreachable: bool,
 }
 
 impl Refused {
@@ -72,8 +74,18 @@ impl Tally {
             count: Some(1),
             first: e.time.clone(),
             fix: e.fix_or_reason().to_string(),
+            unreachable: e.status >= 500,
         };
-        let line = format!("refused {} ({}); later refusals of it are counted, not shown", r.dest(), r.fix);
+        // A 502 is the gate failing to reach an allowed host (a name that does not resolve, a
+        // server that is down): not a refusal, and not fixed by an allow line.
+        let line = match r.unreachable {
+            true => format!(
+                "could not reach {} ({}); later failures of it are counted, not shown",
+                r.dest(),
+                r.fix
+            ),
+            false => format!("refused {} ({}); later refusals of it are counted, not shown", r.dest(), r.fix),
+        };
         self.seen.push(r);
         Some(line)
     }
@@ -98,6 +110,7 @@ impl Tally {
             count: None,
             first: time.to_string(),
             fix: d.fix(config_path),
+            unreachable: false,
         };
         let line = format!("refused a direct connection to {}:{} ({})", r.host, r.port, r.fix);
         self.seen.push(r);
@@ -118,7 +131,8 @@ impl Tally {
                 Some(n) => format!("{n} times"),
                 None => "directly".to_string(),
             };
-            out.push(format!("  {:<width$} {times}, first at {}: {}", dest(r), clock(&r.first), r.fix));
+            let what = if r.unreachable { " (could not reach it)" } else { "" };
+            out.push(format!("  {:<width$} {times}{what}, first at {}: {}", dest(r), clock(&r.first), r.fix));
         }
         out
     }
@@ -127,6 +141,19 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_the_gate_could_not_reach_is_not_called_refused() {
+        let mut t = Tally::new("s1");
+        let mut e = ev("s1", "nosuch.test", 443, Decision::Deny, "2026-12-02T10:00:00Z");
+        e.status = 502;
+        e.reason = "nosuch.test does not resolve".into();
+        e.allow = None;
+        e.hint = String::new();
+        let line = t.observe(&e).unwrap();
+        assert!(line.starts_with("could not reach nosuch.test:443 (nosuch.test does not resolve)"), "{line}");
+        assert!(t.summary()[1].contains("once (could not reach it)"), "{:?}", t.summary());
+    }
 
     fn ev(session: &str, host: &str, port: u16, decision: Decision, time: &str) -> Event {
         Event {

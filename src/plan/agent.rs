@@ -30,6 +30,8 @@ pub(crate) struct Launchable {
     pub(crate) path_prefix: Option<PathBuf>,
     /// What to tell the user.
     pub(crate) notice: Option<String>,
+    /// Why the sandbox cannot run it at all (nothing starts; exit 127).
+    pub(crate) unreachable: Option<String>,
 }
 
 /// Directories visible inside as they are on the host.
@@ -105,11 +107,16 @@ pub(crate) fn plan(name: &str, found: Option<&Found>, visible_dirs: &[PathBuf], 
             continue;
         }
         if home.starts_with(&r) || r.parent().is_none() {
-            out.notice = Some(format!(
-                "`{name}` is installed under {}, which is too broad to mount (it holds your home directory); install it elsewhere or use an image",
-                r.display()
-            ));
-            return Launchable { notice: out.notice, ..Launchable::default() };
+            return Launchable {
+                unreachable: Some(format!(
+                    "`{name}` is {} on this host, and the sandbox could see it only by mounting {}, which holds your \
+                     home directory: command not found inside. To make it available, install it in a directory of \
+                     its own (~/.local/bin, /usr/local/bin, /opt/NAME) or copy it into the project",
+                    f.target.display(),
+                    r.display()
+                )),
+                ..Launchable::default()
+            };
         }
         out.mounts.push(r);
     }
@@ -215,7 +222,15 @@ mod tests {
         let f = found("/home/u/claude", "/home/u/claude", None);
         let l = plan("claude", Some(&f), &vis(), Path::new(HOME));
         assert!(l.mounts.is_empty() && l.program.is_none());
-        assert!(l.notice.unwrap().contains("too broad to mount"));
+        let why = l.unreachable.unwrap();
+        assert!(
+            why.contains("holds your home directory: command not found") && why.contains("~/.local/bin"),
+            "{why}"
+        );
+        // ~/bin is a `bin` directly under HOME: its install root would be HOME itself.
+        let l =
+            plan("tool", Some(&found("/home/u/bin/tool", "/home/u/bin/tool", None)), &vis(), Path::new(HOME));
+        assert!(l.mounts.is_empty() && l.unreachable.is_some(), "{l:?}");
         let l = plan("nosuch", None, &vis(), Path::new(HOME));
         assert!(l.notice.unwrap().contains("not on this host's PATH"));
     }

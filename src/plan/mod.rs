@@ -312,7 +312,12 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         ));
     }
     for s in &f.missing_secrets {
-        n.push(format!("secret {s} has no value in your environment; the sandbox starts without it"));
+        // `-e NAME` passes a variable of yours through; `secret = NAME` names a secret.
+        let flag = p.secrets.iter().any(|x| x.name == *s && matches!(x.at, crate::error::Origin::Flag(_)));
+        n.push(match flag {
+            true => format!("-e {s}: {s} is not set in your environment; the sandbox starts without it"),
+            false => format!("secret {s} has no value in your environment; the sandbox starts without it"),
+        });
     }
     n.extend(trust::notices(p, f));
     let entries = p.hosts.len() + p.nets.len();

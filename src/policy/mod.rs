@@ -317,15 +317,16 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         resolve,
         gate_ports,
         limits,
-        notices: if inputs.ssh_agent {
-            vec![
+        notices: inputs
+            .ssh_agent
+            .then(|| {
                 "--ssh-agent: the sandbox can sign with every key your ssh-agent holds, as you, while it runs \
                  (`ssh-add -c KEY` makes each use ask you first)"
-                    .into(),
-            ]
-        } else {
-            Vec::new()
-        },
+                    .to_string()
+            })
+            .into_iter()
+            .chain(skipped_rules(config, net))
+            .collect(),
         ssh_agent: inputs.ssh_agent,
         protect,
         secrets,
@@ -398,6 +399,16 @@ fn bindings(p: &Policy, c: &mut Collector) {
     }
 }
 
+/// `--net full` with rule lines: they do not apply, and the launch says so (as `--net none`
+/// says of allow lines) instead of refusing the config the quick start writes.
+fn skipped_rules(config: &Config, net: NetMode) -> Option<String> {
+    let n = config.all("rule").count();
+    (net == NetMode::Full && n > 0).then(|| match n {
+        1 => "--net full: the config's rule line does not apply (no gate reads requests)".to_string(),
+        n => format!("--net full: the config's {n} rule lines do not apply (no gate reads requests)"),
+    })
+}
+
 /// `rule =` lines, read. A rule's host must be one the gate lets through (else the rule is
 /// never reached), and the gate must be in use (else nothing reads the requests).
 fn rule_lines(
@@ -416,12 +427,15 @@ fn rule_lines(
             }
         };
         let r = &rs[0];
+        // `--net full` is no policy at all (said at launch, with the rule lines it skips); with
+        // `--no-gate` the user asked for the policy without the gate, which cannot hold them.
+        if net == NetMode::Full {
+            continue;
+        }
         if !gate && net != NetMode::None {
-            let why =
-                if net == NetMode::Full { "--net full has no gate" } else { "--no-gate leaves no gate" };
             c.bad(
                 at,
-                format!("`rule = {}` needs the gate to read requests, but {why}", r.line),
+                format!("`rule = {}` needs the gate to read requests, but --no-gate leaves no gate", r.line),
                 "run with the gate (--net allow), or remove the rule lines",
             );
             continue;

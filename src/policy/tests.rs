@@ -327,13 +327,21 @@ fn a_rule_needs_its_host_allowed_and_the_gate_and_makes_the_sandbox_trust_the_ga
     let errs = policy("allow = api.test\nrule = *.api.test GET /x\n", Inputs::default()).unwrap_err();
     assert!(errs[0].message.contains("*.api.test is not allowed"), "{:?}", errs[0]);
     // No gate to read requests.
-    let full = Inputs { net: Some(NetMode::Full), ..Inputs::default() };
-    let errs = policy("rule = api.test GET /x\n", full).unwrap_err();
+    // `--net full` is no policy: the rule lines are skipped and said, not an error (the quick
+    // start's config must preview with it); a bad rule line is still an error.
+    let full = || Inputs { net: Some(NetMode::Full), ..Inputs::default() };
+    let p = policy("allow = api.test\nrule = api.test GET /x\nrule = api.test git-fetch\n", full()).unwrap();
+    assert!(p.rules.is_empty() && !p.terminates());
     assert!(
-        errs[0].message.contains("needs the gate to read requests, but --net full has no gate"),
+        p.notices
+            .iter()
+            .any(|n| n == "--net full: the config's 2 rule lines do not apply (no gate reads requests)"),
         "{:?}",
-        errs[0]
+        p.notices
     );
+    assert!(policy("rule = api.test GET no-slash\n", full()).is_err(), "a bad rule line is still an error");
+    let quiet = policy("allow = api.test\n", full()).unwrap();
+    assert!(!quiet.notices.iter().any(|n| n.contains("rule")), "{:?}", quiet.notices);
     let no_gate = Inputs { no_gate: true, ..Inputs::default() };
     let errs = policy("rule = api.test GET /x\n", no_gate).unwrap_err();
     assert!(errs[0].message.contains("--no-gate leaves no gate"), "{:?}", errs[0]);
