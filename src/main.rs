@@ -13,6 +13,12 @@ fn main() {
         print!("{}", ai_sandbox::cli::manpage::config_help());
         std::process::exit(0);
     }
+    // `ai-sandbox help config-example`: the commented example of every key, from the binary.
+    if raw.len() == 2 && raw[0] == "help" && raw[1] == "config-example" {
+        end_quietly_on_a_closed_pipe();
+        print!("{}", ai_sandbox::cli::manpage::CONFIG_EXAMPLE);
+        std::process::exit(0);
+    }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     if prints_for_a_reader(&cli) {
         end_quietly_on_a_closed_pipe();

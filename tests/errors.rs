@@ -456,6 +456,16 @@ fn every_config_key_is_listed_by_help_config_and_the_man_page() {
         assert!(help.stdout.contains(&format!("  {key} ")), "help config lacks {key}:\n{}", help.stdout);
         assert!(conf.contains(&format!("\\fB{key} ")), "the man page lacks {key}:\n{conf}");
     }
+    // The commented example comes with the binary, and help config points at it.
+    assert!(
+        help.stdout.contains("`ai-sandbox help config-example`") && !help.stdout.contains("in the sources")
+    );
+    let example = run_in(&dir, &home, &["help", "config-example"]);
+    assert_eq!(example.code, 0, "{}", example.stderr);
+    assert_eq!(
+        example.stdout,
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.example")).unwrap()
+    );
 }
 
 #[test]

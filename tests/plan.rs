@@ -636,6 +636,13 @@ fn a_command_that_cannot_run_is_said_with_podmans_codes_before_anything_starts()
     assert_eq!(run(&mut h, &["./plain.sh"]), 126);
     assert!(h.stderr.contains("./plain.sh: not an executable file (`chmod +x ./plain.sh`)"), "{}", h.stderr);
     assert_eq!(run(&mut h, &["./missing.sh"]), 127);
+    h.files.push(("/home/dev/app/sub/file".into(), String::new()));
+    assert_eq!(run(&mut h, &["./sub"]), 126);
+    assert!(
+        h.stderr.contains("./sub: is a directory, not a command") && !h.stderr.contains("chmod +x ./sub"),
+        "{}",
+        h.stderr
+    );
     // Installed in ~/bin: seen only by mounting the home directory, so not at all.
     h.install("tool", "/home/dev/bin/tool");
     assert_eq!(run(&mut h, &["tool"]), 127);
@@ -687,6 +694,38 @@ fn a_variable_passed_with_e_is_not_called_a_secret() {
     );
     assert!(!h.stderr.contains("secret NOPE"), "{}", h.stderr);
     assert!(h.stderr.contains("secret API_TOKEN has no value in your environment"), "{}", h.stderr);
+}
+
+#[test]
+fn inside_user_installed_tools_are_found_and_the_prompt_says_sandbox() {
+    let mut h = host("", &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    let want = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/home/dev/.local/bin\n";
+    assert!(out.contains(want), "{out}");
+    assert!(argv_of(&out).windows(2).any(|w| w == ["--hostname", "ai-sandbox"]), "{out}");
+    // An image keeps its own PATH; the user's PATH wins everywhere.
+    let mut h = host("image = localhost/tools:1\n", &[]);
+    assert!(!dry_run(&mut h, &["--", "true"]).contains("PATH="));
+    let mut h = host("env = PATH=/opt/x/bin:/usr/bin\n", &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    assert!(out.contains("PATH=/opt/x/bin:/usr/bin\n") && !out.contains(".local/bin"), "{out}");
+}
+
+#[test]
+fn net_none_says_nothing_about_how_rules_would_be_read_and_net_full_skips_them() {
+    let cfg = "allow = github.com\nrule = github.com git-fetch\n";
+    let said = "github.com: only the requests the rules allow go through";
+    let mut h = host(cfg, &[]);
+    assert!(dry_run(&mut h, &["--", "true"]).contains(said), "control: said with the gate");
+    let mut h = host(cfg, &[]);
+    let none = dry_run(&mut h, &["--net", "none", "--", "true"]);
+    assert!(!none.contains(said) && none.contains("allow entry does not apply"), "{none}");
+    let mut h = host(cfg, &[]);
+    let full = dry_run(&mut h, &["--net", "full", "--", "true"]);
+    assert!(
+        full.contains("--net full: the config's rule line does not apply (no gate reads requests)"),
+        "{full}"
+    );
 }
 
 #[test]

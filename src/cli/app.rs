@@ -99,10 +99,15 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
         Ok(mut p) if problems.is_empty() => {
             // Said when it matters: the allowlist applies and nothing at all was allowed.
             if cfg.entries.is_empty() && p.net == policy::NetMode::Allow && args.policy.allow.is_empty() {
-                let what = if file.is_none() { "there is no" } else { "nothing is set in" };
-                p.notices.push(format!(
-                    "{what} {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"
-                ));
+                p.notices.push(match file {
+                    None => format!(
+                        "there is no {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"
+                    ),
+                    Some(_) => format!(
+                        "nothing is set in {display}: nothing is allowed beyond --allow flags \
+                         (`ai-sandbox allow HOST` adds a line to it)"
+                    ),
+                });
             }
             Ok(Loaded { policy: p, text: file, display })
         }
@@ -219,8 +224,11 @@ fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
         return (host.find_program(name).is_none() && !in_sandbox_path)
             .then(|| (127, format!("`{name}` is not on this host's PATH (the sandbox looks for it in /usr, /opt and the project only): command not found")));
     }
-    match host.executable(&f.workdir.join(name)) {
+    let path = f.workdir.join(name);
+    match host.executable(&path) {
         None => Some((127, format!("{name}: no such file (relative to {})", f.workdir.display()))),
+        // A directory: no `chmod` makes it a command.
+        Some(false) if host.is_dir(&path) => Some((126, format!("{name}: is a directory, not a command"))),
         Some(false) => Some((126, format!("{name}: not an executable file (`chmod +x {name}`)"))),
         Some(true) => None,
     }

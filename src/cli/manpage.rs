@@ -38,12 +38,16 @@ fn config_keys() -> Vec<(String, String)> {
     out
 }
 
+/// The commented example of every key (the repository's config.example), for
+/// `ai-sandbox help config-example`: a user with the binary alone has it too.
+pub const CONFIG_EXAMPLE: &str = include_str!("../../config.example");
+
 /// `ai-sandbox help config`: the same list, for a terminal.
 pub fn config_help() -> String {
     let width = crate::policy::keys::KEYS.iter().map(|k| k.name.len()).max().unwrap_or(0);
     let mut out = String::from(
         ".ai-sandbox/config: one `key = value` per line (`#` after whitespace starts a comment).\n\
-         Keys marked * may repeat. A commented example of every key: config.example in the sources.\n\n",
+         Keys marked * may repeat. A commented example of every key: `ai-sandbox help config-example`.\n\n",
     );
     for crate::policy::keys::Key { name: k, repeats, doc, example, .. } in crate::policy::keys::KEYS {
         let pad = " ".repeat(width + 5);

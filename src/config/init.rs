@@ -69,7 +69,15 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
             "cmd = aider",
         ],
     ),
-    ("npm", "the npm registry", &["allow = registry.npmjs.org", "allow = registry.yarnpkg.com"]),
+    (
+        "npm",
+        "the npm registry",
+        &[
+            "allow = registry.npmjs.org",
+            "allow = registry.yarnpkg.com",
+            "env = NPM_CONFIG_UPDATE_NOTIFIER=false            # no update check on every npm run",
+        ],
+    ),
     ("pypi", "PyPI", &["allow = pypi.org", "allow = files.pythonhosted.org"]),
     ("cargo", "crates.io", &["allow = crates.io", "allow = index.crates.io", "allow = static.crates.io"]),
     (
@@ -101,6 +109,7 @@ pub(crate) fn render(presets: &[String]) -> Result<String, Hinted> {
          # Check what it allows with `ai-sandbox --dry-run`; refusals name the line that would allow them.\n",
     );
     let mut seen: Vec<&str> = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
     let mut cmd: Option<(&str, &str)> = None;
     // `--preset claude,npm` as well as `--preset claude --preset npm`.
     for name in presets.iter().flat_map(|p| p.split(',')).map(str::trim).filter(|p| !p.is_empty()) {
@@ -114,6 +123,11 @@ pub(crate) fn render(presets: &[String]) -> Result<String, Hinted> {
                 format!("presets are {}", names().join(", ")),
             ));
         };
+        // Named twice (`--preset pypi --preset pypi`): written once.
+        if done.contains(n) {
+            continue;
+        }
+        done.push(n);
         out += &format!("\n# {n}: {what}\n");
         for l in lines.iter() {
             if let Some(c) = l.strip_prefix("cmd = ") {
@@ -153,6 +167,13 @@ mod tests {
         let (cfg, errs) = crate::config::parse(&text);
         assert!(errs.is_empty(), "{errs:?}");
         crate::policy::build("/p".into(), &cfg, &Default::default()).unwrap();
+    }
+
+    #[test]
+    fn a_preset_named_twice_is_written_once() {
+        let twice = |p: &str| render(&[p.to_string(), p.to_string()]).unwrap();
+        assert_eq!(twice("pypi"), render(&["pypi".to_string()]).unwrap());
+        assert_eq!(twice("claude").matches("cmd = claude").count(), 1, "not two commands");
     }
 
     #[test]

@@ -97,6 +97,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_config_lives_in_the_projects_own_directory() {
+        assert_eq!(config_path(Path::new("/w/repo")), Path::new("/w/repo/.ai-sandbox/config"));
+    }
+
+    #[test]
     fn prefers_config_dir_then_git_then_cwd() {
         let cwd = Path::new("/w/repo/sub/deep");
         let both = |p: &Path| p == Path::new("/w/repo/.git") || p == Path::new("/w/repo/sub/.ai-sandbox");

@@ -60,6 +60,8 @@ pub trait Host {
     fn port_taken(&self, port: u16) -> Option<String>;
     /// Whether `path` is a file this user may execute (None: nothing there).
     fn executable(&self, path: &Path) -> Option<bool>;
+    /// Whether `path` is a directory (links followed).
+    fn is_dir(&self, path: &Path) -> bool;
     /// The entries of a directory (none when it does not exist).
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>>;
     /// Removes a directory and everything below it.
@@ -283,6 +285,9 @@ impl Host for RealHost {
             _ => None,
         }
     }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
     fn executable(&self, path: &Path) -> Option<bool> {
         let meta = std::fs::metadata(path).ok()?;
         Some(meta.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok())
@@ -296,7 +301,13 @@ impl Host for RealHost {
     }
     fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()> {
         // A sandbox HOME can hold read-only directories (Go's module cache, say).
-        let _ = std::process::Command::new("chmod").args(["-R", "u+w", "--"]).arg(dir).status();
+        // What podman's runtime made there belongs to another id: chmod's complaint is not the
+        // user's business (the removal's own error is, and is returned).
+        let _ = std::process::Command::new("chmod")
+            .args(["-R", "u+w", "--"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status();
         std::fs::remove_dir_all(dir).map_err(|e| anyhow::anyhow!("removing {}: {e}", dir.display()))
     }
     fn loader(&self, exe: &Path) -> Option<PathBuf> {
@@ -612,7 +623,13 @@ impl Host for FakeHost {
         self.live.clone()
     }
     fn executable(&self, path: &Path) -> Option<bool> {
+        if self.is_dir(path) {
+            return Some(false);
+        }
         self.files.iter().find(|(p, _)| p == path).map(|(_, text)| text.starts_with("#!"))
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.files.iter().any(|(p, _)| p != path && p.starts_with(path))
     }
     fn port_taken(&self, port: u16) -> Option<String> {
         self.taken_ports.contains(&port).then(|| "by pid 4242 (python3)".to_string())

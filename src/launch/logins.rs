@@ -316,6 +316,12 @@ mod tests {
         std::fs::create_dir_all(&l.files[0].store).unwrap();
         let e = format!("{:#}", give(&l).unwrap_err());
         assert!(e.contains("is not a login file"), "{e}");
+        // A store that cannot be read (a file where its directory should be) is an error, not
+        // "no login".
+        let mut l = logins(tmp.path());
+        std::fs::write(tmp.path().join("plain"), "").unwrap();
+        l.files[0].store = tmp.path().join("plain/.claude.json");
+        assert!(format!("{:#}", give(&l).unwrap_err()).contains("reading"), "not taken for absent");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use crate::plan::session::{self, Facts};
 use crate::policy::{Command, Image, NetMode, Policy};
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
 /// to the host's loopback on the spliced path (`-T`). Through `gate_addr` every byte the sandbox
@@ -93,14 +94,22 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// config), unless the user sets one.
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The sandbox's PATH with the agent's interpreter first (nvm's node, say), unless the user set
-/// PATH themselves.
+/// The sandbox's PATH (`image = host`), unless the user set PATH themselves: the agent's
+/// interpreter first (nvm's node, say), and the sandbox HOME's `~/.local/bin` last (where
+/// `pip install --user` and pipx put programs; last, so it never shadows the host's tools). An
+/// image keeps its own PATH, but for the interpreter.
 fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
-    let prefix = f.launchable.path_prefix.as_ref()?;
     if user_sets(p, "PATH") {
         return None;
     }
-    Some(("PATH".into(), format!("{}:{SANDBOX_PATH}", prefix.display())))
+    let prefix = f.launchable.path_prefix.as_ref().map(|d| format!("{}:", d.display()));
+    match p.image {
+        Image::Host => Some((
+            "PATH".into(),
+            format!("{}{SANDBOX_PATH}:{}/.local/bin", prefix.unwrap_or_default(), f.home.display()),
+        )),
+        Image::Named(_) => prefix.map(|pre| ("PATH".into(), format!("{pre}{SANDBOX_PATH}"))),
+    }
 }
 
 /// The variables that point known agents at their shared state (unless the user set them).
@@ -201,6 +210,28 @@ fn command_words(argv: &[OsString]) -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), script]
 }
 
+/// A bind mount as podman takes it: `-v SRC:DST[:ro]`, or, when a path holds a `:` (where `-v`
+/// splits) or a `,`, `--mount type=bind,src=…,dst=…[,ro]` with each field quoted as CSV, which
+/// is how podman reads `--mount` (measured: a project at `/p/a:b,c` mounts and runs).
+pub(crate) fn bind(src: &std::path::Path, dst: &std::path::Path, ro: bool) -> [String; 2] {
+    let (s, d) = (src.display().to_string(), dst.display().to_string());
+    if !s.contains([':', ',']) && !d.contains([':', ',']) {
+        return ["-v".into(), format!("{s}:{d}{}", if ro { ":ro" } else { "" })];
+    }
+    let field = |k: &str, v: &str| {
+        let f = format!("{k}={v}");
+        match f.contains([',', '"']) {
+            true => format!("\"{}\"", f.replace('"', "\"\"")),
+            false => f,
+        }
+    };
+    let mut fields = vec!["type=bind".to_string(), field("src", &s), field("dst", &d)];
+    if ro {
+        fields.push("ro".into());
+    }
+    ["--mount".into(), fields.join(",")]
+}
+
 /// podman, its options, and the image (or `--rootfs DIR`): everything before the command.
 fn options(p: &Policy, f: &Facts) -> Vec<String> {
     let mut a: Vec<String> = vec![f.podman.display().to_string()];
@@ -216,6 +247,9 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     let home = f.home.display().to_string();
     push(&[
         "--init",
+        // The shell's prompt says where it is (`user@ai-sandbox`), not a container id.
+        "--hostname",
+        "ai-sandbox",
         "--name",
         &f.container_name(),
         "--pidfile",
@@ -235,11 +269,11 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         "no-new-privileges",
         "--cap-drop",
         "all",
-        "-v",
-        &format!("{project}:{project}"),
         "--workdir",
         &f.workdir.display().to_string(),
     ]);
+    a.extend(bind(&p.project, &p.project, false));
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     // What the sandbox may take of the machine (see `policy::limits`): nproc is counted per
     // user namespace, so it holds on cgroup v1 too and counts this sandbox's processes only.
     let l = &p.limits;
@@ -250,38 +284,39 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             push(&["--memory", &m.to_string()]);
         }
     }
+    // (host path, path inside, read-only), in podman's order.
+    let mut mounts: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
     // This binary: the self-check hook, and `ai-sandbox connect` (ssh through the gate); with
     // its loader's directory, so it runs inside any image.
     if p.net == NetMode::Allow {
-        push(&["-v", &format!("{}:{CONNECT_EXE}:ro", f.self_exe.display())]);
+        mounts.push((f.self_exe.clone(), PathBuf::from(CONNECT_EXE), true));
         if let Some(dir) = f.loader.as_ref().and_then(|l| l.parent()) {
-            push(&["-v", &format!("{}:{HOST_LIB_DIR}:ro", dir.display())]);
+            mounts.push((dir.to_path_buf(), PathBuf::from(HOST_LIB_DIR), true));
         }
         if f.probe != crate::plan::session::Probe::Skipped {
-            let (exe, target) = (f.check_exe(), f.check_exe_target());
-            push(&["-v", &format!("{}:{}:ro", target.display(), exe.display())]);
+            mounts.push((f.check_exe_target(), f.check_exe(), true));
         }
     }
     if ssh_config(p, f).is_some() {
-        push(&["-v", &format!("{}:{SSH_CONFIG}:ro", f.ssh_config_file().display())]);
+        mounts.push((f.ssh_config_file(), PathBuf::from(SSH_CONFIG), true));
     }
     if let Some(sock) = &f.ssh_agent {
-        push(&["-v", &format!("{}:{SSH_AGENT_SOCK}", sock.display())]);
+        mounts.push((sock.clone(), PathBuf::from(SSH_AGENT_SOCK), false));
     }
-    for m in super::trust::mounts(p, f) {
-        push(&["-v", &m]);
-    }
+    mounts.extend(super::trust::mounts(p, f).into_iter().map(|(from, to)| (from, to, true)));
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).
     for m in f.launchable.mounts.iter().chain(&f.protected.mounts) {
-        let m = m.display();
-        push(&["-v", &format!("{m}:{m}:ro")]);
+        mounts.push((m.clone(), m.clone(), true));
     }
     if p.image == Image::Host {
-        for d in &f.host_dirs {
-            let d = d.display();
-            push(&["-v", &format!("{d}:{d}:ro")]);
-        }
+        mounts.extend(f.host_dirs.iter().map(|d| (d.clone(), d.clone(), true)));
+    }
+    for (from, to, ro) in mounts {
+        a.extend(bind(&from, &to, ro));
+    }
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    if p.image == Image::Host {
         // The root is this session's skeleton, read-only (see `root`); what programs expect to
         // write is the session's tmpfs (podman adds its own for /run and /dev).
         push(&["--read-only"]);
@@ -289,7 +324,9 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             push(&["--tmpfs", &format!("{dir}:rw,exec,nosuid,nodev,mode=1777,size={}", p.limits.tmp)]);
         }
     }
-    push(&["-v", &format!("{}:{home}", f.sandbox_home.display()), "--env", &format!("HOME={home}")]);
+    a.extend(bind(&f.sandbox_home, &f.home, false));
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    push(&["--env", &format!("HOME={home}")]);
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }

@@ -52,7 +52,7 @@ pub(crate) fn targets(argv: &[String]) -> Vec<PathBuf> {
             "-v" | "--volume" => value().and_then(|v| v.split(':').nth(1).map(String::from)),
             "--tmpfs" => value().and_then(|v| v.split(':').next().map(String::from)),
             "--mount" => value().and_then(|v| {
-                v.split(',').find_map(|kv| {
+                csv_fields(&v).into_iter().find_map(|kv| {
                     let (k, v) = kv.split_once('=')?;
                     matches!(k, "dst" | "destination" | "target").then(|| v.to_string())
                 })
@@ -66,6 +66,26 @@ pub(crate) fn targets(argv: &[String]) -> Vec<PathBuf> {
             it.next();
         }
     }
+    out
+}
+
+/// The fields of a `--mount` value, which podman reads as one CSV record: a field may be quoted
+/// (`"src=/a,b"`), with `""` for a quote inside.
+fn csv_fields(v: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = v.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
     out
 }
 
@@ -136,6 +156,18 @@ mod tests {
             targets(&argv),
             ["/srv/proj", "/b/c", "/e", "/tmp", "/x/y", "/data/h", "/scratch"].map(PathBuf::from).to_vec()
         );
+    }
+
+    #[test]
+    fn a_mount_of_a_path_with_a_colon_or_a_comma_is_read_as_podman_reads_it() {
+        let [flag, value] =
+            crate::plan::podman::bind(Path::new("/p/a:b,c\"d"), Path::new("/srv/a:b,c\"d"), true);
+        assert_eq!(flag, "--mount");
+        assert_eq!(value, r#"type=bind,"src=/p/a:b,c""d","dst=/srv/a:b,c""d",ro"#);
+        assert_eq!(targets(&[flag, value]), [PathBuf::from("/srv/a:b,c\"d")]);
+        assert_eq!(csv_fields("a,\"b,c\",d"), ["a", "b,c", "d"]);
+        let plain = crate::plan::podman::bind(Path::new("/p/x"), Path::new("/p/x"), false);
+        assert_eq!(plain, ["-v", "/p/x:/p/x"]);
     }
 
     #[test]

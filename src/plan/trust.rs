@@ -6,6 +6,7 @@
 
 use super::session::Facts;
 use crate::policy::{Image, Policy};
+use std::path::PathBuf;
 
 /// Inside: the gate's CA alone, and the bundle (the host's roots, then the gate's CA).
 pub(crate) const GATE_CA: &str = "/run/ai-sandbox/gate-ca.pem";
@@ -37,18 +38,17 @@ pub(crate) fn files(f: &Facts) -> Vec<(std::path::PathBuf, String)> {
     vec![(f.gate_ca_file(), ca.clone()), (f.ca_bundle_file(), format!("{roots}{sep}{ca}"))]
 }
 
-/// podman's `-v` values for them.
-pub(crate) fn mounts(p: &Policy, f: &Facts) -> Vec<String> {
+/// The read-only mounts for them: (the file on the host, where it is inside).
+pub(crate) fn mounts(p: &Policy, f: &Facts) -> Vec<(PathBuf, PathBuf)> {
     if f.gate_ca.is_none() {
         return Vec::new();
     }
-    let bundle = f.ca_bundle_file().display().to_string();
-    let mut out =
-        vec![format!("{}:{GATE_CA}:ro", f.gate_ca_file().display()), format!("{bundle}:{BUNDLE}:ro")];
+    let bundle = f.ca_bundle_file();
+    let mut out = vec![(f.gate_ca_file(), PathBuf::from(GATE_CA)), (bundle.clone(), PathBuf::from(BUNDLE))];
     // On `image = host` only over a file the host has (its /etc is mounted read-only, so a new
     // mount point cannot be made there); an image gets it at Debian's path.
     if p.image != Image::Host || f.system_roots.is_some() {
-        out.push(format!("{bundle}:{SYSTEM_BUNDLE}:ro"));
+        out.push((bundle, PathBuf::from(SYSTEM_BUNDLE)));
     }
     out
 }
@@ -88,7 +88,8 @@ pub(crate) fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         ));
     }
     let mut ruled: Vec<String> = Vec::new();
-    for r in &p.rules {
+    // With `--net none` nothing is reached, and nothing is said about how it would be.
+    for r in p.rules.iter().filter(|_| p.net == crate::policy::NetMode::Allow) {
         let h = r.host.to_string();
         if !ruled.contains(&h) {
             ruled.push(h);

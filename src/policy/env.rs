@@ -218,8 +218,12 @@ pub(crate) fn extra_args(
                             "--publish" | "--publish-all" => {
                                 "use `--publish PORT` (bound to 127.0.0.1, with an input rule)"
                             }
+                            "--network" | "--net" | "--pod" | "--http-proxy" | "--hooks-dir" | "--sysctl" => {
+                                "remove it: the egress policy owns the network (`--net full` hands it over, with no policy at all)"
+                            }
                             _ => {
-                                "remove it, or run with `--net full` (no egress policy) if you really mean it"
+                                "remove it: it would give the sandbox what the host keeps from it (capabilities, devices, \
+                                 system calls, namespaces); only `--net full`, which is no boundary at all, passes it"
                             }
                         }),
                     );

@@ -196,3 +196,54 @@ fn a_file_name_that_is_not_utf8_reaches_the_command_as_its_bytes() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_project_whose_path_holds_a_colon_and_a_comma_runs_with_its_protected_paths_read_only() {
+    let p = Project::new("odd:name,here");
+    std::fs::create_dir_all(p.path(".git/hooks")).unwrap();
+    for d in [".git", ".git/hooks"] {
+        chown_user(&p.path(d));
+    }
+    p.config("allow = example.com\n");
+    let script = "echo made > made.txt && cat made.txt; touch .git/hooks/planted 2>/dev/null || echo hooks-read-only; pwd";
+    let r = sandbox(&p, &["--", "sh", "-c", script], &[]);
+    r.ok();
+    // Positive control: the project is mounted at its own path and writable; the hooks are not.
+    assert!(r.stdout.contains("made\nhooks-read-only\n"), "{}", r.stdout);
+    assert!(r.stdout.contains(&p.dir.display().to_string()), "{}", r.stdout);
+    assert!(p.path("made.txt").exists() && !p.path(".git/hooks/planted").exists());
+    // Its dry run is a command a shell takes as it is (one argument per line, quoted).
+    let dry = sandbox(&p, &["--dry-run", "--", "true"], &[]);
+    assert!(dry.ok().stdout.contains("type=bind,"), "{}", dry.stdout);
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_command_in_bin_under_home_or_a_privileged_port_is_said_before_anything_starts() {
+    let e = env();
+    let bin = e.home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    chown_user(&bin);
+    let tool = bin.join(format!("e2e-tool-{}", std::process::id()));
+    std::fs::write(&tool, "#!/bin/sh\necho tool-ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    chown_user(&tool);
+    let p = Project::new("homebin");
+    let name = tool.file_name().unwrap().to_str().unwrap().to_string();
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    let r = Run::of(user_command(&p.dir, &e.bin, &["--", &name], &[("PATH", &path)]));
+    let _ = std::fs::remove_file(&tool);
+    assert_eq!(r.code, 127, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("command not found inside. To make it available") && !r.stdout.contains("tool-ran"),
+        "{}",
+        r.stderr
+    );
+    assert!(containers_of(&p).is_empty(), "a container was started");
+    let r = sandbox(&p, &["--publish", "80", "--", "true"], &[]);
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    assert!(r.stderr.contains("host port 80 is below 1024"), "{}", r.stderr);
+    // Control: a port from 1024 up publishes.
+    sandbox(&p, &["--publish", "18642", "--", "true"], &[]).ok();
+}
