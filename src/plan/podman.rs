@@ -272,8 +272,8 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &f.workdir.display().to_string(),
     ]);
-    a.extend(bind(&p.project, &p.project, false));
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let [flag, value] = bind(&p.project, &p.project, false);
+    push(&[&flag, &value]);
     // What the sandbox may take of the machine (see `policy::limits`): nproc is counted per
     // user namespace, so it holds on cgroup v1 too and counts this sandbox's processes only.
     let l = &p.limits;
@@ -313,9 +313,9 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         mounts.extend(f.host_dirs.iter().map(|d| (d.clone(), d.clone(), true)));
     }
     for (from, to, ro) in mounts {
-        a.extend(bind(&from, &to, ro));
+        let [flag, value] = bind(&from, &to, ro);
+        push(&[&flag, &value]);
     }
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     if p.image == Image::Host {
         // The root is this session's skeleton, read-only (see `root`); what programs expect to
         // write is the session's tmpfs (podman adds its own for /run and /dev).
@@ -324,9 +324,8 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             push(&["--tmpfs", &format!("{dir}:rw,exec,nosuid,nodev,mode=1777,size={}", p.limits.tmp)]);
         }
     }
-    a.extend(bind(&f.sandbox_home, &f.home, false));
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
-    push(&["--env", &format!("HOME={home}")]);
+    let [flag, value] = bind(&f.sandbox_home, &f.home, false);
+    push(&[&flag, &value, "--env", &format!("HOME={home}")]);
     for publ in &p.publish {
         push(&["-p", &format!("127.0.0.1:{}:{}", publ.host, publ.container)]);
     }
