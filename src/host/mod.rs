@@ -408,9 +408,6 @@ impl Host for RealHost {
         fields: Option<&[&str]>,
     ) -> anyhow::Result<()> {
         use anyhow::Context;
-        use std::os::unix::fs::DirBuilderExt;
-        let to = crate::sys::quote::path(&store.join(rel));
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(store)?;
         // The user's own file (a dotfile manager's link is the user's choice), but only a
         // regular file, and not without bound.
         let meta = std::fs::metadata(from).with_context(|| format!("reading {}", from.display()))?;
@@ -425,14 +422,7 @@ impl Host for RealHost {
                 fields.unwrap_or_default().join(", ")
             );
         };
-        let tree = crate::sys::untrusted::Tree::open(store)
-            .with_context(|| format!("opening {}", store.display()))?;
-        if let Some(dir) = rel.parent() {
-            tree.mkdir_all(dir, 0o700)
-                .with_context(|| format!("making the directory of {to} (a link there is refused)"))?;
-        }
-        tree.write(rel, &bytes, 0o600).with_context(|| format!("writing {to}"))?;
-        Ok(())
+        crate::launch::logins::write_private(store, rel, &bytes)
     }
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
         use std::io::Read;

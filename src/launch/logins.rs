@@ -92,14 +92,31 @@ fn read_store(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     }
 }
 
-/// Writes a store file: mode 0600 in 0700 directories, by rename.
-pub(crate) fn write_store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// Writes `bytes` as `rel` below the store directory `store` (made 0700 if missing): a file of
+/// mode 0600 put in place by rename, its directories 0700. Below `store` nothing is followed: a
+/// link at `rel` is replaced, a linked directory on the way refused. `login import` writes
+/// through this too.
+pub(crate) fn write_private(store: &Path, rel: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
+    let to = quote::path(&store.join(rel));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(store)
+        .with_context(|| format!("creating {}", store.display()))?;
+    let tree = Tree::open(store).with_context(|| format!("opening {}", store.display()))?;
+    if let Some(dir) = rel.parent() {
+        tree.mkdir_all(dir, 0o700)
+            .with_context(|| format!("making the directory of {to} (a link there is refused)"))?;
+    }
+    tree.write(rel, bytes, 0o600).with_context(|| format!("writing {to}"))
+}
+
+/// Writes a store file (see `write_private`).
+pub(crate) fn write_store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().context("a store file has a directory")?;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let tree = Tree::open(dir).with_context(|| format!("opening {}", dir.display()))?;
-    let name = Path::new(path.file_name().context("a store file has a name")?);
-    tree.write(name, bytes, 0o600).with_context(|| format!("writing {}", path.display()))
+    let name = path.file_name().context("a store file has a name")?;
+    write_private(dir, Path::new(name), bytes)
 }
 
 /// Back to the store: each login the sandbox HOME holds that differs from what its last
@@ -119,13 +136,14 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         let bytes = read_home(&home, &c.home_rel)
             .with_context(|| format!("the {} login was not carried back", c.state))?;
         let Some(part) = bytes.as_deref().and_then(|b| login_part(b, c.fields)) else { continue };
-        if digest(&part) == *was {
+        let held = digest(&part);
+        if held == *was {
             continue;
         }
         let store = read_store(&c.store)?;
         write_store(&c.store, &merged(store.as_deref(), &part, c.fields))?;
         // What the HOME holds is now the store's: taken once, never again.
-        now.insert(key(c), digest(&part));
+        now.insert(key(c), held);
         out.push(format!(
             "the {} login refreshed in this sandbox ({}) is now your other projects' login",
             c.state,
@@ -322,6 +340,33 @@ mod tests {
         std::fs::write(tmp.path().join("plain"), "").unwrap();
         l.files[0].store = tmp.path().join("plain/.claude.json");
         assert!(format!("{:#}", give(&l).unwrap_err()).contains("reading"), "not taken for absent");
+    }
+
+    #[test]
+    fn the_store_is_written_private_and_never_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        write_private(&store, Path::new("a/login.json"), b"{}").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode(&store), mode(&store.join("a")), mode(&store.join("a/login.json"))),
+            (0o700, 0o700, 0o600)
+        );
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, store.join("l")).unwrap();
+        assert!(
+            write_private(&store, Path::new("l/x.json"), b"{}").is_err(),
+            "a linked directory on the way"
+        );
+        assert!(!elsewhere.join("x.json").exists());
+        std::os::unix::fs::symlink(tmp.path().join("target"), store.join("f.json")).unwrap();
+        write_private(&store, Path::new("f.json"), b"{}").unwrap();
+        assert!(
+            std::fs::symlink_metadata(store.join("f.json")).unwrap().is_file()
+                && !tmp.path().join("target").exists()
+        );
     }
 
     #[test]
