@@ -14,12 +14,13 @@
 //! - `launch` runs a Plan through `launch::Machine` (the order is unit-tested with a fake), and
 //!   what runs beside it: the keeper, the guard, the relays, the OCI hooks;
 //! - `live` changes a running sandbox; `gate` is the egress gate's process and its clients;
-//! - `host` is the effect seam, and `host::process` the one place for spawning and signals.
+//! - `host` is the effect seam, and `sys::process` the one place for spawning and signals.
 //!
 //! The public surface is what `main`, tests/ and the bench use; the rest is `pub(crate)`.
 
 pub mod cli;
 pub mod config;
+pub mod contract;
 pub mod error;
 pub mod gate;
 pub mod host;

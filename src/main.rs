@@ -93,7 +93,7 @@ fn end_quietly_on_a_closed_pipe() {
 /// Commands whose output is for a reader (a pager, `head`) and that change nothing a signal
 /// could leave half-done: not the processes that serve, nor `allow`/`deny` (nft, then the gate).
 fn prints_for_a_reader(cli: &Cli) -> bool {
-    use ai_sandbox::cli::GateCmd;
+    use ai_sandbox::gate::commands::GateCmd;
     match &cli.sub {
         None => cli.run.dry_run,
         Some(Sub::Gate { cmd }) => matches!(cmd, GateCmd::Logs { .. } | GateCmd::Status { .. }),

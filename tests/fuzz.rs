@@ -3,7 +3,6 @@
 //! toolchain, which these machines cannot fetch, so these are proptest properties run for a
 //! bounded number of cases in CI (`PROPTEST_CASES`, default below); none may panic.
 
-use ai_sandbox::config;
 use ai_sandbox::policy::allow::{self, Allow};
 use ai_sandbox::policy::{self, Inputs};
 use proptest::prelude::*;
@@ -53,7 +52,7 @@ proptest! {
 
     #[test]
     fn config_and_policy_never_panic(text in config_like()) {
-        let (cfg, errs) = config::parse(&text);
+        let (cfg, errs) = policy::keys::read(&text);
         for e in &errs {
             prop_assert!(matches!(e.origin, ai_sandbox::error::Origin::Config(l) if l >= 1));
         }

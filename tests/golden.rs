@@ -3,7 +3,6 @@
 //! the snapshots. The JSON the hook loads and the text `--dry-run` prints are both loaded,
 //! and must list identically. Needs `unshare` and `nft` (installed by scripts/install-deps).
 
-use ai_sandbox::config;
 use ai_sandbox::plan::ruleset::{self, Ruleset};
 use ai_sandbox::policy::{self, Inputs, NetMode};
 use std::io::Write;
@@ -40,7 +39,7 @@ fn load_and_list(input: &str, json: bool) -> String {
 }
 
 fn ruleset_for(cfg: &str, inputs: Inputs) -> Ruleset {
-    let (cfg, errs) = config::parse(cfg);
+    let (cfg, errs) = policy::keys::read(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     let p = policy::build(PathBuf::from("/w/p"), &cfg, &inputs).expect("policy");
     ruleset::build(&p, p.gate_port).expect("allow mode has a ruleset")
@@ -100,7 +99,7 @@ fn ten_thousand_entries_load_as_set_elements_with_a_constant_rule_count() {
 #[test]
 fn other_modes_have_no_ruleset() {
     for net in [NetMode::None, NetMode::Full] {
-        let (cfg, _) = config::parse("");
+        let (cfg, _) = policy::keys::read("");
         let p = policy::build(PathBuf::from("/w/p"), &cfg, &Inputs { net: Some(net), ..Inputs::default() })
             .unwrap();
         assert!(ruleset::build(&p, p.gate_port).is_none());

@@ -152,7 +152,7 @@ fn config_example_parses_and_dry_runs() {
 
 #[test]
 fn ruleset_and_proxy_url_use_the_gates_actual_port() {
-    let (cfg, errs) = ai_sandbox::config::parse("gate_port = 18081\n");
+    let (cfg, errs) = ai_sandbox::policy::keys::read("gate_port = 18081\n");
     assert!(errs.is_empty());
     let p = ai_sandbox::policy::build("/w/p".into(), &cfg, &ai_sandbox::policy::Inputs::default()).unwrap();
     let mut h = host("", &[]);
@@ -471,16 +471,13 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         net: ai_sandbox::policy::NetMode::Allow,
         gate: false,
         tls: false,
-        policy: ai_sandbox::gate::decide::SessionPolicy {
-            hosts: vec![],
-            nets: vec![],
+        policy: ai_sandbox::contract::SessionPolicy {
+            allow: Default::default(),
             gate_ports: vec![],
             resolve: vec![],
             config_path: String::new(),
             gate_addr: "100.64.0.1".parse().unwrap(),
-            deny_hosts: vec![],
             ask: None,
-            deny_nets: vec![],
             rules: vec![],
         },
     };

@@ -154,18 +154,18 @@ fn open(proxy: Option<(SocketAddr, Option<&str>)>, target: &str) -> TcpStream {
 }
 
 /// The session policy of every bench session: HOST:PORT, the name pinned to ADDR.
-fn session_policy(args: &[String]) -> ai_sandbox::gate::decide::SessionPolicy {
-    use ai_sandbox::policy::allow::{HostPattern, Ports};
+fn session_policy(args: &[String]) -> ai_sandbox::contract::SessionPolicy {
+    use ai_sandbox::policy::allow::{Allowlist, HostPattern, Ports};
     let host = need(args, "--host");
-    ai_sandbox::gate::decide::SessionPolicy {
-        deny_hosts: vec![],
+    ai_sandbox::contract::SessionPolicy {
+        allow: Allowlist {
+            hosts: vec![(
+                HostPattern::Exact(host.clone()),
+                Some(Ports::one(need(args, "--port").parse().unwrap())),
+            )],
+            ..Allowlist::default()
+        },
         ask: None,
-        deny_nets: vec![],
-        hosts: vec![(
-            HostPattern::Exact(host.clone()),
-            Some(Ports::one(need(args, "--port").parse().unwrap())),
-        )],
-        nets: vec![],
         gate_ports: vec![80, 443, 8443],
         resolve: vec![(host, need(args, "--addr").parse().unwrap())],
         config_path: "bench".into(),
@@ -233,7 +233,7 @@ pub(crate) fn gate_pid() -> String {
     let r = ai_sandbox::gate::control::ask(&dir, &ai_sandbox::gate::control::Request::Status)
         .unwrap()
         .expect("gate running");
-    r.pid.to_string()
+    r.as_status().pid.to_string()
 }
 
 fn relay(args: &[String]) {
@@ -337,7 +337,7 @@ fn rules(args: &[String]) {
     let load = |n: usize| -> (f64, usize, usize) {
         let cfg: String =
             (0..n).map(|i| format!("allow = 10.{}.{}.{}:443\n", i >> 16, (i >> 8) & 255, i & 255)).collect();
-        let (cfg, _) = ai_sandbox::config::parse(&cfg);
+        let (cfg, _) = ai_sandbox::policy::keys::read(&cfg);
         let p = policy::build("/bench".into(), &cfg, &Inputs::default()).unwrap();
         let rs = ai_sandbox::plan::ruleset::build(&p, p.gate_port).unwrap();
         let json = rs.to_json_string();

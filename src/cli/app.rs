@@ -7,8 +7,9 @@ use crate::cli::{PolicyArgs, RunArgs};
 use crate::error::{Diagnostic, Origin, Rejected, hinted};
 use crate::host::Host;
 use crate::plan::{self, Facts, Plan};
+use crate::policy::approval;
 use crate::policy::{self, Inputs, Policy};
-use crate::{config, config::project, config::trust};
+use crate::{config, config::project};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
@@ -81,7 +82,7 @@ fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loaded> {
         diagnostics,
         outcome: NOT_STARTED,
     };
-    let (cfg, mut problems) = config::parse(&text);
+    let (cfg, mut problems) = crate::policy::keys::read(&text);
     let inputs = Inputs {
         net: args.policy.net,
         allow: args.policy.allow.clone(),
@@ -133,13 +134,13 @@ fn in_line_order(problems: &mut [Diagnostic]) {
 struct Approval {
     path: PathBuf,
     stored: Option<String>,
-    status: trust::Status,
+    status: approval::Status,
 }
 
 fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -> anyhow::Result<Approval> {
     let path = crate::plan::session::approved_config(&state_dir(host, project));
     let stored = host.read_file(&path)?;
-    let status = trust::status(current, stored.as_deref());
+    let status = approval::status(current, stored.as_deref());
     Ok(Approval { path, stored, status })
 }
 
@@ -240,8 +241,8 @@ fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
     let a = approval(host, &l.policy.project, l.text.as_deref())?;
     let text = l.text.clone().unwrap_or_default();
     match a.status {
-        trust::Status::NoConfig => return Ok(()),
-        trust::Status::Approved => {
+        approval::Status::NoConfig => return Ok(()),
+        approval::Status::Approved => {
             // Same entries; keep the stored copy's comments current for the next diff.
             if a.stored.as_deref() != Some(text.as_str()) {
                 host.write_file(&a.path, &text)?;
@@ -250,7 +251,7 @@ fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let explained = trust::explain(&a.status, &text, &l.display);
+    let explained = approval::explain(&a.status, &text, &l.display);
     if host.stdio_is_tty() {
         host.eprint(&explained);
         if host.confirm("Approve this config for this project and start? [y/N] ")? {
@@ -319,18 +320,19 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
     let Approval { path: approved_path, status, .. } = approval(host, &loc.project, Some(&text))?;
     if show {
         match &status {
-            trust::Status::Approved => {
+            approval::Status::Approved => {
                 host.print(&format!("{} is approved for {}\n", loc.display, loc.project.display()))
             }
             s => host.print(
-                &(trust::explain(s, &text, &loc.display) + "not approved: `ai-sandbox trust` approves it\n"),
+                &(approval::explain(s, &text, &loc.display)
+                    + "not approved: `ai-sandbox trust` approves it\n"),
             ),
         }
-        return Ok(if status == trust::Status::Approved { 0 } else { 1 });
+        return Ok(if status == approval::Status::Approved { 0 } else { 1 });
     }
     // The same checks of the config as a launch (flags and environment aside): a config that
     // could not start is never "approved".
-    let (cfg, mut problems) = config::parse(&text);
+    let (cfg, mut problems) = crate::policy::keys::read(&text);
     if let Err(more) = policy::build(loc.project.clone(), &cfg, &Inputs::default()) {
         problems.extend(more);
     }
@@ -340,8 +342,8 @@ pub fn trust_cmd(host: &mut dyn Host, project: Option<&Path>, show: bool) -> any
             Rejected { config_path: loc.display, diagnostics: problems, outcome: NOT_APPROVED }.into()
         );
     }
-    if status != trust::Status::Approved {
-        host.print(&trust::explain(&status, &text, &loc.display));
+    if status != approval::Status::Approved {
+        host.print(&approval::explain(&status, &text, &loc.display));
     }
     host.write_file(&approved_path, &text)?;
     record_project(host, &loc.project)?;
@@ -467,13 +469,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
         policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
             Rejected { config_path: loc.display.clone(), diagnostics, outcome: NOT_STARTED }
         })?;
-    let change = crate::live::Change {
-        hosts: p.hosts,
-        nets: p.nets,
-        deny_hosts: p.deny_hosts,
-        deny_nets: p.deny_nets,
-        rules,
-    };
+    let change = crate::live::Change { allow: p.allow, rules };
     let (key, done) = if deny { ("deny", "denied") } else { ("allow", "allowed") };
     // No config to add the line to: said before anything changes (no live change, no lock).
     if !session_only && host.read_file(&loc.cfg_path)?.is_none() {
@@ -517,7 +513,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, deny: bool
         let _config_lock = host.lock(&state.join("config.lock"))?;
         let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
         let Approval { path: approved, status, .. } = approval(host, &loc.project, Some(&old))?;
-        let was_approved = status == trust::Status::Approved;
+        let was_approved = status == approval::Status::Approved;
         let mut text = old.clone();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
@@ -619,7 +615,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         && facts.probe == crate::plan::session::Probe::AtLaunch
     {
         let gate_addr = std::net::IpAddr::V4(policy.gate_addr);
-        let allowed = |port| crate::policy::allow::reaches(&policy.nets, gate_addr, port);
+        let allowed = |port| crate::policy::allow::reaches(&policy.allow.nets, gate_addr, port);
         facts.probe = match host.bind_canary(&allowed)? {
             Some(port) => crate::plan::session::Probe::Canary(port),
             None => crate::plan::session::Probe::EveryPortAllowed,
@@ -701,7 +697,7 @@ fn export_kube(host: &mut dyn Host, args: &PolicyArgs, mut o: crate::kube::Optio
         )
         .into());
     }
-    let (cfg, _) = config::parse(loaded.text.as_deref().unwrap_or_default());
+    let (cfg, _) = crate::policy::keys::read(loaded.text.as_deref().unwrap_or_default());
     // Made for this export: what the agent's Pod holds instead of each bound secret.
     for s in loaded.policy.secrets.iter().filter(|s| !s.hosts.is_empty()) {
         o.placeholders

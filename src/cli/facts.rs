@@ -130,11 +130,11 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         gate_ca: (!launching && p.terminates())
             .then(|| "<the gate's CA certificate, made by the gate>\n".into()),
         system_roots: match launching && p.terminates() {
-            true => host.read_file(Path::new(crate::plan::trust::SYSTEM_BUNDLE))?,
+            true => host.read_file(Path::new(crate::plan::gate_ca::SYSTEM_BUNDLE))?,
             false => None,
         },
         state_dir: state_dir(host, &p.project),
-        protected: host.protected_mounts(&p.project, &crate::launch::guard::candidates(&p.protect))?,
+        protected: host.protected_mounts(&p.project, &crate::plan::protect::candidates(&p.protect))?,
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
         host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),

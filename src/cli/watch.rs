@@ -6,9 +6,9 @@
 //! `a` allow its method and path, and `h` the whole host (`rule = HOST * /**`, added to the
 //! config). Without a terminal, one letter per line.
 
-use crate::gate::ask::{Answer, Question, Verdict};
-use crate::gate::control::{self, Request};
-use crate::gate::log::Event;
+use crate::contract::control::Request;
+use crate::contract::watch::{Answer, Question, Verdict, Watch};
+use crate::gate::control;
 use anyhow::Context;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -101,28 +101,32 @@ pub fn run() -> anyhow::Result<i32> {
     let gate_gone = gone.clone();
     std::thread::spawn(move || {
         for line in from_gate.lines().map_while(Result::ok) {
-            if let Ok(q) = serde_json::from_str::<Question>(&line) {
-                say(&format!(
-                    "ASK  {} {}:{}{} from {} (session {}), held up to {} s: {}?",
-                    q.method,
-                    q.host,
-                    q.port,
-                    q.path.as_deref().unwrap_or(""),
-                    q.project,
-                    q.session,
-                    q.seconds,
-                    if q.path.is_some() { "o/s/a/h/d" } else { "o/s/a/d" }
-                ));
-                queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((q, std::time::Instant::now()));
-            } else if let Ok(e) = serde_json::from_str::<Event>(&line) {
-                say(&format!(
-                    "refused {}:{}{} (session {}): {}",
-                    e.host,
-                    e.port,
-                    e.path.as_deref().map(|p| format!(" {} {p}", e.method)).unwrap_or_default(),
-                    e.session,
-                    e.fix_or_reason()
-                ));
+            match Watch::read(&line) {
+                Some(Watch::Ask(q)) => {
+                    say(&format!(
+                        "ASK  {} {}:{}{} from {} (session {}), held up to {} s: {}?",
+                        q.method,
+                        q.host,
+                        q.port,
+                        q.path.as_deref().unwrap_or(""),
+                        q.project,
+                        q.session,
+                        q.seconds,
+                        if q.path.is_some() { "o/s/a/h/d" } else { "o/s/a/d" }
+                    ));
+                    queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((q, std::time::Instant::now()));
+                }
+                Some(Watch::Refused(e)) => {
+                    say(&format!(
+                        "refused {}:{}{} (session {}): {}",
+                        e.host,
+                        e.port,
+                        e.path.as_deref().map(|p| format!(" {} {p}", e.method)).unwrap_or_default(),
+                        e.session,
+                        e.fix_or_reason()
+                    ));
+                }
+                None => {}
             }
         }
         say("the gate went away");

@@ -164,7 +164,7 @@ mod tests {
             ["claude", "npm", "pypi", "cargo", "github"].iter().map(|s| s.to_string()).collect();
         let text = render(&all).unwrap();
         insta::assert_snapshot!(text);
-        let (cfg, errs) = crate::config::parse(&text);
+        let (cfg, errs) = crate::policy::keys::read(&text);
         assert!(errs.is_empty(), "{errs:?}");
         crate::policy::build("/p".into(), &cfg, &Default::default()).unwrap();
     }
@@ -180,7 +180,7 @@ mod tests {
     fn every_preset_alone_is_valid() {
         for n in names() {
             let text = render(&[n.to_string()]).unwrap();
-            let (cfg, errs) = crate::config::parse(&text);
+            let (cfg, errs) = crate::policy::keys::read(&text);
             assert!(errs.is_empty(), "{n}: {errs:?}");
             crate::policy::build("/p".into(), &cfg, &Default::default())
                 .unwrap_or_else(|e| panic!("{n}: {e:?}"));

@@ -6,11 +6,19 @@
 
 pub(crate) mod init;
 pub mod project;
-pub(crate) mod trust;
 
 use crate::error::{Diagnostic, Origin};
 
-use crate::policy::keys::{self, KEYS};
+/// What the reader needs of a key. The registry (`policy::keys::KEYS`, one row per key) gives
+/// it: the reader is handed the table rather than importing it, so the registry can check values
+/// with the policy's parsers while the policy reads this module's `Config` (no cycle).
+pub trait Syntax {
+    fn name(&self) -> &'static str;
+    /// May appear on many lines (else once).
+    fn repeats(&self) -> bool;
+    /// Its value is shell-split, so quotes mean something.
+    fn shell(&self) -> bool;
+}
 
 /// Longer lines are refused without being echoed (no config line needs this much).
 const MAX_LINE: usize = 8192;
@@ -44,7 +52,8 @@ impl Config {
 /// Parses the whole file. Tolerates a UTF-8 BOM and CRLF line ends. Returns the good
 /// entries and a diagnostic per bad line, so later stages can still check the good ones
 /// and the user sees every problem in one run.
-pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
+pub fn parse<K: Syntax>(text: &str, keys: &[K]) -> (Config, Vec<Diagnostic>) {
+    let get = |name: &str| keys.iter().find(|k| k.name() == name);
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut entries: Vec<Entry> = Vec::new();
     let mut errors = Vec::new();
@@ -77,7 +86,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         }
         let Some((key, value)) = content.split_once('=') else {
             let hint = match content.split_once(':') {
-                Some((k, v)) if keys::get(k.trim()).is_some() => {
+                Some((k, v)) if get(k.trim()).is_some() => {
                     format!("write `{} = {}` (with `=`, not `:`)", k.trim(), v.trim())
                 }
                 _ => "every line is `key = value`, e.g. `allow = github.com`".to_string(),
@@ -86,8 +95,8 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
-        let Some(spec) = keys::get(key) else {
-            errors.push(unknown_key(at, key));
+        let Some(spec) = get(key) else {
+            errors.push(unknown_key(at, key, keys));
             continue;
         };
         if value.is_empty() {
@@ -100,7 +109,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
         let quoted = value.len() >= 2
             && ((value.starts_with('"') && value.ends_with('"'))
                 || (value.starts_with('\'') && value.ends_with('\'')));
-        if quoted && !spec.shell {
+        if quoted && !spec.shell() {
             let inner = &value[1..value.len() - 1];
             errors.push(
                 Diagnostic::new(at, format!("the value of `{key}` is in quotes"))
@@ -108,7 +117,7 @@ pub fn parse(text: &str) -> (Config, Vec<Diagnostic>) {
             );
             continue;
         }
-        if let Some(first) = entries.iter().find(|e| !spec.repeats && e.key == key) {
+        if let Some(first) = entries.iter().find(|e| !spec.repeats() && e.key == key) {
             errors.push(
                 Diagnostic::new(at, format!("duplicate `{key}` (already set on line {})", first.line))
                     .hint(format!("`{key}` takes one value: keep one of the two lines")),
@@ -133,12 +142,12 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
-fn unknown_key(at: Origin, key: &str) -> Diagnostic {
+fn unknown_key<K: Syntax>(at: Origin, key: &str, keys: &[K]) -> Diagnostic {
     let d = Diagnostic::new(at, format!("unknown key `{key}`"));
-    match KEYS.iter().map(|k| (k.name, edit_distance(key, k.name))).min_by_key(|(_, d)| *d) {
+    match keys.iter().map(|k| (k.name(), edit_distance(key, k.name()))).min_by_key(|(_, d)| *d) {
         Some((k, dist)) if dist <= 2 || k.starts_with(key) => d.hint(format!("did you mean `{k}`?")),
         _ => {
-            let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+            let names: Vec<&str> = keys.iter().map(|k| k.name()).collect();
             d.hint(format!("known keys: {}", names.join(", ")))
         }
     }
@@ -152,12 +161,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::keys::KEYS;
 
     #[test]
     fn parses_repeated_keys_comments_crlf_and_bom() {
         let text =
             "\u{feff}# top\r\nallow = github.com   # inline\r\nallow = *.npmjs.org\n\nenv = COLOR=#fff\n";
-        let (c, errs) = parse(text);
+        let (c, errs) = parse(text, KEYS);
         assert!(errs.is_empty(), "{errs:?}");
         let got: Vec<_> = c.entries.iter().map(|e| (e.key.as_str(), e.value.as_str(), e.line)).collect();
         assert_eq!(
@@ -168,7 +178,7 @@ mod tests {
 
     #[test]
     fn reports_every_bad_line_with_hints() {
-        let (cfg, errs) = parse("alow = x\nnet = allow\nnet = none\njunk\nimage =\n");
+        let (cfg, errs) = parse("alow = x\nnet = allow\nnet = none\njunk\nimage =\n", KEYS);
         assert_eq!(cfg.entries.len(), 1, "the good line is kept");
         let text: Vec<String> = errs.iter().map(|d| d.render(".ai-sandbox/config")).collect();
         assert_eq!(errs.len(), 4, "{text:#?}");

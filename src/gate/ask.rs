@@ -6,50 +6,13 @@
 //! about: never-dialled addresses, `deny =` lines, bad tokens and SNI mismatches are refused as
 //! always. Watchers also receive every refusal as it is logged, so `watch` shows them live.
 
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// A watcher's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Verdict {
-    /// Let this request through, and nothing else.
-    Once,
-    /// The watcher changed the session's policy (a live allow); decide again with it.
-    Allowed,
-    /// Refuse, as without a watcher.
-    Deny,
-}
-
-/// What a watcher is asked (one JSON line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Question {
-    pub(crate) ask: u64,
-    pub(crate) session: String,
-    pub(crate) project: String,
-    pub(crate) method: String,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    /// How long the request is held.
-    pub(crate) seconds: u32,
-    /// The `allow =` value that would let it through (what `a` and `s` add).
-    #[serde(default)]
-    pub(crate) allow: Option<String>,
-    /// The request's path, when the gate read the request (a host with rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) path: Option<String>,
-}
-
-/// A watcher's answer to question `ask` (one JSON line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Answer {
-    pub(crate) ask: u64,
-    pub(crate) verdict: Verdict,
-}
+pub(crate) use crate::contract::watch::{Answer, Question, Verdict, Watch};
 
 #[derive(Default)]
 pub(crate) struct Asks {
@@ -88,7 +51,7 @@ impl Asks {
         q.ask = id;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
-        self.broadcast(&serde_json::to_string(&q).unwrap_or_default());
+        self.broadcast(&Watch::Ask(q).line());
         let verdict = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(v)) => v,
             _ => Verdict::Deny,

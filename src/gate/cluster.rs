@@ -232,10 +232,7 @@ mod tests {
 
     fn policy() -> SessionPolicy {
         SessionPolicy {
-            hosts: Vec::new(),
-            nets: Vec::new(),
-            deny_hosts: Vec::new(),
-            deny_nets: Vec::new(),
+            allow: Default::default(),
             gate_ports: vec![80, 443],
             resolve: Vec::new(),
             config_path: ".ai-sandbox/config".into(),

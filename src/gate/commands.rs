@@ -4,7 +4,8 @@
 
 use super::control::{self, Request};
 use super::log::{Event, Follow, human};
-use crate::cli::GateCmd;
+use clap::Subcommand;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
@@ -38,6 +39,7 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                 Ok(1)
             }
             Some(r) if *json => {
+                let r = r.as_status();
                 let v = serde_json::json!({
                     "running": true, "pid": r.pid, "port": r.port, "sessions": r.sessions,
                 });
@@ -45,6 +47,7 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                 Ok(0)
             }
             Some(r) => {
+                let r = r.as_status();
                 println!(
                     "gate pid {} listening on 127.0.0.1:{}; {} session(s)",
                     r.pid,
@@ -105,4 +108,54 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+/// `ai-sandbox gate …`: its arguments are the gate's own, so they live beside what runs them.
+#[derive(Debug, Subcommand)]
+pub enum GateCmd {
+    /// The running gate: port, sessions, per-session counters.
+    Status {
+        /// One JSON object (pid, port, sessions with their counters).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every decision the gate made.
+    Logs {
+        /// Keep printing new decisions.
+        #[arg(short, long)]
+        follow: bool,
+        /// Raw JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the gate (running sandboxes lose egress: fail closed).
+    Stop,
+    /// Run the gate. Started by ai-sandbox itself on this machine; with --listen and --policy,
+    /// the cluster mode: the sessions of a policy file, JSON log lines on stdout, SIGTERM
+    /// drains (docs/kubernetes.md).
+    Serve {
+        #[arg(long, default_value_t = crate::policy::DEFAULT_GATE_PORT)]
+        port_from: u16,
+        /// Exit after this many seconds without sessions.
+        #[arg(long, env = "AISB_GATE_IDLE_EXIT", default_value_t = 30)]
+        idle_exit: u64,
+        /// The runtime directory to serve (the launcher passes the one it registers in).
+        #[arg(long)]
+        runtime_dir: Option<PathBuf>,
+        /// Cluster mode: listen here (ADDR:PORT) for the sessions of --policy.
+        #[arg(long, requires = "policy", conflicts_with_all = ["runtime_dir"])]
+        listen: Option<std::net::SocketAddr>,
+        /// Cluster mode: the policy file (`ai-sandbox export kube` writes it into a ConfigMap).
+        #[arg(long, requires = "listen")]
+        policy: Option<PathBuf>,
+        /// Cluster mode: on SIGTERM, how long open connections may finish before the gate exits.
+        #[arg(long, default_value_t = 30)]
+        drain: u64,
+        /// Cluster mode: the CA (DIR/ca.pem, DIR/ca.key) for hosts that bound secrets go to.
+        #[arg(long, requires = "listen")]
+        ca: Option<PathBuf>,
+    },
+    /// Make a CA for a cluster-mode gate's bound secrets: DIR/ca.pem (for the agent's Pod) and
+    /// DIR/ca.key (mode 0600, for the gate's Pod only). Never overwrites.
+    Ca { dir: PathBuf },
 }

@@ -9,35 +9,9 @@
 //! (CONNECT to a TLS port) check the SNI before a byte reaches the destination.
 
 use super::tls::Hello;
+pub use crate::contract::SessionPolicy;
 use crate::policy::allow::{HostPattern, IpNet, Ports, canonical, valid_label};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// What a session registered: its allowlist and where its config lives (for hints).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionPolicy {
-    pub hosts: Vec<(HostPattern, Option<Ports>)>,
-    pub nets: Vec<(IpNet, Ports)>,
-    /// `deny =` entries: refused even where an allow entry matches.
-    #[serde(default)]
-    pub deny_hosts: Vec<(HostPattern, Option<Ports>)>,
-    #[serde(default)]
-    pub deny_nets: Vec<(IpNet, Ports)>,
-    /// Ports relayed for host entries without a port.
-    pub gate_ports: Vec<u16>,
-    /// `resolve = NAME=IP` pins.
-    pub resolve: Vec<(String, IpAddr)>,
-    /// For hints: the config file to edit.
-    pub config_path: String,
-    /// The sandbox-side address of the host's loopback: never dialled by the gate.
-    pub gate_addr: Ipv4Addr,
-    /// `ask = SECONDS`: hold an allowlist refusal this long for a watcher's answer.
-    #[serde(default)]
-    pub ask: Option<u32>,
-    /// `rule =` lines: a host with rules gets only the requests they allow (see `policy::rule`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<crate::policy::rule::Rule>,
-}
 
 /// A target in its one normal spelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +157,7 @@ fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
 pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     denied(p, t, port)?;
     let allowed = match t {
-        Target::Name(n) => p.hosts.iter().any(|(pat, ports)| {
+        Target::Name(n) => p.allow.hosts.iter().any(|(pat, ports)| {
             pattern_matches(pat, n)
                 && match ports {
                     Some(r) => r.contains(&Ports::one(port)),
@@ -209,7 +183,7 @@ pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(
         }
         Target::Ip(ip) => {
             never_dialled(*ip)?;
-            crate::policy::gate_relays(&p.nets, p.gate_addr, *ip, port)
+            crate::policy::gate_relays(&p.allow.nets, p.gate_addr, *ip, port)
         }
     };
     if allowed {
@@ -231,7 +205,7 @@ pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(
 /// which the gate then dials (see `check_target`).
 pub(crate) fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {
     let ip = canonical(ip);
-    ip == IpAddr::V4(p.gate_addr) && crate::policy::allow::reaches(&p.nets, ip, port)
+    ip == IpAddr::V4(p.gate_addr) && crate::policy::allow::reaches(&p.allow.nets, ip, port)
 }
 
 /// `p` with `t:port` allowed, for one request a watcher let through once (and, for a request a
@@ -242,8 +216,8 @@ pub(crate) fn with_once(p: &SessionPolicy, t: &Target, port: u16, allow: Option<
         out.rules.extend(rules);
     }
     match t {
-        Target::Name(n) => out.hosts.push((HostPattern::Exact(n.clone()), Some(Ports::one(port)))),
-        Target::Ip(ip) => out.nets.push((IpNet::host(*ip), Ports::one(port))),
+        Target::Name(n) => out.allow.hosts.push((HostPattern::Exact(n.clone()), Some(Ports::one(port)))),
+        Target::Ip(ip) => out.allow.nets.push((IpNet::host(*ip), Ports::one(port))),
     }
     out
 }
@@ -252,7 +226,7 @@ pub(crate) fn with_once(p: &SessionPolicy, t: &Target, port: u16, allow: Option<
 /// no port: any), or an address inside a denied network and port range.
 fn denied(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     let hit = match t {
-        Target::Name(n) => p.deny_hosts.iter().find_map(|(pat, ports)| {
+        Target::Name(n) => p.allow.deny_hosts.iter().find_map(|(pat, ports)| {
             (pattern_matches(pat, n) && ports.is_none_or(|r| r.contains(&Ports::one(port)))).then(|| {
                 match ports {
                     Some(r) => format!("{pat}:{r}"),
@@ -275,7 +249,8 @@ fn denied(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
 /// The `deny` entry of `p` covering `ip`:`port`, as its line reads (`deny = LINE`).
 pub(crate) fn deny_net(p: &SessionPolicy, ip: IpAddr, port: u16) -> Option<String> {
     let ip = canonical(ip);
-    p.deny_nets
+    p.allow
+        .deny_nets
         .iter()
         .find(|(n, r)| n.contains(ip) && r.contains(&Ports::one(port)))
         .map(|(n, r)| if *r == Ports::ALL { n.to_string() } else { format!("{n}:{r}") })
@@ -334,7 +309,7 @@ pub(crate) fn check_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<
         ));
     }
     let private = never_dialled(ip)?;
-    if private && !crate::policy::gate_relays(&p.nets, p.gate_addr, ip, port) {
+    if private && !crate::policy::gate_relays(&p.allow.nets, p.gate_addr, ip, port) {
         let line = match ip {
             IpAddr::V6(a) => format!("[{a}]:{port}"),
             a => format!("{a}:{port}"),

@@ -7,7 +7,6 @@
 //! runtime dir, a tmpfs: the write costs a few microseconds, measured in bench/run's CONNECT
 //! figures.)
 
-use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
@@ -42,62 +41,7 @@ impl Log {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Event {
-    pub(crate) time: String,
-    pub(crate) session: String,
-    /// The session's project directory (empty for a request with no session, and in lines of
-    /// older versions): `logs` shows the project it is run in.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub(crate) project: String,
-    pub(crate) method: String,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) decision: Decision,
-    pub(crate) status: u16,
-    pub(crate) reason: String,
-    /// For a refusal: the hint the client got (what would allow it); absent otherwise.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub(crate) hint: String,
-    /// For a refusal an allow line would lift: its value (`allow = VALUE`). Read by `watch`
-    /// (what `a` and `s` add) and `logs --json`; absent in lines of older versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) allow: Option<String>,
-    /// A request's path (never its query, headers or body) where the gate read the request: a
-    /// host whose TLS it opened (rules, bound secrets) or plain HTTP to a host with rules.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) path: Option<String>,
-}
-
-/// What the gate did with a request: the one spelling of a decision, in the log and on the
-/// control socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Decision {
-    /// Relayed.
-    Allow,
-    /// Refused.
-    Deny,
-    /// A 407 asking a client for the credentials it has not sent yet (git, pip and others
-    /// first try without, by design, then retry with them).
-    Challenge,
-}
-
-impl Decision {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::Challenge => "challenge",
-        }
-    }
-}
-
-impl std::fmt::Display for Decision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
-}
+pub(crate) use crate::contract::log::{Decision, Event};
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).
 fn rfc3339(secs: u64) -> String {
@@ -117,19 +61,6 @@ fn rfc3339(secs: u64) -> String {
 
 pub(crate) fn now() -> String {
     rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
-}
-
-impl Event {
-    /// What would allow a refusal, as its hint says it, without the prefix clients see
-    /// (`blocked by ai-sandbox: `, which lines of older versions also kept in the log); empty
-    /// when the decision has no hint.
-    pub(crate) fn fix(&self) -> &str {
-        self.hint.strip_prefix("blocked by ai-sandbox: ").unwrap_or(&self.hint)
-    }
-    /// The fix, or the reason when the refusal has none: what the launcher and `watch` say.
-    pub(crate) fn fix_or_reason(&self) -> &str {
-        if self.fix().is_empty() { &self.reason } else { self.fix() }
-    }
 }
 
 /// Reads the decision log a whole line at a time: a line the gate is writing right now is left
@@ -186,26 +117,5 @@ mod tests {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(951782400), "2000-02-29T00:00:00Z");
         assert_eq!(super::rfc3339(1795945477), "2026-11-29T09:44:37Z");
-    }
-
-    #[test]
-    fn lines_of_older_versions_still_parse_and_new_ones_carry_the_fix_as_a_field() {
-        use super::{Decision, Event};
-        // 0.x lines: no project, no `allow`, the hint with the prefix clients saw.
-        let old = r#"{"time":"2026-11-20T10:00:00Z","session":"s1","method":"CONNECT","host":"x.test","port":443,"decision":"deny","status":403,"reason":"x.test:443 is not in the allowlist","hint":"blocked by ai-sandbox: add \"allow = x.test\" to /p/c"}"#;
-        let e: Event = serde_json::from_str(old).unwrap();
-        assert_eq!(
-            (e.decision, e.allow.as_deref(), e.fix()),
-            (Decision::Deny, None, "add \"allow = x.test\" to /p/c")
-        );
-        let challenge = old.replace("\"deny\"", "\"challenge\"");
-        assert_eq!(serde_json::from_str::<Event>(&challenge).unwrap().decision, Decision::Challenge);
-        // Now: the value to allow is a field of its own, and the decision one of three words.
-        let new = Event { allow: Some("x.test".into()), ..e };
-        let line = serde_json::to_string(&new).unwrap();
-        assert!(line.contains(r#""decision":"deny""#) && line.contains(r#""allow":"x.test""#), "{line}");
-        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), new);
-        // Control: a decision word no version wrote is refused, not taken for one of the three.
-        assert!(serde_json::from_str::<Event>(&old.replace("\"deny\"", "\"maybe\"")).is_err());
     }
 }

@@ -10,7 +10,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::{Deserialize, Serialize};
+
 use std::borrow::Cow;
 
 /// Every placeholder starts with this, so a user who sees one knows what it is.
@@ -19,30 +19,9 @@ pub(crate) const PREFIX: &str = "aisb_placeholder_";
 /// How much of a request body the gate reads for placeholders before it forwards the request.
 pub(crate) const BODY_SCAN: usize = 1024;
 
-/// One secret bound to hosts, as the launcher registers it (over the 0600 control socket).
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bound {
-    pub(crate) name: String,
-    pub(crate) placeholder: String,
-    pub(crate) value: String,
-    /// Exact host names (lowercase) the value may be sent to, over TLS the gate terminates.
-    pub(crate) hosts: Vec<String>,
-}
-
-/// Never prints the value.
-impl std::fmt::Debug for Bound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Bound({} for {})", self.name, self.hosts.join(" "))
-    }
-}
+pub use crate::contract::Bound;
 
 impl Bound {
-    /// A secret `value` bound to `hosts`, seen in the sandbox as `placeholder`.
-    pub fn new(name: &str, placeholder: &str, value: &str, hosts: &[&str]) -> Bound {
-        let hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Bound { name: name.into(), placeholder: placeholder.into(), value: value.into(), hosts }
-    }
-
     fn bound_to(&self, host: &str) -> bool {
         self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }

@@ -6,7 +6,7 @@ use super::ca::Ca;
 use super::decide::{self, SessionPolicy};
 use super::log::{self, Event, Log};
 use super::secrets::{Bound, Secrets};
-use serde::{Deserialize, Serialize};
+
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -85,18 +85,7 @@ impl Session {
     }
 }
 
-/// One session as `gate status` shows it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SessionStatus {
-    pub(crate) session: String,
-    pub(crate) project: String,
-    pub(crate) started: String,
-    pub(crate) allowed: u64,
-    pub(crate) denied: u64,
-    pub(crate) active: u64,
-    pub(crate) bytes_up: u64,
-    pub(crate) bytes_down: u64,
-}
+pub use crate::contract::SessionStatus;
 
 struct Registry {
     all: Vec<Arc<Session>>,
@@ -227,7 +216,7 @@ impl State {
         self.log.write(&e);
         // Watchers see refusals as they are decided.
         if e.decision == log::Decision::Deny && self.asks.watched() {
-            self.asks.broadcast(&serde_json::to_string(&e).unwrap_or_default());
+            self.asks.broadcast(&crate::contract::watch::Watch::Refused(e).line());
         }
     }
 }

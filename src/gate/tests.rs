@@ -174,11 +174,8 @@ fn targets_normalise_to_one_spelling() {
 
 fn policy(lines: &[&str]) -> SessionPolicy {
     let mut p = SessionPolicy {
-        deny_hosts: vec![],
+        allow: Default::default(),
         ask: None,
-        deny_nets: vec![],
-        hosts: vec![],
-        nets: vec![],
         gate_ports: vec![80, 443, 8443],
         resolve: vec![],
         config_path: "/p/.ai-sandbox/config".into(),
@@ -187,8 +184,8 @@ fn policy(lines: &[&str]) -> SessionPolicy {
     };
     for l in lines {
         match allow::parse(l).unwrap() {
-            Allow::Host(h, ports) => p.hosts.push((h, ports)),
-            Allow::Net(n, ports) => p.nets.push((n, ports.unwrap_or(Ports::ALL))),
+            Allow::Host(h, ports) => p.allow.hosts.push((h, ports)),
+            Allow::Net(n, ports) => p.allow.nets.push((n, ports.unwrap_or(Ports::ALL))),
         }
     }
     p
@@ -282,7 +279,7 @@ fn address_classes_table() {
     // (The parser refuses loopback entries; a policy is built here as if one had got through.)
     let mut wide = policy(&["169.254.169.254:80", "198.51.100.0/24:443"]);
     for a in ["127.0.0.1", "::1"] {
-        wide.nets.push((IpNet::host(a.parse().unwrap()), Ports::one(443)));
+        wide.allow.nets.push((IpNet::host(a.parse().unwrap()), Ports::one(443)));
     }
     let refused = |a: &str, port| decide::check_address(&wide, a.parse().unwrap(), port).unwrap_err();
     let metadata = refused("169.254.169.254", 80);
@@ -423,7 +420,7 @@ fn pinned_names_and_net_entries_serialise_for_the_control_socket() {
     let back: SessionPolicy = serde_json::from_str(&json).unwrap();
     assert_eq!(back, p);
     assert_eq!(decide::pinned(&back.resolve, "allowed.test"), Some("198.51.100.6".parse().unwrap()));
-    assert!(back.nets.iter().any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8)));
+    assert!(back.allow.nets.iter().any(|(n, _)| *n == IpNet::masked("10.0.0.0".parse().unwrap(), 8)));
 }
 
 #[test]
@@ -443,8 +440,8 @@ fn a_refusals_hint_is_a_safe_reason_phrase() {
 #[test]
 fn deny_entries_win_over_allow_entries_for_names_and_addresses() {
     let mut p = policy(&["*.github.com", "198.51.100.0/24"]);
-    p.deny_hosts.push((allow::HostPattern::Exact("gist.github.com".into()), None));
-    p.deny_nets.push((IpNet { addr: "198.51.100.7".parse().unwrap(), len: 32 }, Ports::one(22)));
+    p.allow.deny_hosts.push((allow::HostPattern::Exact("gist.github.com".into()), None));
+    p.allow.deny_nets.push((IpNet { addr: "198.51.100.7".parse().unwrap(), len: 32 }, Ports::one(22)));
     let name = |n: &str| Target::Name(n.into());
     assert!(decide::check_target(&p, &name("api.github.com"), 443).is_ok(), "positive control");
     let d = decide::check_target(&p, &name("gist.github.com"), 443).unwrap_err();
@@ -477,7 +474,7 @@ fn an_allowed_host_loopback_port_is_relayed_and_no_other_is() {
     assert!(!decide::host_loopback(&p, "127.0.0.1".parse().unwrap(), 9090), "loopback itself never");
     // A deny entry wins here too.
     let mut denied = p.clone();
-    denied.deny_nets.push((IpNet::host("100.64.0.1".parse().unwrap()), Ports::one(9090)));
+    denied.allow.deny_nets.push((IpNet::host("100.64.0.1".parse().unwrap()), Ports::one(9090)));
     assert!(decide::check_target(&denied, &t, 9090).unwrap_err().hint.contains("deny = 100.64.0.1:9090"));
 }
 

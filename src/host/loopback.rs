@@ -46,7 +46,7 @@ const CHECKS: &[Check] = &[
 pub(crate) fn applicable(p: &Policy) -> Vec<&'static Check> {
     CHECKS
         .iter()
-        .filter(|c| crate::policy::allow::reaches(&p.nets, IpAddr::V4(p.gate_addr), c.port))
+        .filter(|c| crate::policy::allow::reaches(&p.allow.nets, IpAddr::V4(p.gate_addr), c.port))
         .collect()
 }
 

@@ -5,10 +5,9 @@
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
 pub(crate) mod loopback;
-pub(crate) mod process;
 
 use crate::error::hinted;
-use crate::launch::guard::Protected;
+use crate::plan::protect::Protected;
 use crate::plan::{Facts, Plan};
 use crate::policy::Policy;
 use anyhow::Result;
@@ -229,7 +228,7 @@ impl Host for RealHost {
             session: facts.session_id.clone(),
             project: policy.project.display().to_string(),
             token: facts.token.clone(),
-            policy: crate::live::session_policy(policy),
+            policy: crate::contract::SessionPolicy::of(policy),
             secrets: facts.bound.clone(),
             upstream_ca: facts.upstream_ca.clone(),
         };
@@ -379,13 +378,13 @@ impl Host for RealHost {
     }
     fn gate_port(&self, runtime: &Path) -> Option<u16> {
         match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
-            Ok(Some(r)) if r.ok => Some(r.port),
+            Ok(Some(r)) => Some(r.as_status().port),
             _ => None,
         }
     }
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
         match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
-            Ok(Some(r)) => r.sessions,
+            Ok(Some(r)) => r.as_status().sessions,
             _ => Vec::new(),
         }
     }
@@ -739,7 +738,7 @@ impl Host for FakeHost {
             .map(|r| project.join(r))
             .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
             .collect();
-        Ok(crate::launch::guard::Protected { mounts, ..Default::default() })
+        Ok(crate::plan::protect::Protected { mounts, ..Default::default() })
     }
     fn settle_leftovers(&mut self, _state_dir: &Path) -> Result<()> {
         // A fake holds no guard records: nothing to settle, so no effect (the e2e suite proves

@@ -8,10 +8,10 @@
 //! config's `upstream_ca` (more roots for the servers the gate opens TLS to) is a ConfigMap
 //! the gate's Pod mounts, as the local gate reads the file.
 
-use super::objects::{env, locked_down, mount};
+use super::parts::{env, locked_down, mount};
 use super::{GATE_CA, Options, SECRETS, UPSTREAM_CA};
 use crate::gate::cluster::SecretEntry;
-use crate::plan::trust::VARS;
+use crate::plan::gate_ca::VARS;
 use crate::policy::Policy;
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, SecretVolumeSource, Volume,

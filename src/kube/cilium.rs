@@ -101,7 +101,7 @@ pub(crate) fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
         end_port: (r.hi != r.lo).then_some(r.hi),
         protocol: "TCP",
     };
-    for (h, ports) in &p.hosts {
+    for (h, ports) in &p.allow.hosts {
         let ports: Vec<Port> = match ports {
             Some(r) => vec![tcp(r)],
             None => p.gate_ports.iter().map(|g| tcp(&Ports::one(*g))).collect(),
@@ -129,7 +129,7 @@ pub(crate) fn gate_fqdn(p: &Policy, o: &Options) -> CiliumNetworkPolicy {
         });
     }
     // IP entries the gate relays (on its ports) are dialled by address.
-    for (n, r) in &p.nets {
+    for (n, r) in &p.allow.nets {
         if !n.contains(std::net::IpAddr::V4(p.gate_addr)) {
             let to_ports = if *r == Ports::ALL {
                 Vec::new()

@@ -18,6 +18,7 @@
 mod bound;
 mod cilium;
 mod objects;
+mod parts;
 
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -101,7 +102,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
     let mut bad = Vec::new();
     let mut say = |at: Origin, msg: String, hint: &str| bad.push(Diagnostic::new(at, msg).hint(hint));
     // Each line by its key's export verdict (`policy::keys`), in line order.
-    let cx = ExportCx { gate_addr: IpAddr::V4(p.gate_addr), allowed: p.nets.clone() };
+    let cx = ExportCx { gate_addr: IpAddr::V4(p.gate_addr), allowed: p.allow.nets.clone() };
     for e in &cfg.entries {
         let Some(key) = keys::get(&e.key) else { continue };
         let at = Origin::Config(e.line);
@@ -121,7 +122,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
         e.key == keys::ALLOW
             && matches!(allow::parse(&e.value), Ok(allow::Allow::Net(n, _)) if n.contains(host))
     });
-    if !from_lines && p.nets.iter().any(|(n, _)| n.contains(host)) {
+    if !from_lines && p.allow.nets.iter().any(|(n, _)| n.contains(host)) {
         say(
             Origin::Flag("--allow"),
             format!("an --allow reaches this machine's loopback ({host}), which a cluster does not have"),

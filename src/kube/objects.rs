@@ -1,15 +1,15 @@
 //! The exported objects, built from `k8s-openapi`'s typed structs (never from text templates).
 
+use super::parts::{env, locked_down, mount, runtime_default};
 use super::{AGENT, GATE, GATE_PORT, Options, PROJECT_CLAIM, SECRETS, TOKEN_SECRET, cidr, np_ports};
 use crate::gate::cluster::{PolicyFile, SessionEntry};
 use crate::policy::allow::Ports;
 use crate::policy::{Command, NetMode, Policy};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
 };
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -47,22 +47,6 @@ fn selector(name: &str) -> LabelSelector {
     }
 }
 
-fn runtime_default() -> SeccompProfile {
-    SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
-}
-
-/// Non-root, no capabilities, no privilege escalation, RuntimeDefault seccomp, read-only root.
-pub(super) fn locked_down() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        seccomp_profile: Some(runtime_default()),
-        ..SecurityContext::default()
-    }
-}
-
 fn pod_security(uid: i64) -> PodSecurityContext {
     PodSecurityContext {
         run_as_non_root: Some(true),
@@ -72,10 +56,6 @@ fn pod_security(uid: i64) -> PodSecurityContext {
         seccomp_profile: Some(runtime_default()),
         ..PodSecurityContext::default()
     }
-}
-
-pub(super) fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
 }
 
 fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
@@ -90,15 +70,6 @@ fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
             ..EnvVarSource::default()
         }),
         ..EnvVar::default()
-    }
-}
-
-pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: Some(read_only),
-        ..VolumeMount::default()
     }
 }
 
@@ -247,15 +218,20 @@ fn agent_policy(p: &Policy, o: &Options) -> NetworkPolicy {
                 ports: Some(vec![np_port(Ports::one(GATE_PORT))]),
             });
         }
-        for (n, r) in &p.nets {
+        for (n, r) in &p.allow.nets {
             // Whole addresses denied inside an allowed range are carved out of it.
             let except: Vec<String> = p
+                .allow
                 .deny_nets
                 .iter()
                 .filter(|(d, dr)| *dr == Ports::ALL && n.contains(d.addr) && d.len > n.len)
                 .map(|(d, _)| cidr(d))
                 .collect();
-            if p.deny_nets.iter().any(|(d, dr)| *dr == Ports::ALL && d.contains(n.addr) && d.len <= n.len) {
+            if p.allow
+                .deny_nets
+                .iter()
+                .any(|(d, dr)| *dr == Ports::ALL && d.contains(n.addr) && d.len <= n.len)
+            {
                 continue;
             }
             egress.push(NetworkPolicyEgressRule {
@@ -287,7 +263,7 @@ fn agent_policy(p: &Policy, o: &Options) -> NetworkPolicy {
 }
 
 fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
-    let mut policy = crate::live::session_policy(p);
+    let mut policy = crate::contract::SessionPolicy::of(p);
     policy.config_path = ".ai-sandbox/config".into();
     let file = PolicyFile {
         sessions: vec![SessionEntry {

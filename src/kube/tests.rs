@@ -15,7 +15,7 @@ fn opts(image: Option<&str>) -> Options {
 
 fn export_of(cfg: &str, image: Option<&str>) -> Result<String, Vec<Diagnostic>> {
     let p = crate::policy::from_text(cfg);
-    let (c, _) = crate::config::parse(cfg);
+    let (c, _) = crate::policy::keys::read(cfg);
     export(&p, &c, &opts(image))
 }
 
@@ -56,7 +56,7 @@ fn secrets_and_the_token_are_references_never_values() {
 #[test]
 fn an_allow_flag_to_the_host_loopback_is_refused_too() {
     let inputs = crate::policy::Inputs { allow: vec!["100.64.0.1:5432".into()], ..Default::default() };
-    let (c, _) = crate::config::parse("allow = github.com\n");
+    let (c, _) = crate::policy::keys::read("allow = github.com\n");
     let p = crate::policy::build("/p".into(), &c, &inputs).unwrap();
     let errs = export(&p, &c, &opts(Some("img"))).unwrap_err();
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -95,7 +95,7 @@ fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_g
     let mut o = opts(Some("img"));
     o.placeholders = vec![("K".into(), "aisb_placeholder_0123".into())];
     let p = crate::policy::from_text("allow = api.example.com\nsecret = K for api.example.com\nsecret = U\n");
-    let (c, _) = crate::config::parse("");
+    let (c, _) = crate::policy::keys::read("");
     let out = export(&p, &c, &o).unwrap();
     let docs = objects(&out);
     let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
@@ -124,7 +124,7 @@ fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_g
 fn rules_go_to_the_cluster_gate_with_the_ca_both_pods_need_and_no_secret() {
     let o = opts(Some("img"));
     let p = crate::policy::from_text("allow = github.com\nrule = github.com git-fetch /acme/*\n");
-    let (c, _) = crate::config::parse("");
+    let (c, _) = crate::policy::keys::read("");
     let out = export(&p, &c, &o).unwrap();
     let docs = objects(&out);
     let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
@@ -147,7 +147,7 @@ fn upstream_ca_goes_to_the_gates_pod_only_as_a_configmap_the_output_says_how_to_
     let o = opts(Some("img"));
     let cfg = "allow = api.example.com\nsecret = K for api.example.com\nupstream_ca = /etc/corp/ca.pem\n";
     let p = crate::policy::from_text(cfg);
-    let (c, _) = crate::config::parse(cfg);
+    let (c, _) = crate::policy::keys::read(cfg);
     let out = export(&p, &c, &o).unwrap();
     assert!(
         out.contains(
@@ -170,10 +170,10 @@ fn upstream_ca_goes_to_the_gates_pod_only_as_a_configmap_the_output_says_how_to_
     assert!(!kind("Pod").to_string().contains("upstream-ca"), "the agent's Pod needs none of it");
     // Control: without the line, none of it.
     let cfg = "allow = api.example.com\nsecret = K for api.example.com\n";
-    let out = export(&crate::policy::from_text(cfg), &crate::config::parse(cfg).0, &o).unwrap();
+    let out = export(&crate::policy::from_text(cfg), &crate::policy::keys::read(cfg).0, &o).unwrap();
     assert!(!out.contains("upstream") && out.contains("ai-sandbox-gate-ca"), "{out}");
     // A `~/` path is printed as the shell would need it, after `=` where no tilde expands.
     let cfg = "allow = api.example.com\nupstream_ca = ~/my certs/ca.pem\n";
-    let out = export(&crate::policy::from_text(cfg), &crate::config::parse(cfg).0, &o).unwrap();
+    let out = export(&crate::policy::from_text(cfg), &crate::policy::keys::read(cfg).0, &o).unwrap();
     assert!(out.contains(r#"--from-file=ca.pem="$HOME"/'my certs/ca.pem'"#), "{out}");
 }

@@ -15,6 +15,7 @@
 //! directory is gone or whose launcher is dead is removed. This runs off the launch's critical
 //! path (the keeper is detached), so it costs the launch nothing.
 
+use crate::contract::keeper::Message;
 use crate::plan::session::{PID_FILE, SESSION_DIR_LABEL};
 use std::io::BufRead;
 use std::path::Path;
@@ -45,7 +46,7 @@ fn session_over(dir: &Path) -> bool {
         return true;
     }
     match std::fs::read_to_string(dir.join(PID_FILE)) {
-        Ok(pid) => !pid.trim().parse().is_ok_and(crate::host::process::alive),
+        Ok(pid) => !pid.trim().parse().is_ok_and(crate::sys::process::alive),
         // No pid file: a launch that is starting, or a session dir written by hand. Not ours.
         Err(_) => false,
     }
@@ -77,10 +78,10 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
     let mut finished = false;
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
-        match line.split_once(' ') {
-            Some(("podman", pid)) => podman_pid = pid.trim().parse().unwrap_or(0),
-            _ if line.trim() == "ok" => finished = true,
-            _ => {}
+        match Message::read(&line) {
+            Some(Message::Podman(pid)) => podman_pid = i32::try_from(pid).unwrap_or(0),
+            Some(Message::Finished) => finished = true,
+            None => {}
         }
     }
     if finished {
@@ -90,7 +91,7 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
     let gone = loop {
         let _ = podman(pm, &["rm", "-f", "-t", "0", name]);
         let gone = !exists(pm, name);
-        if (gone && !crate::host::process::alive(podman_pid)) || Instant::now() > end {
+        if (gone && !crate::sys::process::alive(podman_pid)) || Instant::now() > end {
             break gone;
         }
         std::thread::sleep(Duration::from_millis(250));

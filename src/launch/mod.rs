@@ -17,8 +17,9 @@ pub mod relay;
 #[cfg(test)]
 mod tests;
 
-use crate::host::process::{self, Tie};
+use crate::contract::keeper::Message;
 use crate::plan::{GuardSpec, Plan};
+use crate::sys::process::{self, Tie};
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
@@ -484,11 +485,11 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
     })?;
     // If this write fails the keeper is gone; the sandbox still stops with this launcher
     // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
-    let _ = writeln!(keeper, "podman {}", child.id());
+    let _ = keeper.write_all(Message::Podman(child.id()).line().as_bytes());
     forward_signals(child.id(), set, plan.argv[0].clone(), plan.container.clone());
     let status = child.wait().context("waiting for podman")?;
     PODMAN_ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = writeln!(keeper, "ok");
+    let _ = keeper.write_all(Message::Finished.line().as_bytes());
     if let Some(r) = refusals {
         for line in r.finish() {
             say(&line);

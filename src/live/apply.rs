@@ -25,7 +25,7 @@ pub(crate) fn running(runtime: &Path) -> Vec<Running> {
         let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else {
             continue;
         };
-        if !crate::host::process::alive(pid) {
+        if !crate::sys::process::alive(pid) {
             continue;
         }
         let age = fs::metadata(&pid_file)
@@ -163,8 +163,10 @@ fn refused_with(
 fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
     let req = Request::Update { session: r.session.clone(), policy: r.policy.clone() };
     match control::ask(runtime, &req)? {
-        Some(reply) if reply.ok => Ok(()),
-        Some(reply) => bail!("the gate refused the change: {}", reply.error.unwrap_or_default()),
+        Some(reply) => match reply.refusal() {
+            None => Ok(()),
+            Some(why) => bail!("the gate refused the change: {why}"),
+        },
         None => bail!("the gate is not running"),
     }
 }
@@ -187,14 +189,17 @@ pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::R
         return Ok(());
     }
     let session_dir = record.parent().context("the record has no session directory")?;
-    nft_script(session_dir, &crate::plan::ruleset::set_script(&new.policy.nets, &new.policy.deny_nets))?;
+    nft_script(
+        session_dir,
+        &crate::plan::ruleset::set_script(&new.policy.allow.nets, &new.policy.allow.deny_nets),
+    )?;
     if new.gate
         && let Err(e) = gate_update(runtime, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
         let undo = nft_script(
             session_dir,
-            &crate::plan::ruleset::set_script(&old.policy.nets, &old.policy.deny_nets),
+            &crate::plan::ruleset::set_script(&old.policy.allow.nets, &old.policy.allow.deny_nets),
         );
         return Err(e.context(match undo {
             Ok(()) => "nothing was changed".to_string(),

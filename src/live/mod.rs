@@ -10,55 +10,10 @@
 
 pub(crate) mod apply;
 
-use crate::gate::decide::SessionPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// A running sandbox's allowlist and how to reach its layers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    pub session: String,
-    pub container: String,
-    pub project: PathBuf,
-    /// Only `allow` has an allowlist to widen.
-    pub net: crate::policy::NetMode,
-    /// Whether the gate serves this session (hostnames can be added only then).
-    pub gate: bool,
-    /// Whether the sandbox trusts the gate's CA (it was started with a bound secret or a rule):
-    /// rules can be added only then, since a host with rules is reached through the gate's TLS.
-    #[serde(default)]
-    pub tls: bool,
-    pub policy: SessionPolicy,
-}
-
-/// The allowlist the gate (and a live change) works from, as the launch's policy has it.
-pub(crate) fn session_policy(p: &crate::policy::Policy) -> SessionPolicy {
-    SessionPolicy {
-        hosts: p.hosts.clone(),
-        nets: p.nets.clone(),
-        deny_hosts: p.deny_hosts.clone(),
-        deny_nets: p.deny_nets.clone(),
-        gate_ports: p.gate_ports.clone(),
-        resolve: p.resolve.clone(),
-        config_path: crate::config::project::config_path(&p.project).display().to_string(),
-        gate_addr: p.gate_addr,
-        ask: p.ask,
-        rules: p.rules.clone(),
-    }
-}
-
-/// The record a launch starts with.
-pub(crate) fn record(p: &crate::policy::Policy, f: &crate::plan::session::Facts) -> Record {
-    Record {
-        session: f.session_id.clone(),
-        container: f.container_name(),
-        project: p.project.clone(),
-        net: p.net,
-        gate: p.gate,
-        tls: f.gate_ca.is_some(),
-        policy: session_policy(p),
-    }
-}
+pub use crate::contract::Record;
 
 /// A running sandbox as `ai-sandbox ps` sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,10 +124,8 @@ pub(crate) fn parse_refused(json: &str) -> Vec<Direct> {
 /// alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
-    pub(crate) hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
-    pub(crate) nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
-    pub(crate) deny_hosts: Vec<(crate::policy::allow::HostPattern, Option<crate::policy::allow::Ports>)>,
-    pub(crate) deny_nets: Vec<(crate::policy::allow::IpNet, crate::policy::allow::Ports)>,
+    /// What it adds (`allow`) or refuses from now on (`deny`).
+    pub(crate) allow: crate::policy::allow::Allowlist,
     /// `rule =` lines (`ai-sandbox allow 'rule = HOST METHOD PATH'`).
     pub(crate) rules: Vec<crate::policy::rule::Rule>,
 }
@@ -186,8 +139,8 @@ impl Change {
             None => h.to_string(),
         };
         let net = |(n, p): &(crate::policy::allow::IpNet, crate::policy::allow::Ports)| format!("{n}:{p}");
-        let hosts = self.hosts.iter().chain(&self.deny_hosts).map(host);
-        let nets = self.nets.iter().chain(&self.deny_nets).map(net);
+        let hosts = self.allow.hosts.iter().chain(&self.allow.deny_hosts).map(host);
+        let nets = self.allow.nets.iter().chain(&self.allow.deny_nets).map(net);
         let mut rules: Vec<String> = Vec::new();
         for r in &self.rules {
             let line = format!("rule = {}", r.line);
@@ -205,7 +158,7 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
     if r.net != crate::policy::NetMode::Allow {
         return Err(format!("session {} runs with --net {}: it has no allowlist to widen", r.session, r.net));
     }
-    let names = !(c.hosts.is_empty() && c.deny_hosts.is_empty());
+    let names = !(c.allow.hosts.is_empty() && c.allow.deny_hosts.is_empty());
     if names && !r.gate {
         return Err(format!(
             "session {} was started without the gate (no hostname entries), so hostnames cannot be added while it runs; add the line to the config and restart it",
@@ -219,9 +172,9 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
         ));
     }
     let mut out = r.clone();
-    add_missing(&mut out.policy.hosts, &c.hosts);
+    add_missing(&mut out.policy.allow.hosts, &c.allow.hosts);
     for rule in &c.rules {
-        if !rule.reached(&out.policy.hosts) {
+        if !rule.reached(&out.policy.allow.hosts) {
             return Err(format!(
                 "`rule = {}`: {} is not allowed in session {}, so the rule would never be reached; allow the host too (`ai-sandbox allow {} 'rule = {}'`)",
                 rule.line, rule.host, r.session, rule.host, rule.line
@@ -229,9 +182,9 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
         }
     }
     add_missing(&mut out.policy.rules, &c.rules);
-    add_missing(&mut out.policy.nets, &c.nets);
-    add_missing(&mut out.policy.deny_hosts, &c.deny_hosts);
-    add_missing(&mut out.policy.deny_nets, &c.deny_nets);
+    add_missing(&mut out.policy.allow.nets, &c.allow.nets);
+    add_missing(&mut out.policy.allow.deny_hosts, &c.allow.deny_hosts);
+    add_missing(&mut out.policy.allow.deny_nets, &c.allow.deny_nets);
     Ok(out)
 }
 
@@ -247,7 +200,7 @@ fn add_missing<T: PartialEq + Clone>(list: &mut Vec<T>, new: &[T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::allow::{HostPattern, IpNet, Ports};
+    use crate::policy::allow::{Allowlist, HostPattern, IpNet, Ports};
 
     fn rec(gate: bool) -> Record {
         Record {
@@ -257,15 +210,17 @@ mod tests {
             net: crate::policy::NetMode::Allow,
             gate,
             tls: gate,
-            policy: SessionPolicy {
-                hosts: vec![(HostPattern::Exact("a.test".into()), None)],
-                nets: vec![(
-                    IpNet { addr: "10.0.0.1".parse().unwrap(), len: 32 },
-                    Ports { lo: 443, hi: 443 },
-                )],
-                deny_hosts: vec![],
+            policy: crate::contract::SessionPolicy {
+                allow: crate::policy::allow::Allowlist {
+                    hosts: vec![(HostPattern::Exact("a.test".into()), None)],
+                    nets: vec![(
+                        IpNet { addr: "10.0.0.1".parse().unwrap(), len: 32 },
+                        Ports { lo: 443, hi: 443 },
+                    )],
+                    deny_hosts: vec![],
+                    deny_nets: vec![],
+                },
                 ask: None,
-                deny_nets: vec![],
                 gate_ports: vec![80, 443, 8443],
                 resolve: vec![],
                 config_path: "/p/.ai-sandbox/config".into(),
@@ -275,24 +230,31 @@ mod tests {
         }
     }
 
+    fn hosts(name: &str) -> Allowlist {
+        Allowlist { hosts: vec![(HostPattern::Exact(name.into()), None)], ..Allowlist::default() }
+    }
+
     #[test]
     fn a_change_adds_exactly_its_entries_once() {
         let c = Change {
-            hosts: vec![
-                (HostPattern::Exact("b.test".into()), None),
-                (HostPattern::Exact("a.test".into()), None),
-            ],
-            nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+            allow: Allowlist {
+                hosts: vec![
+                    (HostPattern::Exact("b.test".into()), None),
+                    (HostPattern::Exact("a.test".into()), None),
+                ],
+                nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+                ..Allowlist::default()
+            },
             ..Change::default()
         };
         let m = merged(&rec(true), &c).unwrap();
-        assert_eq!(m.policy.hosts.len(), 2);
-        assert_eq!(m.policy.nets.len(), 2);
+        assert_eq!(m.policy.allow.hosts.len(), 2);
+        assert_eq!(m.policy.allow.nets.len(), 2);
         let again = merged(&m, &c).unwrap();
         assert_eq!(again, m, "applying the same change twice changes nothing");
         let mut expected = rec(true);
-        expected.policy.hosts = m.policy.hosts.clone();
-        expected.policy.nets = m.policy.nets.clone();
+        expected.policy.allow.hosts = m.policy.allow.hosts.clone();
+        expected.policy.allow.nets = m.policy.allow.nets.clone();
         assert_eq!(m, expected, "nothing but the lists changes");
     }
 
@@ -317,7 +279,7 @@ mod tests {
             Direct { proto: Proto::Tcp, addr: "100.64.0.1".parse().unwrap(), port: 9090, denied_by: None };
         assert_eq!(d.fix("c"), "add \"allow = 100.64.0.1:9090\" to c");
         let mut p = rec(true).policy;
-        p.deny_nets =
+        p.allow.deny_nets =
             vec![(crate::policy::allow::IpNet::host(d.addr), crate::policy::allow::Ports::one(9090))];
         d.denied_by = crate::gate::decide::deny_net(&p, d.addr, d.port);
         assert_eq!(d.fix("c"), "refused by \"deny = 100.64.0.1:9090\" in c");
@@ -338,19 +300,22 @@ mod tests {
         let other =
             Change { rules: crate::policy::rule::parse("b.test GET /").unwrap(), ..Change::default() };
         assert!(merged(&rec(true), &other).unwrap_err().contains("b.test is not allowed in session s1"));
-        let both = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], ..other };
+        let both = Change { allow: hosts("b.test"), ..other };
         assert_eq!(merged(&rec(true), &both).unwrap().policy.rules.len(), 1);
     }
 
     #[test]
     fn hostnames_need_the_gate_ip_entries_do_not() {
-        let host = Change { hosts: vec![(HostPattern::Exact("b.test".into()), None)], ..Change::default() };
+        let host = Change { allow: hosts("b.test"), ..Change::default() };
         assert!(merged(&rec(false), &host).unwrap_err().contains("without the gate"));
         let net = Change {
-            nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+            allow: Allowlist {
+                nets: vec![(IpNet { addr: "10.0.0.2".parse().unwrap(), len: 32 }, Ports { lo: 22, hi: 22 })],
+                ..Allowlist::default()
+            },
             ..Change::default()
         };
-        assert_eq!(merged(&rec(false), &net).unwrap().policy.nets.len(), 2);
+        assert_eq!(merged(&rec(false), &net).unwrap().policy.allow.nets.len(), 2);
         let full = Record { net: crate::policy::NetMode::Full, ..rec(true) };
         assert!(merged(&full, &net).unwrap_err().contains("--net full"));
     }

@@ -6,11 +6,12 @@
 
 pub(crate) mod agent;
 
+pub(crate) mod gate_ca;
 pub(crate) mod podman;
+pub mod protect;
 pub(crate) mod root;
 pub mod ruleset;
 pub(crate) mod session;
-pub(crate) mod trust;
 
 use crate::plan::ruleset::Ruleset;
 pub(crate) use crate::plan::session::Facts;
@@ -102,7 +103,7 @@ pub(crate) struct GuardSpec {
     /// This session's record.
     pub(crate) store: PathBuf,
     /// What was found before the launch: the read-only mounts and the repositories.
-    pub(crate) protected: crate::launch::guard::Protected,
+    pub(crate) protected: crate::plan::protect::Protected,
 }
 
 /// The logins a session carries (see `policy::state`, `launch::logins`).
@@ -154,11 +155,24 @@ fn logins(p: &Policy, f: &Facts) -> Option<Logins> {
     })
 }
 
+/// The record a launch starts with (`live.json`: what `allow` widens and `ps` lists).
+fn live_record(p: &Policy, f: &Facts) -> crate::contract::Record {
+    crate::contract::Record {
+        session: f.session_id.clone(),
+        container: f.container_name(),
+        project: p.project.clone(),
+        net: p.net,
+        gate: p.gate,
+        tls: f.gate_ca.is_some(),
+        policy: crate::contract::SessionPolicy::of(p),
+    }
+}
+
 pub fn build(p: &Policy, f: &Facts) -> Plan {
     let ruleset = ruleset::build(p, f.gate_port);
     let hook = ruleset.as_ref().map(|_| hook_spec(p, f));
     let rules = hook.is_some();
-    let record = crate::live::record(p, f);
+    let record = live_record(p, f);
     let live = (f.live_file(), serde_json::to_string(&record).expect("json"));
     let argv = podman::argv(p, f);
     Plan {
@@ -171,7 +185,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         allowlist: allowlist(p),
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
-        trust_files: trust::files(f),
+        trust_files: gate_ca::files(f),
         sandbox_home: f.sandbox_home.clone(),
         logins: logins(p, f),
         session_dir: f.session_dir.clone(),
@@ -180,10 +194,10 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         keeper_log: f.keeper_log(),
         guard: GuardSpec {
             project: p.project.clone(),
-            paths: crate::launch::guard::candidates(&p.protect),
+            paths: crate::plan::protect::candidates(&p.protect),
             state_dir: f.state_dir.clone(),
             store: crate::plan::session::guard_store(&f.state_dir, &f.session_id),
-            protected: crate::launch::guard::Protected {
+            protected: crate::plan::protect::Protected {
                 writable: vec![f.sandbox_home.clone()],
                 ..f.protected.clone()
             },
@@ -319,8 +333,8 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             false => format!("secret {s} has no value in your environment; the sandbox starts without it"),
         });
     }
-    n.extend(trust::notices(p, f));
-    let entries = p.hosts.len() + p.nets.len();
+    n.extend(gate_ca::notices(p, f));
+    let entries = p.allow.hosts.len() + p.allow.nets.len();
     match p.net {
         NetMode::Full => n.push(
             "--net full: NO egress policy applies; the sandbox reaches everything this host reaches".into(),
@@ -345,6 +359,7 @@ fn allowlist(p: &Policy) -> Vec<String> {
     }
     let gate_ports = p.gate_ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
     let mut out: Vec<String> = p
+        .allow
         .hosts
         .iter()
         .map(|(h, ports)| {
@@ -353,7 +368,7 @@ fn allowlist(p: &Policy) -> Vec<String> {
         })
         .collect();
     let splices = &p.splices;
-    for (n, r) in &p.nets {
+    for (n, r) in &p.allow.nets {
         let spliced = |addr| crate::policy::forwards::covers(splices, addr, *r);
         let via = match n.addr {
             _ if n.contains(std::net::IpAddr::V4(p.gate_addr)) => {
@@ -372,11 +387,11 @@ fn allowlist(p: &Policy) -> Vec<String> {
     if out.is_empty() {
         out.push("nothing (no allow entries)".into());
     }
-    for (h, ports) in &p.deny_hosts {
+    for (h, ports) in &p.allow.deny_hosts {
         let ports = ports.map_or_else(|| "every port".to_string(), |r| format!("port {r}"));
         out.push(format!("{:<32} {ports}, REFUSED (deny), by the gate", h.to_string()));
     }
-    for (n, r) in &p.deny_nets {
+    for (n, r) in &p.allow.deny_nets {
         let ports =
             if *r == crate::policy::allow::Ports::ALL { "every port".into() } else { format!("port {r}") };
         out.push(format!("{:<32} {ports}, REFUSED (deny), by the rules and the gate", n.to_string()));

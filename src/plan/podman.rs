@@ -131,7 +131,7 @@ pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(runtime_proxy_env(p, f))
         .chain(p.env.iter().cloned())
         .chain(f.secrets.iter().cloned())
-        .chain(super::trust::env(p, f))
+        .chain(super::gate_ca::env(p, f))
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
         .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
@@ -303,7 +303,7 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     if let Some(sock) = &f.ssh_agent {
         mounts.push((sock.clone(), PathBuf::from(SSH_AGENT_SOCK), false));
     }
-    mounts.extend(super::trust::mounts(p, f).into_iter().map(|(from, to)| (from, to, true)));
+    mounts.extend(super::gate_ca::mounts(p, f).into_iter().map(|(from, to)| (from, to, true)));
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).
     for m in f.launchable.mounts.iter().chain(&f.protected.mounts) {

@@ -64,7 +64,7 @@ pub struct Facts {
     pub(crate) state_dir: PathBuf,
     /// Protected paths that exist now (mounted read-only inside), and the project's
     /// repositories (see `guard::repos`).
-    pub(crate) protected: crate::launch::guard::Protected,
+    pub(crate) protected: crate::plan::protect::Protected,
     /// Secret values by name, read at launch (a dry run holds placeholders); only ever written
     /// to the private env file.
     pub(crate) secrets: Vec<(String, String)>,

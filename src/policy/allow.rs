@@ -78,6 +78,22 @@ impl fmt::Display for IpNet {
     }
 }
 
+/// What may be reached and what may not, entry by entry: the one shape the launch's policy, the
+/// gate's session policy (`contract::SessionPolicy`, which carries it flattened, so its JSON is
+/// the four fields as before) and a live change share. Hostnames go to the gate, networks to
+/// nftables; `deny_*` wins over `hosts`/`nets` at both layers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Allowlist {
+    pub hosts: Vec<(HostPattern, Option<Ports>)>,
+    /// IP/CIDR entries as written (normalised), in order, deduplicated.
+    pub nets: Vec<(IpNet, Ports)>,
+    /// `deny =` entries: refused even where an allow entry matches.
+    #[serde(default)]
+    pub deny_hosts: Vec<(HostPattern, Option<Ports>)>,
+    #[serde(default)]
+    pub deny_nets: Vec<(IpNet, Ports)>,
+}
+
 /// A hostname pattern enforced by the gate.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum HostPattern {

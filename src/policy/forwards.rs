@@ -89,7 +89,7 @@ fn narrow(r: &Ports) -> bool {
 fn open_ports(p: &Policy, ip: Ipv4Addr, ranges: impl Iterator<Item = Ports>) -> Vec<SocketAddrV4> {
     let mut out: Vec<SocketAddrV4> = ranges
         .flat_map(|r| r.lo..=r.hi)
-        .filter(|port| !crate::policy::allow::reaches(&p.deny_nets, IpAddr::V4(ip), *port))
+        .filter(|port| !crate::policy::allow::reaches(&p.allow.deny_nets, IpAddr::V4(ip), *port))
         .map(|port| SocketAddrV4::new(ip, port))
         .collect();
     out.sort_unstable();
@@ -99,7 +99,8 @@ fn open_ports(p: &Policy, ip: Ipv4Addr, ranges: impl Iterator<Item = Ports>) -> 
 
 fn host_ports(p: &Policy) -> Vec<u16> {
     let host = p.gate_addr;
-    let ranges = p.nets.iter().filter(|(n, r)| n.contains(IpAddr::V4(host)) && narrow(r)).map(|(_, r)| *r);
+    let ranges =
+        p.allow.nets.iter().filter(|(n, r)| n.contains(IpAddr::V4(host)) && narrow(r)).map(|(_, r)| *r);
     open_ports(p, host, ranges).into_iter().map(|a| a.port()).collect()
 }
 
@@ -109,6 +110,7 @@ fn host_ports(p: &Policy) -> Vec<u16> {
 /// milliseconds, not one pass over every entry per address.
 fn relay_targets(p: &Policy, want: usize) -> Vec<SocketAddrV4> {
     let mut entries: Vec<(Ipv4Addr, Ports)> = p
+        .allow
         .nets
         .iter()
         .filter_map(|(n, r)| match n.addr {

@@ -270,6 +270,23 @@ pub const KEYS: &[Key] = &[
 ];
 
 /// The key called `name`.
+impl crate::config::Syntax for Key {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn repeats(&self) -> bool {
+        self.repeats
+    }
+    fn shell(&self) -> bool {
+        self.shell
+    }
+}
+
+/// Reads a config file's text against the registry: every bad line, with its number.
+pub fn read(text: &str) -> (crate::config::Config, Vec<crate::error::Diagnostic>) {
+    crate::config::parse(text, KEYS)
+}
+
 pub(crate) fn get(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
 }
@@ -443,12 +460,12 @@ mod tests {
     fn every_key_is_read_by_the_policy_and_its_example_is_accepted() {
         // Every example is built beside the allow line a rule's host needs.
         const ALLOWED: &str = "allow = api.github.com\n";
-        let (empty, _) = crate::config::parse(ALLOWED);
+        let (empty, _) = crate::policy::keys::read(ALLOWED);
         let base = build(PathBuf::from("/w/p"), &empty, &Inputs::default()).unwrap();
         for k in KEYS {
             assert!(!k.doc.is_empty() && !k.example.is_empty(), "{}", k.name);
             let text = format!("{ALLOWED}{} = {}\n", k.name, k.example);
-            let (cfg, errs) = crate::config::parse(&text);
+            let (cfg, errs) = crate::policy::keys::read(&text);
             assert!(errs.is_empty(), "{text}: {errs:?}");
             let p = build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
                 .unwrap_or_else(|e| panic!("{text}: {e:?}"));

@@ -7,6 +7,7 @@
 pub(crate) mod addr;
 pub(crate) mod agents;
 pub mod allow;
+pub(crate) mod approval;
 pub(crate) mod env;
 pub mod forwards;
 mod image;
@@ -109,12 +110,8 @@ pub struct Policy {
     pub(crate) net: NetMode,
     /// True when hostnames are enforced by the gate (net allow without `--no-gate`).
     pub(crate) gate: bool,
-    pub(crate) hosts: Vec<(HostPattern, Option<Ports>)>,
-    /// IP/CIDR entries as written (normalised), in order, deduplicated.
-    pub(crate) nets: Vec<(IpNet, Ports)>,
-    /// `deny =` exceptions carved out of the allowed names and ranges: deny wins, at both layers.
-    pub(crate) deny_hosts: Vec<(HostPattern, Option<Ports>)>,
-    pub(crate) deny_nets: Vec<(IpNet, Ports)>,
+    /// What may be reached; `deny =` exceptions carved out of it win, at both layers.
+    pub(crate) allow: allow::Allowlist,
     pub(crate) publish: Vec<Publish>,
     pub(crate) gate_addr: Ipv4Addr,
     pub gate_port: u16,
@@ -300,10 +297,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         project,
         net,
         gate,
-        hosts,
-        nets,
-        deny_hosts,
-        deny_nets,
+        allow: allow::Allowlist { hosts, nets, deny_hosts, deny_nets },
         ask,
         rules,
         publish,
@@ -387,7 +381,8 @@ fn bindings(p: &Policy, c: &mut Collector) {
             continue;
         }
         for h in &s.hosts {
-            let allowed = on_443(&p.hosts, h, p.gate_ports.contains(&443)) && !on_443(&p.deny_hosts, h, true);
+            let allowed = on_443(&p.allow.hosts, h, p.gate_ports.contains(&443))
+                && !on_443(&p.allow.deny_hosts, h, true);
             if !allowed && p.net == NetMode::Allow {
                 c.bad(
                     s.at.clone(),
@@ -692,7 +687,7 @@ pub(crate) fn reached_directly(nets: &[(IpNet, Ports)], gate_addr: Ipv4Addr, add
 /// A policy from config text with default inputs, for the unit tests of later stages.
 #[cfg(test)]
 pub(crate) fn from_text(cfg: &str) -> Policy {
-    let (c, errs) = crate::config::parse(cfg);
+    let (c, errs) = crate::policy::keys::read(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     build("/p".into(), &c, &Inputs::default()).unwrap()
 }

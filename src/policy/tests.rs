@@ -3,7 +3,6 @@
 
 use super::allow::{self, Allow, HostPattern, IpNet, Ports};
 use super::*;
-use crate::config;
 
 fn host(s: &str) -> Allow {
     Allow::Host(HostPattern::Exact(s.into()), None)
@@ -126,7 +125,7 @@ fn allow_entries_that_must_be_refused() {
 }
 
 fn policy(cfg: &str, inputs: Inputs) -> Result<Policy, Vec<crate::error::Diagnostic>> {
-    let (cfg, errs) = config::parse(cfg);
+    let (cfg, errs) = crate::policy::keys::read(cfg);
     assert!(errs.is_empty(), "{errs:?}");
     build(PathBuf::from("/w/p"), &cfg, &inputs)
 }
@@ -240,7 +239,7 @@ fn cli_flags_win_over_config_and_entries_are_deduplicated() {
     )
     .unwrap();
     assert_eq!(p.net, NetMode::Allow);
-    assert_eq!(p.nets.len(), 1);
+    assert_eq!(p.allow.nets.len(), 1);
 }
 
 #[test]

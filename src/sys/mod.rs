@@ -7,6 +7,10 @@
 //! - `quote`: how anything a sandbox named (a path, a setting, a request path) is printed to the
 //!   user: control characters, bidi overrides and bytes that are not UTF-8 escaped, as git's
 //!   `core.quotePath` does, so that no terminal escape reaches a terminal.
+//! - `process`: starting the gate, the keeper and podman with the fork-time setup that must be
+//!   async-signal-safe, waiting on signals, and "is that pid alive" — needed by the launcher,
+//!   the gate's client and live changes alike.
 
+pub(crate) mod process;
 pub mod quote;
 pub mod untrusted;

@@ -4,9 +4,9 @@
 //! address (what the gate may dial); its loopback stands in for what it must not (SSRF).
 
 use crate::harness::*;
+use ai_sandbox::contract::SessionPolicy;
 use ai_sandbox::gate::cluster::{PolicyFile, SessionEntry};
-use ai_sandbox::gate::decide::SessionPolicy;
-use ai_sandbox::policy::allow::HostPattern;
+use ai_sandbox::policy::allow::{Allowlist, HostPattern};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
@@ -57,10 +57,10 @@ impl Drop for Pods {
 
 fn policy() -> SessionPolicy {
     SessionPolicy {
-        hosts: vec![(HostPattern::Exact("allowed.test".into()), None)],
-        nets: Vec::new(),
-        deny_hosts: Vec::new(),
-        deny_nets: Vec::new(),
+        allow: Allowlist {
+            hosts: vec![(HostPattern::Exact("allowed.test".into()), None)],
+            ..Allowlist::default()
+        },
         gate_ports: vec![8080],
         resolve: vec![
             ("allowed.test".into(), GATE_IP.parse().unwrap()),
@@ -286,7 +286,7 @@ fn cluster_gate_puts_a_bound_secret_in_with_the_ca_it_was_given() {
     }
     let placeholder = "aisb_placeholder_c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1";
     let mut policy = policy();
-    policy.hosts = vec![(HostPattern::Exact("api.bound.test".into()), None)];
+    policy.allow.hosts = vec![(HostPattern::Exact("api.bound.test".into()), None)];
     policy.gate_ports = vec![443];
     policy.resolve = vec![("api.bound.test".into(), GATE_IP.parse().unwrap())];
     let entry = SessionEntry {

@@ -3,9 +3,9 @@
 //! pairs every refusal with a request that is served at the same time.
 
 use crate::harness::*;
+use ai_sandbox::contract::SessionPolicy;
 use ai_sandbox::gate::control::{self, Lease, Request};
-use ai_sandbox::gate::decide::SessionPolicy;
-use ai_sandbox::policy::allow::{HostPattern, Ports};
+use ai_sandbox::policy::allow::{Allowlist, HostPattern, Ports};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -33,11 +33,11 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
         project: name.into(),
         token: token.into(),
         policy: SessionPolicy {
-            deny_hosts: vec![],
+            allow: Allowlist {
+                hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
+                ..Allowlist::default()
+            },
             ask: None,
-            deny_nets: vec![],
-            hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
-            nets: vec![],
             gate_ports: vec![80, 443, 8443],
             resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
             config_path: name.into(),

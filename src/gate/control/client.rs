@@ -2,7 +2,7 @@
 //! none runs) and holds the lease for the sandbox's life; `gate` commands, `live` and `watch`
 //! ask one question each.
 
-use super::{CLOSING, Reply, Request, private_dir, socket_path};
+use super::{Refusal, Registered, Reply, Request, private_dir, socket_path};
 use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use std::io::{IoSliceMut, Write};
@@ -67,12 +67,10 @@ fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd
         Some(_) => Failed::Going("the gate hung up without answering".into()),
         None => Failed::Refused(e),
     })?;
-    match (r.ok, r.error.as_deref()) {
-        (true, _) => Ok((r, fd)),
-        (false, Some(CLOSING)) => Err(Failed::Going(CLOSING.into())),
-        (false, why) => {
-            Err(Failed::Refused(anyhow::anyhow!("the gate refused: {}", why.unwrap_or_default())))
-        }
+    match r.refusal() {
+        None => Ok((r, fd)),
+        Some(Refusal::Closing) => Err(Failed::Going(Refusal::Closing.to_string())),
+        Some(why) => Err(Failed::Refused(anyhow::anyhow!("the gate refused: {why}"))),
     }
 }
 
@@ -134,7 +132,8 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
                 Ok((reply, listener)) => {
-                    return Ok(Lease { port: reply.port, ca: reply.ca, stream, listener });
+                    let Registered { port, ca } = reply.as_registered();
+                    return Ok(Lease { port, ca, stream, listener });
                 }
                 Err(Failed::Going(why)) => last_err = why,
                 Err(Failed::Refused(e)) => {
@@ -169,8 +168,8 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
         .stdout(std::process::Stdio::null())
         .stderr(err);
     // The gate must not die with the launcher's session (one gate serves every sandbox).
-    let child = crate::host::process::spawn(&mut cmd, crate::host::process::Tie::Detached)
+    let child = crate::sys::process::spawn(&mut cmd, crate::sys::process::Tie::Detached)
         .with_context(|| format!("starting the gate ({})", self_exe.display()))?;
-    crate::host::process::reap_later(child);
+    crate::sys::process::reap_later(child);
     Ok(())
 }

@@ -10,7 +10,7 @@
 //! (no other local user can take it) and the launcher answers every request on it with a
 //! refusal. Fail closed, with no window.
 //!
-//! Here: the protocol (the request and reply types). By job: `runtime` (where the socket and
+//! The protocol's types (requests, replies, refusals) are in `contract::control`. By job: `runtime` (where the socket and
 //! the log live, and that the directory is private), `client` (register, ask, the lease, and
 //! starting the gate), `stand_in` (the lost gate's port answered with refusals), `serve` (the
 //! gate's side).
@@ -24,53 +24,7 @@ pub use client::{Lease, ask, register};
 pub use runtime::{log_path, login_run, owned_dir, private_dir, runtime_dir, runtime_dir_for, socket_path};
 pub(crate) use serve::serve_conn;
 
-use super::decide::SessionPolicy;
 pub use super::secrets::Bound;
 pub(crate) use super::state::SessionStatus;
-use serde::{Deserialize, Serialize};
 
-/// The error a closing gate answers a registration with: start the next gate and retry.
-pub(super) const CLOSING: &str = "the gate is closing";
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
-pub enum Request {
-    Register {
-        session: String,
-        project: String,
-        token: String,
-        policy: SessionPolicy,
-        /// Secrets bound to hosts: the gate substitutes them (never written anywhere).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        secrets: Vec<Bound>,
-        /// Extra roots (PEM) for the servers the gate opens TLS to (`upstream_ca`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        upstream_ca: Option<String>,
-    },
-    /// A live change (`ai-sandbox allow`): the session's whole new policy.
-    Update {
-        session: String,
-        policy: SessionPolicy,
-    },
-    /// `ai-sandbox watch`: after the reply, the gate sends refusals and questions (JSON lines)
-    /// and reads answers (`ask::Answer` lines) until the watcher hangs up.
-    Watch,
-    Status,
-    Stop,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Reply {
-    pub(crate) ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
-    #[serde(default)]
-    pub(crate) port: u16,
-    #[serde(default)]
-    pub pid: u32,
-    #[serde(default)]
-    pub(crate) sessions: Vec<SessionStatus>,
-    /// The gate's CA certificate (PEM), to a registration with bound secrets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) ca: Option<String>,
-}
+pub use crate::contract::control::{GateStatus, Refusal, Registered, Reply, Request};

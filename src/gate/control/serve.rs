@@ -1,7 +1,7 @@
 //! The control socket's server side, inside the gate: one task per connection, one request line,
 //! one reply (with the listening socket passed to a registration).
 
-use super::{CLOSING, Reply, Request};
+use super::{Refusal, Reply, Request};
 use crate::gate::state::{Session, State};
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use std::io::IoSlice;
@@ -66,7 +66,6 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     let (rd, wr) = s.into_split();
     let s: &tokio::net::UnixStream = wr.as_ref();
     let mut rd = tokio::io::BufReader::new(rd);
-    let refuse = |why: String| Reply { error: Some(why), ..Reply::default() };
     let mut line = String::new();
     if rd.read_line(&mut line).await.unwrap_or(0) == 0 {
         return;
@@ -74,9 +73,9 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
     // After the request is read, so the client gets the refusal as its reply.
     if let Some(why) = peer_refused(s) {
         eprintln!("gate: control connection refused: {why}");
-        return reply(s, &refuse(format!("refused: {why}")), None).await;
+        return reply(s, &Reply::refused(Refusal::Peer(why)), None).await;
     }
-    let ok = Reply { ok: true, port: state.port, pid: std::process::id(), ..Reply::default() };
+    let (port, pid) = (state.port, std::process::id());
     match serde_json::from_str::<Request>(&line) {
         Ok(Request::Register { session, project, token, policy, secrets, upstream_ca }) => {
             // The sandbox trusts the gate's CA when the gate opens TLS for it: a bound secret's
@@ -86,16 +85,16 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
                 Ok(s) => Arc::new(s),
-                Err(e) => return reply(s, &refuse(format!("{e}")), None).await,
+                Err(e) => return reply(s, &Reply::refused(Refusal::Session(format!("{e}"))), None).await,
             };
             let ca = match bound.then(|| state.ca()).transpose() {
                 Ok(ca) => ca.map(|c| c.pem.clone()),
-                Err(e) => return reply(s, &refuse(e), None).await,
+                Err(e) => return reply(s, &Reply::refused(Refusal::Session(e)), None).await,
             };
             if !state.register(sess.clone()) {
-                return reply(s, &refuse(CLOSING.into()), None).await;
+                return reply(s, &Reply::refused(Refusal::Closing), None).await;
             }
-            reply(s, &Reply { ca, ..ok }, Some(&state.listener)).await;
+            reply(s, &Reply::registered(port, pid, ca), Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
@@ -104,14 +103,14 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
         Ok(Request::Update { session, policy }) => match state.session(&session) {
             Some(sess) => {
                 sess.set_policy(policy);
-                reply(s, &ok, None).await
+                reply(s, &Reply::done(port, pid), None).await
             }
-            None => reply(s, &refuse(format!("no session {session} in this gate")), None).await,
+            None => reply(s, &Reply::refused(Refusal::NoSession(session)), None).await,
         },
         Ok(Request::Watch) => {
             use tokio::io::AsyncWriteExt;
             let (id, mut rx) = state.asks.add_watcher();
-            reply(s, &ok, None).await;
+            reply(s, &Reply::done(port, pid), None).await;
             let mut wr = wr;
             // `next_line` is cancel-safe (a line half read when a message goes out is kept).
             let mut answers = rd.lines();
@@ -133,11 +132,11 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             }
             state.asks.remove_watcher(id);
         }
-        Ok(Request::Status) => reply(s, &Reply { sessions: state.status(), ..ok }, None).await,
+        Ok(Request::Status) => reply(s, &Reply::status(port, pid, state.status()), None).await,
         Ok(Request::Stop) => {
-            reply(s, &ok, None).await;
+            reply(s, &Reply::done(port, pid), None).await;
             state.close();
         }
-        Err(e) => reply(s, &refuse(format!("bad request: {e}")), None).await,
+        Err(e) => reply(s, &Reply::refused(Refusal::BadRequest(e.to_string())), None).await,
     }
 }

@@ -25,9 +25,13 @@
 //! (never a link followed, a fifo waited on or a file read without bound), and everything it
 //! names is printed through `sys::quote` (docs/adr/0052).
 //!
-//! `candidates` is pure; the rest reads and writes files (called from `launch` and `keeper`).
+//! What it protects (`DEFAULT_PROTECTED`, `candidates`) and what it found before a launch
+//! (`Protected`) are facts of the plan, so they live in `plan::protect`; this module reads and
+//! writes files (called from `launch` and `keeper`).
 
 pub mod repos;
+
+pub(crate) use crate::plan::protect::{Protected, candidates};
 
 use crate::sys::quote;
 use crate::sys::untrusted::{Kind, Tree};
@@ -36,66 +40,10 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Paths the host runs or trusts without showing them in a diff, relative to the project.
-pub(crate) const DEFAULT_PROTECTED: &[&str] = &[
-    ".ai-sandbox",
-    // git: hooks and config run code on the host's next git command; commondir would redirect both
-    ".git/hooks",
-    ".git/config",
-    ".git/config.worktree",
-    ".git/commondir",
-    ".git/info/attributes",
-    ".gitmodules",
-    // editors and IDEs: tasks, launch configs, settings that run tools
-    ".vscode",
-    ".idea",
-    ".fleet",
-    ".zed",
-    ".devcontainer",
-    // agents: settings with hooks, MCP servers
-    ".claude",
-    ".mcp.json",
-    ".cursor",
-    ".codex",
-    ".gemini",
-    ".continue",
-    ".windsurf",
-    ".aider.conf.yml",
-    // shells and version managers that run what a directory says
-    ".envrc",
-    ".mise.toml",
-    "mise.toml",
-    // git hook managers
-    ".husky",
-    ".pre-commit-config.yaml",
-    "lefthook.yml",
-    ".lefthook.yml",
-    // build tools whose project config runs programs (runners, wrappers, toolchain paths)
-    ".cargo/config.toml",
-    ".cargo/config",
-    "rust-toolchain.toml",
-    "rust-toolchain",
-    ".npmrc",
-    ".yarnrc",
-    ".yarnrc.yml",
-    ".pnpmfile.cjs",
-];
-
 /// At most this many bytes of protected files are recorded (hooks and settings are small).
 const MAX_BYTES: u64 = 64 << 20;
 /// At most this many entries under the protected directories.
 const MAX_ENTRIES: usize = 20_000;
-
-/// The protected paths for a project: the defaults, then `protect` lines, deduplicated.
-pub(crate) fn candidates(extra: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect();
-    for e in extra {
-        if !out.contains(e) {
-            out.push(e.clone());
-        }
-    }
-    out
-}
 
 /// What a path was before the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,16 +93,6 @@ pub(crate) struct Manifest {
     /// older versions, whose sessions are not checked for new repositories).
     #[serde(default)]
     pub(crate) repos: Option<repos::Repos>,
-}
-
-/// What the guard found before a launch: the protected paths that exist (mounted read-only
-/// inside) and the project's repositories.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Protected {
-    pub(crate) mounts: Vec<PathBuf>,
-    pub(crate) repos: repos::Repos,
-    /// Where the sandbox can write outside the project, as the host sees it (set by the plan).
-    pub(crate) writable: Vec<PathBuf>,
 }
 
 /// What settling a session did: paths restored or moved aside (the sandbox's doing, or
@@ -744,7 +682,7 @@ pub(crate) fn settle_leftovers(state_dir: &Path, out: &mut dyn std::io::Write) -
             }
             continue;
         };
-        let alive = crate::host::process::alive(m.launcher_pid as i32);
+        let alive = crate::sys::process::alive(m.launcher_pid as i32);
         if !alive {
             let _ = writeln!(
                 out,

@@ -16,7 +16,7 @@
 use crate::sys::quote;
 use crate::sys::untrusted::{Kind, Tree, entries};
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
+
 use std::fs;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
@@ -30,26 +30,7 @@ const MAX_READ: u64 = 1 << 20;
 /// (outside git directories), so that a launch's cost stays bounded.
 pub(crate) const MAX_WALK: usize = 2_000_000;
 
-/// The repositories of a project, relative to it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Repos {
-    /// Git directories (`X/.git` directories and bare-shaped directories), with which directory
-    /// each is (`inode`): one deleted and made again at the same path during a session is new.
-    pub(crate) gitdirs: Vec<(PathBuf, u64)>,
-    /// `.git` files (`gitdir: PATH`) and `.git` symbolic links, with where they lead (resolved).
-    pub(crate) pointers: Vec<(PathBuf, Option<PathBuf>)>,
-    /// Symbolic links that lead out of the project (`..` or absolute targets, resolved): a
-    /// directory reached through one is where the host's git looks for a repository.
-    #[serde(default)]
-    pub(crate) links_out: Vec<PathBuf>,
-    /// How many entries the walk read (for the bench and the ADR).
-    #[serde(default)]
-    pub walked: usize,
-    /// Directories of the user's that the walk after a session could not read, and opened
-    /// (u+rx) to check: a repository the session hid in one would otherwise go unseen.
-    #[serde(default)]
-    pub(crate) opened: Vec<PathBuf>,
-}
+pub use crate::plan::protect::Repos;
 
 /// Whether a directory's entry names make it a git directory as git's discovery sees it: a
 /// `HEAD` with `objects` and `refs`, or with `commondir` (a worktree's or a linked git dir).

@@ -89,8 +89,9 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     if p.net != NetMode::Allow {
         return None;
     }
-    let (v4, v6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.nets).into_iter().partition(|b| b.net.is_v4());
-    let (d4, d6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.deny_nets).into_iter().partition(|b| b.net.is_v4());
+    let (v4, v6): (Vec<Box2>, Vec<Box2>) = disjoint(&p.allow.nets).into_iter().partition(|b| b.net.is_v4());
+    let (d4, d6): (Vec<Box2>, Vec<Box2>) =
+        disjoint(&p.allow.deny_nets).into_iter().partition(|b| b.net.is_v4());
     let splices = &p.splices;
     let mut output = Vec::new();
     if let Some(listeners) = crate::policy::forwards::listener_range(splices) {

@@ -8,8 +8,6 @@
 //! lines and spacing may change freely. This module decides and explains; `app` asks the user
 //! and stores approvals through `Host`.
 
-use crate::config;
-
 /// Where a config stands against the approved copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -40,7 +38,7 @@ pub(crate) fn status(current: Option<&str>, approved: Option<&str>) -> Status {
 }
 
 fn entries(text: &str) -> Vec<(String, String)> {
-    config::parse(text).0.entries.into_iter().map(|e| (e.key, e.value)).collect()
+    crate::policy::keys::read(text).0.entries.into_iter().map(|e| (e.key, e.value)).collect()
 }
 
 fn same_entries(a: &str, b: &str) -> bool {
@@ -59,13 +57,13 @@ pub(crate) struct Finding {
 /// no `old`), plus the narrowing lines (`protect`, `deny`) that `new` dropped.
 pub(crate) fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
     let before: Vec<(String, String)> = old.map(entries).unwrap_or_default();
-    let (cfg, _) = config::parse(new);
+    let (cfg, _) = crate::policy::keys::read(new);
     let mut out: Vec<Finding> = cfg
         .entries
         .iter()
         .filter(|e| !before.iter().any(|(k, v)| *k == e.key && *v == e.value))
         .filter_map(|e| {
-            crate::policy::keys::widening(&e.key, &e.value).map(|why| Finding {
+            super::keys::widening(&e.key, &e.value).map(|why| Finding {
                 line: e.line,
                 text: format!("{} = {}", e.key, e.value),
                 why,
@@ -74,7 +72,7 @@ pub(crate) fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
         .collect();
     for (k, v) in &before {
         let kept = cfg.entries.iter().any(|e| e.key == *k && e.value == *v);
-        if let Some(why) = crate::policy::keys::widening_when_dropped(k).filter(|_| !kept) {
+        if let Some(why) = super::keys::widening_when_dropped(k).filter(|_| !kept) {
             out.push(Finding { line: 0, text: format!("{k} = {v}"), why: why.into() });
         }
     }
