@@ -32,11 +32,7 @@ fn gate_line(e: &Event, format: Format) -> String {
         Format::Text => {}
     }
     let fix = e.fix();
-    if e.decision == Decision::Deny && !fix.is_empty() {
-        format!("{}  → {fix}", human(e))
-    } else {
-        human(e)
-    }
+    if e.decision.refused() && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
 }
 
 fn direct_line(session: &str, d: &Direct, config_path: &str, format: Format) -> String {
@@ -125,7 +121,7 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow:
             let Ok(e) = serde_json::from_str::<Event>(&line) else { continue };
             if scope.wants(&e.session, &e.project) {
                 known = true;
-                if !denied || e.decision == Decision::Deny {
+                if !denied || e.decision.refused() {
                     println!("{}", shown(gate_line(&e, format), format));
                 }
             }

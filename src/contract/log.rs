@@ -48,6 +48,15 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// Whether the request was refused (what `logs --denied`, `watch` and the launcher's exit
+    /// summary show). A challenge is not: the client retries with its credentials.
+    pub fn refused(self) -> bool {
+        match self {
+            Decision::Deny => true,
+            Decision::Allow | Decision::Challenge => false,
+        }
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Decision::Allow => "allow",

@@ -344,23 +344,18 @@ pub(crate) fn sni_verdict(hello: &Hello, target: &Target) -> Result<(), String> 
     }
 }
 
-/// How a decision is logged: relayed, a 407 challenge to a client that sent no credentials
-/// yet, or refused.
-pub(crate) fn verdict(status: u16, presented_token: bool) -> crate::gate::log::Decision {
+/// How a request without a usable token (answered 407) is logged, and why: a challenge to a
+/// client that sent no credentials yet (git, pip and others retry with them), a refusal of
+/// credentials that do not match (an old or stolen token).
+pub(crate) fn unauthenticated(presented_token: bool) -> (crate::gate::log::Decision, &'static str) {
     use crate::gate::log::Decision;
-    match status {
-        200 => Decision::Allow,
-        407 if !presented_token => Decision::Challenge,
-        _ => Decision::Deny,
-    }
-}
-
-/// Why a request without a usable token is answered 407, for the log.
-pub(crate) fn auth_reason(presented_token: bool) -> &'static str {
     if presented_token {
-        "wrong or expired session token"
+        (Decision::Deny, "wrong or expired session token")
     } else {
-        "no proxy credentials yet (407 challenge; clients retry with the session token)"
+        (
+            Decision::Challenge,
+            "no proxy credentials yet (407 challenge; clients retry with the session token)",
+        )
     }
 }
 

@@ -45,7 +45,12 @@ fn http_activity(method: &str) -> u64 {
 
 /// One decision as an OCSF event.
 pub(crate) fn event(e: &Event) -> Value {
-    let allowed = e.decision == Decision::Allow;
+    // OCSF has allowed and refused; a challenge (a 407 the client answers with its token) was not
+    // relayed, so it is a refusal there.
+    let allowed = match e.decision {
+        Decision::Allow => true,
+        Decision::Deny | Decision::Challenge => false,
+    };
     let (class, activity) = match &e.path {
         Some(_) => (HTTP_ACTIVITY, http_activity(&e.method)),
         // Open (relayed) or Refuse.

@@ -8,7 +8,7 @@ use super::decide::{self, Denial, SessionPolicy, Target};
 use super::http;
 use super::log::Log;
 use super::request::{self, HeadError, Kind, MAX_HEAD};
-use super::state::{Decision, Session, State};
+use super::state::{Entry, Session, State};
 use super::tls::{Hello, MAX_HELLO, parse_client_hello};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -184,18 +184,7 @@ fn head_error(e: HeadError) -> (u16, &'static str) {
 
 pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let mut buf = Vec::with_capacity(4096);
-    let nobody = |status, reason| Decision {
-        session: "-",
-        method: "-",
-        host: "-",
-        port: 0,
-        status,
-        presented_token: false,
-        reason,
-        hint: "",
-        allow: None,
-        path: None,
-    };
+    let nobody = |status, reason| Entry::denied("-", "-", "-", 0, status, reason);
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
             state.log(nobody(408, "request head not received within the header timeout"));
@@ -208,16 +197,17 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         }
         Ok(Ok(r)) => r,
     };
-    let presented = req.token.is_some();
-    let decision = |session, host, status, reason| decision(&req, session, host, status, reason);
+    let denied =
+        |session, host, status, reason| Entry::denied(session, &req.method, host, req.port, status, reason);
     // 1. authenticate
     let Some(session) = state.authenticate(req.token.as_deref()) else {
-        state.log(decision("-", &req.host, 407, decide::auth_reason(presented)));
+        let (kind, why) = decide::unauthenticated(req.token.is_some());
+        state.log(Entry { kind, ..denied("-", &req.host, 407, why) });
         return respond(&mut client, 407, "ai-sandbox gate: proxy authentication required\n").await;
     };
     if session.active.fetch_add(1, Ordering::SeqCst) >= SESSION_CAP {
         session.active.fetch_sub(1, Ordering::SeqCst);
-        state.log(decision(&session.id, &req.host, 503, "session connection cap reached"));
+        state.log(denied(&session.id, &req.host, 503, "session connection cap reached"));
         let body = "ai-sandbox gate: too many concurrent connections for this session\n";
         return respond(&mut client, 503, body).await;
     }
@@ -229,7 +219,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     if let Some(m) = session.secrets.misuse(&buf[..scan], None) {
         session.denied.fetch_add(1, Ordering::Relaxed);
         let (reason, hint) = (m.reason(&req.host, req.kind == Kind::Forward), m.hint());
-        state.log(Decision { hint: &hint, ..decision(&session.id, &req.host, 403, &reason) });
+        state.log(Entry { hint: &hint, ..denied(&session.id, &req.host, 403, &reason) });
         return respond_with(&mut client, 403, &decide::reason_phrase(&hint), &format!("{hint}\n")).await;
     }
     let mut outcome = decide_and_dial(&session.policy(), &req).await;
@@ -244,11 +234,11 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     match outcome {
         Err(d) => {
             session.denied.fetch_add(1, Ordering::Relaxed);
-            state.log(Decision {
+            state.log(Entry {
                 hint: &d.hint,
                 allow: d.allow.as_deref(),
                 path: d.path.as_deref(),
-                ..decision(&session.id, &req.host, d.status, &d.reason)
+                ..denied(&session.id, &req.host, d.status, &d.reason)
             });
             let reason = decide::reason_phrase(&d.hint);
             respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
@@ -266,9 +256,9 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                         Some(m) => {
                             let reason = format!("allowed by rule = {}", m.rule);
                             let path = Some(m.path.as_str());
-                            state.log(Decision { path, ..decision(&session.id, &host, 200, &reason) });
+                            state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) });
                         }
-                        None => state.log(decision(&session.id, &host, 200, "allowed")),
+                        None => state.log(allowed(&req, &session.id, &host, "allowed")),
                     }
                     match rule {
                         Some(m) => {
@@ -312,26 +302,9 @@ async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> 
     }
 }
 
-fn decision<'a>(
-    req: &'a request::Request,
-    session: &'a str,
-    host: &'a str,
-    status: u16,
-    reason: &'a str,
-) -> Decision<'a> {
-    let presented_token = req.token.is_some();
-    Decision {
-        session,
-        method: &req.method,
-        host,
-        port: req.port,
-        status,
-        presented_token,
-        reason,
-        hint: "",
-        allow: None,
-        path: None,
-    }
+/// A relayed request, as the log has it.
+fn allowed<'a>(req: &'a request::Request, session: &'a str, host: &'a str, reason: &'a str) -> Entry<'a> {
+    Entry::allowed(session, &req.method, host, req.port, reason)
 }
 
 /// Normalise → allowlist (with the never-classes of IP literals) → resolve → address classes
@@ -453,25 +426,30 @@ async fn tunnel(
     mut first: Vec<u8>,
 ) -> std::io::Result<(u64, u64)> {
     let host = target.to_string();
-    let log = |status, reason: &str| state.log(decision(req, &s.id, &host, status, reason));
+    let allow = |reason| state.log(allowed(req, &s.id, &host, reason));
+    let deny =
+        |status, reason: &str| state.log(Entry::denied(&s.id, &req.method, &host, req.port, status, reason));
     const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
     if TLS_PORTS.contains(&req.port) {
         client.write_all(ESTABLISHED).await?;
         let hello = read_hello(&mut client, &mut first).await;
         if let Err(why) = decide::sni_verdict(&hello, target) {
             s.denied.fetch_add(1, Ordering::Relaxed);
-            log(403, &why);
+            deny(403, &why);
             return Ok((0, 0));
         }
         s.allowed.fetch_add(1, Ordering::Relaxed);
-        log(200, "allowed");
+        allow("allowed");
         if let Target::Name(n) = target
             && (s.secrets.terminates(n) || crate::policy::rule::ruled(&s.policy().rules, n))
         {
             let up = match s.upstream() {
                 Ok(up) => up,
                 Err(why) => {
-                    state.log(Decision { hint: &why, ..decision(req, &s.id, &host, 502, &why) });
+                    state.log(Entry {
+                        hint: &why,
+                        ..Entry::denied(&s.id, &req.method, &host, req.port, 502, &why)
+                    });
                     return Ok((0, 0));
                 }
             };
@@ -481,7 +459,7 @@ async fn tunnel(
         }
     } else {
         s.allowed.fetch_add(1, Ordering::Relaxed);
-        log(200, "allowed");
+        allow("allowed");
         client.write_all(ESTABLISHED).await?;
     }
     upstream.write_all(&first).await?;

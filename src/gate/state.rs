@@ -198,7 +198,7 @@ impl State {
     }
 
     /// Records one decision (before the client is answered).
-    pub(crate) fn log(&self, d: Decision<'_>) {
+    pub(crate) fn log(&self, d: Entry<'_>) {
         let e = Event {
             time: log::now(),
             session: d.session.to_string(),
@@ -206,7 +206,7 @@ impl State {
             method: d.method.to_string(),
             host: d.host.to_string(),
             port: d.port,
-            decision: decide::verdict(d.status, d.presented_token),
+            decision: d.kind,
             status: d.status,
             reason: d.reason.to_string(),
             hint: d.hint.to_string(),
@@ -215,22 +215,22 @@ impl State {
         };
         self.log.write(&e);
         // Watchers see refusals as they are decided.
-        if e.decision == log::Decision::Deny && self.asks.watched() {
+        if e.decision.refused() && self.asks.watched() {
             self.asks.broadcast(&crate::contract::watch::Watch::Refused(e).line());
         }
     }
 }
 
-/// One decision as the connection code sees it.
+/// One decision as the connection code logs it: its kind is said where the decision is made
+/// (`allowed`, `denied`, or a challenge set explicitly), never worked out from the status.
 #[derive(Clone, Copy)]
-pub(crate) struct Decision<'a> {
+pub(crate) struct Entry<'a> {
+    pub(crate) kind: log::Decision,
     pub(crate) session: &'a str,
     pub(crate) method: &'a str,
     pub(crate) host: &'a str,
     pub(crate) port: u16,
     pub(crate) status: u16,
-    /// Whether the client presented proxy credentials (a 407 without them is a challenge).
-    pub(crate) presented_token: bool,
     pub(crate) reason: &'a str,
     /// What would allow it (the refusal's hint), or empty.
     pub(crate) hint: &'a str,
@@ -240,28 +240,38 @@ pub(crate) struct Decision<'a> {
     pub(crate) path: Option<&'a str>,
 }
 
-impl<'a> Decision<'a> {
-    /// A refusal inside an authenticated session's connection.
-    pub(crate) fn refused(
+impl<'a> Entry<'a> {
+    /// Relayed (status 200).
+    pub(crate) fn allowed(
+        session: &'a str,
+        method: &'a str,
+        host: &'a str,
+        port: u16,
+        reason: &'a str,
+    ) -> Entry<'a> {
+        Entry {
+            kind: log::Decision::Allow,
+            session,
+            method,
+            host,
+            port,
+            status: 200,
+            reason,
+            hint: "",
+            allow: None,
+            path: None,
+        }
+    }
+
+    /// Refused with `status`.
+    pub(crate) fn denied(
         session: &'a str,
         method: &'a str,
         host: &'a str,
         port: u16,
         status: u16,
         reason: &'a str,
-        hint: &'a str,
-    ) -> Decision<'a> {
-        Decision {
-            session,
-            method,
-            host,
-            port,
-            status,
-            presented_token: true,
-            reason,
-            hint,
-            allow: None,
-            path: None,
-        }
+    ) -> Entry<'a> {
+        Entry { kind: log::Decision::Deny, status, ..Entry::allowed(session, method, host, port, reason) }
     }
 }

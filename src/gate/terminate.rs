@@ -12,7 +12,7 @@
 
 use super::decide::{self, Denial, RuleMatch};
 use super::secrets::{BODY_SCAN, Misuse, Secrets};
-use super::state::{Decision, Session, State};
+use super::state::{Entry, Session, State};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -231,18 +231,11 @@ impl Conn {
 
     fn denied(&self, r: &Asked, d: &Denial) -> Response<Out> {
         self.session.denied.fetch_add(1, Ordering::Relaxed);
-        self.state.log(Decision {
+        self.state.log(Entry {
+            hint: &d.hint,
             allow: d.allow.as_deref(),
             path: Some(d.path.as_deref().unwrap_or(r.path)),
-            ..Decision::refused(
-                &self.session.id,
-                r.method,
-                &self.host,
-                self.port,
-                d.status,
-                &d.reason,
-                &d.hint,
-            )
+            ..Entry::denied(&self.session.id, r.method, &self.host, self.port, d.status, &d.reason)
         });
         refusal(d.status, &d.hint)
     }
@@ -407,9 +400,9 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         Err(_) => return c.refuse(&asked, 400, "the request target does not parse", ""),
     };
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
-    c.state.log(Decision {
+    c.state.log(Entry {
         path: Some(&logged),
-        ..Decision::refused(&c.session.id, &method, &c.host, c.port, 200, &reason, "")
+        ..Entry::allowed(&c.session.id, &method, &c.host, c.port, &reason)
     });
     let body = Replay { frames, rest: (!ended).then_some(body) };
     let req = Request::from_parts(parts, body.boxed());

@@ -508,24 +508,16 @@ fn a_tls_tunnel_must_name_its_connect_host_and_nothing_else() {
 }
 
 #[test]
-fn each_answer_is_logged_as_its_decision_and_a_bad_token_is_a_refusal_not_a_challenge() {
-    use crate::gate::log::Decision::{Allow, Challenge, Deny};
-    let cases = [
-        ((200, true), Allow),
-        ((200, false), Allow),
-        // No credentials yet: clients retry with them (git, pip), so it is not a refusal.
-        ((407, false), Challenge),
-        // Credentials that do not match are: an old or stolen token.
-        ((407, true), Deny),
-        ((403, true), Deny),
-        ((403, false), Deny),
-        ((502, true), Deny),
-    ];
-    for ((status, presented), want) in cases {
-        assert_eq!(decide::verdict(status, presented), want, "{status} presented={presented}");
-    }
-    assert!(decide::auth_reason(true).contains("wrong or expired session token"));
-    assert!(decide::auth_reason(false).contains("no proxy credentials yet"));
+fn a_missing_token_is_a_challenge_and_a_bad_token_a_refusal() {
+    use crate::gate::log::Decision::{Challenge, Deny};
+    // No credentials yet: clients retry with them (git, pip), so it is not a refusal.
+    let (kind, why) = decide::unauthenticated(false);
+    assert_eq!(kind, Challenge);
+    assert!(why.contains("no proxy credentials yet"), "{why}");
+    // Credentials that do not match are: an old or stolen token.
+    let (kind, why) = decide::unauthenticated(true);
+    assert_eq!(kind, Deny);
+    assert!(why.contains("wrong or expired session token"), "{why}");
 }
 
 #[test]

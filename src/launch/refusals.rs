@@ -9,7 +9,7 @@
 //! so a retry loop cannot flood the terminal; the counts are said once more when the sandbox
 //! ends.
 
-use crate::gate::log::{Decision, Event};
+use crate::gate::log::Event;
 
 /// Refusals of one session, per destination, in the order first seen.
 #[derive(Debug, Default)]
@@ -55,7 +55,7 @@ impl Tally {
     /// Takes one decision; returns the line to say now when it is this session's first refusal
     /// of its destination.
     pub(crate) fn observe(&mut self, e: &Event) -> Option<String> {
-        if e.session != self.session || e.decision != Decision::Deny {
+        if e.session != self.session || !e.decision.refused() {
             return None;
         }
         let request = e.path.as_ref().map(|p| format!("{} {p}", e.method));
@@ -141,6 +141,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::log::Decision;
 
     #[test]
     fn a_host_the_gate_could_not_reach_is_not_called_refused() {
