@@ -198,9 +198,9 @@ proptest! {
     /// output exactly as it matches the input.
     #[test]
     fn path_normal_forms_are_fixed_points_and_a_second_decode_changes_nothing(t in target_like()) {
-        use ai_sandbox::policy::{paths, rule};
-        let Ok(n) = paths::normalise(&t) else { return Ok(()) };
-        let again = paths::normalise(&n.target());
+        use ai_sandbox::policy::{rule, url_path};
+        let Ok(n) = url_path::normalise(&t) else { return Ok(()) };
+        let again = url_path::normalise(&n.target());
         prop_assert_eq!(again.as_ref(), Ok(&n), "{} -> {}", t, n.target());
         for s in &n.segments {
             prop_assert!(!s.contains(&b'%') && !s.contains(&b'/'), "{} -> {:?}", t, n.segments);
@@ -208,7 +208,7 @@ proptest! {
         }
         for pattern in ["/a/**", "/acme/*", "/**/x.git/**", "/a/b", "/*"] {
             let r = rule::parse(&format!("h.test GET {pattern}")).unwrap();
-            let m = |x: &paths::Normal| rule::allowing(&r, "h.test", "GET", x).is_some();
+            let m = |x: &url_path::Normal| rule::allowing(&r, "h.test", "GET", x).is_some();
             prop_assert_eq!(m(&n), m(again.as_ref().unwrap()), "{} / {}", pattern, t);
         }
     }

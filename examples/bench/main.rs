@@ -230,7 +230,7 @@ fn cluster_policy(args: &[String]) {
 
 pub(crate) fn gate_pid() -> String {
     let dir = ai_sandbox::gate::control::runtime_dir();
-    let r = ai_sandbox::gate::control::ask(&dir, &ai_sandbox::gate::control::Request::Status)
+    let r = ai_sandbox::gate::control::call(&dir, &ai_sandbox::gate::control::Request::Status)
         .unwrap()
         .expect("gate running");
     r.as_status().pid.to_string()

@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(super::item('h', &q), "rule = api.test * /**");
         // The whole-host line is a rule that allows any method and path there.
         let r = crate::policy::rule::parse("api.test * /**").unwrap();
-        let any = crate::policy::paths::normalise("/a/b?c").unwrap();
+        let any = crate::policy::url_path::normalise("/a/b?c").unwrap();
         assert!(crate::policy::rule::allowing(&r, "api.test", "DELETE", &any).is_some());
         // An allowlist refusal: h is a, the allow line.
         let host = Question { allow: Some("later.test".into()), path: None, ..q };

@@ -29,7 +29,7 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
             *port_from,
             Duration::from_secs(*idle_exit),
         ),
-        GateCmd::Status { json } => match control::ask(&dir, &Request::Status)? {
+        GateCmd::Status { json } => match control::call(&dir, &Request::Status)? {
             None if *json => {
                 println!("{}", serde_json::json!({ "running": false }));
                 Ok(1)
@@ -70,7 +70,7 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                 Ok(0)
             }
         },
-        GateCmd::Stop => match control::ask(&dir, &Request::Stop)? {
+        GateCmd::Stop => match control::call(&dir, &Request::Stop)? {
             None => {
                 println!("no gate is running");
                 Ok(0)

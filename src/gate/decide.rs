@@ -381,12 +381,12 @@ pub(crate) fn check_request(
     method: &str,
     target: &str,
 ) -> Result<Option<RuleMatch>, Denial> {
-    use crate::policy::{paths, rule};
+    use crate::policy::{rule, url_path};
     if !rule::ruled(&p.rules, host) {
         return Ok(None);
     }
     let method = method.to_ascii_uppercase();
-    let normal = paths::normalise(target).map_err(|why| {
+    let normal = url_path::normalise(target).map_err(|why| {
         deny(
             400,
             format!("the request target has {why}"),

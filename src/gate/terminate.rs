@@ -263,7 +263,7 @@ impl Conn {
         };
         match self.state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
             Verdict::Once => {
-                let normal = crate::policy::paths::normalise(target).map_err(|_| d.clone())?;
+                let normal = crate::policy::url_path::normalise(target).map_err(|_| d.clone())?;
                 Ok(Some(RuleMatch {
                     method: r.method.to_ascii_uppercase(),
                     target: normal.target(),

@@ -577,7 +577,7 @@ fn a_tunnel_to_a_port_where_requests_cannot_be_read_is_refused_for_a_host_with_r
 
 #[test]
 fn a_path_the_gate_would_guess_about_is_refused_with_what_is_wrong() {
-    use crate::policy::paths::normalise;
+    use crate::policy::url_path::normalise;
     for (target, why) in [
         ("/a\\b", "a backslash in the path"),
         ("/a b", "a character that a URL path cannot hold unencoded"),

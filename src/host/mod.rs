@@ -377,13 +377,13 @@ impl Host for RealHost {
         crate::live::apply::running(runtime)
     }
     fn gate_port(&self, runtime: &Path) -> Option<u16> {
-        match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
+        match crate::gate::control::call(runtime, &crate::gate::control::Request::Status) {
             Ok(Some(r)) => Some(r.as_status().port),
             _ => None,
         }
     }
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
-        match crate::gate::control::ask(runtime, &crate::gate::control::Request::Status) {
+        match crate::gate::control::call(runtime, &crate::gate::control::Request::Status) {
             Ok(Some(r)) => r.as_status().sessions,
             _ => Vec::new(),
         }

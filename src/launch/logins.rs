@@ -1,4 +1,4 @@
-//! Carries the logins of `state` lines (see `policy::state`) into a sandbox HOME before the
+//! Carries the logins of `state` lines (see `policy::agent_state`) into a sandbox HOME before the
 //! session and back to the per-user store after it (ADR 0056).
 //!
 //! Copies, never a mount: agents rewrite their credential file by write-and-rename, which a

@@ -162,7 +162,7 @@ fn refused_with(
 
 fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
     let req = Request::Update { session: r.session.clone(), policy: r.policy.clone() };
-    match control::ask(runtime, &req)? {
+    match control::call(runtime, &req)? {
         Some(reply) => match reply.refusal() {
             None => Ok(()),
             Some(why) => bail!("the gate refused the change: {why}"),

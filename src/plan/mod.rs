@@ -106,7 +106,7 @@ pub(crate) struct GuardSpec {
     pub(crate) protected: crate::plan::protect::Protected,
 }
 
-/// The logins a session carries (see `policy::state`, `launch::logins`).
+/// The logins a session carries (see `policy::agent_state`, `launch::logins`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Logins {
     /// The sandbox HOME on the host.

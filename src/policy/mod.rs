@@ -5,6 +5,7 @@
 //! a `Policy` exists only when there were none (nothing starts on bad input).
 
 pub(crate) mod addr;
+pub(crate) mod agent_state;
 pub(crate) mod agents;
 pub mod allow;
 pub(crate) mod approval;
@@ -14,10 +15,9 @@ mod image;
 pub mod keys;
 pub(crate) mod limits;
 pub(crate) mod netset;
-pub mod paths;
 pub mod rule;
 pub(crate) mod secret;
-pub(crate) mod state;
+pub mod url_path;
 
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -133,7 +133,7 @@ pub struct Policy {
     /// (the hosts of bound secrets), for a private CA. Absolute or `~/`, outside the project.
     pub(crate) upstream_ca: Option<String>,
     /// Agent state directories shared by this user's sandboxes (`state = claude`).
-    pub(crate) agent_state: Vec<state::AgentState>,
+    pub(crate) agent_state: Vec<agent_state::AgentState>,
     /// `protect = PATH` lines: more project paths that are read-only inside and verified after.
     pub(crate) protect: Vec<String>,
     /// Things to tell the user before the sandbox starts (printed once; `# note:` in a dry run).
@@ -284,7 +284,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         env::user_env(config, inputs, net, &mut c.0);
     let extra_args = env::extra_args(config, inputs, net, &mut c.0);
     let protect = protects(config, &mut c);
-    let agent_state = state::states(config, &mut c);
+    let agent_state = agent_state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
     let limits = limits_of(config, &mut c);

@@ -6,13 +6,13 @@
 //! the line that would allow it; a host without rules is allowed whole, as before. Rules only
 //! allow: a `deny =` line for the host wins over every rule, as deny always does.
 //!
-//! Paths are matched in their one spelling (`paths`): a pattern is a path whose segments may be
+//! Paths are matched in their one spelling (`url_path`): a pattern is a path whose segments may be
 //! `*` (anything within one segment, also inside one: `*.git`), or `**` alone (any number of
 //! segments, none included). The method is matched case-insensitively (`*`: any). A query is
 //! ignored unless the rule names one; then each named key must appear once, with that value.
 
 use super::allow::{Allow, HostPattern};
-use super::paths::{Normal, segment};
+use super::url_path::{Normal, segment};
 use serde::{Deserialize, Serialize};
 
 /// One rule, as the gate matches it. A preset line makes several.
@@ -240,7 +240,7 @@ pub fn suggestion(host: &str, method: &str, target: &Normal) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::paths::normalise;
+    use super::super::url_path::normalise;
     use super::*;
 
     fn allows(line: &str, method: &str, target: &str) -> bool {

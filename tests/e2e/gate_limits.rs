@@ -263,6 +263,6 @@ fn a_gate_that_hangs_up_while_shutting_down_is_retried_not_fatal() {
     let (mut s, status) = tunnel_to(lease.port, &token).unwrap();
     assert_eq!(status, 200);
     assert!(echoes(&mut s));
-    let _ = control::ask(&rt, &Request::Stop);
+    let _ = control::call(&rt, &Request::Stop);
     drop(dir);
 }

@@ -80,7 +80,7 @@ fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd
 struct HungUp;
 
 /// One request to a running gate (`None` when no gate runs).
-pub fn ask(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
+pub fn call(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
     match UnixStream::connect(socket_path(dir)) {
         Ok(mut s) => match send(&mut s, req) {
             Ok((r, _)) => Ok(Some(r)),

@@ -11,7 +11,7 @@
 //! refusal. Fail closed, with no window.
 //!
 //! The protocol's types (requests, replies, refusals) are in `contract::control`. By job: `runtime` (where the socket and
-//! the log live, and that the directory is private), `client` (register, ask, the lease, and
+//! the log live, and that the directory is private), `client` (register, call, the lease, and
 //! starting the gate), `stand_in` (the lost gate's port answered with refusals), `serve` (the
 //! gate's side).
 
@@ -20,7 +20,7 @@ mod runtime;
 mod serve;
 mod stand_in;
 
-pub use client::{Lease, ask, register};
+pub use client::{Lease, call, register};
 pub use runtime::{log_path, login_run, owned_dir, private_dir, runtime_dir, runtime_dir_for, socket_path};
 pub(crate) use serve::serve_conn;
 
