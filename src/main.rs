@@ -1,8 +1,9 @@
 //! Entry point: parse the command line and dispatch. Errors are printed once, here.
 
 use ai_sandbox::cli::{Cli, Sub};
+use ai_sandbox::cli::{app, change, export, sessions, setup};
 use ai_sandbox::host::RealHost;
-use ai_sandbox::{cli::app, launch::hook, launch::keeper};
+use ai_sandbox::{launch::hook, launch::keeper};
 use clap::Parser;
 
 fn main() {
@@ -27,7 +28,7 @@ fn main() {
     let result = match &cli.sub {
         None => app::run(&mut host, &cli.run),
         Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
-        Some(Sub::Export { cmd }) => app::export_cmd(&mut host, cmd),
+        Some(Sub::Export { cmd }) => export::export_cmd(&mut host, cmd),
         Some(Sub::Doctor) => ai_sandbox::cli::doctor::run(),
         Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
         Some(Sub::SelfCheck { canary, gate_port }) => {
@@ -37,10 +38,10 @@ fn main() {
             keeper::run(session_dir, guard, name, podman)
         }
         Some(Sub::Connect { host, port }) => ai_sandbox::gate::connect::run(host, *port),
-        Some(Sub::Trust { show, project }) => app::trust_cmd(&mut host, project.as_deref(), *show),
-        Some(Sub::Ps { json }) => app::ps_cmd(&mut host, *json),
-        Some(Sub::Report { project }) => app::report_cmd(&mut host, project.as_deref()),
-        Some(Sub::Prune { yes }) => app::prune_cmd(&mut host, *yes),
+        Some(Sub::Trust { show, project }) => setup::trust_cmd(&mut host, project.as_deref(), *show),
+        Some(Sub::Ps { json }) => sessions::ps_cmd(&mut host, *json),
+        Some(Sub::Report { project }) => sessions::report_cmd(&mut host, project.as_deref()),
+        Some(Sub::Prune { yes }) => sessions::prune_cmd(&mut host, *yes),
         Some(Sub::Watch) => ai_sandbox::cli::watch::run(),
         Some(Sub::Logs { denied, session, all, follow, json, format }) => {
             use ai_sandbox::cli::logs::Scope;
@@ -55,14 +56,14 @@ fn main() {
             let format = if *json { ai_sandbox::cli::logs::Format::Json } else { *format };
             ai_sandbox::cli::logs::run(*denied, &scope, *follow, format)
         }
-        Some(Sub::Allow(args)) => app::change_cmd(&mut host, args, false),
-        Some(Sub::Deny(args)) => app::change_cmd(&mut host, args, true),
+        Some(Sub::Allow(args)) => change::change_cmd(&mut host, args, change::Verb::Allow),
+        Some(Sub::Deny(args)) => change::change_cmd(&mut host, args, change::Verb::Deny),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
-            app::login_import(&mut host, agent)
+            setup::login_import(&mut host, agent)
         }
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
         Some(Sub::Init { presets, force, project }) => {
-            app::init(&mut host, presets, *force, project.as_deref())
+            setup::init(&mut host, presets, *force, project.as_deref())
         }
         Some(Sub::Completions { shell }) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

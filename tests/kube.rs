@@ -5,7 +5,6 @@
 
 mod support;
 
-use ai_sandbox::cli::app;
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::host::FakeHost;
 use clap::Parser;
@@ -29,7 +28,7 @@ cmd = claude -p 'fix the tests'
 fn export(h: &mut FakeHost, args: &[&str]) -> Result<String, String> {
     let cli = Cli::try_parse_from(["ai-sandbox", "export", "kube"].iter().chain(args)).unwrap();
     let Some(Sub::Export { cmd }) = &cli.sub else { panic!("not an export") };
-    match app::export_cmd(h, cmd) {
+    match ai_sandbox::cli::export::export_cmd(h, cmd) {
         Ok(0) => {
             assert!(h.effects.is_empty(), "an export caused side effects: {:?}", h.effects);
             Ok(h.stdout.clone())

@@ -2,7 +2,7 @@
 //! driven through `FakeHost`, which also proves that a dry run asks for no side effect.
 
 use ai_sandbox::cli::Cli;
-use ai_sandbox::cli::app;
+use ai_sandbox::cli::{app, change, sessions, setup};
 use ai_sandbox::host::FakeHost;
 use clap::Parser;
 
@@ -178,7 +178,7 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     let mut h = host("", &[]);
     h.files.clear();
     let presets = vec!["claude".to_string(), "npm".to_string()];
-    assert_eq!(app::init(&mut h, &presets, false, None).unwrap(), 0);
+    assert_eq!(setup::init(&mut h, &presets, false, None).unwrap(), 0);
     assert_eq!(h.effects.len(), 3, "{:?}", h.effects);
     assert_eq!(h.effects[0], "write /home/dev/app/.ai-sandbox/config");
     assert!(
@@ -189,11 +189,11 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     assert!(h.effects[2].ends_with("/project"), "the project's path is recorded for prune: {:?}", h.effects);
     let written = h.files[0].1.clone();
     assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
-    let err = app::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
+    let err = setup::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
     assert!(err.contains("already exists") && err.contains("--force"), "{err}");
     assert_eq!(h.effects.len(), 3, "nothing written the second time");
     assert_eq!(h.files[0].1, written, "the existing config is untouched");
-    app::init(&mut h, &["pypi".to_string()], true, None).unwrap();
+    setup::init(&mut h, &["pypi".to_string()], true, None).unwrap();
     let config = h.files.iter().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap();
     assert!(config.1.contains("allow = pypi.org"));
 }
@@ -272,7 +272,7 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     let out = dry_run(&mut h, &[]);
     assert!(out.contains("# note: .ai-sandbox/config is not approved"), "{out}");
     // After `ai-sandbox trust`, the same launch goes ahead (positive control).
-    app::trust_cmd(&mut h, None, false).unwrap();
+    setup::trust_cmd(&mut h, None, false).unwrap();
     assert!(h.stdout.contains("approved .ai-sandbox/config for /home/dev/app"), "{}", h.stdout);
     let code = app::run(&mut h, &cli.run).unwrap();
     assert_eq!(code, 0);
@@ -378,7 +378,7 @@ fn login_import_says_which_files_then_copies_their_login_only() {
         "/home/dev/.claude.json".into(),
         "{\"userID\":\"u\",\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}".into(),
     ));
-    assert_eq!(app::login_import(&mut h, "claude").unwrap(), 0);
+    assert_eq!(setup::login_import(&mut h, "claude").unwrap(), 0);
     let store = "/home/dev/.local/share/ai-sandbox/agents/claude/login";
     assert!(
         h.stdout.contains(&format!(
@@ -395,10 +395,10 @@ fn login_import_says_which_files_then_copies_their_login_only() {
     assert_eq!(h.effects.iter().filter(|e| e.starts_with("copy ")).count(), 2, "{:?}", h.effects);
     let copied = h.files.iter().find(|(p, _)| p.ends_with("login/.claude.json")).unwrap();
     assert!(copied.1.contains("\"u\"") && !copied.1.contains("mcpServers"), "{}", copied.1);
-    let err = app::login_import(&mut h, "codex").unwrap_err().to_string();
+    let err = setup::login_import(&mut h, "codex").unwrap_err().to_string();
     assert!(err.contains("no codex login found") && err.contains("~/.codex/auth.json"), "{err}");
     assert!(
-        app::login_import(&mut h, "vim").unwrap_err().to_string().contains("known agents: claude, codex")
+        setup::login_import(&mut h, "vim").unwrap_err().to_string().contains("known agents: claude, codex")
     );
 }
 
@@ -408,7 +408,7 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "b.test", "10.0.0.1:5432"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
-    assert_eq!(app::change_cmd(&mut h, args, false).unwrap(), 0);
+    assert_eq!(change::change_cmd(&mut h, args, change::Verb::Allow).unwrap(), 0);
     assert!(
         h.effects
             .iter()
@@ -422,12 +422,12 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     assert_eq!(cfg, "allow = a.test\nallow = b.test\nallow = 10.0.0.1:5432\n");
     assert!(h.stdout.contains("(approved)"), "{}", h.stdout);
     h.stdout.clear();
-    assert_eq!(app::trust_cmd(&mut h, None, true).unwrap(), 0, "still approved: {}", h.stdout);
+    assert_eq!(setup::trust_cmd(&mut h, None, true).unwrap(), 0, "still approved: {}", h.stdout);
     // A bad item: the config's message, and nothing changes anywhere.
     let before = h.effects.len();
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "100.64.0.1"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
-    let e = app::change_cmd(&mut h, args, false).unwrap_err();
+    let e = change::change_cmd(&mut h, args, change::Verb::Allow).unwrap_err();
     assert!(format!("{e:#}").contains("100.64.0.1"), "{e:#}");
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }
@@ -438,13 +438,13 @@ fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
     h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
     h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
     h.effects.clear();
-    for sub in ["allow", "deny"] {
+    for (sub, verb) in [("allow", change::Verb::Allow), ("deny", change::Verb::Deny)] {
         let cli = Cli::try_parse_from(["ai-sandbox", sub, "b.test"]).unwrap();
         let (Some(ai_sandbox::cli::Sub::Allow(args)) | Some(ai_sandbox::cli::Sub::Deny(args))) = &cli.sub
         else {
             panic!()
         };
-        let e = format!("{:#}", app::change_cmd(&mut h, args, sub == "deny").unwrap_err());
+        let e = format!("{:#}", change::change_cmd(&mut h, args, verb).unwrap_err());
         assert!(e.contains("has no config") && e.contains("nothing was changed"), "{e}");
         assert!(
             e.contains(&format!("`ai-sandbox {sub} b.test` adds to it")) && e.contains("--session-only"),
@@ -455,14 +455,14 @@ fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
     // Control: --session-only changes the running sandbox without a config.
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "--session-only", "b.test"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
-    assert_eq!(app::change_cmd(&mut h, args, false).unwrap(), 0);
+    assert_eq!(change::change_cmd(&mut h, args, change::Verb::Allow).unwrap(), 0);
     assert!(h.effects.iter().any(|e| e.starts_with("live allow b.test")), "{:?}", h.effects);
 }
 
 #[test]
 fn ps_lists_running_sandboxes_with_their_mode_and_project() {
     let mut h = host("", &[]);
-    assert_eq!(app::ps_cmd(&mut h, false).unwrap(), 0);
+    assert_eq!(sessions::ps_cmd(&mut h, false).unwrap(), 0);
     assert_eq!(h.stdout, "no sandbox is running\n");
     let rec = ai_sandbox::live::Record {
         session: "abc123".into(),
@@ -489,11 +489,11 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         path: "/run/user/1000/ai-sandbox/sessions/abc123/live.json".into(),
     }];
     h.stdout.clear();
-    app::ps_cmd(&mut h, false).unwrap();
+    sessions::ps_cmd(&mut h, false).unwrap();
     let row = h.stdout.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
     assert_eq!(row, ["abc123", "4242", "2m05s", "allow", "-", "-", "/home/dev/app"], "{}", h.stdout);
     h.stdout.clear();
-    app::ps_cmd(&mut h, true).unwrap();
+    sessions::ps_cmd(&mut h, true).unwrap();
     let v: serde_json::Value = serde_json::from_str(&h.stdout).unwrap();
     assert_eq!(v[0]["age_seconds"], 125);
     assert_eq!(v[0]["project"], "/home/dev/app");
@@ -563,7 +563,7 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     h.stdout.clear();
     h.effects.clear();
     // No terminal, no --yes: listed, nothing removed.
-    assert_eq!(app::prune_cmd(&mut h, false).unwrap(), 0);
+    assert_eq!(sessions::prune_cmd(&mut h, false).unwrap(), 0);
     assert!(
         h.stdout.contains("/home/dev/old (gone)") && h.stdout.contains(&format!("{homes}/old-1")),
         "{}",
@@ -578,11 +578,11 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     assert!(!h.stdout.contains("/home/dev/app"), "an existing project is never listed: {}", h.stdout);
     assert!(h.stdout.contains("nothing was removed") && h.effects.is_empty(), "{:?}", h.effects);
     // --yes: the gone project's state and HOME go, nothing else.
-    app::prune_cmd(&mut h, true).unwrap();
+    sessions::prune_cmd(&mut h, true).unwrap();
     assert_eq!(h.effects, [format!("remove {states}/old-1"), format!("remove {homes}/old-1")]);
     assert!(h.files.iter().any(|(p, _)| p.starts_with(format!("{homes}/mystery-2"))));
     h.stdout.clear();
-    app::prune_cmd(&mut h, true).unwrap();
+    sessions::prune_cmd(&mut h, true).unwrap();
     assert!(h.stdout.contains("nothing to prune"), "{}", h.stdout);
 }
 

@@ -2,11 +2,15 @@
 //! so a bad `--allow` is reported the same way as a bad config line.
 
 pub mod app;
+pub mod change;
 pub mod doctor;
+pub mod export;
 mod facts;
 pub mod logs;
 pub mod manpage;
 pub(crate) mod prune;
+pub mod sessions;
+pub mod setup;
 pub mod watch;
 
 use crate::policy::NetMode;

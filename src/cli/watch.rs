@@ -160,7 +160,8 @@ pub fn run() -> anyhow::Result<i32> {
                 session_only: key == 's',
                 project: Some(project),
             };
-            if let Err(e) = crate::cli::app::change_cmd(&mut host, &args, false) {
+            if let Err(e) = crate::cli::change::change_cmd(&mut host, &args, crate::cli::change::Verb::Allow)
+            {
                 say(&format!("could not allow it: {e:#}; refused"));
                 verdict = Verdict::Deny;
             }

@@ -24,7 +24,7 @@ pub fn host(config: &str, vars: &[(&str, &str)]) -> FakeHost {
     h.vars.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     h.files.push(("/home/dev/app/.ai-sandbox/config".into(), config.into()));
     // Approved through the real command, as a user would; the record of it is not under test here.
-    ai_sandbox::cli::app::trust_cmd(&mut h, None, false).unwrap();
+    ai_sandbox::cli::setup::trust_cmd(&mut h, None, false).unwrap();
     h.stdout.clear();
     h.effects.clear();
     h

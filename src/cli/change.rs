@@ -1,0 +1,135 @@
+//! `ai-sandbox allow|deny ITEM… [--session]`: a line added to the config (approved as the user's
+//! own words) and, for a running sandbox, the live change of `live`.
+
+use super::app::{Approval, NOT_STARTED, approval, locate, record_project};
+use super::facts::{runtime_dir, state_dir};
+use crate::config;
+use crate::error::{Rejected, hinted};
+use crate::host::Host;
+use crate::policy::approval;
+use crate::policy::{self, Inputs};
+use anyhow::Context;
+
+/// `ai-sandbox allow ITEM…` / `ai-sandbox deny ITEM…`: each item validated as the config's
+/// line would be, added to the project's running sandboxes (see `live`), then (unless
+/// `--session-only`) to the config as `allow =` / `deny =` lines; the config stays approved if
+/// it was.
+/// Which of the two commands: what the items become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `allow = ITEM` lines, and a live widening.
+    Allow,
+    /// `deny = ITEM` lines, and a live narrowing.
+    Deny,
+}
+
+pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb) -> anyhow::Result<i32> {
+    let deny = verb == Verb::Deny;
+    let crate::cli::ChangeArgs { items, session_only, project } = args;
+    let session_only = *session_only;
+    let loc = locate(host, project.as_deref())?;
+    let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
+    let (rule_items, entries): (Vec<&String>, Vec<&String>) =
+        items.iter().partition(|i| crate::policy::rule::item(i).is_some());
+    let mut rules = Vec::new();
+    for item in &rule_items {
+        if deny {
+            return Err(hinted(
+                format!("`{item}` is a rule, and a rule only allows"),
+                "a host with rules is refused everything they do not name; remove the rule line to refuse more",
+            )
+            .into());
+        }
+        let value = crate::policy::rule::item(item).unwrap_or_default();
+        rules.extend(crate::policy::rule::parse(value).map_err(|(msg, hint)| hinted(msg, hint))?);
+    }
+    let entries: Vec<String> = entries.into_iter().cloned().collect();
+    match verb {
+        Verb::Allow => inputs.allow = entries,
+        Verb::Deny => inputs.deny = entries,
+    }
+    let p =
+        policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
+            Rejected { config_path: loc.display.clone(), diagnostics, outcome: NOT_STARTED }
+        })?;
+    let change = crate::live::Change { allow: p.allow, rules };
+    let (key, done) = match verb {
+        Verb::Allow => ("allow", "allowed"),
+        Verb::Deny => ("deny", "denied"),
+    };
+    // No config to add the line to: said before anything changes (no live change, no lock).
+    if !session_only && host.read_file(&loc.cfg_path)?.is_none() {
+        return Err(hinted(
+            format!("{} has no config ({} does not exist); nothing was changed", loc.project.display(), loc.display),
+            format!(
+                "`ai-sandbox init` writes one, then `ai-sandbox {key} {}` adds to it; or `--session-only` changes the running sandbox only",
+                items.join(" ")
+            ),
+        )
+        .into());
+    }
+    let runtime = runtime_dir(host);
+    let running = host.live_sessions(&runtime, &loc.project);
+    if running.is_empty() && session_only {
+        return Err(hinted(
+            format!(
+                "no sandbox of {} is running: --session-only has nothing to change",
+                loc.project.display()
+            ),
+            "start one, or drop --session-only to add the line to the config only",
+        )
+        .into());
+    }
+    for rec in &running {
+        host.live_allow(&runtime, rec, &change).with_context(|| {
+            format!("changing the running sandbox ({}): {key} {}", rec.display(), change.summary())
+        })?;
+        let session = rec.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+        host.print(&format!(
+            "{done} {} in the running sandbox {}\n",
+            change.summary(),
+            session.unwrap_or_default()
+        ));
+    }
+    if running.is_empty() {
+        host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
+    }
+    if !session_only {
+        let state = state_dir(host, &loc.project);
+        let _config_lock = host.lock(&state.join("config.lock"))?;
+        let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
+        let Approval { path: approved, status, .. } = approval(host, &loc.project, Some(&old))?;
+        let was_approved = status == approval::Status::Approved;
+        let mut text = old.clone();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        for item in items {
+            let line = match crate::policy::rule::item(item) {
+                Some(rule) => format!("rule = {rule}"),
+                None => format!("{key} = {item}"),
+            };
+            if !old.lines().any(|l| l.trim() == line) {
+                text += &format!("{line}\n");
+            }
+        }
+        if text != old {
+            let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
+            host.write_trusted(&state, &loc.project, &rel, &text)?;
+            record_project(host, &loc.project)?;
+            if was_approved {
+                host.write_file(&approved, &text)?;
+            }
+            host.print(&format!(
+                "added to {}{}\n",
+                loc.display,
+                if was_approved {
+                    " (approved)"
+                } else {
+                    "; it is not approved: `ai-sandbox trust` shows and approves it"
+                }
+            ));
+        }
+    }
+    Ok(0)
+}

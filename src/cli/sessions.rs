@@ -1,0 +1,96 @@
+//! The commands about sessions and what they left: `ps` (running sandboxes with the gate's
+//! counters), `report` (the guard's reports again), `prune` (state of projects that are gone).
+
+use super::app::locate;
+use super::facts::{runtime_dir, xdg};
+use crate::host::Host;
+use std::path::{Path, PathBuf};
+
+/// `ai-sandbox report`: the guard's reports for this project, as they were shown.
+pub fn report_cmd(host: &mut dyn Host, project: Option<&Path>) -> anyhow::Result<i32> {
+    let loc = locate(host, project)?;
+    let log = crate::launch::guard::report_log(&super::facts::state_dir(host, &loc.project));
+    match host.read_file(&log)? {
+        Some(text) if !text.is_empty() => host.print(&text),
+        _ => host.print(&format!(
+            "no sandbox has changed a protected file of {} (nothing was restored)\n",
+            crate::sys::quote::path(&loc.project)
+        )),
+    }
+    Ok(0)
+}
+
+/// `ai-sandbox prune [--yes]` (see `prune`): never a project with a sandbox running.
+pub fn prune_cmd(host: &mut dyn Host, yes: bool) -> anyhow::Result<i32> {
+    let roots = crate::cli::prune::Roots {
+        states: xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects"),
+        homes: xdg(host, "XDG_DATA_HOME", ".local/share").join("ai-sandbox/homes"),
+    };
+    let running: Vec<PathBuf> = host
+        .running(&runtime_dir(host))
+        .into_iter()
+        .filter_map(|r| r.record.map(|rec| rec.project))
+        .collect();
+    crate::cli::prune::run(host, &roots, &running, yes)
+}
+
+/// `ai-sandbox ps [--json]`: this user's running sandboxes, with the gate's counters.
+pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
+    /// One running sandbox, as `ps` prints it (a table row, or an object of `--json`).
+    #[derive(serde::Serialize)]
+    struct Row {
+        session: String,
+        pid: i32,
+        age_seconds: u64,
+        /// `-` for a launch whose record is not written yet (or from an older version).
+        mode: &'static str,
+        project: Option<String>,
+        allowed: Option<u64>,
+        refused: Option<u64>,
+    }
+    let runtime = runtime_dir(host);
+    let gate = host.gate_sessions(&runtime);
+    let rows: Vec<Row> = host
+        .running(&runtime)
+        .iter()
+        .map(|r| {
+            let counts = gate.iter().find(|g| g.session == r.session);
+            Row {
+                session: r.session.clone(),
+                pid: r.pid,
+                age_seconds: r.age,
+                mode: r.record.as_ref().map_or("-", |rec| rec.net.name()),
+                project: r.record.as_ref().map(|rec| rec.project.display().to_string()),
+                allowed: counts.map(|c| c.allowed),
+                refused: counts.map(|c| c.denied),
+            }
+        })
+        .collect();
+    if json {
+        host.print(&format!("{}\n", serde_json::to_string(&rows)?));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        host.print("no sandbox is running\n");
+        return Ok(0);
+    }
+    let mut out = format!(
+        "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  PROJECT\n",
+        "SESSION", "PID", "AGE", "MODE", "ALLOWED", "REFUSED"
+    );
+    let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for r in &rows {
+        out += &format!(
+            "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  {}\n",
+            r.session,
+            r.pid,
+            crate::live::age(r.age_seconds),
+            r.mode,
+            n(r.allowed),
+            n(r.refused),
+            crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),
+        );
+    }
+    host.print(&out);
+    Ok(0)
+}
