@@ -32,6 +32,7 @@ fn config_keys() -> Vec<(String, String)> {
         "one `key = value` per line; `#` after whitespace starts a comment; repeatable keys may appear on many lines. The keys:".to_string(),
     )];
     for crate::policy::keys::Key { name: k, repeats, doc, example, .. } in crate::policy::keys::KEYS {
+        let k = k.as_str();
         let name = format!("{k} = …{}", if *repeats { " (repeatable)" } else { "" });
         out.push((name, format!("{doc}. Example: `{k} = {example}`")));
     }
@@ -44,7 +45,7 @@ pub const CONFIG_EXAMPLE: &str = include_str!("../../config.example");
 
 /// `ai-sandbox help config`: the same list, for a terminal.
 pub fn config_help() -> String {
-    let width = crate::policy::keys::KEYS.iter().map(|k| k.name.len()).max().unwrap_or(0);
+    let width = crate::policy::keys::KEYS.iter().map(|k| k.name.as_str().len()).max().unwrap_or(0);
     let mut out = String::from(
         ".ai-sandbox/config: one `key = value` per line (`#` after whitespace starts a comment).\n\
          Keys marked * may repeat. A commented example of every key: `ai-sandbox help config-example`.\n\n",

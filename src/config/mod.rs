@@ -9,6 +9,12 @@ pub mod project;
 
 use crate::error::{Diagnostic, Origin};
 
+/// A key's name as the code names it (`policy::keys::Name`): `Config` is read by it, never by
+/// a string, so a misspelt key cannot compile.
+pub trait KeyName {
+    fn key_name(&self) -> &'static str;
+}
+
 /// What the reader needs of a key. The registry (`policy::keys::KEYS`, one row per key) gives
 /// it: the reader is handed the table rather than importing it, so the registry can check values
 /// with the policy's parsers while the policy reads this module's `Config` (no cycle).
@@ -39,12 +45,13 @@ pub struct Config {
 
 impl Config {
     /// Values of a repeatable key, with their origin.
-    pub(crate) fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
+    pub(crate) fn all<'a>(&'a self, key: impl KeyName) -> impl Iterator<Item = (&'a str, Origin)> + 'a {
+        let key = key.key_name();
         self.entries.iter().filter(move |e| e.key == key).map(|e| (e.value.as_str(), Origin::Config(e.line)))
     }
 
     /// The value of a single-valued key (duplicates were rejected by `parse`).
-    pub(crate) fn one<'a>(&'a self, key: &'a str) -> Option<(&'a str, Origin)> {
+    pub(crate) fn one(&self, key: impl KeyName) -> Option<(&str, Origin)> {
         self.all(key).next()
     }
 }

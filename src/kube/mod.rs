@@ -23,7 +23,7 @@ mod parts;
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
 use crate::policy::allow::{self, IpNet, Ports};
-use crate::policy::keys::{self, Export, ExportCx};
+use crate::policy::keys::{self, Export, ExportCx, Name};
 use crate::policy::{NetMode, Policy};
 use std::net::IpAddr;
 
@@ -137,7 +137,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
         );
     }
     if p.net == NetMode::Full {
-        let at = cfg.one("net").map_or(Origin::Flag("--net"), |(_, at)| at);
+        let at = cfg.one(Name::Net).map_or(Origin::Flag("--net"), |(_, at)| at);
         say(
             at,
             "`net = full` applies no policy; an export would have nothing to enforce".into(),
@@ -150,7 +150,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
         (None, crate::policy::Image::Host) => None,
     };
     if image.is_none() {
-        let at = cfg.one("image").map_or(Origin::Flag("--image"), |(_, at)| at);
+        let at = cfg.one(Name::Image).map_or(Origin::Flag("--image"), |(_, at)| at);
         say(
             at,
             "`image = host` (the default) is this machine's /usr; a cluster runs an image".into(),

@@ -13,6 +13,7 @@
 use super::Collector;
 use super::agents::KNOWN;
 use crate::config::Config;
+use crate::policy::keys::Name;
 use std::path::{Path, PathBuf};
 
 /// An agent whose login the sandbox carries.
@@ -63,7 +64,7 @@ impl AgentState {
 
 pub(super) fn states(config: &Config, c: &mut Collector) -> Vec<AgentState> {
     let mut out: Vec<AgentState> = Vec::new();
-    for (v, at) in config.all("state") {
+    for (v, at) in config.all(Name::State) {
         let s = if let Some((name, dir, var, files)) = KNOWN.iter().find(|(n, ..)| *n == v) {
             AgentState {
                 name: name.to_string(),

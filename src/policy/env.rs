@@ -10,6 +10,7 @@ pub(crate) use super::secret::{SecretSource, parse_secret};
 use super::{Inputs, NetMode};
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
+use crate::policy::keys::Name;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Proxy variables ai-sandbox owns when the gate is in use (compared case-insensitively).
@@ -198,7 +199,7 @@ pub(crate) fn extra_args(
 ) -> Vec<String> {
     let mut out = Vec::new();
     let from_env = inputs.extra_args_env.as_deref().map(|v| (v, Origin::Env("AISB_EXTRA_ARGS")));
-    for (v, at) in config.all("extra_args").chain(from_env) {
+    for (v, at) in config.all(Name::ExtraArgs).chain(from_env) {
         let Some(args) = shlex::split(v) else {
             diags.push(
                 Diagnostic::new(at, format!("extra_args `{v}` has unbalanced quotes"))

@@ -5,11 +5,12 @@
 use super::{Collector, Image, Inputs};
 use crate::config::Config;
 use crate::error::Origin;
+use crate::policy::keys::Name;
 
 pub(super) fn image(config: &Config, inputs: &Inputs, c: &mut Collector) -> Image {
     let (v, at) = match &inputs.image {
         Some(v) => (v.as_str(), Origin::Flag("--image")),
-        None => match config.one("image") {
+        None => match config.one(Name::Image) {
             Some(x) => x,
             None => return Image::Host,
         },

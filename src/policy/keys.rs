@@ -12,9 +12,103 @@ use super::allow::{Allow, HostPattern, IpNet, Ports, parse};
 use super::secret::{SecretLine, SecretSource, parse_secret};
 use std::net::IpAddr;
 
+/// Every key's name, as the code reads it: `build` and the export read a key through its
+/// variant (`config.one(Name::Net)`), so a misspelt key is a compile error, and a new key is a
+/// variant, its spelling here, and its row in `KEYS` (a test checks each variant has one row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Name {
+    Allow,
+    Deny,
+    Env,
+    ExtraArgs,
+    Publish,
+    Rule,
+    Resolve,
+    Protect,
+    Secret,
+    UpstreamCa,
+    State,
+    GatePorts,
+    GateAddr,
+    GatePort,
+    Image,
+    Cmd,
+    Pids,
+    Memory,
+    TmpSize,
+    Ask,
+    Net,
+}
+
+impl Name {
+    /// Every key, in the registry's order.
+    pub const ALL: &[Name] = &[
+        Name::Allow,
+        Name::Deny,
+        Name::Env,
+        Name::ExtraArgs,
+        Name::Publish,
+        Name::Rule,
+        Name::Resolve,
+        Name::Protect,
+        Name::Secret,
+        Name::UpstreamCa,
+        Name::State,
+        Name::GatePorts,
+        Name::GateAddr,
+        Name::GatePort,
+        Name::Image,
+        Name::Cmd,
+        Name::Pids,
+        Name::Memory,
+        Name::TmpSize,
+        Name::Ask,
+        Name::Net,
+    ];
+
+    /// How the config spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Name::Allow => "allow",
+            Name::Deny => "deny",
+            Name::Env => "env",
+            Name::ExtraArgs => "extra_args",
+            Name::Publish => "publish",
+            Name::Rule => "rule",
+            Name::Resolve => "resolve",
+            Name::Protect => "protect",
+            Name::Secret => "secret",
+            Name::UpstreamCa => "upstream_ca",
+            Name::State => "state",
+            Name::GatePorts => "gate_ports",
+            Name::GateAddr => "gate_addr",
+            Name::GatePort => "gate_port",
+            Name::Image => "image",
+            Name::Cmd => "cmd",
+            Name::Pids => "pids",
+            Name::Memory => "memory",
+            Name::TmpSize => "tmp_size",
+            Name::Ask => "ask",
+            Name::Net => "net",
+        }
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl crate::config::KeyName for Name {
+    fn key_name(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
 /// One config key.
 pub struct Key {
-    pub name: &'static str,
+    pub name: Name,
     /// May appear on many lines (else once).
     pub(crate) repeats: bool,
     /// Its value is shell-split, so quotes mean something.
@@ -57,11 +151,11 @@ pub(crate) struct ExportCx {
 }
 
 /// The allow key's name, for the few places that single its lines out.
-pub(crate) const ALLOW: &str = "allow";
+pub(crate) const ALLOW: &str = Name::Allow.as_str();
 
 pub const KEYS: &[Key] = &[
     Key {
-        name: ALLOW,
+        name: Name::Allow,
         repeats: true,
         shell: false,
         doc: "what the sandbox may reach: HOST, *.SUFFIX (through the gate), IP[:PORTS], CIDR[:PORTS], [IPv6]:PORTS (direct)",
@@ -70,7 +164,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Checked(|v, cx| reaches_loopback("allow", "allows", v, cx)),
     },
     Key {
-        name: "deny",
+        name: Name::Deny,
         repeats: true,
         shell: false,
         doc: "the same forms, refused even where an allow line would let them through",
@@ -79,7 +173,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Checked(deny_exports),
     },
     Key {
-        name: "env",
+        name: Name::Env,
         repeats: true,
         shell: false,
         doc: "NAME=VALUE in the sandbox's environment (NO_PROXY values are merged into the one ai-sandbox sets)",
@@ -88,7 +182,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "extra_args",
+        name: Name::ExtraArgs,
         repeats: true,
         shell: true,
         doc: "more `podman run` options, shell-split (options that would undo the sandbox are refused)",
@@ -100,7 +194,7 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
-        name: "publish",
+        name: Name::Publish,
         repeats: true,
         shell: false,
         doc: "PORT or HOSTPORT:PORT: serve a sandbox port on the host's 127.0.0.1 only",
@@ -109,7 +203,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "rule",
+        name: Name::Rule,
         repeats: true,
         shell: false,
         doc: "HOST METHOD PATH, or HOST git-fetch|git-push [REPO]: once a host has rules, the gate lets through only the requests they allow (it opens TLS to read them)",
@@ -118,7 +212,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "resolve",
+        name: Name::Resolve,
         repeats: true,
         shell: false,
         doc: "NAME=IP: pin a name for the gate (the address is still checked)",
@@ -127,7 +221,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "protect",
+        name: Name::Protect,
         repeats: true,
         shell: false,
         doc: "PATH inside the project: read-only inside and verified after each session",
@@ -138,7 +232,7 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
-        name: "secret",
+        name: Name::Secret,
         repeats: true,
         shell: false,
         doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder",
@@ -147,7 +241,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "upstream_ca",
+        name: Name::UpstreamCa,
         repeats: false,
         shell: false,
         doc: "FILE (PEM, outside the project): more roots the gate trusts when it opens TLS to a bound secret's host",
@@ -158,7 +252,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "state",
+        name: Name::State,
         repeats: true,
         shell: false,
         doc: "AGENT or ~/FILE: a login that follows you from project to project (the login only: settings stay per project)",
@@ -170,7 +264,7 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
-        name: "gate_ports",
+        name: Name::GatePorts,
         repeats: false,
         shell: false,
         doc: "the ports the gate relays for hostname entries without a port (default 80,443,8443)",
@@ -179,7 +273,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "gate_addr",
+        name: Name::GateAddr,
         repeats: false,
         shell: false,
         doc: "the address inside the sandbox that is the host's loopback (default 100.64.0.1)",
@@ -188,7 +282,7 @@ pub const KEYS: &[Key] = &[
         export: Export::LeftOut("a cluster has no host loopback to map"),
     },
     Key {
-        name: "gate_port",
+        name: Name::GatePort,
         repeats: false,
         shell: false,
         doc: "the gate binds the first free port at or above this (default 18081)",
@@ -197,7 +291,7 @@ pub const KEYS: &[Key] = &[
         export: Export::LeftOut("the exported gate is a Service on its own port"),
     },
     Key {
-        name: "image",
+        name: Name::Image,
         repeats: false,
         shell: false,
         doc: "host (default: the host's own /usr, /etc, /opt read-only) or a local image; never pulled",
@@ -209,7 +303,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "cmd",
+        name: Name::Cmd,
         repeats: false,
         shell: true,
         doc: "the command `ai-sandbox` runs with no `--` (default: an interactive shell)",
@@ -218,7 +312,7 @@ pub const KEYS: &[Key] = &[
         export: Export::Carried,
     },
     Key {
-        name: "pids",
+        name: Name::Pids,
         repeats: false,
         shell: false,
         doc: "N: how many processes the sandbox may run at once (default 4096; a fork bomb stops there)",
@@ -227,7 +321,7 @@ pub const KEYS: &[Key] = &[
         export: Export::LeftOut("a Pod's limits are its resources: set them in the exported Pod"),
     },
     Key {
-        name: "memory",
+        name: Name::Memory,
         repeats: false,
         shell: false,
         doc: "SIZE (512m, 8g): the sandbox's memory limit, where the host can enforce it (cgroup v2)",
@@ -238,7 +332,7 @@ pub const KEYS: &[Key] = &[
         ),
     },
     Key {
-        name: "tmp_size",
+        name: Name::TmpSize,
         repeats: false,
         shell: false,
         doc: "SIZE: how much the sandbox's /tmp (in memory, image = host) may hold (default 2g)",
@@ -247,7 +341,7 @@ pub const KEYS: &[Key] = &[
         export: Export::LeftOut("a Pod's /tmp is its own emptyDir: size it in the exported Pod"),
     },
     Key {
-        name: "ask",
+        name: Name::Ask,
         repeats: false,
         shell: false,
         doc: "SECONDS: with `ai-sandbox watch` attached, hold a refused request for an answer",
@@ -256,7 +350,7 @@ pub const KEYS: &[Key] = &[
         export: Export::LeftOut("no one watches a cluster's gate to answer"),
     },
     Key {
-        name: "net",
+        name: Name::Net,
         repeats: false,
         shell: false,
         doc: "allow (default: the allowlist), none (no interface) or full (no policy at all)",
@@ -272,7 +366,7 @@ pub const KEYS: &[Key] = &[
 /// The key called `name`.
 impl crate::config::Syntax for Key {
     fn name(&self) -> &'static str {
-        self.name
+        self.name.as_str()
     }
     fn repeats(&self) -> bool {
         self.repeats
@@ -288,7 +382,7 @@ pub fn read(text: &str) -> (crate::config::Config, Vec<crate::error::Diagnostic>
 }
 
 pub(crate) fn get(name: &str) -> Option<&'static Key> {
-    KEYS.iter().find(|k| k.name == name)
+    KEYS.iter().find(|k| k.name.as_str() == name)
 }
 
 /// Why a line widens the sandbox, if it does.
@@ -463,19 +557,25 @@ mod tests {
         let (empty, _) = crate::policy::keys::read(ALLOWED);
         let base = build(PathBuf::from("/w/p"), &empty, &Inputs::default()).unwrap();
         for k in KEYS {
-            assert!(!k.doc.is_empty() && !k.example.is_empty(), "{}", k.name);
-            let text = format!("{ALLOWED}{} = {}\n", k.name, k.example);
+            assert!(!k.doc.is_empty() && !k.example.is_empty(), "{}", k.name.as_str());
+            let text = format!("{ALLOWED}{} = {}\n", k.name.as_str(), k.example);
             let (cfg, errs) = crate::policy::keys::read(&text);
             assert!(errs.is_empty(), "{text}: {errs:?}");
             let p = build(PathBuf::from("/w/p"), &cfg, &Inputs::default())
                 .unwrap_or_else(|e| panic!("{text}: {e:?}"));
             // A key the policy does not read would leave it as it was.
-            assert!(format!("{p:?}") != format!("{base:?}"), "`{}` changes nothing in the policy", k.name);
+            assert!(
+                format!("{p:?}") != format!("{base:?}"),
+                "`{}` changes nothing in the policy",
+                k.name.as_str()
+            );
         }
-        let mut names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        let mut names: Vec<&str> = KEYS.iter().map(|k| k.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), KEYS.len(), "a key is declared twice");
+        // Each name has its row, in the same order.
+        assert_eq!(KEYS.iter().map(|k| k.name).collect::<Vec<_>>(), Name::ALL);
     }
 
     #[test]
@@ -499,11 +599,15 @@ mod tests {
             ("tmp_size", "64g"),
         ];
         for k in KEYS {
-            match (&k.widens, widening.iter().find(|(n, _)| *n == k.name)) {
-                (Widens::When(f), Some((_, v))) => assert!(f(v).is_some(), "{} = {v}", k.name),
+            match (&k.widens, widening.iter().find(|(n, _)| *n == k.name.as_str())) {
+                (Widens::When(f), Some((_, v))) => assert!(f(v).is_some(), "{} = {v}", k.name.as_str()),
                 (Widens::Never | Widens::WhenDropped(_), None) => {}
-                (Widens::When(_), None) => panic!("`{}` can widen: add a value that does above", k.name),
-                (_, Some(_)) => panic!("`{}` never widens by being written, yet is listed above", k.name),
+                (Widens::When(_), None) => {
+                    panic!("`{}` can widen: add a value that does above", k.name.as_str())
+                }
+                (_, Some(_)) => {
+                    panic!("`{}` never widens by being written, yet is listed above", k.name.as_str())
+                }
             }
         }
     }

@@ -21,6 +21,7 @@ pub mod url_path;
 
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
+use crate::policy::keys::Name;
 use allow::{Allow, HostPattern, IpNet, Ports};
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
@@ -174,7 +175,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
 
     let net = match inputs.net {
         Some(n) => n,
-        None => match config.one("net") {
+        None => match config.one(Name::Net) {
             None => NetMode::Allow,
             Some((v, at)) => match v {
                 "allow" => NetMode::Allow,
@@ -196,7 +197,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     }
     let gate = net == NetMode::Allow && !inputs.no_gate;
 
-    let gate_addr = match config.one("gate_addr") {
+    let gate_addr = match config.one(Name::GateAddr) {
         None => DEFAULT_GATE_ADDR,
         Some((v, at)) => match v.parse::<Ipv4Addr>() {
             Ok(a) if !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast()) => a,
@@ -218,11 +219,11 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let hostnames = net != NetMode::Allow || gate;
     let flag_allow = inputs.allow.iter().map(|v| (v.as_str(), Origin::Flag("--allow")));
     let (hosts, nets) =
-        entries(List::Allow, config.all("allow").chain(flag_allow), hostnames, gate_addr, &mut c);
+        entries(List::Allow, config.all(Name::Allow).chain(flag_allow), hostnames, gate_addr, &mut c);
     let flag_deny = inputs.deny.iter().map(|v| (v.as_str(), Origin::Flag("ai-sandbox deny")));
     let (deny_hosts, deny_nets) =
-        entries(List::Deny, config.all("deny").chain(flag_deny), hostnames, gate_addr, &mut c);
-    let ask = match config.one("ask") {
+        entries(List::Deny, config.all(Name::Deny).chain(flag_deny), hostnames, gate_addr, &mut c);
+    let ask = match config.one(Name::Ask) {
         None => None,
         Some((v, at)) => match v.parse::<u32>() {
             Ok(n) if (1..=600).contains(&n) => Some(n),
@@ -240,7 +241,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         );
     }
 
-    let gate_port = match config.one("gate_port") {
+    let gate_port = match config.one(Name::GatePort) {
         None => DEFAULT_GATE_PORT,
         Some((v, at)) => match v.parse::<u16>() {
             Ok(p) if p >= 1024 => p,
@@ -256,7 +257,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     };
 
     let resolve = resolves(config, &mut c);
-    let gate_ports = match config.one("gate_ports") {
+    let gate_ports = match config.one(Name::GatePorts) {
         None => GATE_DEFAULT_PORTS.to_vec(),
         Some((v, at)) => {
             // Single ports only: a range here would make the gate relay every port in it.
@@ -338,7 +339,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
 
 /// `upstream_ca = FILE`: absolute or `~/`, and not in the project (the sandbox writes there).
 fn upstream_ca(config: &Config, project: &std::path::Path, c: &mut Collector) -> Option<String> {
-    let (v, at) = config.one("upstream_ca")?;
+    let (v, at) = config.one(Name::UpstreamCa)?;
     let v = v.trim();
     if !(v.starts_with('/') || v.starts_with("~/")) {
         c.bad(
@@ -397,7 +398,7 @@ fn bindings(p: &Policy, c: &mut Collector) {
 /// `--net full` with rule lines: they do not apply, and the launch says so (as `--net none`
 /// says of allow lines) instead of refusing the config the quick start writes.
 fn skipped_rules(config: &Config, net: NetMode) -> Option<String> {
-    let n = config.all("rule").count();
+    let n = config.all(Name::Rule).count();
     (net == NetMode::Full && n > 0).then(|| match n {
         1 => "--net full: the config's rule line does not apply (no gate reads requests)".to_string(),
         n => format!("--net full: the config's {n} rule lines do not apply (no gate reads requests)"),
@@ -413,7 +414,7 @@ fn rule_lines(
     c: &mut Collector,
 ) -> Vec<rule::Rule> {
     let mut out = Vec::new();
-    for (v, at) in config.all("rule") {
+    for (v, at) in config.all(Name::Rule) {
         let rs = match rule::parse(v) {
             Ok(rs) => rs,
             Err((msg, hint)) => {
@@ -451,7 +452,7 @@ fn rule_lines(
 /// `protect = PATH`: a path inside the project, relative, without `..`.
 fn protects(config: &Config, c: &mut Collector) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for (v, at) in config.all("protect") {
+    for (v, at) in config.all(Name::Protect) {
         let p = v.trim_end_matches('/');
         let bad = p.is_empty()
             || p.starts_with('/')
@@ -472,7 +473,7 @@ fn protects(config: &Config, c: &mut Collector) -> Vec<String> {
 
 fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
     let mut out: Vec<(String, IpAddr)> = Vec::new();
-    for (v, at) in config.all("resolve") {
+    for (v, at) in config.all(Name::Resolve) {
         let hint = "write `resolve = NAME=IP`, e.g. `resolve = api.internal.example=192.0.2.10`";
         let Some((name, ip)) = v.split_once('=') else {
             c.bad(at, format!("resolve `{v}` has no `=`"), hint);
@@ -501,7 +502,7 @@ fn resolves(config: &Config, c: &mut Collector) -> Vec<(String, IpAddr)> {
 fn publishes(config: &Config, inputs: &Inputs, net: NetMode, c: &mut Collector) -> Vec<Publish> {
     let mut out: Vec<Publish> = Vec::new();
     let flags = inputs.publish.iter().map(|v| (v.as_str(), Origin::Flag("--publish")));
-    for (v, at) in config.all("publish").chain(flags) {
+    for (v, at) in config.all(Name::Publish).chain(flags) {
         let parsed = match v.split_once(':') {
             None => allow::parse_ports(v).map(|p| (p, p)),
             Some((h, ct)) => allow::parse_ports(h).and_then(|h| allow::parse_ports(ct).map(|ct| (h, ct))),
@@ -560,7 +561,7 @@ fn command(config: &Config, inputs: &Inputs, c: &mut Collector) -> Command {
     if inputs.shell {
         return Command::Shell;
     }
-    match config.one("cmd") {
+    match config.one(Name::Cmd) {
         None => Command::Shell,
         Some((v, at)) => match shlex::split(v) {
             Some(argv) if argv.first().is_some_and(|a| !a.is_empty()) => {
@@ -695,7 +696,7 @@ pub(crate) fn from_text(cfg: &str) -> Policy {
 /// The limits from the config's `pids`, `memory` and `tmp_size` lines (each bad value said).
 fn limits_of(config: &Config, c: &mut Collector) -> limits::Limits {
     let mut l = limits::Limits::default();
-    if let Some((v, at)) = config.one("pids") {
+    if let Some((v, at)) = config.one(Name::Pids) {
         match limits::parse_pids(v) {
             Some(n) => l.pids = n,
             None => c.bad(
@@ -705,13 +706,13 @@ fn limits_of(config: &Config, c: &mut Collector) -> limits::Limits {
             ),
         }
     }
-    if let Some((v, at)) = config.one("memory") {
+    if let Some((v, at)) = config.one(Name::Memory) {
         match limits::parse_size(v) {
             Some(b) if b >= 64 << 20 => l.memory = Some(b),
             _ => c.bad(at, format!("memory `{v}` is not a size of at least 64m"), "e.g. `memory = 8g`"),
         }
     }
-    if let Some((v, at)) = config.one("tmp_size") {
+    if let Some((v, at)) = config.one(Name::TmpSize) {
         match limits::parse_size(v) {
             Some(b) if b >= 1 << 20 => l.tmp = b,
             _ => c.bad(at, format!("tmp_size `{v}` is not a size of at least 1m"), "e.g. `tmp_size = 4g`"),
