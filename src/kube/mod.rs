@@ -86,7 +86,9 @@ pub(crate) fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Ve
     }
     // Lines with no cluster meaning are said, never dropped in silence.
     for e in &cfg.entries {
-        if let Some(keys::Key { export: Export::LeftOut(why), .. }) = keys::get(&e.key) {
+        if let Some(keys::Key { export: keys::Exports { kube: Export::LeftOut(why) }, .. }) =
+            keys::get(&e.key)
+        {
             out += &format!("# left out: `{} = {}` (line {}): {why}\n", e.key, e.value, e.line);
         }
     }
@@ -106,7 +108,7 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
     for e in &cfg.entries {
         let Some(key) = keys::get(&e.key) else { continue };
         let at = Origin::Config(e.line);
-        match key.export {
+        match key.export.kube {
             Export::Carried | Export::LeftOut(_) => {}
             Export::Checked(check) => {
                 if let Some((why, instead)) = check(&e.value, &cx) {

@@ -177,3 +177,39 @@ fn upstream_ca_goes_to_the_gates_pod_only_as_a_configmap_the_output_says_how_to_
     let out = export(&crate::policy::from_text(cfg), &crate::policy::keys::read(cfg).0, &o).unwrap();
     assert!(out.contains(r#"--from-file=ca.pem="$HOME"/'my certs/ca.pem'"#), "{out}");
 }
+
+#[test]
+fn each_key_does_in_the_export_what_its_row_says() {
+    use crate::policy::keys::{Export, KEYS};
+    // The host the rule example names, so that every example is valid on its own line 2.
+    let base = "allow = api.github.com\n";
+    let plain = export_of(base, Some("img")).unwrap();
+    for k in KEYS {
+        let line = format!("{} = {}", k.name, k.example);
+        let cfg = format!("{base}{line}\n");
+        // `--image` wins over an `image` line, as a flag does: the line is tried without it.
+        let flag = (k.name != crate::policy::keys::Name::Image).then_some("img");
+        let got = export_of(&cfg, flag);
+        match k.export.kube {
+            // Carried: the line changes the objects (a key marked carried that the export does
+            // not read would leave them as they were).
+            Export::Carried | Export::Checked(_) => {
+                let out = got.unwrap_or_else(|e| panic!("`{line}` is carried, yet refused: {e:?}"));
+                let objects =
+                    |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+                assert!(
+                    objects(&out) != objects(&plain),
+                    "`{line}` is marked carried, yet the objects do not change"
+                );
+            }
+            Export::LeftOut(why) => {
+                let out = got.unwrap_or_else(|e| panic!("`{line}` is left out, yet refused: {e:?}"));
+                assert!(out.contains(&format!("# left out: `{line}` (line 2): {why}")), "{out}");
+            }
+            Export::Refused(..) => {
+                let errs = got.expect_err(&line);
+                assert!(errs.iter().any(|d| d.origin == Origin::Config(2)), "`{line}`: {errs:?}");
+            }
+        }
+    }
+}

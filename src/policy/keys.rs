@@ -117,7 +117,7 @@ pub struct Key {
     /// A value `policy::build` accepts (tested), as the docs would show it.
     pub(crate) example: &'static str,
     pub(crate) widens: Widens,
-    pub(crate) export: Export,
+    pub(crate) export: Exports,
 }
 
 /// Whether a line can give the sandbox more than it had: `trust` calls such lines out.
@@ -130,7 +130,14 @@ pub(crate) enum Widens {
     WhenDropped(&'static str),
 }
 
-/// What `export kube` does with a line.
+/// What each export target does with a line. A new target is a field here, so every key must
+/// say what that target does with it (a test checks that `Carried` is true of each target).
+pub(crate) struct Exports {
+    /// `ai-sandbox export kube`.
+    pub(crate) kube: Export,
+}
+
+/// What an export target does with a line.
 pub(crate) enum Export {
     /// Carried into the exported objects.
     Carried,
@@ -161,7 +168,7 @@ pub const KEYS: &[Key] = &[
         doc: "what the sandbox may reach: HOST, *.SUFFIX (through the gate), IP[:PORTS], CIDR[:PORTS], [IPv6]:PORTS (direct)",
         example: "github.com",
         widens: Widens::When(allow_widens),
-        export: Export::Checked(|v, cx| reaches_loopback("allow", "allows", v, cx)),
+        export: Exports { kube: Export::Checked(|v, cx| reaches_loopback("allow", "allows", v, cx)) },
     },
     Key {
         name: Name::Deny,
@@ -170,7 +177,7 @@ pub const KEYS: &[Key] = &[
         doc: "the same forms, refused even where an allow line would let them through",
         example: "169.254.0.0/16",
         widens: Widens::WhenDropped("removed: that destination is no longer refused"),
-        export: Export::Checked(deny_exports),
+        export: Exports { kube: Export::Checked(deny_exports) },
     },
     Key {
         name: Name::Env,
@@ -179,7 +186,7 @@ pub const KEYS: &[Key] = &[
         doc: "NAME=VALUE in the sandbox's environment (NO_PROXY values are merged into the one ai-sandbox sets)",
         example: "RUST_LOG=info",
         widens: Widens::When(env_widens),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::ExtraArgs,
@@ -188,10 +195,12 @@ pub const KEYS: &[Key] = &[
         doc: "more `podman run` options, shell-split (options that would undo the sandbox are refused)",
         example: "--memory 4g",
         widens: Widens::When(extra_args_widen),
-        export: Export::Refused(
-            "are podman flags; a Pod has no such thing",
-            "express it in the exported Pod (resources, volumes) after export, or remove the line",
-        ),
+        export: Exports {
+            kube: Export::Refused(
+                "are podman flags; a Pod has no such thing",
+                "express it in the exported Pod (resources, volumes) after export, or remove the line",
+            ),
+        },
     },
     Key {
         name: Name::Publish,
@@ -200,7 +209,7 @@ pub const KEYS: &[Key] = &[
         doc: "PORT or HOSTPORT:PORT: serve a sandbox port on the host's 127.0.0.1 only",
         example: "8080",
         widens: Widens::Never,
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::Rule,
@@ -209,7 +218,7 @@ pub const KEYS: &[Key] = &[
         doc: "HOST METHOD PATH, or HOST git-fetch|git-push [REPO]: once a host has rules, the gate lets through only the requests they allow (it opens TLS to read them)",
         example: "api.github.com GET /repos/acme/**",
         widens: Widens::When(rule_widens),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::Resolve,
@@ -218,7 +227,7 @@ pub const KEYS: &[Key] = &[
         doc: "NAME=IP: pin a name for the gate (the address is still checked)",
         example: "api.internal.example=192.0.2.10",
         widens: Widens::When(resolve_widens),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::Protect,
@@ -227,9 +236,11 @@ pub const KEYS: &[Key] = &[
         doc: "PATH inside the project: read-only inside and verified after each session",
         example: "scripts/deploy.sh",
         widens: Widens::WhenDropped("removed: that path is no longer protected"),
-        export: Export::LeftOut(
-            "protects files of this machine's project directory; a Pod's volume is not it",
-        ),
+        export: Exports {
+            kube: Export::LeftOut(
+                "protects files of this machine's project directory; a Pod's volume is not it",
+            ),
+        },
     },
     Key {
         name: Name::Secret,
@@ -238,7 +249,7 @@ pub const KEYS: &[Key] = &[
         doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder",
         example: "ANTHROPIC_API_KEY",
         widens: Widens::When(secret_widens),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::UpstreamCa,
@@ -249,7 +260,7 @@ pub const KEYS: &[Key] = &[
         widens: Widens::When(|v| {
             Some(format!("the gate trusts servers whose certificates {} signs", v.trim()))
         }),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::State,
@@ -258,10 +269,12 @@ pub const KEYS: &[Key] = &[
         doc: "AGENT or ~/FILE: a login that follows you from project to project (the login only: settings stay per project)",
         example: "claude",
         widens: Widens::When(|v| Some(crate::policy::agents::shared_words(v))),
-        export: Export::Refused(
-            "keeps the agent's login on this machine",
-            "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
-        ),
+        export: Exports {
+            kube: Export::Refused(
+                "keeps the agent's login on this machine",
+                "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
+            ),
+        },
     },
     Key {
         name: Name::GatePorts,
@@ -270,7 +283,7 @@ pub const KEYS: &[Key] = &[
         doc: "the ports the gate relays for hostname entries without a port (default 80,443,8443)",
         example: "443,8443",
         widens: Widens::When(|v| Some(format!("the gate relays these ports for every allowed name: {v}"))),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::GateAddr,
@@ -279,7 +292,7 @@ pub const KEYS: &[Key] = &[
         doc: "the address inside the sandbox that is the host's loopback (default 100.64.0.1)",
         example: "100.64.0.2",
         widens: Widens::When(|_| Some("moves the host's loopback mapping".into())),
-        export: Export::LeftOut("a cluster has no host loopback to map"),
+        export: Exports { kube: Export::LeftOut("a cluster has no host loopback to map") },
     },
     Key {
         name: Name::GatePort,
@@ -288,7 +301,7 @@ pub const KEYS: &[Key] = &[
         doc: "the gate binds the first free port at or above this (default 18081)",
         example: "18100",
         widens: Widens::Never,
-        export: Export::LeftOut("the exported gate is a Service on its own port"),
+        export: Exports { kube: Export::LeftOut("the exported gate is a Service on its own port") },
     },
     Key {
         name: Name::Image,
@@ -300,7 +313,7 @@ pub const KEYS: &[Key] = &[
             (v != "host").then(|| format!("runs the image {v} instead of the host's own tools"))
         }),
         // `image = host` (also the default, and `--image`) is judged on the policy by the export.
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::Cmd,
@@ -309,7 +322,7 @@ pub const KEYS: &[Key] = &[
         doc: "the command `ai-sandbox` runs with no `--` (default: an interactive shell)",
         example: "claude",
         widens: Widens::When(|v| Some(format!("sets the command that runs: {v}"))),
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
     Key {
         name: Name::Pids,
@@ -318,7 +331,9 @@ pub const KEYS: &[Key] = &[
         doc: "N: how many processes the sandbox may run at once (default 4096; a fork bomb stops there)",
         example: "8192",
         widens: Widens::When(super::limits::pids_widen),
-        export: Export::LeftOut("a Pod's limits are its resources: set them in the exported Pod"),
+        export: Exports {
+            kube: Export::LeftOut("a Pod's limits are its resources: set them in the exported Pod"),
+        },
     },
     Key {
         name: Name::Memory,
@@ -327,9 +342,11 @@ pub const KEYS: &[Key] = &[
         doc: "SIZE (512m, 8g): the sandbox's memory limit, where the host can enforce it (cgroup v2)",
         example: "8g",
         widens: Widens::WhenDropped("removed: the sandbox's memory is no longer limited"),
-        export: Export::LeftOut(
-            "a Pod's limits are its resources: set resources.limits.memory in the exported Pod",
-        ),
+        export: Exports {
+            kube: Export::LeftOut(
+                "a Pod's limits are its resources: set resources.limits.memory in the exported Pod",
+            ),
+        },
     },
     Key {
         name: Name::TmpSize,
@@ -338,7 +355,9 @@ pub const KEYS: &[Key] = &[
         doc: "SIZE: how much the sandbox's /tmp (in memory, image = host) may hold (default 2g)",
         example: "4g",
         widens: Widens::When(super::limits::tmp_widen),
-        export: Export::LeftOut("a Pod's /tmp is its own emptyDir: size it in the exported Pod"),
+        export: Exports {
+            kube: Export::LeftOut("a Pod's /tmp is its own emptyDir: size it in the exported Pod"),
+        },
     },
     Key {
         name: Name::Ask,
@@ -347,7 +366,7 @@ pub const KEYS: &[Key] = &[
         doc: "SECONDS: with `ai-sandbox watch` attached, hold a refused request for an answer",
         example: "30",
         widens: Widens::Never,
-        export: Export::LeftOut("no one watches a cluster's gate to answer"),
+        export: Exports { kube: Export::LeftOut("no one watches a cluster's gate to answer") },
     },
     Key {
         name: Name::Net,
@@ -359,7 +378,7 @@ pub const KEYS: &[Key] = &[
             (v == "full").then(|| "turns the egress policy off: the sandbox reaches everything".into())
         }),
         // `net = full` (or `--net full`) is judged on the policy by the export.
-        export: Export::Carried,
+        export: Exports { kube: Export::Carried },
     },
 ];
 
