@@ -3,8 +3,9 @@
 
 use ai_sandbox::cli::Cli;
 use ai_sandbox::cli::{app, change, sessions, setup};
-use ai_sandbox::host::FakeHost;
+use ai_sandbox::host::{Effect, FakeHost, Kind};
 use clap::Parser;
+use std::path::Path;
 
 mod support;
 use support::{DESIGN_CONFIG, host};
@@ -14,6 +15,20 @@ fn argv_of(out: &str) -> Vec<String> {
     let cmd: Vec<&str> =
         out.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
     shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("the printed command parses as shell words")
+}
+
+/// The podman argv of the one plan `h` launched, as one line.
+fn launched(h: &FakeHost) -> String {
+    let argv: Vec<&Vec<String>> = h
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Launch(argv) => Some(argv),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(argv.len(), 1, "one launch: {:?}", h.effects);
+    argv[0].join(" ")
 }
 
 fn dry_run(h: &mut FakeHost, args: &[&str]) -> String {
@@ -88,17 +103,28 @@ fn launch_goes_through_the_host_and_root_is_refused() {
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     h.exit_code = 7;
     assert_eq!(app::run(&mut h, &cli.run).unwrap(), 7, "exit code passed through");
-    assert_eq!(h.effects.len(), 3, "{:?}", h.effects);
+    assert_eq!(h.effects.len(), 4, "{:?}", h.effects);
     assert_eq!(
-        h.effects[0], "register gate from port 18081",
+        h.effects[0],
+        Effect::BlockSignals,
+        "the forwarded signals are blocked before any thread starts"
+    );
+    assert_eq!(
+        h.effects[1],
+        Effect::RegisterGate { port_from: 18081 },
         "the gate is registered before the plan is built"
     );
-    assert_eq!(h.effects[1], "canary 127.0.0.1:45000", "the self-check's listener is bound before the plan");
-    assert!(h.effects[2].contains("run --rm -i"));
+    assert_eq!(
+        h.effects[2],
+        Effect::Canary(Some(45000)),
+        "the self-check's listener is bound before the plan"
+    );
+    let argv = launched(&h);
+    assert!(argv.contains("run --rm -i"), "{argv}");
     // The proxy URL (with the token) is not on the command line: `ps` would show it.
     let token = "ab".repeat(16);
-    assert!(!h.effects[2].contains(&token), "token on argv: {}", h.effects[2]);
-    assert!(h.effects[2].contains("--env-file /run/user/1000/ai-sandbox/sessions/abababababab/proxy.env"));
+    assert!(!argv.contains(&token), "token on argv: {argv}");
+    assert!(argv.contains("--env-file /run/user/1000/ai-sandbox/sessions/abababababab/proxy.env"));
 
     let mut root = host("", &[]);
     root.uid = 0;
@@ -112,9 +138,14 @@ fn a_launch_relays_single_address_entries_and_forwards_them_through_pasta() {
     let cli = Cli::try_parse_from(["ai-sandbox", "--allow", "192.0.2.7:5432", "--", "true"]).unwrap();
     let mut h = host("allow = 100.64.0.1:6379\nallow = 198.51.100.0/24:443\n", &[]);
     app::run(&mut h, &cli.run).unwrap();
-    let relays: Vec<&String> = h.effects.iter().filter(|e| e.starts_with("relay ")).collect();
-    assert_eq!(relays, ["relay 127.0.0.1:40000 to 192.0.2.7:5432"], "{:?}", h.effects);
-    let launch = h.effects.iter().find(|e| e.starts_with("launch")).expect("launched");
+    let relays: Vec<&Effect> = h.effects.iter().filter(|e| e.kind() == Kind::Relay).collect();
+    assert_eq!(
+        relays,
+        [&Effect::Relay { port: 40000, to: "192.0.2.7:5432".parse().unwrap() }],
+        "{:?}",
+        h.effects
+    );
+    let launch = launched(&h);
     // The host port goes straight to itself; the IP entry to the relay bound for it; a network
     // has no one address to relay to.
     assert!(
@@ -124,8 +155,8 @@ fn a_launch_relays_single_address_entries_and_forwards_them_through_pasta() {
     // Positive control: without single-address entries, nothing is relayed.
     let mut h = host("allow = 198.51.100.0/24:443\n", &[]);
     app::run(&mut h, &Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap().run).unwrap();
-    assert!(!h.effects.iter().any(|e| e.starts_with("relay ")), "{:?}", h.effects);
-    assert!(h.effects.iter().any(|e| e.starts_with("launch")), "{:?}", h.effects);
+    assert!(!h.effects.iter().any(|e| e.kind() == Kind::Relay), "{:?}", h.effects);
+    assert!(h.effects.iter().any(|e| e.kind() == Kind::Launch), "{:?}", h.effects);
 }
 
 #[test]
@@ -179,14 +210,18 @@ fn init_writes_the_config_and_never_overwrites_without_force() {
     h.files.clear();
     let presets = vec!["claude".to_string(), "npm".to_string()];
     assert_eq!(setup::init(&mut h, &presets, false, None).unwrap(), 0);
-    assert_eq!(h.effects.len(), 3, "{:?}", h.effects);
-    assert_eq!(h.effects[0], "write /home/dev/app/.ai-sandbox/config");
-    assert!(
-        h.effects[1].ends_with("/approved-config"),
-        "what init writes counts as approved: {:?}",
-        h.effects
-    );
-    assert!(h.effects[2].ends_with("/project"), "the project's path is recorded for prune: {:?}", h.effects);
+    let written: Vec<&Path> = h
+        .effects
+        .iter()
+        .map(|e| match e {
+            Effect::Write(p) => p.as_path(),
+            other => panic!("init did more than write files: {other:?}"),
+        })
+        .collect();
+    assert_eq!(written.len(), 3, "{:?}", h.effects);
+    assert_eq!(written[0], Path::new("/home/dev/app/.ai-sandbox/config"));
+    assert!(written[1].ends_with("approved-config"), "what init writes counts as approved: {:?}", h.effects);
+    assert!(written[2].ends_with("project"), "the project's path is recorded for prune: {:?}", h.effects);
     let written = h.files[0].1.clone();
     assert!(written.contains("allow = api.anthropic.com\n") && written.contains("cmd = claude\n"));
     let err = setup::init(&mut h, &["pypi".to_string()], false, None).unwrap_err().to_string();
@@ -210,7 +245,7 @@ fn an_unauthenticated_redis_on_an_allowed_host_port_is_warned_about() {
     let mut h = host("", &[]);
     h.loopback.push((6379, b"-NOAUTH Authentication required.\r\n".to_vec()));
     app::run(&mut h, &cli.run).unwrap();
-    assert!(h.effects.iter().any(|e| e == "probe 127.0.0.1:6379"));
+    assert!(h.effects.contains(&Effect::Probe(6379)), "{:?}", h.effects);
     assert!(!h.stderr.contains("warning"), "{}", h.stderr);
 }
 
@@ -267,7 +302,7 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
         "{err}"
     );
     assert!(err.contains("nothing was started") && err.contains("ai-sandbox trust"), "{err}");
-    assert!(!h.effects.iter().any(|e| e.starts_with("launch")), "launched: {:?}", h.effects);
+    assert!(!h.effects.iter().any(|e| e.kind() == Kind::Launch), "launched: {:?}", h.effects);
     // `--dry-run` still plans, and says it is not approved.
     let out = dry_run(&mut h, &[]);
     assert!(out.contains("# note: .ai-sandbox/config is not approved"), "{out}");
@@ -276,11 +311,7 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     assert!(h.stdout.contains("approved .ai-sandbox/config for /home/dev/app"), "{}", h.stdout);
     let code = app::run(&mut h, &cli.run).unwrap();
     assert_eq!(code, 0);
-    assert!(
-        h.effects.iter().any(|e| e.starts_with("launch") && e.contains("/home/dev:/realhome")),
-        "{:?}",
-        h.effects
-    );
+    assert!(launched(&h).contains("/home/dev:/realhome"), "{:?}", h.effects);
 }
 
 #[test]
@@ -392,7 +423,7 @@ fn login_import_says_which_files_then_copies_their_login_only() {
         "{}",
         h.stdout
     );
-    assert_eq!(h.effects.iter().filter(|e| e.starts_with("copy ")).count(), 2, "{:?}", h.effects);
+    assert_eq!(h.effects.iter().filter(|e| e.kind() == Kind::Copy).count(), 2, "{:?}", h.effects);
     let copied = h.files.iter().find(|(p, _)| p.ends_with("login/.claude.json")).unwrap();
     assert!(copied.1.contains("\"u\"") && !copied.1.contains("mcpServers"), "{}", copied.1);
     let err = setup::login_import(&mut h, "codex").unwrap_err().to_string();
@@ -410,10 +441,10 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
     assert_eq!(change::change_cmd(&mut h, args, change::Verb::Allow).unwrap(), 0);
     assert!(
-        h.effects
-            .iter()
-            .any(|e| e
-                == "live allow b.test, 10.0.0.1:5432 in /run/user/1000/ai-sandbox/sessions/abc/live.json"),
+        h.effects.contains(&Effect::LiveAllow {
+            change: "b.test, 10.0.0.1:5432".into(),
+            record: "/run/user/1000/ai-sandbox/sessions/abc/live.json".into()
+        }),
         "{:?}",
         h.effects
     );
@@ -456,7 +487,11 @@ fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
     let cli = Cli::try_parse_from(["ai-sandbox", "allow", "--session-only", "b.test"]).unwrap();
     let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
     assert_eq!(change::change_cmd(&mut h, args, change::Verb::Allow).unwrap(), 0);
-    assert!(h.effects.iter().any(|e| e.starts_with("live allow b.test")), "{:?}", h.effects);
+    assert!(
+        h.effects.iter().any(|e| matches!(e, Effect::LiveAllow { change, .. } if change == "b.test")),
+        "{:?}",
+        h.effects
+    );
 }
 
 #[test]
@@ -512,7 +547,7 @@ fn an_image_is_never_pulled_and_a_missing_one_starts_nothing() {
     // Positive control: present, it launches (with --pull=never all the same).
     h.missing_images.clear();
     app::run(&mut h, &cli.run).unwrap();
-    assert!(h.effects.iter().any(|e| e.contains("--pull=never")), "{:?}", h.effects);
+    assert!(launched(&h).contains("--pull=never"), "{:?}", h.effects);
     // The host image has nothing to pull.
     let mut plain = host("", &[]);
     assert!(!dry_run(&mut plain, &[]).contains("--pull"));
@@ -524,7 +559,7 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
     // 45000 (the fake's first free port) is allowed: the canary is the next one.
     let mut h = host("allow = 100.64.0.1:45000\n", &[]);
     app::run(&mut h, &cli.run).unwrap();
-    assert!(h.effects.contains(&"canary 127.0.0.1:45001".to_string()), "{:?}", h.effects);
+    assert!(h.effects.contains(&Effect::Canary(Some(45001))), "{:?}", h.effects);
     let hook = &h.launched[0].hook.as_ref().unwrap().check.as_ref().unwrap().json;
     assert!(
         hook.contains("\"--canary\",\n      \"100.64.0.1:45001\"") && hook.contains("\"--gate-port\""),
@@ -542,7 +577,7 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
     assert!(dry.contains("# self-check: SKIPPED") && !dry.contains("--canary"), "{dry}");
     app::run(&mut skip, &cli.run).unwrap();
     assert!(skip.stderr.contains("AISB_SKIP_SELF_CHECK=1"), "{}", skip.stderr);
-    assert!(!skip.effects.iter().any(|e| e.starts_with("canary")), "{:?}", skip.effects);
+    assert!(!skip.effects.iter().any(|e| e.kind() == Kind::Canary), "{:?}", skip.effects);
 }
 
 #[test]
@@ -579,7 +614,10 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     assert!(h.stdout.contains("nothing was removed") && h.effects.is_empty(), "{:?}", h.effects);
     // --yes: the gone project's state and HOME go, nothing else.
     sessions::prune_cmd(&mut h, true).unwrap();
-    assert_eq!(h.effects, [format!("remove {states}/old-1"), format!("remove {homes}/old-1")]);
+    assert_eq!(
+        h.effects,
+        [Effect::Remove(format!("{states}/old-1").into()), Effect::Remove(format!("{homes}/old-1").into())]
+    );
     assert!(h.files.iter().any(|(p, _)| p.starts_with(format!("{homes}/mystery-2"))));
     h.stdout.clear();
     sessions::prune_cmd(&mut h, true).unwrap();
@@ -755,7 +793,7 @@ fn a_published_port_already_in_use_is_said_with_who_has_it() {
     assert!(h.effects.is_empty(), "{:?}", h.effects);
     h.taken_ports.clear();
     app::run(&mut h, &cli.run).unwrap();
-    assert!(h.effects.iter().any(|e| e.contains("127.0.0.1:8080:8080")), "control: {:?}", h.effects);
+    assert!(launched(&h).contains("127.0.0.1:8080:8080"), "control: {:?}", h.effects);
 }
 
 #[test]
@@ -826,4 +864,38 @@ fn a_bound_secret_is_a_placeholder_in_the_sandbox_which_then_trusts_the_gates_ca
     let (_, env) = h.launched[0].env_file.clone().expect("env file");
     assert!(env.contains("API_KEY=sk-real-value\n") && !env.contains("SSL_CERT_FILE"), "{env}");
     assert!(h.stderr.contains("the agent holds the value of API_KEY in clear"), "{}", h.stderr);
+}
+
+#[test]
+fn a_launch_stops_at_the_first_effect_that_fails_and_starts_nothing() {
+    let cli = Cli::try_parse_from(["ai-sandbox", "--allow", "192.0.2.7:5432", "--", "true"]).unwrap();
+    for kind in [Kind::BlockSignals, Kind::RegisterGate, Kind::Relay, Kind::Canary, Kind::Launch] {
+        let mut h = host("", &[]);
+        h.fails = vec![kind];
+        let err = format!("{:#}", app::run(&mut h, &cli.run).expect_err(&format!("{kind:?}")));
+        assert!(err.contains(&format!("{kind:?} failed")), "{kind:?}: {err}");
+        assert_eq!(h.effects.last().map(Effect::kind), Some(kind), "stopped there: {:?}", h.effects);
+        assert!(
+            kind == Kind::Launch || !h.effects.iter().any(|e| e.kind() == Kind::Launch),
+            "{kind:?} failed, yet a launch followed: {:?}",
+            h.effects
+        );
+    }
+    // Control: nothing fails, every one of them happens and the plan is launched.
+    let mut h = host("", &[]);
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
+    for kind in [Kind::BlockSignals, Kind::RegisterGate, Kind::Relay, Kind::Canary, Kind::Launch] {
+        assert!(h.effects.iter().any(|e| e.kind() == kind), "{kind:?} missing: {:?}", h.effects);
+    }
+}
+
+#[test]
+fn init_whose_write_fails_writes_nothing_else() {
+    let mut h = host("", &[]);
+    h.files.clear();
+    h.fails = vec![Kind::Write];
+    let err = format!("{:#}", setup::init(&mut h, &["pypi".to_string()], false, None).unwrap_err());
+    assert!(err.contains("Write failed"), "{err}");
+    assert_eq!(h.effects, [Effect::Write("/home/dev/app/.ai-sandbox/config".into())]);
+    assert!(h.files.is_empty(), "nothing was written: {:?}", h.files);
 }

@@ -318,6 +318,12 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     {
         return Ok(code);
     }
+    if !args.dry_run {
+        // Before the first effect that starts a thread (the gate's lease watcher, the relays):
+        // the signals this launcher forwards to podman must stay blocked in every thread, or a
+        // Ctrl-C could land in one that ignores it.
+        host.block_forwarded_signals()?;
+    }
     if policy.gate && !args.dry_run {
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.

@@ -4,7 +4,10 @@
 //! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
 //! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
 
+mod fake;
 pub(crate) mod loopback;
+
+pub use fake::{Effect, FakeHost, Kind};
 
 use crate::error::hinted;
 use crate::plan::protect::Protected;
@@ -14,7 +17,9 @@ use anyhow::Result;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-pub trait Host {
+/// What the operating system gives every command: the environment, files, the terminal,
+/// randomness, programs on PATH. Nothing here knows what a sandbox is.
+pub trait Os {
     fn env(&self, key: &str) -> Option<String>;
     /// Set, but not UTF-8 (`env` says None for it): said as such, never taken for unset.
     fn env_not_text(&self, _key: &str) -> bool {
@@ -38,19 +43,6 @@ pub trait Host {
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
     fn print(&mut self, text: &str);
     fn eprint(&mut self, text: &str);
-    /// Registers the session with the user's gate (starting one if needed) for the life of
-    /// this process; returns the gate's port.
-    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)>;
-    /// Binds a relay on the host's loopback for each of `targets` and serves them for the life
-    /// of this process (see `relay`); returns their ports, in order.
-    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>>;
-    /// Binds a listener on the host's 127.0.0.1 at a free port that `allowed` says no rule
-    /// allows, held for the life of this process (the self-check's canary); None when every
-    /// port tried is allowed.
-    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>>;
-    /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
-    /// time (empty when nothing listens or nothing answers).
-    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
     /// The dynamic loader this program runs with (its ELF interpreter, resolved), which the
     /// self-check hook runs it through inside any image; None for a static program.
     fn loader(&self, exe: &Path) -> Option<PathBuf>;
@@ -65,15 +57,44 @@ pub trait Host {
     fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>>;
     /// Removes a directory and everything below it.
     fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()>;
-    /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
-    fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
-    /// Executes a Plan (side effects); returns the exit code to pass through.
-    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
+    /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
+    /// or less); one trailing newline is dropped.
+    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
+    /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
+    /// `ai-sandbox allow` at once both land in the config.
+    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
+}
+
+/// What ai-sandbox does to the machine for a sandbox (the domain's ports): the gate, the relays,
+/// the launch, the guard, live changes, the private store. Each is one operation the pure stages
+/// planned; the real ones live in `launch`, `gate`, `live`, the fakes record them as `Effect`s.
+pub trait Ports {
+    /// Blocks, in this thread and every thread it starts from now on, the signals the launcher
+    /// forwards to podman (`launch::forward_signals` waits for them): called before the first
+    /// effect that starts a thread (the gate's lease watcher, the relays).
+    fn block_forwarded_signals(&mut self) -> anyhow::Result<()>;
+    /// Registers the session with the user's gate (starting one if needed) for the life of
+    /// this process; returns the gate's port.
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)>;
+    /// Binds a relay on the host's loopback for each of `targets` and serves them for the life
+    /// of this process (see `relay`); returns their ports, in order.
+    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>>;
+    /// Binds a listener on the host's 127.0.0.1 at a free port that `allowed` says no rule
+    /// allows, held for the life of this process (the self-check's canary); None when every
+    /// port tried is allowed.
+    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>>;
+    /// Sends `ask` to the host's 127.0.0.1:`port` and returns what came back within a short
+    /// time (empty when nothing listens or nothing answers).
+    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
+    /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
+    fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
+    /// Executes a Plan (side effects); returns the exit code to pass through.
+    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Copies a file of the user's into `store` at `rel`, readable only by the user (0600,
     /// directories 0700): credentials; with `fields`, only those of its JSON object (see
     /// `launch::logins`). Nothing in the store is followed: a link at `rel` is replaced, a
@@ -85,17 +106,11 @@ pub trait Host {
         rel: &Path,
         fields: Option<&[&str]>,
     ) -> anyhow::Result<()>;
-    /// A secret's value from a file: it must be the user's own and closed to others (mode 0600
-    /// or less); one trailing newline is dropped.
-    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String>;
     /// The protected paths (relative to `project`) that exist now, as absolute paths to mount.
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected>;
     /// Verifies the records of this project's earlier sessions whose check never finished
     /// (see `guard::settle_leftovers`), saying so on stderr.
     fn settle_leftovers(&mut self, state_dir: &Path) -> Result<()>;
-    /// An exclusive lock on `path` (created if missing), held until the guard is dropped: two
-    /// `ai-sandbox allow` at once both land in the config.
-    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
     /// Writes a protected file of the project for the user (see `guard::write_trusted`).
     fn write_trusted(&mut self, state: &Path, project: &Path, rel: &Path, text: &str) -> Result<()>;
     /// This user's running sandboxes (their launcher alive), oldest first.
@@ -117,6 +132,11 @@ pub trait Host {
     ) -> anyhow::Result<()>;
 }
 
+/// Everything a command may ask of the machine: `Os` and `Ports` (commands take `&mut dyn Host`).
+pub trait Host: Os + Ports {}
+
+impl<T: Os + Ports> Host for T {}
+
 #[derive(Default)]
 pub struct RealHost {
     lease: Option<crate::gate::control::Lease>,
@@ -124,7 +144,7 @@ pub struct RealHost {
     canary: Option<std::net::TcpListener>,
 }
 
-impl Host for RealHost {
+impl Os for RealHost {
     fn env(&self, key: &str) -> Option<String> {
         std::env::var(key).ok()
     }
@@ -222,62 +242,6 @@ impl Host for RealHost {
     fn eprint(&mut self, text: &str) {
         eprint!("{text}");
     }
-    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)> {
-        use crate::gate::control;
-        let req = control::Request::Register {
-            session: facts.session_id.clone(),
-            project: policy.project.display().to_string(),
-            token: facts.token.clone(),
-            policy: crate::contract::SessionPolicy::of(policy),
-            secrets: facts.bound.clone(),
-            upstream_ca: facts.upstream_ca.clone(),
-        };
-        crate::launch::block_forwarded_signals()?;
-        let mut lease = control::register(&facts.runtime_dir, &facts.self_exe, policy.gate_port, &req)?;
-        lease.watch(|| {
-            eprintln!(
-                "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed: its port \
-                 stays held by this launcher, which refuses every request). Restart the sandbox to start a new gate."
-            )
-        })?;
-        let (port, ca) = (lease.port, lease.ca.take());
-        self.lease = Some(lease);
-        Ok((port, ca))
-    }
-    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
-        // The relays' thread must not take the signals the launcher forwards to podman.
-        crate::launch::block_forwarded_signals()?;
-        let relays = crate::launch::relay::start(targets)?;
-        let ports = relays.ports.clone();
-        self.relays = Some(relays);
-        Ok(ports)
-    }
-    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>> {
-        use anyhow::Context;
-        // Never accepted from: a connection the rules let through completes in the backlog.
-        for _ in 0..64 {
-            let l =
-                std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding the self-check's listener")?;
-            let port = l.local_addr()?.port();
-            if !allowed(port) {
-                self.canary = Some(l);
-                return Ok(Some(port));
-            }
-        }
-        Ok(None)
-    }
-    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8> {
-        use std::io::{Read, Write};
-        let t = std::time::Duration::from_millis(300);
-        let Ok(mut s) = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), t) else {
-            return Vec::new();
-        };
-        let _ = s.set_read_timeout(Some(t));
-        let _ = s.write_all(ask);
-        let mut buf = [0u8; 64];
-        let n = s.read(&mut buf).unwrap_or(0);
-        buf[..n].to_vec()
-    }
     fn port_taken(&self, port: u16) -> Option<String> {
         match std::net::TcpListener::bind(("127.0.0.1", port)) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(listener_of(port)),
@@ -313,6 +277,130 @@ impl Host for RealHost {
         let bytes = std::fs::read(exe).ok()?;
         std::fs::canonicalize(elf_interpreter(&bytes)?).ok()
     }
+    fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
+        use std::io::Write;
+        eprint!("{question}");
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+    }
+    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
+        use anyhow::Context;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(Box::new(lock))
+    }
+    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
+        use std::io::Read;
+        let resolve = |n: &str| {
+            let path = which::which(n).ok()?;
+            let target = path.canonicalize().ok()?;
+            Some((path, target))
+        };
+        let (path, target) = resolve(name)?;
+        let mut head = [0u8; 256];
+        let n = std::fs::File::open(&target).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+        let first = String::from_utf8_lossy(&head[..n]).lines().next().unwrap_or("").to_string();
+        let interpreter = first.strip_prefix("#!").and_then(|line| {
+            let mut words = line.split_whitespace();
+            let prog = words.next()?;
+            // `#!/usr/bin/env [-S] NAME`: NAME from PATH, as env would find it.
+            let named = if prog.ends_with("/env") { words.find(|w| !w.starts_with('-')) } else { None };
+            match named {
+                Some(n) => resolve(n),
+                None => Some((PathBuf::from(prog), Path::new(prog).canonicalize().ok()?)),
+            }
+        });
+        Some(crate::plan::agent::Found { path, target, interpreter })
+    }
+    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| anyhow::anyhow!("reading the secret file {}: {e}", path.display()))?;
+        if meta.uid() != self.uid() || meta.mode() & 0o077 != 0 {
+            return Err(hinted(
+                format!(
+                    "the secret file {} is readable by others (mode {:o}) or not yours",
+                    path.display(),
+                    meta.mode() & 0o777
+                ),
+                format!("chmod 600 {}", path.display()),
+            )
+            .into());
+        }
+        let text = std::fs::read_to_string(path)?;
+        Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
+    }
+}
+
+impl Ports for RealHost {
+    fn block_forwarded_signals(&mut self) -> anyhow::Result<()> {
+        crate::launch::block_forwarded_signals()
+    }
+    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)> {
+        use crate::gate::control;
+        let req = control::Request::Register {
+            session: facts.session_id.clone(),
+            project: policy.project.display().to_string(),
+            token: facts.token.clone(),
+            policy: crate::contract::SessionPolicy::of(policy),
+            secrets: facts.bound.clone(),
+            upstream_ca: facts.upstream_ca.clone(),
+        };
+        let mut lease = control::register(&facts.runtime_dir, &facts.self_exe, policy.gate_port, &req)?;
+        lease.watch(|| {
+            eprintln!(
+                "\nai-sandbox: the egress gate stopped; this sandbox has no egress now (fail closed: its port \
+                 stays held by this launcher, which refuses every request). Restart the sandbox to start a new gate."
+            )
+        })?;
+        let (port, ca) = (lease.port, lease.ca.take());
+        self.lease = Some(lease);
+        Ok((port, ca))
+    }
+    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
+        let relays = crate::launch::relay::start(targets)?;
+        let ports = relays.ports.clone();
+        self.relays = Some(relays);
+        Ok(ports)
+    }
+    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>> {
+        use anyhow::Context;
+        // Never accepted from: a connection the rules let through completes in the backlog.
+        for _ in 0..64 {
+            let l =
+                std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding the self-check's listener")?;
+            let port = l.local_addr()?.port();
+            if !allowed(port) {
+                self.canary = Some(l);
+                return Ok(Some(port));
+            }
+        }
+        Ok(None)
+    }
+    fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let t = std::time::Duration::from_millis(300);
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), t) else {
+            return Vec::new();
+        };
+        let _ = s.set_read_timeout(Some(t));
+        let _ = s.write_all(ask);
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        buf[..n].to_vec()
+    }
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool> {
         let out = std::process::Command::new(podman)
             .args(["image", "exists", "--", image])
@@ -340,14 +428,6 @@ impl Host for RealHost {
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(&mut crate::launch::Real { podman: PathBuf::from(&plan.argv[0]) }, plan)
     }
-    fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
-        use std::io::Write;
-        eprint!("{question}");
-        std::io::stderr().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer)?;
-        Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
-    }
     fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected> {
         crate::launch::guard::existing_mounts(project, rels)
     }
@@ -356,22 +436,6 @@ impl Host for RealHost {
     }
     fn live_sessions(&self, runtime: &Path, project: &Path) -> Vec<PathBuf> {
         crate::live::apply::sessions(runtime, project)
-    }
-    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
-        use anyhow::Context;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .with_context(|| format!("locking {}", path.display()))?;
-        Ok(Box::new(lock))
     }
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running> {
         crate::live::apply::running(runtime)
@@ -423,47 +487,6 @@ impl Host for RealHost {
         };
         crate::launch::logins::write_private(store, rel, &bytes)
     }
-    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
-        use std::io::Read;
-        let resolve = |n: &str| {
-            let path = which::which(n).ok()?;
-            let target = path.canonicalize().ok()?;
-            Some((path, target))
-        };
-        let (path, target) = resolve(name)?;
-        let mut head = [0u8; 256];
-        let n = std::fs::File::open(&target).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
-        let first = String::from_utf8_lossy(&head[..n]).lines().next().unwrap_or("").to_string();
-        let interpreter = first.strip_prefix("#!").and_then(|line| {
-            let mut words = line.split_whitespace();
-            let prog = words.next()?;
-            // `#!/usr/bin/env [-S] NAME`: NAME from PATH, as env would find it.
-            let named = if prog.ends_with("/env") { words.find(|w| !w.starts_with('-')) } else { None };
-            match named {
-                Some(n) => resolve(n),
-                None => Some((PathBuf::from(prog), Path::new(prog).canonicalize().ok()?)),
-            }
-        });
-        Some(crate::plan::agent::Found { path, target, interpreter })
-    }
-    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path)
-            .map_err(|e| anyhow::anyhow!("reading the secret file {}: {e}", path.display()))?;
-        if meta.uid() != self.uid() || meta.mode() & 0o077 != 0 {
-            return Err(hinted(
-                format!(
-                    "the secret file {} is readable by others (mode {:o}) or not yours",
-                    path.display(),
-                    meta.mode() & 0o777
-                ),
-                format!("chmod 600 {}", path.display()),
-            )
-            .into());
-        }
-        let text = std::fs::read_to_string(path)?;
-        Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
-    }
 }
 
 /// Who listens on TCP `port` (from /proc/net/tcp{,6} and this user's processes' sockets).
@@ -508,243 +531,6 @@ pub(crate) fn elf_interpreter(elf: &[u8]) -> Option<PathBuf> {
         let path = raw.split(|b| *b == 0).next()?;
         Some(PathBuf::from(std::str::from_utf8(path).ok()?))
     })
-}
-
-/// A host for tests: answers from fixed data and records what it was asked to do.
-#[derive(Debug, Default)]
-pub struct FakeHost {
-    pub vars: Vec<(String, String)>,
-    pub cwd: PathBuf,
-    pub files: Vec<(PathBuf, String)>,
-    pub uid: u32,
-    pub tty: bool,
-    pub stdout: String,
-    pub stderr: String,
-    /// Every side effect requested, in order.
-    pub effects: Vec<String>,
-    pub exit_code: i32,
-    /// Replies of host loopback services, by port.
-    pub loopback: Vec<(u16, Vec<u8>)>,
-    /// Answers to `confirm`, in order (none left: no).
-    pub answers: Vec<bool>,
-    /// Programs on PATH that are not in /usr/bin (every other name is).
-    pub programs: Vec<(String, crate::plan::agent::Found)>,
-    /// Live records of running sandboxes (`live_sessions` returns them all).
-    pub live: Vec<PathBuf>,
-    /// What `running` returns.
-    pub running: Vec<crate::live::Running>,
-    /// Images podman does not have (every other name is present).
-    pub missing_images: Vec<String>,
-    /// The plans it was asked to launch.
-    pub launched: Vec<Plan>,
-    /// Host loopback ports something else listens on.
-    pub taken_ports: Vec<u16>,
-    /// Variables set to a value that is not UTF-8 (`env` says None for them).
-    pub not_text: Vec<String>,
-    /// The port of a running gate (`gate_port`), none by default.
-    pub gate_listening: Option<u16>,
-}
-
-impl FakeHost {
-    /// A program on PATH at `path` (its own target, no interpreter).
-    pub fn install(&mut self, name: &str, path: &str) {
-        let p = PathBuf::from(path);
-        self.programs
-            .push((name.into(), crate::plan::agent::Found { path: p.clone(), target: p, interpreter: None }));
-    }
-}
-
-impl Host for FakeHost {
-    fn env_not_text(&self, key: &str) -> bool {
-        self.not_text.iter().any(|k| k == key)
-    }
-    fn env(&self, key: &str) -> Option<String> {
-        self.vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-    }
-    fn cwd(&self) -> anyhow::Result<PathBuf> {
-        Ok(self.cwd.clone())
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.files.iter().any(|(p, _)| p.starts_with(path))
-            || ["/usr", "/etc", "/opt"].iter().any(|d| path == Path::new(d))
-    }
-    fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
-        Ok(self.files.iter().find(|(p, _)| p == path).map(|(_, t)| t.clone()))
-    }
-    fn write_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
-        self.effects.push(format!("write {}", path.display()));
-        self.files.retain(|(p, _)| p != path);
-        self.files.push((path.to_path_buf(), text.to_string()));
-        Ok(())
-    }
-    fn canonical(&self, path: &Path) -> PathBuf {
-        path.to_path_buf()
-    }
-    fn owned_dir(&self, path: &Path) -> bool {
-        // The runtime dirs the fake's variables name are this user's.
-        self.vars.iter().any(|(k, v)| k == "XDG_RUNTIME_DIR" && Path::new(v) == path)
-    }
-    fn which(&self, name: &str) -> Option<PathBuf> {
-        Some(PathBuf::from(match name {
-            "nft" => "/usr/sbin/nft".to_string(),
-            n => format!("/usr/bin/{n}"),
-        }))
-    }
-    fn current_exe(&self) -> anyhow::Result<PathBuf> {
-        Ok(PathBuf::from("/usr/local/bin/ai-sandbox"))
-    }
-    fn uid(&self) -> u32 {
-        self.uid
-    }
-    fn stdio_is_tty(&self) -> bool {
-        self.tty
-    }
-    fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
-        Ok("ab".repeat(n))
-    }
-    fn print(&mut self, text: &str) {
-        self.stdout += text;
-    }
-    fn eprint(&mut self, text: &str) {
-        self.stderr += text;
-    }
-    fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
-        self.live.clone()
-    }
-    fn executable(&self, path: &Path) -> Option<bool> {
-        if self.is_dir(path) {
-            return Some(false);
-        }
-        self.files.iter().find(|(p, _)| p == path).map(|(_, text)| text.starts_with("#!"))
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        self.files.iter().any(|(p, _)| p != path && p.starts_with(path))
-    }
-    fn port_taken(&self, port: u16) -> Option<String> {
-        self.taken_ports.contains(&port).then(|| "by pid 4242 (python3)".to_string())
-    }
-    fn list_dir(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-        let mut out: Vec<PathBuf> = self
-            .files
-            .iter()
-            .filter_map(|(p, _)| p.strip_prefix(dir).ok()?.components().next().map(|c| dir.join(c)))
-            .collect();
-        out.sort();
-        out.dedup();
-        Ok(out)
-    }
-    fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()> {
-        self.effects.push(format!("remove {}", dir.display()));
-        self.files.retain(|(p, _)| !p.starts_with(dir));
-        Ok(())
-    }
-    fn loader(&self, _exe: &Path) -> Option<PathBuf> {
-        Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))
-    }
-    fn image_present(&self, _podman: &Path, image: &str) -> anyhow::Result<bool> {
-        Ok(!self.missing_images.iter().any(|m| m == image))
-    }
-    fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
-        self.effects.push(format!("lock {}", path.display()));
-        Ok(Box::new(()))
-    }
-    fn running(&self, _runtime: &Path) -> Vec<crate::live::Running> {
-        self.running.clone()
-    }
-    fn gate_sessions(&self, _runtime: &Path) -> Vec<crate::gate::control::SessionStatus> {
-        Vec::new()
-    }
-    fn gate_port(&self, _runtime: &Path) -> Option<u16> {
-        self.gate_listening
-    }
-    fn write_trusted(&mut self, _: &Path, project: &Path, rel: &Path, text: &str) -> Result<()> {
-        self.write_file(&project.join(rel), text)
-    }
-    fn live_allow(
-        &mut self,
-        _runtime: &Path,
-        record: &Path,
-        change: &crate::live::Change,
-    ) -> anyhow::Result<()> {
-        self.effects.push(format!("live allow {} in {}", change.summary(), record.display()));
-        Ok(())
-    }
-    fn register_gate(&mut self, policy: &Policy, facts: &Facts) -> anyhow::Result<(u16, Option<String>)> {
-        self.effects.push(format!("register gate from port {}", policy.gate_port));
-        let ca = (!facts.bound.is_empty()).then(|| "-----BEGIN CERTIFICATE-----\nFAKE\n".to_string());
-        Ok((policy.gate_port + 1, ca))
-    }
-    fn start_relays(&mut self, targets: &[std::net::SocketAddrV4]) -> anyhow::Result<Vec<u16>> {
-        let ports: Vec<u16> = (40000..).take(targets.len()).collect();
-        for (to, port) in targets.iter().zip(&ports) {
-            self.effects.push(format!("relay 127.0.0.1:{port} to {to}"));
-        }
-        Ok(ports)
-    }
-    fn bind_canary(&mut self, allowed: &dyn Fn(u16) -> bool) -> anyhow::Result<Option<u16>> {
-        let port = (45000..45064).find(|p| !allowed(*p));
-        self.effects.push(format!("canary 127.0.0.1:{}", port.map_or("-".into(), |p| p.to_string())));
-        Ok(port)
-    }
-    fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
-        self.effects.push(format!("probe 127.0.0.1:{port}"));
-        self.loopback.iter().find(|(p, _)| *p == port).map(|(_, r)| r.clone()).unwrap_or_default()
-    }
-    fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
-        self.effects.push(format!("launch {}", plan.argv.join(" ")));
-        self.launched.push(plan.clone());
-        Ok(self.exit_code)
-    }
-    fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
-        self.stderr += question;
-        Ok(if self.answers.is_empty() { false } else { self.answers.remove(0) })
-    }
-    fn copy_private(
-        &mut self,
-        from: &Path,
-        store: &Path,
-        rel: &Path,
-        fields: Option<&[&str]>,
-    ) -> anyhow::Result<()> {
-        let to = store.join(rel);
-        let text = self.read_file(from)?.ok_or_else(|| anyhow::anyhow!("{} not found", from.display()))?;
-        let text = crate::launch::logins::login_part(text.as_bytes(), fields)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .ok_or_else(|| anyhow::anyhow!("{} holds no login", from.display()))?;
-        self.effects.push(format!("copy {} -> {}", from.display(), to.display()));
-        self.files.push((to.to_path_buf(), text));
-        Ok(())
-    }
-    fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found> {
-        if let Some((_, f)) = self.programs.iter().find(|(n, _)| n == name) {
-            return Some(f.clone());
-        }
-        if name.starts_with("nosuch") {
-            return None;
-        }
-        let p = PathBuf::from(format!("/usr/bin/{name}"));
-        Some(crate::plan::agent::Found { path: p.clone(), target: p, interpreter: None })
-    }
-    fn read_secret_file(&self, path: &Path) -> anyhow::Result<String> {
-        self.files
-            .iter()
-            .find(|(p, _)| p == path)
-            .map(|(_, t)| t.trim_end_matches('\n').to_string())
-            .ok_or_else(|| anyhow::anyhow!("reading the secret file {}: not found", path.display()))
-    }
-    fn protected_mounts(&self, project: &Path, rels: &[String]) -> Result<Protected> {
-        let mounts = rels
-            .iter()
-            .map(|r| project.join(r))
-            .filter(|p| self.files.iter().any(|(f, _)| f.starts_with(p)))
-            .collect();
-        Ok(crate::plan::protect::Protected { mounts, ..Default::default() })
-    }
-    fn settle_leftovers(&mut self, _state_dir: &Path) -> Result<()> {
-        // A fake holds no guard records: nothing to settle, so no effect (the e2e suite proves
-        // the real one runs before the config is read).
-        Ok(())
-    }
 }
 
 #[cfg(test)]
