@@ -44,6 +44,24 @@ pub struct Answer {
     pub(crate) verdict: Verdict,
 }
 
+#[cfg(test)]
+impl Question {
+    /// A held CONNECT to a.test:443 for tests: change what a test is about with `..`.
+    pub(crate) fn example() -> Question {
+        Question {
+            ask: 0,
+            session: "s".into(),
+            project: "/p".into(),
+            method: "CONNECT".into(),
+            host: "a.test".into(),
+            port: 443,
+            seconds: 5,
+            allow: None,
+            path: None,
+        }
+    }
+}
+
 /// One message of the stream. A new kind is a compile error in every reader's match.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -81,17 +99,7 @@ mod tests {
     use super::*;
 
     fn q() -> Question {
-        Question {
-            ask: 3,
-            session: "s".into(),
-            project: "/p".into(),
-            method: "CONNECT".into(),
-            host: "a.test".into(),
-            port: 443,
-            seconds: 5,
-            allow: Some("a.test".into()),
-            path: None,
-        }
+        Question { ask: 3, allow: Some("a.test".into()), ..Question::example() }
     }
 
     fn ev() -> Event {

@@ -74,17 +74,7 @@ mod tests {
     use super::*;
 
     fn q() -> Question {
-        Question {
-            ask: 0,
-            session: "s".into(),
-            project: "/p".into(),
-            method: "CONNECT".into(),
-            host: "a.test".into(),
-            port: 443,
-            seconds: 5,
-            allow: None,
-            path: None,
-        }
+        Question::example()
     }
 
     #[tokio::test]
