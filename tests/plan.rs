@@ -507,13 +507,9 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         gate: false,
         tls: false,
         policy: ai_sandbox::contract::SessionPolicy {
-            allow: Default::default(),
             gate_ports: vec![],
-            resolve: vec![],
             config_path: String::new(),
-            gate_addr: "100.64.0.1".parse().unwrap(),
-            ask: None,
-            rules: vec![],
+            ..Default::default()
         },
     };
     h.running = vec![ai_sandbox::live::Running {

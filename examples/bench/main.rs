@@ -165,12 +165,9 @@ fn session_policy(args: &[String]) -> ai_sandbox::contract::SessionPolicy {
             )],
             ..Allowlist::default()
         },
-        ask: None,
-        gate_ports: vec![80, 443, 8443],
         resolve: vec![(host, need(args, "--addr").parse().unwrap())],
         config_path: "bench".into(),
-        gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
-        rules: vec![],
+        ..Default::default()
     }
 }
 

@@ -30,6 +30,23 @@ pub struct SessionPolicy {
     pub rules: Vec<Rule>,
 }
 
+/// An empty allowlist with the defaults of a config that says nothing (the gate's ports, the
+/// host's loopback mapping): what a test or the bench starts from, naming only what it needs,
+/// so that a new field touches no literal.
+impl Default for SessionPolicy {
+    fn default() -> SessionPolicy {
+        SessionPolicy {
+            allow: Allowlist::default(),
+            gate_ports: crate::policy::GATE_DEFAULT_PORTS.to_vec(),
+            resolve: Vec::new(),
+            config_path: ".ai-sandbox/config".into(),
+            gate_addr: crate::policy::DEFAULT_GATE_ADDR,
+            ask: None,
+            rules: Vec::new(),
+        }
+    }
+}
+
 impl SessionPolicy {
     /// The allowlist the gate (and a live change) works from, as the launch's policy has it.
     pub(crate) fn of(p: &crate::policy::Policy) -> SessionPolicy {

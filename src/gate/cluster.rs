@@ -231,15 +231,7 @@ mod tests {
     use super::*;
 
     fn policy() -> SessionPolicy {
-        SessionPolicy {
-            allow: Default::default(),
-            gate_ports: vec![80, 443],
-            resolve: Vec::new(),
-            config_path: ".ai-sandbox/config".into(),
-            gate_addr: std::net::Ipv4Addr::new(100, 64, 0, 1),
-            ask: None,
-            rules: Vec::new(),
-        }
+        SessionPolicy { gate_ports: vec![80, 443], ..SessionPolicy::default() }
     }
 
     fn write(dir: &Path, token: &str, ids: &[&str]) -> PathBuf {

@@ -6,7 +6,7 @@ use super::request::{self, HeadError, Kind};
 use super::tls::{Hello, parse_client_hello};
 use crate::policy::allow::{self, Allow, IpNet, Ports};
 use base64::Engine;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 fn auth(token: &str) -> String {
     format!(
@@ -173,15 +173,7 @@ fn targets_normalise_to_one_spelling() {
 }
 
 fn policy(lines: &[&str]) -> SessionPolicy {
-    let mut p = SessionPolicy {
-        allow: Default::default(),
-        ask: None,
-        gate_ports: vec![80, 443, 8443],
-        resolve: vec![],
-        config_path: "/p/.ai-sandbox/config".into(),
-        gate_addr: Ipv4Addr::new(100, 64, 0, 1),
-        rules: vec![],
-    };
+    let mut p = SessionPolicy { config_path: "/p/.ai-sandbox/config".into(), ..SessionPolicy::default() };
     for l in lines {
         match allow::parse(l).unwrap() {
             Allow::Host(h, ports) => p.allow.hosts.push((h, ports)),

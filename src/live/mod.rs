@@ -220,12 +220,8 @@ mod tests {
                     deny_hosts: vec![],
                     deny_nets: vec![],
                 },
-                ask: None,
-                gate_ports: vec![80, 443, 8443],
-                resolve: vec![],
                 config_path: "/p/.ai-sandbox/config".into(),
-                gate_addr: "100.64.0.1".parse().unwrap(),
-                rules: vec![],
+                ..crate::contract::SessionPolicy::default()
             },
         }
     }

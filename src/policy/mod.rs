@@ -30,7 +30,7 @@ use std::path::PathBuf;
 pub use addr::DEFAULT_GATE_ADDR;
 pub(crate) const DEFAULT_GATE_PORT: u16 = 18081;
 /// Ports the gate relays for hostname entries without an explicit port.
-const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
+pub(crate) const GATE_DEFAULT_PORTS: [u16; 3] = [80, 443, 8443];
 /// Where pasta forwards DNS inside the namespace (podman passes `--dns-forward 169.254.1.1`).
 pub(crate) const PASTA_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 

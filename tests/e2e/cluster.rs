@@ -66,10 +66,7 @@ fn policy() -> SessionPolicy {
             ("allowed.test".into(), GATE_IP.parse().unwrap()),
             ("refused.test".into(), GATE_IP.parse().unwrap()),
         ],
-        config_path: ".ai-sandbox/config".into(),
-        gate_addr: std::net::Ipv4Addr::new(100, 64, 0, 1),
-        ask: None,
-        rules: vec![],
+        ..SessionPolicy::default()
     }
 }
 

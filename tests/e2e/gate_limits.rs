@@ -37,12 +37,9 @@ fn echo_session(th: &TestHost, name: &str, token: &str) -> Request {
                 hosts: vec![(HostPattern::Exact("echo.test".into()), Some(Ports::one(7000)))],
                 ..Allowlist::default()
             },
-            ask: None,
-            gate_ports: vec![80, 443, 8443],
             resolve: vec![("echo.test".into(), th.v4.parse().unwrap())],
             config_path: name.into(),
-            gate_addr: ai_sandbox::policy::DEFAULT_GATE_ADDR,
-            rules: vec![],
+            ..SessionPolicy::default()
         },
         secrets: vec![],
         upstream_ca: None,
