@@ -6,15 +6,19 @@
 //!
 //! The tree follows the stages and processes (docs/architecture.md draws it, with the rule
 //! for where a new effect goes):
-//! - pure stages: `config` (the file, approval), `policy` (every key in `policy::keys`), `plan`
+//! - pure stages: `config` (the file), `policy` (every key in `policy::keys`, approval), `plan`
 //!   (podman argv, ruleset, session facts), `kube` (the export), and the gate's `request`,
 //!   `tls`, `decide`, `http`;
-//! - `cli` holds the commands; `cli::app` orchestrates and touches the machine only through
-//!   `host::Host` (with a recording `FakeHost`);
+//! - `contract`: every message and record one of our processes writes and another reads;
+//! - `cli` holds the commands (a file per group); they touch the machine only through
+//!   `host::Host` (with `FakeHost`, which records typed effects and fails any on request);
 //! - `launch` runs a Plan through `launch::Machine` (the order is unit-tested with a fake), and
 //!   what runs beside it: the keeper, the guard, the relays, the OCI hooks;
 //! - `live` changes a running sandbox; `gate` is the egress gate's process and its clients;
-//! - `host` is the effect seam, and `sys::process` the one place for spawning and signals.
+//! - `host` is the effect seam (`Os` + `Ports`), and `sys::process` the one place for spawning
+//!   and signals.
+//!
+//! Folders import only downwards (`scripts/check-imports`, docs/architecture.md).
 //!
 //! The public surface is what `main`, tests/ and the bench use; the rest is `pub(crate)`.
 

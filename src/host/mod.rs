@@ -1,8 +1,10 @@
 //! The one boundary with the outside world: environment, files, processes, namespaces.
 //!
-//! `app` talks to the machine only through `Host`, so tests drive the whole pipeline with
-//! `FakeHost`, which records every side effect it is asked for (and `--dry-run` is proven to
-//! ask for none). `RealHost` does the real thing; launching a Plan lives in `launch`.
+//! The commands talk to the machine only through `Host`: `Os` (what the operating system gives
+//! any program) and `Ports` (what ai-sandbox does to the machine for a sandbox). Tests drive the
+//! whole pipeline with `FakeHost` (`fake`), which records every side effect as a typed `Effect`
+//! and fails any kind a test names (and `--dry-run` is proven to ask for none). `RealHost` does
+//! the real thing; launching a Plan lives in `launch`.
 
 mod fake;
 pub(crate) mod loopback;
