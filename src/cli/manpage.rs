@@ -7,9 +7,15 @@ use crate::cli::{Cli, ENVIRONMENT, EXAMPLES, EXIT_STATUS, FILES};
 use clap::CommandFactory;
 use std::io::Write;
 
-/// Escapes text for roff (backslashes, leading dots and quotes, hyphens).
+/// Escapes text for roff (backslashes, leading dots and quotes, hyphens, and every character
+/// beyond ASCII as its `\[uXXXX]` name, which troff reads without a preprocessor).
 fn roff(text: &str) -> String {
-    let t = text.replace('\\', "\\\\").replace('-', "\\-");
+    let t: String = text
+        .replace('\\', "\\\\")
+        .replace('-', "\\-")
+        .chars()
+        .map(|c| if c.is_ascii() { c.to_string() } else { format!("\\[u{:04X}]", c as u32) })
+        .collect();
     if t.starts_with('.') || t.starts_with('\'') { format!("\\&{t}") } else { t }
 }
 
@@ -93,4 +99,20 @@ pub fn render(w: &mut dyn Write) -> std::io::Result<()> {
     section(w, "FILES", &pairs(FILES))?;
     section(w, "EXIT STATUS", &pairs(EXIT_STATUS))?;
     man.render_version_section(w)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_page_is_plain_ascii_roff_with_the_keys_escaped() {
+        let mut out = Vec::new();
+        super::render(&mut out).unwrap();
+        let page = String::from_utf8(out).unwrap();
+        // troff reads ASCII only without a preprocessor (`…` gave "invalid input character").
+        let odd: Vec<char> = page.chars().filter(|c| !c.is_ascii()).collect();
+        assert!(odd.is_empty(), "characters beyond ASCII: {odd:?}");
+        assert!(page.contains("\\fBallow = \\[u2026] (repeatable)\\fR"), "the keys are in it, escaped");
+        assert_eq!(super::roff("a-b \\ .x"), "a\\-b \\\\ .x");
+        assert_eq!(super::roff(".x"), "\\&.x");
+    }
 }

@@ -80,7 +80,7 @@ pub(crate) fn export(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Ve
         let q = |s: &str| crate::plan::quote(s.as_ref());
         let file = file.strip_prefix("~/").map_or_else(|| q(file), |rest| format!("\"$HOME\"/{}", q(rest)));
         out += &format!(
-            "# and the gate's extra roots (upstream_ca): kubectl -n {} create configmap {UPSTREAM_CA} --from-file=ca.pem={file}\n",
+            "# The gate's extra roots (upstream_ca) go in a ConfigMap too: kubectl -n {} create configmap {UPSTREAM_CA} --from-file=ca.pem={file}\n",
             q(&o.namespace)
         );
     }
