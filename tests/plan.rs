@@ -895,3 +895,23 @@ fn init_whose_write_fails_writes_nothing_else() {
     assert_eq!(h.effects, [Effect::Write("/home/dev/app/.ai-sandbox/config".into())]);
     assert!(h.files.is_empty(), "nothing was written: {:?}", h.files);
 }
+
+#[test]
+fn the_hosts_catatonit_is_pid_1_with_g_and_a_named_image_keeps_podmans_init() {
+    // The fake host has no catatonit: podman's own --init (what the snapshots show).
+    let mut plain = host("", &[]);
+    let argv = argv_of(&dry_run(&mut plain, &["--", "true"]));
+    assert!(argv.contains(&"--init".to_string()), "{argv:?}");
+    // With it under /usr: it is the command's pid 1, forwarding signals to the process group.
+    let mut h = host("", &[]);
+    h.files.push(("/usr/libexec/podman/catatonit".into(), String::new()));
+    let argv = argv_of(&dry_run(&mut h, &["--", "sh", "-c", "a | b"]));
+    assert!(!argv.contains(&"--init".to_string()), "{argv:?}");
+    let at = argv.iter().position(|a| a == "/usr/libexec/podman/catatonit").expect("catatonit in argv");
+    assert_eq!(argv[at..], ["/usr/libexec/podman/catatonit", "-g", "--", "sh", "-c", "a | b"]);
+    // A named image: podman composes its entrypoint with --init, so --init it stays.
+    let mut named = host("image = localhost/dev:1\n", &[]);
+    named.files.push(("/usr/libexec/podman/catatonit".into(), String::new()));
+    let argv = argv_of(&dry_run(&mut named, &["--", "true"]));
+    assert!(argv.contains(&"--init".to_string()) && !argv.contains(&"-g".to_string()), "{argv:?}");
+}

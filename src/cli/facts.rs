@@ -138,6 +138,9 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow:
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
         host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),
+        init: (p.image == crate::policy::Image::Host)
+            .then(|| crate::plan::podman::CATATONIT.iter().map(PathBuf::from).find(|c| host.exists(c)))
+            .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {

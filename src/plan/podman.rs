@@ -165,9 +165,21 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
     }
 }
 
+/// Where hosts keep catatonit, podman's init (Debian and Ubuntu, Fedora, others). With
+/// `image = host` the sandbox's /usr is the host's, so the same path runs inside, as pid 1 with
+/// `-g`: a signal the launcher forwards (SIGINT, SIGTERM, SIGHUP) reaches the command's whole
+/// process group, so `sh -c 'grep … | head'` stops on SIGINT outside a terminal as in one.
+/// podman's `--init` runs it without `-g` (only the command's first process gets the signal);
+/// it is kept for named images, whose entrypoint podman composes with it.
+pub(crate) const CATATONIT: &[&str] =
+    &["/usr/libexec/podman/catatonit", "/usr/libexec/catatonit/catatonit", "/usr/bin/catatonit"];
+
 /// The whole vector: podman's options, then the command.
 pub(crate) fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     let mut a = options(p, f);
+    if let Some(init) = &f.init {
+        a.extend([init.display().to_string(), "-g".into(), "--".into()]);
+    }
     match &p.command {
         Command::Argv(argv) => {
             let mut argv = argv.clone();
@@ -245,8 +257,10 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     }
     let project = p.project.display().to_string();
     let home = f.home.display().to_string();
+    if f.init.is_none() {
+        push(&["--init"]);
+    }
     push(&[
-        "--init",
         // The shell's prompt says where it is (`user@ai-sandbox`), not a container id.
         "--hostname",
         "ai-sandbox",

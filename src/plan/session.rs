@@ -42,6 +42,9 @@ pub struct Facts {
     /// ai-sandbox's per-user runtime dir: the gate's socket and log, `sessions/`.
     pub(crate) runtime_dir: PathBuf,
     pub(crate) session_dir: PathBuf,
+    /// `image = host`: catatonit (podman's init) as the host's /usr has it, run as the sandbox's
+    /// pid 1 with `-g` (see `podman::CATATONIT`); None: podman's `--init`.
+    pub(crate) init: Option<PathBuf>,
     /// Whether the host has /etc/ssh/ssh_config (replaced inside, see `podman::ssh_config`).
     pub(crate) host_ssh_config: bool,
     /// Where the command starts: the working directory when it is inside the project (as git,

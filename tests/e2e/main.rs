@@ -235,6 +235,27 @@ fn sigterm_is_forwarded_to_the_command() {
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn sigint_outside_a_terminal_stops_the_whole_pipeline() {
+    let p = Project::new("sigint");
+    // Both stages say they run, then wait for `done`, which this test never writes.
+    let script = format!("(touch a; {UNTIL_DONE}) | (touch b; {UNTIL_DONE})");
+    let mut child = spawn_sandbox(&p, &["--net", "none", "--", "sh", "-c", &script]);
+    assert!(wait_for(60, || p.path("a").exists() && p.path("b").exists()), "the pipeline never ran");
+    // Control: left alone, it keeps running.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(child.is_running(), "the pipeline ended by itself");
+    let pid = pid_of_launcher(&p).expect("launcher pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
+    // Without a terminal no process group gets Ctrl-C: the launcher's SIGINT must reach every
+    // process of the command (catatonit -g), not the shell alone, which waits for its children.
+    assert!(wait_for(15, || !child.is_running()), "SIGINT reached the shell only: the pipeline kept running");
+    let out = child.wait_with_output();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(wait_for(30, || containers_of(&p).is_empty()));
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn exit_codes_cmd_from_config_extra_args_and_home() {
     let p = Project::new("misc");
     assert_eq!(sandbox(&p, &["--", "sh", "-c", "exit 42"], &[]).code, 42);
