@@ -1,12 +1,13 @@
 //! `ai-sandbox logs [--denied] [--session ID] [-f] [--json | --format ocsf]`: what was refused
 //! (and, without `--denied`, allowed), at both layers, each refusal with the config line that
 //! would allow it; as text, JSON lines, or OCSF events (`gate::ocsf`).
-//! The gate's decisions come from its log (written before each answer); the rules' refusals of
-//! direct connections from each running sandbox's `refused_*` sets, read from outside (they
-//! hold where, not when: they are listed after the gate's decisions, and only while the sandbox
-//! runs).
+//! The gate's decisions come from its log (written before each answer). The rules' refusals of
+//! direct connections are in that log too (the launcher hands them to the gate as it reads them,
+//! layer `rules`), and, for a running sandbox, are also read from its `refused_*` sets from
+//! outside (they hold where, not when), so a refusal the launcher has not handed over yet, or
+//! one of a sandbox without the gate, is listed as well; each is said once.
 
-use crate::gate::log::{Decision, Event, Follow, human};
+use crate::gate::log::{Event, Follow, Layer, human};
 use crate::live::Direct;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -25,13 +26,17 @@ fn gate_line(e: &Event, format: Format) -> String {
     match format {
         Format::Json => {
             let mut v = serde_json::to_value(e).unwrap_or_default();
-            v["layer"] = "gate".into();
+            v["layer"] = e.layer.as_str().into();
             return v.to_string();
         }
         Format::Ocsf => return crate::gate::ocsf::event(e).to_string(),
         Format::Text => {}
     }
     let fix = e.fix();
+    if e.layer == Layer::Rules {
+        // As `direct_line` prints one read from a running sandbox.
+        return format!("rules deny session={} {} {}:{}  → {fix}", e.session, e.method, e.host, e.port);
+    }
     if e.decision.refused() && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
 }
 
@@ -46,25 +51,17 @@ fn direct_line(session: &str, d: &Direct, config_path: &str, format: Format) -> 
         }
         Format::Ocsf => {
             // The rules record where, not when: the time is when it was read.
-            let e = Event {
-                time: crate::gate::log::now(),
-                session: session.to_string(),
-                project: String::new(),
-                method: d.proto.to_string(),
-                host: d.addr.to_string(),
-                port: d.port,
-                decision: Decision::Deny,
-                status: 0,
-                reason: "a direct connection the sandbox's nftables rules refused".into(),
-                hint: d.fix(config_path),
-                allow: None,
-                path: None,
-            };
+            let e = Event::direct(d, session, "", config_path, crate::gate::log::now());
             return crate::gate::ocsf::event(&e).to_string();
         }
         Format::Text => {}
     }
     format!("rules deny session={session} {} {}  → {}", d.proto, d.dest(), d.fix(config_path))
+}
+
+/// One direct refusal of one session (the rules record each destination once).
+fn direct_key(session: &str, proto: &str, dest: &str) -> String {
+    format!("{session} {proto} {dest}")
 }
 
 /// Which decisions `logs` shows: one session, one project's (the default: the project of the
@@ -102,7 +99,7 @@ fn new_direct(
         }
         let Some(dir) = r.path.parent() else { continue };
         for d in crate::live::apply::refused(dir).unwrap_or_default() {
-            if seen.insert(format!("{} {} {}", r.session, d.proto, d.dest())) {
+            if seen.insert(direct_key(&r.session, &d.proto.to_string(), &d.dest())) {
                 lines.push((r.session.clone(), d, rec.policy.config_path.clone()));
             }
         }
@@ -119,6 +116,13 @@ pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow:
     loop {
         while let Some(line) = log.as_mut().map(Follow::next_line).transpose()?.flatten() {
             let Ok(e) = serde_json::from_str::<Event>(&line) else { continue };
+            // A direct refusal the launcher handed to the gate, already read from the running
+            // sandbox by this command (or the other way round): said once.
+            if e.layer == Layer::Rules
+                && !seen.insert(direct_key(&e.session, &e.method, &format!("{}:{}", e.host, e.port)))
+            {
+                continue;
+            }
             if scope.wants(&e.session, &e.project) {
                 known = true;
                 if !denied || e.decision.refused() {
@@ -161,6 +165,7 @@ fn shown(line: String, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::log::Decision;
 
     #[test]
     fn a_refusal_is_printed_with_its_fix_at_both_layers() {
@@ -177,6 +182,7 @@ mod tests {
             hint: "blocked by ai-sandbox: add \"allow = later.test\" to /p/c".into(),
             allow: Some("later.test".into()),
             path: None,
+            layer: Layer::Gate,
         };
         assert!(
             gate_line(&e, Format::Text).ends_with("  → add \"allow = later.test\" to /p/c"),
@@ -185,7 +191,7 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&gate_line(&e, Format::Json)).unwrap();
         assert_eq!(v["layer"], "gate");
-        let allowed = Event { decision: Decision::Allow, hint: String::new(), ..e };
+        let allowed = Event { decision: Decision::Allow, hint: String::new(), ..e.clone() };
         assert!(!gate_line(&allowed, Format::Text).contains('→'));
         let d = Direct {
             proto: crate::live::Proto::Tcp,
@@ -200,5 +206,19 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["port"].as_u64()), (Some("rules"), Some(7000)));
+        // The same refusal handed to the gate by the launcher and read back from its log: the
+        // same line, the same layer, and the same key as the one read from the sandbox.
+        let logged = Event::direct(&d, "s1", "/p", "/p/c", "2026-12-02T10:00:00Z".into());
+        assert_eq!(gate_line(&logged, Format::Text), direct_line("s1", &d, "/p/c", Format::Text));
+        let v: serde_json::Value = serde_json::from_str(&gate_line(&logged, Format::Json)).unwrap();
+        assert_eq!((v["layer"].as_str(), v["allow"].as_str()), (Some("rules"), Some("198.51.100.6:7000")));
+        assert_eq!(
+            direct_key("s1", &logged.method, &format!("{}:{}", logged.host, logged.port)),
+            direct_key("s1", &d.proto.to_string(), &d.dest())
+        );
+        // A line of the gate's own has no layer field (lines of older versions neither).
+        assert!(!serde_json::to_string(&e).unwrap().contains("layer"));
+        let back: Event = serde_json::from_str(&serde_json::to_string(&logged).unwrap()).unwrap();
+        assert_eq!(back, logged);
     }
 }

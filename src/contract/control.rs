@@ -37,6 +37,12 @@ pub enum Request {
     Watch,
     Status,
     Stop,
+    /// The launcher of `session` read these direct connections from its sandbox's rules: the
+    /// gate logs each (as the rules' decision) and shows it to watchers.
+    Refused {
+        session: String,
+        refused: Vec<super::direct::Direct>,
+    },
 }
 
 /// Why the gate refused a request. Its `Display` is the `error` text every version wrote.

@@ -31,6 +31,62 @@ pub struct Event {
     /// host whose TLS it opened (rules, bound secrets) or plain HTTP to a host with rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) path: Option<String>,
+    /// Which layer decided: the gate (absent from the line), or the sandbox's nftables rules
+    /// (a direct connection the launcher read from the sandbox and handed to the gate).
+    #[serde(default, skip_serializing_if = "Layer::is_gate")]
+    pub(crate) layer: Layer,
+}
+
+/// The layer of a decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// The gate: hostnames, and IP entries reached through the proxy.
+    #[default]
+    Gate,
+    /// The rules in the sandbox's network namespace: direct connections.
+    Rules,
+}
+
+impl Layer {
+    fn is_gate(&self) -> bool {
+        matches!(self, Layer::Gate)
+    }
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Layer::Gate => "gate",
+            Layer::Rules => "rules",
+        }
+    }
+}
+
+impl Event {
+    /// A direct connection the rules refused, as the gate logs it for a session whose config is
+    /// `config_path` (the rules record where, not when: `time` is when it was read).
+    pub(crate) fn direct(
+        d: &super::direct::Direct,
+        session: &str,
+        project: &str,
+        config_path: &str,
+        time: String,
+    ) -> Event {
+        let allow = (d.proto == super::direct::Proto::Tcp && d.denied_by.is_none()).then(|| d.dest());
+        Event {
+            time,
+            session: session.to_string(),
+            project: project.to_string(),
+            method: d.proto.to_string(),
+            host: d.host(),
+            port: d.port,
+            decision: Decision::Deny,
+            status: 0,
+            reason: "a direct connection the sandbox's nftables rules refused".into(),
+            hint: d.fix(config_path),
+            allow,
+            path: None,
+            layer: Layer::Rules,
+        }
+    }
 }
 
 /// What the gate did with a request: the one spelling of a decision, in the log and on the

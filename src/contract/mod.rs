@@ -9,6 +9,7 @@
 //! | `log::Event` | gate | `logs`, `gate logs`, `watch`, `ps` | the log file, the watch stream |
 //! | `keeper::Message` | launcher | keeper | the keeper's stdin |
 //! | `Record` | launcher, `allow` | `allow`, `ps` | `live.json` |
+//! | `direct::Direct` | launcher | gate (which logs it as an `Event` of the rules' layer) | control socket |
 //!
 //! Versioning: a running gate of the previous version serves the next launcher until it idles
 //! out (docs/adr/0017), and log lines and live records stay on disk across upgrades. So fields are
@@ -20,6 +21,7 @@
 //! and it uses none of them.
 
 pub mod control;
+pub mod direct;
 pub mod keeper;
 pub mod live;
 pub mod log;

@@ -41,7 +41,7 @@ impl Log {
     }
 }
 
-pub(crate) use crate::contract::log::{Decision, Event};
+pub(crate) use crate::contract::log::{Decision, Event, Layer};
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).
 fn rfc3339(secs: u64) -> String {

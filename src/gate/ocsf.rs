@@ -113,6 +113,7 @@ mod tests {
             hint: "blocked by ai-sandbox: add \"rule = api.test POST /x\" to /p/c".into(),
             allow: Some("rule = api.test POST /x".into()),
             path: path.map(str::to_string),
+            layer: crate::gate::log::Layer::Gate,
         }
     }
 

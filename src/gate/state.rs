@@ -212,7 +212,13 @@ impl State {
             hint: d.hint.to_string(),
             allow: d.allow.map(str::to_string),
             path: d.path.map(str::to_string),
+            layer: log::Layer::Gate,
         };
+        self.record(e);
+    }
+
+    /// Writes one event to the log and shows a refusal to the watchers.
+    pub(crate) fn record(&self, e: Event) {
         self.log.write(&e);
         // Watchers see refusals as they are decided.
         if e.decision.refused() && self.asks.watched() {

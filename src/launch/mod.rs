@@ -439,10 +439,22 @@ impl Refusals {
                 // namespaces (the container is gone by then; a quick command's refusals too).
                 if let Some(h) = held.as_ref().filter(|_| tick % 5 == 0 || last) {
                     let now = crate::gate::log::now();
+                    let mut new = Vec::new();
                     for d in crate::live::apply::refused_held(&w.session_dir, h).unwrap_or_default() {
                         if let Some(notice) = tally.observe_direct(&d, &now, &w.config_path) {
                             say(&notice);
+                            new.push(d);
                         }
+                    }
+                    // To the gate's log and watchers, so `logs` has them after this sandbox is
+                    // gone and `watch` shows them now. A gate that cannot take them (one of an
+                    // older version) leaves them to this launcher's notices.
+                    if let Some(runtime) = w.gate_runtime.as_ref().filter(|_| !new.is_empty()) {
+                        let req = crate::contract::control::Request::Refused {
+                            session: w.session.clone(),
+                            refused: new,
+                        };
+                        let _ = crate::gate::control::call(runtime, &req);
                     }
                 }
                 if last {

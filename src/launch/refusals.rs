@@ -55,7 +55,9 @@ impl Tally {
     /// Takes one decision; returns the line to say now when it is this session's first refusal
     /// of its destination.
     pub(crate) fn observe(&mut self, e: &Event) -> Option<String> {
-        if e.session != self.session || !e.decision.refused() {
+        // The rules' refusals this launcher handed to the gate come back in its log: they were
+        // taken first-hand (`observe_direct`).
+        if e.session != self.session || !e.decision.refused() || e.layer == crate::gate::log::Layer::Rules {
             return None;
         }
         let request = e.path.as_ref().map(|p| format!("{} {p}", e.method));
@@ -174,6 +176,7 @@ mod tests {
             },
             allow: (decision == Decision::Deny).then(|| host.to_string()),
             path: None,
+            layer: crate::gate::log::Layer::Gate,
         }
     }
 
@@ -230,6 +233,9 @@ mod tests {
             "refused a direct connection to 198.51.100.6:7000 (add \"allow = 198.51.100.6:7000\" to /p/c)"
         );
         assert_eq!(t.observe_direct(&d, "later", "/p/c"), None, "said once");
+        // Handed to the gate, it comes back through the gate's log: not a second refusal.
+        let logged = crate::contract::log::Event::direct(&d, "s1", "/p", "/p/c", "later".into());
+        assert_eq!(t.observe(&logged), None, "taken first-hand already");
         let u = crate::live::Direct {
             proto: crate::live::Proto::Udp,
             addr: "fd00::1".parse().unwrap(),

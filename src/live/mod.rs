@@ -38,59 +38,7 @@ pub(crate) fn age(secs: u64) -> String {
     }
 }
 
-/// The transport of a direct connection the rules refused: the sets record only these two.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Proto {
-    Tcp,
-    Udp,
-}
-
-impl std::fmt::Display for Proto {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(match self {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        })
-    }
-}
-
-/// A direct connection the rules refused (recorded in the sandbox's `refused_*` sets).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Direct {
-    pub(crate) proto: Proto,
-    pub(crate) addr: std::net::IpAddr,
-    pub(crate) port: u16,
-    /// The `deny` entry that refused it, when one did (`ai-sandbox deny`, a `deny =` line):
-    /// then no "add allow" is advised, the deny line is named.
-    #[serde(default)]
-    pub(crate) denied_by: Option<String>,
-}
-
-impl Direct {
-    /// `198.51.100.7:8080`, `[fd00::1]:53`.
-    pub(crate) fn dest(&self) -> String {
-        format!("{}:{}", self.host(), self.port)
-    }
-    /// The address as a destination spells it (`[fd00::1]` for IPv6).
-    pub(crate) fn host(&self) -> String {
-        match self.addr {
-            std::net::IpAddr::V6(a) => format!("[{a}]"),
-            a => a.to_string(),
-        }
-    }
-    /// What would allow it, in the words of a gate hint.
-    pub(crate) fn fix(&self, config_path: &str) -> String {
-        match (self.proto, &self.denied_by) {
-            (Proto::Tcp, Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
-            (Proto::Tcp, None) => format!("add \"allow = {}\" to {config_path}", self.dest()),
-            _ if self.port == 53 => {
-                "DNS is not reachable: names go through the gate, allow the name instead".to_string()
-            }
-            (p, _) => format!("{p} is never allowed: only TCP leaves the sandbox"),
-        }
-    }
-}
+pub(crate) use crate::contract::direct::{Direct, Proto};
 
 /// The elements of `nft -j list set … refused_v4|refused_v6`, read through nftables' own schema
 /// types. An element of another shape (none is written by our rules) is skipped.

@@ -232,3 +232,54 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     assert!(has("refused other.test:80"), "watch shows the refusal: {all}");
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "s leaves the config");
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_direct_refusal_is_shown_by_watch_and_kept_in_logs_after_the_sandbox_ends() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("direct");
+    // An IP entry for the rules, a name for the gate (which logs and shows the rules' refusals).
+    p.config(&format!("allow = {v4}:{port}\nallow = example.test\n", v4 = th.v4, port = th.port));
+    // A sandbox that holds the gate (it starts with the first one) while the watcher attaches.
+    let holder = spawn_sandbox(&p, &["--", "sh", "-c", UNTIL_DONE]);
+    let mut watch = None;
+    for _ in 0..60 {
+        let mut w = user_command(&p.dir, &env().bin, &["watch"], &[])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let seen = collect(w.stdout.take().unwrap());
+        if wait_for(3, || seen.lock().unwrap().contains("watching")) {
+            watch = Some((w, seen));
+            break;
+        }
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let (mut watch, seen) = watch.expect("watch never attached to the gate");
+    let has = |s: &str| seen.lock().unwrap().contains(s);
+    let (allowed, refused) = (format!("tcp:{}:{}", th.v4, th.port), format!("tcp:{}:7001", th.v4));
+    let r = sandbox(&p, &probe_args(&[&allowed, &refused]), &[]);
+    // Control: the allowed entry connects in the same run; the other is refused by the rules.
+    assert!(r.ok().stdout.contains(&format!("{allowed} open")), "{}", r.stdout);
+    assert!(!r.stdout.contains(&format!("{refused} open")), "{}", r.stdout);
+    let dest = format!("{}:7001", th.v4);
+    let shown = wait_for(20, || has(&format!("refused {dest} ")));
+    let _ = std::io::Write::write_all(&mut watch.stdin.take().unwrap(), b"q\n");
+    let _ = watch.wait();
+    assert!(shown, "watch did not show the direct refusal: {}", seen.lock().unwrap());
+    assert!(has(&format!("add \"allow = {dest}\"")), "with its fix: {}", seen.lock().unwrap());
+    finish(&p, holder);
+    // The sandbox is gone: the refusal is still in the logs, once, with the line that allows it.
+    assert!(wait_for(30, || containers_of(&p).is_empty()));
+    let logs = sandbox(&p, &["logs", "--denied"], &[]);
+    let text = logs.ok().stdout.clone();
+    let line = format!("tcp {dest}  → add \"allow = {dest}\"");
+    assert_eq!(text.matches(&line).count(), 1, "after the end, once: {text}");
+    assert!(!text.contains(&format!("{}:{} ", th.v4, th.port)), "the allowed entry is no refusal: {text}");
+    let json = sandbox(&p, &["logs", "--denied", "--json"], &[]);
+    assert!(json.ok().stdout.contains("\"layer\":\"rules\""), "{}", json.stdout);
+}

@@ -2,6 +2,7 @@
 //! one reply (with the listening socket passed to a registration).
 
 use super::{Refusal, Reply, Request};
+use crate::contract::log::Event;
 use crate::gate::state::{Session, State};
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use std::io::IoSlice;
@@ -132,6 +133,22 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             }
             state.asks.remove_watcher(id);
         }
+        Ok(Request::Refused { session, refused }) => match state.session(&session) {
+            Some(sess) => {
+                let config_path = sess.policy().config_path.clone();
+                for d in &refused {
+                    state.record(Event::direct(
+                        d,
+                        &sess.id,
+                        &sess.project,
+                        &config_path,
+                        crate::gate::log::now(),
+                    ));
+                }
+                reply(s, &Reply::done(port, pid), None).await
+            }
+            None => reply(s, &Reply::refused(Refusal::NoSession(session)), None).await,
+        },
         Ok(Request::Status) => reply(s, &Reply::status(port, pid, state.status()), None).await,
         Ok(Request::Stop) => {
             reply(s, &Reply::done(port, pid), None).await;
