@@ -187,7 +187,7 @@ fn ruleset_and_proxy_url_use_the_gates_actual_port() {
     assert!(errs.is_empty());
     let p = ai_sandbox::policy::build("/w/p".into(), &cfg, &ai_sandbox::policy::Inputs::default()).unwrap();
     let mut h = host("", &[]);
-    let mut facts = app::gather_facts(&mut h, &p, false).unwrap();
+    let mut facts = app::gather_facts(&mut h, &p, app::Intent::DryRun).unwrap();
     facts.gate_port = 20000;
     let plan = ai_sandbox::plan::build(&p, &facts);
     let text = plan.ruleset.unwrap().to_text();

@@ -176,7 +176,7 @@ fn session_policy(args: &[String]) -> ai_sandbox::contract::SessionPolicy {
 fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>, Vec<String>, u16) {
     use ai_sandbox::gate::control;
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
-    let dir = control::runtime_dir();
+    let dir = ai_sandbox::sys::runtime::runtime_dir();
     let mut leases = Vec::new();
     let mut tokens = Vec::new();
     for i in 0..n {
@@ -226,7 +226,7 @@ fn cluster_policy(args: &[String]) {
 }
 
 pub(crate) fn gate_pid() -> String {
-    let dir = ai_sandbox::gate::control::runtime_dir();
+    let dir = ai_sandbox::sys::runtime::runtime_dir();
     let r = ai_sandbox::gate::control::call(&dir, &ai_sandbox::gate::control::Request::Status)
         .unwrap()
         .expect("gate running");

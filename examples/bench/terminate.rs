@@ -132,7 +132,8 @@ fn register(
         upstream_ca: ca,
     };
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
-    control::register(&control::runtime_dir(), &exe, 18181, &req).expect("register with the gate")
+    control::register(&ai_sandbox::sys::runtime::runtime_dir(), &exe, 18181, &req)
+        .expect("register with the gate")
 }
 
 /// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).

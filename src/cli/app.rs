@@ -1,8 +1,8 @@
 //! Orchestration: CLI → project → config → policy → facts → plan → print or launch.
 //! Talks to the machine only through `Host`.
 
-pub use super::facts::gather_facts;
 use super::facts::state_dir;
+pub use super::facts::{Intent, gather_facts};
 use crate::cli::{PolicyArgs, RunArgs};
 use crate::config::project;
 use crate::error::{Diagnostic, Origin, Rejected, hinted};
@@ -312,7 +312,8 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     if !args.dry_run {
         record_project(host, &policy.project)?;
     }
-    let mut facts = gather_facts(host, &policy, !args.dry_run)?;
+    let intent = if args.dry_run { Intent::DryRun } else { Intent::Launch };
+    let mut facts = gather_facts(host, &policy, intent)?;
     if !args.dry_run
         && let Some(code) = preflight(host, &policy, &facts)?
     {

@@ -27,9 +27,10 @@ fn project_key(project: &Path) -> String {
 /// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
 pub(super) fn runtime_dir(host: &dyn Host) -> PathBuf {
     let uid = host.uid();
-    crate::gate::control::runtime_dir_for(
+    let run = crate::sys::runtime::login_run(uid);
+    crate::sys::runtime::runtime_dir_for(
         host.env("AISB_RUNTIME_DIR").as_deref(),
-        host.owned_dir(&crate::gate::control::login_run(uid)),
+        host.owned_dir(&run).then_some(&*run),
         uid,
     )
 }
@@ -49,7 +50,7 @@ pub(super) fn state_dir(host: &dyn Host, project: &Path) -> PathBuf {
 /// dotfiles checkout is refused under both names).
 pub(super) fn reserved(host: &dyn Host) -> Vec<crate::config::project::Reserved> {
     use crate::config::project::Reserved;
-    let login_run = crate::gate::control::login_run(host.uid());
+    let login_run = crate::sys::runtime::login_run(host.uid());
     let (config, data) =
         (xdg(host, "XDG_CONFIG_HOME", ".config"), xdg(host, "XDG_DATA_HOME", ".local/share"));
     let named = [
@@ -89,8 +90,18 @@ pub(super) fn xdg(host: &dyn Host, var: &str, fallback: &str) -> PathBuf {
     }
 }
 
-/// Observes what the plan needs from this machine. `launching` picks a real token.
-pub fn gather_facts(host: &mut dyn Host, p: &Policy, launching: bool) -> anyhow::Result<Facts> {
+/// What the facts are gathered for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// A launch: a real token, the secrets' values, the gate's CA and the system roots read.
+    Launch,
+    /// `--dry-run`: placeholders where a launch would read or make a secret.
+    DryRun,
+}
+
+/// Observes what the plan needs from this machine.
+pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::Result<Facts> {
+    let launching = intent == Intent::Launch;
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
     let Resolved { values: secrets, missing: missing_secrets, bound } =
         resolve_secrets(host, p, &home, launching)?;

@@ -108,7 +108,7 @@ fn new_direct(
 }
 
 pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow::Result<i32> {
-    let runtime = crate::gate::control::runtime_dir();
+    let runtime = crate::sys::runtime::runtime_dir();
     let mut known = false;
     let path = crate::gate::control::log_path(&runtime);
     let mut log = Follow::open(&path).ok();

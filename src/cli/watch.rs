@@ -76,7 +76,7 @@ fn next_key(raw: bool, gone: &AtomicBool) -> Option<char> {
 }
 
 pub fn run() -> anyhow::Result<i32> {
-    let dir = control::runtime_dir();
+    let dir = crate::sys::runtime::runtime_dir();
     let mut sock = UnixStream::connect(control::socket_path(&dir)).map_err(|_| {
         crate::error::hinted("no gate is running", "start a sandbox first; the gate starts with it")
     })?;

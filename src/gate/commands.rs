@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
-    let dir = control::runtime_dir();
+    let dir = crate::sys::runtime::runtime_dir();
     match cmd {
         GateCmd::Serve { listen: Some(addr), policy: Some(policy), drain, ca, .. } => {
             super::cluster::serve(*addr, policy, Duration::from_secs(*drain), ca.as_deref())

@@ -48,7 +48,7 @@ fn take_lock(dir: &Path) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::Fil
 }
 
 pub(crate) fn serve(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Result<i32> {
-    control::private_dir(&dir)?;
+    crate::sys::runtime::private_dir(&dir)?;
     // One gate per user. The guard is held until this function returns.
     let Some(_lock) = take_lock(&dir)? else {
         return Ok(0);

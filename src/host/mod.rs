@@ -160,7 +160,7 @@ impl Os for RealHost {
         path.exists()
     }
     fn owned_dir(&self, path: &Path) -> bool {
-        crate::gate::control::owned_dir(path, self.uid())
+        crate::sys::runtime::owned_dir(path, self.uid())
     }
     fn canonical(&self, path: &Path) -> PathBuf {
         let mut rest = Vec::new();

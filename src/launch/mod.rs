@@ -107,9 +107,9 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
     let dir = &plan.session_dir;
     if let Some(sessions) = dir.parent() {
         if let Some(runtime) = sessions.parent() {
-            crate::gate::control::private_dir(runtime)?;
+            crate::sys::runtime::private_dir(runtime)?;
         }
-        crate::gate::control::private_dir(sessions)?;
+        crate::sys::runtime::private_dir(sessions)?;
         sweep_sessions(sessions, Path::new(&plan.argv[0]));
     }
     fs::DirBuilder::new()

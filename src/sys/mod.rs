@@ -13,4 +13,5 @@
 
 pub(crate) mod process;
 pub mod quote;
+pub mod runtime;
 pub mod untrusted;

@@ -240,7 +240,7 @@ fn a_gate_that_hangs_up_while_shutting_down_is_retried_not_fatal() {
     let th = TestHost::new();
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("ai-sandbox");
-    control::private_dir(&rt).unwrap();
+    ai_sandbox::sys::runtime::private_dir(&rt).unwrap();
     // A dying gate: accepts the registration, closes without a word, and its socket goes.
     let sock = control::socket_path(&rt);
     let dying = std::os::unix::net::UnixListener::bind(&sock).unwrap();

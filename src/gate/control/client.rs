@@ -2,7 +2,8 @@
 //! none runs) and holds the lease for the sandbox's life; `gate` commands, `live` and `watch`
 //! ask one question each.
 
-use super::{Refusal, Registered, Reply, Request, private_dir, socket_path};
+use super::{Refusal, Registered, Reply, Request, socket_path};
+use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use std::io::{IoSliceMut, Write};

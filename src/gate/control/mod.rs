@@ -10,21 +10,31 @@
 //! (no other local user can take it) and the launcher answers every request on it with a
 //! refusal. Fail closed, with no window.
 //!
-//! The protocol's types (requests, replies, refusals) are in `contract::control`. By job: `runtime` (where the socket and
-//! the log live, and that the directory is private), `client` (register, call, the lease, and
+//! The protocol's types (requests, replies, refusals) are in `contract::control`, the runtime
+//! directory in `sys::runtime`. By job: `client` (register, call, the lease, and
 //! starting the gate), `stand_in` (the lost gate's port answered with refusals), `serve` (the
 //! gate's side).
 
 mod client;
-mod runtime;
 mod serve;
 mod stand_in;
 
 pub use client::{Lease, call, register};
-pub use runtime::{log_path, login_run, owned_dir, private_dir, runtime_dir, runtime_dir_for, socket_path};
 pub(crate) use serve::serve_conn;
+
+use std::path::{Path, PathBuf};
 
 pub use super::secrets::Bound;
 pub(crate) use super::state::SessionStatus;
 
 pub use crate::contract::control::{GateStatus, Refusal, Registered, Reply, Request};
+
+/// The control socket in a runtime dir (`sys::runtime`).
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("gate.sock")
+}
+
+/// The decision log in a runtime dir.
+pub fn log_path(dir: &Path) -> PathBuf {
+    dir.join("gate.log")
+}

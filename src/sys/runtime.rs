@@ -1,5 +1,6 @@
-//! Where the gate and its sessions live: the per-user runtime directory (its location, and the
-//! check that it is private before anything is put in it), the control socket and the log.
+//! The per-user runtime directory of ai-sandbox (the gate's socket and log, the sessions): where it
+//! is, and the check that it is private before anything is put in it. Here, at the bottom, because
+//! the launcher, the gate, its clients and the commands all need the one answer.
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -10,11 +11,13 @@ use std::path::{Path, PathBuf};
 /// `/tmp/ai-sandbox-UID`. One place per user whatever the environment says: `XDG_RUNTIME_DIR`
 /// is not read, because a shell reached through `su` lacks it, and a launch there would start a
 /// second gate that `ps` and `allow` from the user's other shells never see (ADR 0055).
-pub fn runtime_dir_for(aisb_runtime_dir: Option<&str>, login_run_dir: bool, uid: u32) -> PathBuf {
-    match aisb_runtime_dir {
-        Some(v) if Path::new(v).is_absolute() => PathBuf::from(v),
-        _ if login_run_dir => login_run(uid).join("ai-sandbox"),
-        _ => PathBuf::from(format!("/tmp/ai-sandbox-{uid}")),
+///
+/// `login_run` is the login manager's directory when it is this user's (`owned_dir`), else None.
+pub fn runtime_dir_for(aisb_runtime_dir: Option<&str>, login_run: Option<&Path>, uid: u32) -> PathBuf {
+    match (aisb_runtime_dir, login_run) {
+        (Some(v), _) if Path::new(v).is_absolute() => PathBuf::from(v),
+        (_, Some(run)) => run.join("ai-sandbox"),
+        (_, None) => PathBuf::from(format!("/tmp/ai-sandbox-{uid}")),
     }
 }
 
@@ -32,7 +35,12 @@ pub fn owned_dir(dir: &Path, uid: u32) -> bool {
 
 pub fn runtime_dir() -> PathBuf {
     let uid = nix::unistd::getuid().as_raw();
-    runtime_dir_for(std::env::var("AISB_RUNTIME_DIR").ok().as_deref(), owned_dir(&login_run(uid), uid), uid)
+    let run = login_run(uid);
+    runtime_dir_for(
+        std::env::var("AISB_RUNTIME_DIR").ok().as_deref(),
+        owned_dir(&run, uid).then_some(&*run),
+        uid,
+    )
 }
 
 /// Creates `dir` (mode 0700) or checks an existing one: a real directory, owned by this user,
@@ -63,14 +71,6 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn socket_path(dir: &Path) -> PathBuf {
-    dir.join("gate.sock")
-}
-
-pub fn log_path(dir: &Path) -> PathBuf {
-    dir.join("gate.log")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,11 +78,12 @@ mod tests {
 
     #[test]
     fn runtime_dir_is_one_place_per_user_whatever_the_environment() {
-        assert_eq!(runtime_dir_for(None, true, 7), PathBuf::from("/run/user/7/ai-sandbox"));
-        assert_eq!(runtime_dir_for(None, false, 7), PathBuf::from("/tmp/ai-sandbox-7"));
-        assert_eq!(runtime_dir_for(Some("/x/rt"), true, 7), PathBuf::from("/x/rt"));
-        assert_eq!(runtime_dir_for(Some("rel"), true, 7), PathBuf::from("/run/user/7/ai-sandbox"));
-        assert_eq!(runtime_dir_for(Some("rel"), false, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        let run = login_run(7);
+        assert_eq!(runtime_dir_for(None, Some(&run), 7), PathBuf::from("/run/user/7/ai-sandbox"));
+        assert_eq!(runtime_dir_for(None, None, 7), PathBuf::from("/tmp/ai-sandbox-7"));
+        assert_eq!(runtime_dir_for(Some("/x/rt"), Some(&run), 7), PathBuf::from("/x/rt"));
+        assert_eq!(runtime_dir_for(Some("rel"), Some(&run), 7), PathBuf::from("/run/user/7/ai-sandbox"));
+        assert_eq!(runtime_dir_for(Some("rel"), None, 7), PathBuf::from("/tmp/ai-sandbox-7"));
     }
 
     #[test]
