@@ -56,6 +56,7 @@ fn main() {
             let format = if *json { ai_sandbox::cli::logs::Format::Json } else { *format };
             ai_sandbox::cli::logs::run(*denied, &scope, *follow, format)
         }
+        Some(Sub::Exec(args)) => ai_sandbox::cli::exec::exec_cmd(&mut host, args),
         Some(Sub::Allow(args)) => change::change_cmd(&mut host, args, change::Verb::Allow),
         Some(Sub::Deny(args)) => change::change_cmd(&mut host, args, change::Verb::Deny),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {

@@ -915,3 +915,67 @@ fn the_hosts_catatonit_is_pid_1_with_g_and_a_named_image_keeps_podmans_init() {
     let argv = argv_of(&dry_run(&mut named, &["--", "true"]));
     assert!(argv.contains(&"--init".to_string()) && !argv.contains(&"-g".to_string()), "{argv:?}");
 }
+
+/// A running sandbox of `project` as `running` reports it.
+fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
+    ai_sandbox::live::Running {
+        session: session.into(),
+        pid: 4242,
+        age: 5,
+        record: Some(ai_sandbox::live::Record {
+            session: session.into(),
+            container: format!("aisb-{session}"),
+            project: project.into(),
+            net: ai_sandbox::policy::NetMode::Allow,
+            gate: true,
+            tls: false,
+            policy: Default::default(),
+        }),
+        path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),
+    }
+}
+
+fn exec_of(h: &mut FakeHost, args: &[&str]) -> anyhow::Result<i32> {
+    let cli = Cli::try_parse_from(["ai-sandbox", "exec"].iter().chain(args)).unwrap();
+    let Some(ai_sandbox::cli::Sub::Exec(a)) = &cli.sub else { panic!() };
+    ai_sandbox::cli::exec::exec_cmd(h, a)
+}
+
+#[test]
+fn exec_joins_this_projects_running_sandbox_through_podman_exec() {
+    let mut h = host("", &[]);
+    // None running: nothing is run, and how to start one is said.
+    let err = format!("{:#}", exec_of(&mut h, &[]).unwrap_err());
+    assert!(err.contains("no sandbox of /home/dev/app is running") && err.contains("`ai-sandbox`"), "{err}");
+    // Another project's sandbox is not this one's.
+    h.running = vec![running("other1", "/home/dev/other")];
+    assert!(exec_of(&mut h, &[]).is_err());
+    assert!(h.effects.is_empty(), "{:?}", h.effects);
+    // One: a shell in it, from where we are, its exit code passed through.
+    h.running.push(running("abc123", "/home/dev/app"));
+    h.exit_code = 3;
+    assert_eq!(exec_of(&mut h, &[]).unwrap(), 3);
+    let Some(Effect::Exec(argv)) = h.effects.last() else { panic!("{:?}", h.effects) };
+    assert_eq!(argv[..6], ["/usr/bin/podman", "exec", "-i", "--workdir", "/home/dev/app", "aisb-abc123"]);
+    assert_eq!(argv[6..8], ["/bin/sh", "-c"], "a shell by default: {argv:?}");
+    // A command, as given; a terminal gets one too.
+    h.tty = true;
+    exec_of(&mut h, &["--", "sh", "-c", "exit 7"]).unwrap();
+    let Some(Effect::Exec(argv)) = h.effects.last() else { panic!() };
+    assert_eq!(argv[2..4], ["-i", "-t"]);
+    assert_eq!(argv[argv.len() - 3..], ["sh", "-c", "exit 7"]);
+    // Two of this project: the one named, or an error that lists them.
+    h.running.push(running("def456", "/home/dev/app"));
+    let before = h.effects.len();
+    let err = format!("{:#}", exec_of(&mut h, &["--", "true"]).unwrap_err());
+    assert!(
+        err.contains("2 sandboxes") && err.contains("abc123, def456") && err.contains("--session"),
+        "{err}"
+    );
+    assert_eq!(h.effects.len(), before, "nothing run");
+    exec_of(&mut h, &["--session", "def456", "--", "true"]).unwrap();
+    let Some(Effect::Exec(argv)) = h.effects.last() else { panic!() };
+    assert!(argv.contains(&"aisb-def456".to_string()), "{argv:?}");
+    let err = format!("{:#}", exec_of(&mut h, &["--session", "nope", "--", "true"]).unwrap_err());
+    assert!(err.contains("no running sandbox nope"), "{err}");
+}

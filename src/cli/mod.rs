@@ -4,6 +4,7 @@
 pub mod app;
 pub mod change;
 pub mod doctor;
+pub mod exec;
 pub mod export;
 mod facts;
 pub mod logs;
@@ -148,6 +149,20 @@ pub struct RunArgs {
     pub(crate) command: Vec<std::ffi::OsString>,
 }
 
+/// `ai-sandbox exec`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecArgs {
+    /// The running sandbox (`ai-sandbox ps`); needed when this project has more than one.
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) project: Option<PathBuf>,
+    /// The command to run in the sandbox (default: a shell).
+    #[arg(last = true, value_name = "CMD")]
+    pub(crate) command: Vec<std::ffi::OsString>,
+}
+
 /// `ai-sandbox allow` and `ai-sandbox deny`: the same arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChangeArgs {
@@ -235,6 +250,10 @@ pub enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Run a command (a shell by default) in this project's running sandbox, beside its command:
+    /// the same network policy, refusals and logs, the same seccomp and no-new-privileges; its
+    /// exit code is passed through.
+    Exec(ExecArgs),
     /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
     /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
     Allow(ChangeArgs),

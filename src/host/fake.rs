@@ -33,6 +33,8 @@ pub enum Effect {
     Probe(u16),
     /// A plan launched, with its podman argv.
     Launch(Vec<String>),
+    /// A command run in a running sandbox (`podman exec` argv).
+    Exec(Vec<String>),
     /// A login copied into the private store.
     Copy { from: PathBuf, to: PathBuf },
 }
@@ -50,6 +52,7 @@ pub enum Kind {
     Canary,
     Probe,
     Launch,
+    Exec,
     Copy,
 }
 
@@ -66,6 +69,7 @@ impl Effect {
             Effect::Canary(_) => Kind::Canary,
             Effect::Probe(_) => Kind::Probe,
             Effect::Launch(_) => Kind::Launch,
+            Effect::Exec(_) => Kind::Exec,
             Effect::Copy { .. } => Kind::Copy,
         }
     }
@@ -288,6 +292,10 @@ impl Ports for FakeHost {
     fn probe_loopback(&mut self, port: u16, _ask: &[u8]) -> Vec<u8> {
         self.effects.push(Effect::Probe(port));
         self.loopback.iter().find(|(p, _)| *p == port).map(|(_, r)| r.clone()).unwrap_or_default()
+    }
+    fn exec(&mut self, argv: &[String]) -> anyhow::Result<i32> {
+        self.effect(Effect::Exec(argv.to_vec()))?;
+        Ok(self.exit_code)
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         self.effect(Effect::Launch(plan.argv.clone()))?;

@@ -97,6 +97,9 @@ pub trait Ports {
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
+    /// Becomes `argv` (a `podman exec` into a running sandbox): its exit code and signals are
+    /// the command's own. Returns only when it could not be started.
+    fn exec(&mut self, argv: &[String]) -> anyhow::Result<i32>;
     /// Copies a file of the user's into `store` at `rel`, readable only by the user (0600,
     /// directories 0700): credentials; with `fields`, only those of its JSON object (see
     /// `launch::logins`). Nothing in the store is followed: a link at `rel` is replaced, a
@@ -426,6 +429,11 @@ impl Ports for RealHost {
             )
             .into()),
         }
+    }
+    fn exec(&mut self, argv: &[String]) -> anyhow::Result<i32> {
+        use std::os::unix::process::CommandExt;
+        let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+        Err(crate::error::hinted(format!("starting {}: {e}", argv[0]), "run `ai-sandbox doctor`").into())
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {
         crate::launch::run(&mut crate::launch::Real { podman: PathBuf::from(&plan.argv[0]) }, plan)

@@ -283,3 +283,35 @@ fn a_direct_refusal_is_shown_by_watch_and_kept_in_logs_after_the_sandbox_ends() 
     let json = sandbox(&p, &["logs", "--denied", "--json"], &[]);
     assert!(json.ok().stdout.contains("\"layer\":\"rules\""), "{}", json.stdout);
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("exec");
+    p.config(&format!("allow = {v4}:{port}\nallow = example.test\n", v4 = th.v4, port = th.port));
+    let nothing = sandbox(&p, &["exec", "--", "true"], &[]);
+    assert_eq!(nothing.code, 125, "no sandbox running yet: {}", nothing.stderr);
+    assert!(nothing.stderr.contains("is running; nothing was run"), "{}", nothing.stderr);
+    let mut holder = spawn_sandbox(&p, &["--", "sh", "-c", UNTIL_DONE]);
+    let said = holder.stderr_live();
+    assert!(wait_for(60, || sandbox(&p, &["exec", "--", "true"], &[]).code == 0), "exec never joined it");
+    let (allowed, refused) = (format!("tcp:{}:{}", th.v4, th.port), format!("tcp:{}:7002", th.v4));
+    let r = sandbox(&p, &["exec", "--", "/usr/bin/python3", "probe.py", &allowed, &refused], &[]);
+    // Control: the allowed entry connects from the exec'd command; the other is refused there too.
+    assert!(r.ok().stdout.contains(&format!("{allowed} open")), "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains(&format!("{refused} open")), "{}", r.stdout);
+    let code =
+        sandbox(&p, &["exec", "--", "sh", "-c", "echo in=$(hostname) pid1=$(cat /proc/1/comm); exit 7"], &[]);
+    assert_eq!(code.code, 7, "the exit code is passed through: {}", code.stderr);
+    assert!(code.stdout.contains("in=ai-sandbox"), "in the same sandbox: {}", code.stdout);
+    // The sandbox's own launcher saw the refusal of the exec'd command, as it sees the agent's.
+    let dest = format!("{}:7002", th.v4);
+    let seen =
+        wait_for(10, || said.lock().unwrap().contains(&format!("refused a direct connection to {dest}")));
+    finish(&p, holder);
+    assert!(seen, "the launcher did not report it: {}", said.lock().unwrap());
+    let logs = sandbox(&p, &["logs", "--denied"], &[]);
+    assert!(logs.ok().stdout.contains(&format!("tcp {dest}")), "{}", logs.stdout);
+}

@@ -1,0 +1,74 @@
+//! `ai-sandbox exec [--session ID] [-- CMD…]`: a command beside the agent, in its running
+//! sandbox. Through podman's own `exec`, so the command joins the container as its first process
+//! did: the same network namespace (the rules, the gate, the refusals and their logs), the same
+//! seccomp filter and no-new-privileges, the same user, mounts and environment (the proxy
+//! variables included). Nothing is entered by hand.
+
+use super::app::locate;
+use super::facts::runtime_dir;
+use crate::host::Host;
+use crate::live::Running;
+use std::path::Path;
+
+/// A shell: bash where the sandbox has it (the host's /usr), else sh.
+const SHELL: &[&str] = &["/bin/sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh"];
+
+pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Result<i32> {
+    if args.command.iter().any(|a| a.to_str().is_none()) {
+        anyhow::bail!(
+            "an argument of the command is not UTF-8, which podman exec cannot carry; nothing was run"
+        );
+    }
+    let loc = locate(host, args.project.as_deref())?;
+    let running = host.running(&runtime_dir(host));
+    let target = pick(&running, &loc.project, args.session.as_deref())?;
+    let podman = host.which("podman").unwrap_or_else(|| "podman".into());
+    let cwd = host.cwd()?;
+    // Where the command starts: here when here is inside the project (mounted at the same path).
+    let workdir = if cwd.starts_with(&loc.project) { cwd } else { loc.project.clone() };
+    let mut argv = vec![podman.display().to_string(), "exec".into(), "-i".into()];
+    if host.stdio_is_tty() {
+        argv.push("-t".into());
+    }
+    argv.extend(["--workdir".into(), workdir.display().to_string(), target.into()]);
+    if args.command.is_empty() {
+        argv.extend(SHELL.iter().map(|s| s.to_string()));
+    } else {
+        argv.extend(args.command.iter().map(|a| a.to_string_lossy().into_owned()));
+    }
+    host.exec(&argv)
+}
+
+/// The container of the running sandbox to join: the one of this project, or the one named.
+fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> anyhow::Result<&'a str> {
+    let shown = crate::sys::quote::path(project);
+    let mine: Vec<&Running> =
+        running.iter().filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project)).collect();
+    let hint = "`ai-sandbox ps` lists the running sandboxes";
+    let chosen = match (session, mine.as_slice()) {
+        (Some(id), _) => mine.iter().find(|r| r.session == id).copied().ok_or_else(|| {
+            crate::error::hinted(format!("no running sandbox {id} of {shown}; nothing was run"), hint)
+        })?,
+        (None, []) => {
+            return Err(crate::error::hinted(
+                format!("no sandbox of {shown} is running; nothing was run"),
+                "start one with `ai-sandbox` (exec joins a running sandbox)",
+            )
+            .into());
+        }
+        (None, [one]) => one,
+        (None, many) => {
+            let ids: Vec<&str> = many.iter().map(|r| r.session.as_str()).collect();
+            return Err(crate::error::hinted(
+                format!(
+                    "{} sandboxes of {shown} are running ({}); nothing was run",
+                    many.len(),
+                    ids.join(", ")
+                ),
+                "pass --session ID",
+            )
+            .into());
+        }
+    };
+    Ok(chosen.record.as_ref().map(|r| r.container.as_str()).unwrap_or_default())
+}
