@@ -14,11 +14,11 @@ use std::path::Path;
 const SHELL: &[&str] = &["/bin/sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh"];
 
 pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Result<i32> {
-    if args.command.iter().any(|a| a.to_str().is_none()) {
+    let Some(command) = args.command.iter().map(|a| a.to_str()).collect::<Option<Vec<&str>>>() else {
         anyhow::bail!(
             "an argument of the command is not UTF-8, which podman exec cannot carry; nothing was run"
         );
-    }
+    };
     let loc = locate(host, args.project.as_deref())?;
     let running = host.running(&runtime_dir(host));
     let target = pick(&running, &loc.project, args.session.as_deref())?;
@@ -31,11 +31,8 @@ pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Res
         argv.push("-t".into());
     }
     argv.extend(["--workdir".into(), workdir.display().to_string(), target.into()]);
-    if args.command.is_empty() {
-        argv.extend(SHELL.iter().map(|s| s.to_string()));
-    } else {
-        argv.extend(args.command.iter().map(|a| a.to_string_lossy().into_owned()));
-    }
+    let command = if command.is_empty() { SHELL } else { &command };
+    argv.extend(command.iter().map(|s| s.to_string()));
     host.exec(&argv)
 }
 

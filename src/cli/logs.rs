@@ -34,7 +34,7 @@ fn gate_line(e: &Event, format: Format) -> String {
     }
     let fix = e.fix();
     if e.layer == Layer::Rules {
-        // As `direct_line` prints one read from a running sandbox.
+        // A direct connection the rules refused (`direct_line` prints one read live the same way).
         return format!("rules deny session={} {} {}:{}  → {fix}", e.session, e.method, e.host, e.port);
     }
     if e.decision.refused() && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
@@ -42,21 +42,17 @@ fn gate_line(e: &Event, format: Format) -> String {
 
 fn direct_line(session: &str, d: &Direct, config_path: &str, format: Format) -> String {
     match format {
-        Format::Json => {
-            return serde_json::json!({
-                "layer": "rules", "session": session, "proto": d.proto, "host": d.addr.to_string(),
-                "port": d.port, "decision": "deny", "fix": d.fix(config_path),
-            })
-            .to_string();
+        Format::Json => serde_json::json!({
+            "layer": "rules", "session": session, "proto": d.proto, "host": d.addr.to_string(),
+            "port": d.port, "decision": "deny", "fix": d.fix(config_path),
+        })
+        .to_string(),
+        // The rules record where, not when: the time is when it was read. Printed as the same
+        // refusal is once the launcher has handed it to the gate.
+        Format::Ocsf | Format::Text => {
+            gate_line(&Event::direct(d, session, "", config_path, crate::gate::log::now()), format)
         }
-        Format::Ocsf => {
-            // The rules record where, not when: the time is when it was read.
-            let e = Event::direct(d, session, "", config_path, crate::gate::log::now());
-            return crate::gate::ocsf::event(&e).to_string();
-        }
-        Format::Text => {}
     }
-    format!("rules deny session={session} {} {}  → {}", d.proto, d.dest(), d.fix(config_path))
 }
 
 /// One direct refusal of one session (the rules record each destination once).

@@ -120,10 +120,9 @@ fn check(p: &Policy, cfg: &Config, o: &Options) -> Result<String, Vec<Diagnostic
     }
     // `--allow` flags are checked after the lines.
     let host = cx.gate_addr;
-    let from_lines = cfg.entries.iter().any(|e| {
-        e.key == keys::ALLOW
-            && matches!(allow::parse(&e.value), Ok(allow::Allow::Net(n, _)) if n.contains(host))
-    });
+    let from_lines = cfg
+        .all(Name::Allow)
+        .any(|(v, _)| matches!(allow::parse(v), Ok(allow::Allow::Net(n, _)) if n.contains(host)));
     if !from_lines && p.allow.nets.iter().any(|(n, _)| n.contains(host)) {
         say(
             Origin::Flag("--allow"),

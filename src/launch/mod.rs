@@ -418,7 +418,10 @@ impl Refusals {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (flag, mut tally, w) = (stop.clone(), crate::launch::refusals::Tally::new(&w.session), w.clone());
-        let mut log = w.gate_log.as_ref().and_then(|l| crate::gate::log::Follow::open_at_end(l).ok());
+        let mut log = w
+            .gate_runtime
+            .as_ref()
+            .and_then(|rt| crate::gate::log::Follow::open_at_end(&crate::gate::control::log_path(rt)).ok());
         let thread = std::thread::spawn(move || {
             let mut held: Option<crate::live::apply::Held> = None;
             for tick in 0u64.. {

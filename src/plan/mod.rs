@@ -86,9 +86,9 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RefusalWatch {
     pub(crate) session: String,
-    pub(crate) gate_log: Option<PathBuf>,
-    /// With the gate: its runtime dir, where the direct refusals read from the sandbox are
-    /// handed to it (logged beside its own decisions, shown to watchers).
+    /// With the gate: its runtime dir, whose decision log is followed and where the direct
+    /// refusals read from the sandbox are handed to it (logged beside its own decisions, shown
+    /// to watchers).
     pub(crate) gate_runtime: Option<PathBuf>,
     pub(crate) session_dir: PathBuf,
     /// For the fixes: the config to add a line to.
@@ -207,7 +207,6 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         },
         refusals: rules.then(|| RefusalWatch {
             session: f.session_id.clone(),
-            gate_log: p.gate.then(|| crate::gate::control::log_path(&f.runtime_dir)),
             gate_runtime: p.gate.then(|| f.runtime_dir.clone()),
             session_dir: f.session_dir.clone(),
             config_path: record.policy.config_path.clone(),

@@ -157,9 +157,6 @@ pub(crate) struct ExportCx {
     pub(crate) allowed: Vec<(IpNet, Ports)>,
 }
 
-/// The allow key's name, for the few places that single its lines out.
-pub(crate) const ALLOW: &str = Name::Allow.as_str();
-
 pub const KEYS: &[Key] = &[
     Key {
         name: Name::Allow,
