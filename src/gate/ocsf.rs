@@ -56,7 +56,9 @@ pub(crate) fn event(e: &Event) -> Value {
         // Open (relayed) or Refuse.
         None => (NETWORK_ACTIVITY, if allowed { 1 } else { 5 }),
     };
-    let dst = match e.host.parse::<std::net::IpAddr>() {
+    // An IPv6 target is logged as a destination spells it (`[fd00::1]`): an address all the same.
+    let bare = e.host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(&e.host);
+    let dst = match bare.parse::<std::net::IpAddr>() {
         Ok(ip) => json!({ "ip": ip.to_string(), "port": e.port }),
         Err(_) => json!({ "hostname": e.host, "port": e.port }),
     };
@@ -162,6 +164,8 @@ mod tests {
         assert_eq!((refused["activity_id"].as_u64(), refused["type_uid"].as_u64()), (Some(5), Some(400105)));
         let ip = event(&Event { host: "10.0.0.1".into(), ..ev(None, Decision::Deny) });
         assert_eq!(ip["dst_endpoint"], json!({ "ip": "10.0.0.1", "port": 443 }));
+        let v6 = event(&Event { host: "[fd00::1]".into(), ..ev(None, Decision::Deny) });
+        assert_eq!(v6["dst_endpoint"], json!({ "ip": "fd00::1", "port": 443 }));
         assert_eq!(millis("1970-01-01T00:00:00Z"), 0);
         assert_eq!(millis("2000-02-29T00:00:00Z"), 951782400000);
     }
