@@ -57,6 +57,7 @@ fn main() {
             ai_sandbox::cli::logs::run(*denied, &scope, *follow, format)
         }
         Some(Sub::Exec(args)) => ai_sandbox::cli::exec::exec_cmd(&mut host, args),
+        Some(Sub::Learn(args)) => ai_sandbox::cli::learn::learn_cmd(&mut host, args),
         Some(Sub::Allow(args)) => change::change_cmd(&mut host, args, change::Verb::Allow),
         Some(Sub::Deny(args)) => change::change_cmd(&mut host, args, change::Verb::Deny),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {

@@ -95,11 +95,16 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         extra_args_env: host.env("AISB_EXTRA_ARGS").filter(|v| !v.trim().is_empty()),
         ssh_agent: args.ssh_agent,
         deny: Vec::new(),
+        learn: args.learn,
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {
             // Said when it matters: the allowlist applies and nothing at all was allowed.
-            if cfg.entries.is_empty() && p.net == policy::NetMode::Allow && args.policy.allow.is_empty() {
+            if cfg.entries.is_empty()
+                && p.net == policy::NetMode::Allow
+                && args.policy.allow.is_empty()
+                && !args.learn
+            {
                 p.notices.push(match file {
                     None => format!(
                         "there is no {display}: nothing is allowed beyond --allow flags (`ai-sandbox init` writes a config)"
@@ -279,6 +284,20 @@ pub(super) fn record_project(host: &mut dyn Host, project: &Path) -> anyhow::Res
 
 /// The default command: plan, then print (`--dry-run`) or launch.
 pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
+    Ok(launch(host, args)?.code)
+}
+
+/// What a run did, for a command that goes on after it (`learn`).
+pub(super) struct Ran {
+    /// The command's exit code (0 for a dry run).
+    pub(super) code: i32,
+    pub(super) session: String,
+    /// ai-sandbox's runtime dir: the gate's log is there.
+    pub(super) runtime: PathBuf,
+}
+
+/// Plans, then prints (`--dry-run`) or launches.
+pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran> {
     if !args.dry_run && host.uid() != 0 {
         // An earlier session whose check never finished (its launcher stopped mid-way): the
         // project is verified before anything of it is read, its config included, or planned
@@ -317,7 +336,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     if !args.dry_run
         && let Some(code) = preflight(host, &policy, &facts)?
     {
-        return Ok(code);
+        return Ok(ran(code, &facts));
     }
     if !args.dry_run {
         // Before the first effect that starts a thread (the gate's lease watcher, the relays):
@@ -360,7 +379,7 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let plan: Plan = plan::build(&policy, &facts);
     if args.dry_run {
         host.print(&plan::render(&plan));
-        return Ok(0);
+        return Ok(ran(0, &facts));
     }
     for n in &plan.notices {
         host.eprint(&format!("ai-sandbox: {n}\n"));
@@ -376,7 +395,12 @@ pub fn run(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
             host.eprint(&format!("ai-sandbox: {w}\n"));
         }
     }
-    host.launch(&plan)
+    let code = host.launch(&plan)?;
+    Ok(ran(code, &facts))
+}
+
+fn ran(code: i32, f: &Facts) -> Ran {
+    Ran { code, session: f.session_id.clone(), runtime: f.runtime_dir.clone() }
 }
 
 /// `ai-sandbox rules [--json|--nft]`

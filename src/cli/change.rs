@@ -95,41 +95,57 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
         host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
     }
     if !session_only {
-        let state = state_dir(host, &loc.project);
-        let _config_lock = host.lock(&state.join("config.lock"))?;
-        let old = host.read_file(&loc.cfg_path)?.unwrap_or_default();
-        let Approval { path: approved, status, .. } = approval(host, &loc.project, Some(&old))?;
-        let was_approved = status == approval::Status::Approved;
-        let mut text = old.clone();
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        for item in items {
-            let line = match crate::policy::rule::item(item) {
-                Some(rule) => format!("rule = {rule}"),
-                None => format!("{key} = {item}"),
-            };
-            if !old.lines().any(|l| l.trim() == line) {
-                text += &format!("{line}\n");
-            }
-        }
-        if text != old {
-            let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
-            host.write_trusted(&state, &loc.project, &rel, &text)?;
-            record_project(host, &loc.project)?;
-            if was_approved {
-                host.write_file(&approved, &text)?;
-            }
-            host.print(&format!(
-                "added to {}{}\n",
-                loc.display,
-                if was_approved {
-                    " (approved)"
-                } else {
-                    "; it is not approved: `ai-sandbox trust` shows and approves it"
-                }
-            ));
-        }
+        add_lines(host, &loc, items, key)?;
     }
     Ok(0)
+}
+
+/// Adds `KEY = ITEM` lines (`rule = ...` for a rule item) to the project's config, each once,
+/// under the config lock, through the guard's trusted write; the config stays approved if it was.
+/// A project without a config gets one holding these lines, approved: every line in it is one
+/// the user chose (`learn`; `allow` and `deny` refuse before, with their hint).
+pub(super) fn add_lines(
+    host: &mut dyn Host,
+    loc: &super::app::Located,
+    items: &[String],
+    key: &str,
+) -> anyhow::Result<()> {
+    let state = state_dir(host, &loc.project);
+    let _config_lock = host.lock(&state.join("config.lock"))?;
+    let existing = host.read_file(&loc.cfg_path)?;
+    let old = existing.clone().unwrap_or_default();
+    let Approval { path: approved, status, .. } = approval(host, &loc.project, existing.as_deref())?;
+    let was_approved = status == approval::Status::Approved || existing.is_none();
+    let mut text = old.clone();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    for item in items {
+        let line = match crate::policy::rule::item(item) {
+            Some(rule) => format!("rule = {rule}"),
+            None => format!("{key} = {item}"),
+        };
+        if !text.lines().any(|l| l.trim() == line) {
+            text += &format!("{line}\n");
+        }
+    }
+    if text != old {
+        let rel = loc.cfg_path.strip_prefix(&loc.project).unwrap_or(&loc.cfg_path).to_path_buf();
+        host.write_trusted(&state, &loc.project, &rel, &text)?;
+        record_project(host, &loc.project)?;
+        if was_approved {
+            host.write_file(&approved, &text)?;
+        }
+        let what = if existing.is_none() { "wrote" } else { "added to" };
+        host.print(&format!(
+            "{what} {}{}\n",
+            loc.display,
+            if was_approved {
+                " (approved)"
+            } else {
+                "; it is not approved: `ai-sandbox trust` shows and approves it"
+            }
+        ));
+    }
+    Ok(())
 }

@@ -179,6 +179,7 @@ mod tests {
             allow: Some("later.test".into()),
             path: None,
             layer: Layer::Gate,
+            learned: false,
         };
         assert!(
             gate_line(&e, Format::Text).ends_with("  → add \"allow = later.test\" to /p/c"),

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod exec;
 pub mod export;
 mod facts;
+pub mod learn;
 pub mod logs;
 pub mod manpage;
 pub(crate) mod prune;
@@ -147,6 +148,9 @@ pub struct RunArgs {
     // Bytes, as the kernel passes them: a file name that is not UTF-8 reaches the command as is.
     #[arg(last = true, value_name = "CMD")]
     pub(crate) command: Vec<std::ffi::OsString>,
+    /// A learning run (`ai-sandbox learn`): set by the subcommand, never a flag of a run.
+    #[arg(skip)]
+    pub(crate) learn: bool,
 }
 
 /// `ai-sandbox exec`.
@@ -254,6 +258,12 @@ pub enum Sub {
     /// the same network policy, refusals and logs, the same seccomp and no-new-privileges; its
     /// exit code is passed through.
     Exec(ExecArgs),
+    /// A learning run: CMD (a command you trust: `npm ci`, the test suite) runs in the sandbox
+    /// with every hostname it asks the gate for on the gate's ports relayed and recorded instead
+    /// of refused (as tunnels: no TLS opened; IP addresses, other ports and deny lines refused as
+    /// always); at the end it proposes the `allow =` lines, grouped by domain, and on a terminal
+    /// asks line by line which to add. Nothing is added that you did not accept.
+    Learn(RunArgs),
     /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
     /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
     Allow(ChangeArgs),

@@ -35,6 +35,11 @@ pub struct Event {
     /// (a direct connection the launcher read from the sandbox and handed to the gate).
     #[serde(default, skip_serializing_if = "Layer::is_gate")]
     pub(crate) layer: Layer,
+    /// Relayed only because the session is a learning run (`ai-sandbox learn`): the allowlist
+    /// does not hold the host. Its decision is `allow` (it was relayed), so a reader of an
+    /// older version reads the line as it was; `learn` proposes these hosts at the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) learned: bool,
 }
 
 /// The layer of a decision.
@@ -85,6 +90,7 @@ impl Event {
             allow,
             path: None,
             layer: Layer::Rules,
+            learned: false,
         }
     }
 }

@@ -28,6 +28,12 @@ pub struct SessionPolicy {
     /// `rule =` lines: a host with rules gets only the requests they allow (see `policy::rule`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<Rule>,
+    /// A learning run (`ai-sandbox learn`): a hostname the allowlist does not hold, on one of
+    /// `gate_ports`, is relayed as a tunnel and logged as learned instead of refused. Absent
+    /// (false) in every other session, and in what a gate of the previous version reads: a
+    /// learning run registered with one is refused as before (docs/adr/0059).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learn: bool,
 }
 
 /// An empty allowlist with the defaults of a config that says nothing (the gate's ports, the
@@ -43,6 +49,7 @@ impl Default for SessionPolicy {
             gate_addr: crate::policy::DEFAULT_GATE_ADDR,
             ask: None,
             rules: Vec::new(),
+            learn: false,
         }
     }
 }
@@ -58,6 +65,7 @@ impl SessionPolicy {
             gate_addr: p.gate_addr,
             ask: p.ask,
             rules: p.rules.clone(),
+            learn: p.learn,
         }
     }
 }

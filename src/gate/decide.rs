@@ -201,6 +201,20 @@ pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(
     })
 }
 
+/// Whether a learning run relays what `check_target` refused as `d`: only a hostname, only on
+/// one of the gate's ports, only when the allowlist alone said no (`askable`: not a `deny` line,
+/// not an address class the gate never dials), and never a host the config gave rules (its
+/// requests are the config's to judge, which needs the TLS a learned tunnel never opens). The
+/// resolved addresses are still checked (`check_address`), and the SNI against the name.
+pub(crate) fn learns(p: &SessionPolicy, t: &Target, port: u16, d: &Denial) -> bool {
+    match t {
+        Target::Name(n) => {
+            p.learn && d.askable && p.gate_ports.contains(&port) && !crate::policy::rule::ruled(&p.rules, n)
+        }
+        Target::Ip(_) => false,
+    }
+}
+
 /// Whether `ip:port` is gate_addr on a port an IP entry allows: the host's own 127.0.0.1:`port`,
 /// which the gate then dials (see `check_target`).
 pub(crate) fn host_loopback(p: &SessionPolicy, ip: IpAddr, port: u16) -> bool {

@@ -116,6 +116,7 @@ mod tests {
             allow: Some("rule = api.test POST /x".into()),
             path: path.map(str::to_string),
             layer: crate::gate::log::Layer::Gate,
+            learned: false,
         }
     }
 

@@ -243,12 +243,15 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             let reason = decide::reason_phrase(&d.hint);
             respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
         }
-        Ok((target, upstream, rule)) => {
+        Ok(d) => {
             // Only the bytes after the head are kept; the head buffer is freed now.
             let leftover = buf[req.head_len..].to_vec();
             drop(buf);
+            let Dialled { target, upstream, rule, learned } = d;
             let result = match req.kind {
-                Kind::Connect => tunnel(&state, &session, &req, &target, client, upstream, leftover).await,
+                Kind::Connect => {
+                    tunnel(&state, &session, &req, (&target, learned), client, upstream, leftover).await
+                }
                 Kind::Forward => {
                     session.allowed.fetch_add(1, Ordering::Relaxed);
                     let host = target.to_string();
@@ -257,6 +260,9 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                             let reason = format!("allowed by rule = {}", m.rule);
                             let path = Some(m.path.as_str());
                             state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) });
+                        }
+                        None if learned => {
+                            state.log(Entry { learned, ..allowed(&req, &session.id, &host, LEARNED) })
                         }
                         None => state.log(allowed(&req, &session.id, &host, "allowed")),
                     }
@@ -302,19 +308,37 @@ async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> 
     }
 }
 
+/// The reason logged for what a learning run relayed.
+const LEARNED: &str =
+    "learned: not in the allowlist, relayed because this is a learning run (ai-sandbox learn)";
+
 /// A relayed request, as the log has it.
 fn allowed<'a>(req: &'a request::Request, session: &'a str, host: &'a str, reason: &'a str) -> Entry<'a> {
     Entry::allowed(session, &req.method, host, req.port, reason)
 }
 
-/// Normalise → allowlist (with the never-classes of IP literals) → resolve → address classes
-/// → dial. Every refusal comes from `decide`.
-async fn decide_and_dial(
-    policy: &SessionPolicy,
-    req: &request::Request,
-) -> Result<(Target, TcpStream, Option<decide::RuleMatch>), Denial> {
+/// A destination that passed every check, dialled.
+struct Dialled {
+    target: Target,
+    upstream: TcpStream,
+    /// The rule that let a plain HTTP request through (a host with rules).
+    rule: Option<decide::RuleMatch>,
+    /// Relayed only because the session is a learning run (`decide::learns`): logged as learned,
+    /// tunnelled, never terminated.
+    learned: bool,
+}
+
+/// Normalise → allowlist (with the never-classes of IP literals; a learning run's unlisted
+/// hostname goes on as learned) → resolve → address classes → dial. Every refusal comes from
+/// `decide`.
+async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Result<Dialled, Denial> {
     let target = decide::normalise(&req.host)?;
-    decide::check_target(policy, &target, req.port)?;
+    let learned = match decide::check_target(policy, &target, req.port) {
+        Ok(()) => false,
+        Err(d) if decide::learns(policy, &target, req.port, &d) => true,
+        Err(d) => return Err(d),
+    };
+    let dialled = |target, upstream, rule| Dialled { target, upstream, rule, learned };
     let rule = match (&target, req.kind) {
         (_, Kind::Connect) => decide::unreadable(policy, &target, req.port, &TLS_PORTS).map(|()| None)?,
         (Target::Name(n), Kind::Forward) => decide::check_request(policy, n, &req.method, &req.path)?,
@@ -335,7 +359,7 @@ async fn decide_and_dial(
             return match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(local)).await {
                 Ok(Ok(up)) => {
                     let _ = up.set_nodelay(true);
-                    Ok((target, up, rule))
+                    Ok(dialled(target, up, rule))
                 }
                 _ => Err(d(
                     502,
@@ -382,7 +406,7 @@ async fn decide_and_dial(
             tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(SocketAddr::new(ip, req.port))).await
         {
             let _ = up.set_nodelay(true);
-            return Ok((target, up, rule));
+            return Ok(dialled(target, up, rule));
         }
     }
     Err(d(
@@ -420,13 +444,16 @@ async fn tunnel(
     state: &Arc<State>,
     s: &Arc<Session>,
     req: &request::Request,
-    target: &Target,
+    (target, learned): (&Target, bool),
     mut client: TcpStream,
     mut upstream: TcpStream,
     mut first: Vec<u8>,
 ) -> std::io::Result<(u64, u64)> {
     let host = target.to_string();
-    let allow = |reason| state.log(allowed(req, &s.id, &host, reason));
+    let allow = |reason| match learned {
+        true => state.log(Entry { learned, ..allowed(req, &s.id, &host, LEARNED) }),
+        false => state.log(allowed(req, &s.id, &host, reason)),
+    };
     let deny =
         |status, reason: &str| state.log(Entry::denied(&s.id, &req.method, &host, req.port, status, reason));
     const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
@@ -441,6 +468,7 @@ async fn tunnel(
         s.allowed.fetch_add(1, Ordering::Relaxed);
         allow("allowed");
         if let Target::Name(n) = target
+            && !learned
             && (s.secrets.terminates(n) || crate::policy::rule::ruled(&s.policy().rules, n))
         {
             let up = match s.upstream() {

@@ -213,6 +213,7 @@ impl State {
             allow: d.allow.map(str::to_string),
             path: d.path.map(str::to_string),
             layer: log::Layer::Gate,
+            learned: d.learned,
         };
         self.record(e);
     }
@@ -244,6 +245,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) allow: Option<&'a str>,
     /// A request's path (no query) on a host whose TLS the gate opened, or plain HTTP.
     pub(crate) path: Option<&'a str>,
+    /// Relayed only because the session is a learning run (see `decide::learns`).
+    pub(crate) learned: bool,
 }
 
 impl<'a> Entry<'a> {
@@ -266,6 +269,7 @@ impl<'a> Entry<'a> {
             hint: "",
             allow: None,
             path: None,
+            learned: false,
         }
     }
 

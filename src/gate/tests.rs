@@ -4,7 +4,7 @@
 use super::decide::{self, SessionPolicy, Target};
 use super::request::{self, HeadError, Kind};
 use super::tls::{Hello, parse_client_hello};
-use crate::policy::allow::{self, Allow, IpNet, Ports};
+use crate::policy::allow::{self, Allow, HostPattern, IpNet, Ports};
 use base64::Engine;
 use std::net::IpAddr;
 
@@ -228,6 +228,31 @@ fn denials_name_the_config_line_that_would_allow_them() {
     assert_eq!((d.allow.as_deref(), d.askable), (Some("api.example.com"), true));
     let d = decide::check_target(&p, &t, 22).unwrap_err();
     assert!(d.hint.contains("\"allow = api.example.com:22\""), "{}", d.hint);
+}
+
+#[test]
+fn a_learning_run_relays_only_unlisted_hostnames_on_the_gates_ports() {
+    let mut p = policy(&["listed.test"]);
+    p.allow.deny_hosts.push((HostPattern::Exact("denied.test".into()), None));
+    p.rules = crate::policy::rule::parse("ruled.test GET /x").unwrap();
+    let learns = |p: &SessionPolicy, host: &str, port: u16| {
+        let t = decide::normalise(host).unwrap();
+        match decide::check_target(p, &t, port) {
+            Ok(()) => None,
+            Err(d) => Some(decide::learns(p, &t, port, &d)),
+        }
+    };
+    // Not a learning run: refused, as always.
+    assert_eq!(learns(&p, "new.test", 443), Some(false));
+    p.learn = true;
+    assert_eq!(learns(&p, "listed.test", 443), None, "listed: allowed, not learned");
+    assert_eq!(learns(&p, "new.test", 443), Some(true));
+    assert_eq!(learns(&p, "new.test", 80), Some(true));
+    assert_eq!(learns(&p, "new.test", 22), Some(false), "not a gate port");
+    assert_eq!(learns(&p, "denied.test", 443), Some(false), "a deny line wins");
+    assert_eq!(learns(&p, "ruled.test", 443), Some(false), "a host with rules is the config's");
+    assert_eq!(learns(&p, "198.51.100.7", 443), Some(false), "an address is never learned");
+    assert_eq!(learns(&p, "127.0.0.1", 443), Some(false));
 }
 
 #[test]

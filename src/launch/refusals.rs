@@ -16,6 +16,8 @@ use crate::gate::log::Event;
 pub(crate) struct Tally {
     session: String,
     seen: Vec<Refused>,
+    /// The hosts a learning run relayed (`ai-sandbox learn`), each said once when first seen.
+    learned: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +51,22 @@ fn clock(time: &str) -> &str {
 
 impl Tally {
     pub(crate) fn new(session: &str) -> Tally {
-        Tally { session: session.to_string(), seen: Vec::new() }
+        Tally { session: session.to_string(), seen: Vec::new(), learned: Vec::new() }
     }
 
     /// Takes one decision; returns the line to say now when it is this session's first refusal
     /// of its destination.
     pub(crate) fn observe(&mut self, e: &Event) -> Option<String> {
+        if e.session == self.session && e.learned {
+            if self.learned.contains(&e.host) {
+                return None;
+            }
+            self.learned.push(e.host.clone());
+            return Some(format!(
+                "learned {}:{} (relayed: not in the allowlist, and this is a learning run)",
+                e.host, e.port
+            ));
+        }
         // The rules' refusals this launcher handed to the gate come back in its log: they were
         // taken first-hand (`observe_direct`).
         if e.session != self.session || !e.decision.refused() || e.layer == crate::gate::log::Layer::Rules {
@@ -158,6 +170,20 @@ mod tests {
         assert!(t.summary()[1].contains("once (could not reach it)"), "{:?}", t.summary());
     }
 
+    #[test]
+    fn a_learning_runs_host_is_said_once_and_is_no_refusal() {
+        let mut t = Tally::new("s1");
+        let learned =
+            Event { learned: true, ..ev("s1", "a.learn.test", 443, Decision::Allow, "2026-12-02T10:00:00Z") };
+        let line = t.observe(&learned).unwrap();
+        assert!(line.starts_with("learned a.learn.test:443 (relayed"), "{line}");
+        assert_eq!(t.observe(&learned), None, "said once");
+        // Another session's, and a plain allowed one: nothing.
+        assert_eq!(t.observe(&Event { session: "s2".into(), ..learned.clone() }), None);
+        assert_eq!(t.observe(&ev("s1", "b.test", 443, Decision::Allow, "2026-12-02T10:00:01Z")), None);
+        assert!(t.summary().is_empty(), "learned hosts are not refusals");
+    }
+
     fn ev(session: &str, host: &str, port: u16, decision: Decision, time: &str) -> Event {
         Event {
             time: time.into(),
@@ -177,6 +203,7 @@ mod tests {
             allow: (decision == Decision::Deny).then(|| host.to_string()),
             path: None,
             layer: crate::gate::log::Layer::Gate,
+            learned: false,
         }
     }
 

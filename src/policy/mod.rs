@@ -13,6 +13,7 @@ pub(crate) mod env;
 pub mod forwards;
 mod image;
 pub mod keys;
+pub mod learn;
 pub(crate) mod limits;
 pub(crate) mod netset;
 pub mod rule;
@@ -102,6 +103,8 @@ pub struct Inputs {
     pub ssh_agent: bool,
     /// Deny entries besides the config's (`ai-sandbox deny ITEM`).
     pub deny: Vec<String>,
+    /// `ai-sandbox learn`: the gate records unlisted hostnames instead of refusing them.
+    pub learn: bool,
 }
 
 /// The validated, normalised policy.
@@ -151,6 +154,8 @@ pub struct Policy {
     pub(crate) splices: Vec<forwards::Splice>,
     /// `pids`, `memory`, `tmp_size`: what the sandbox may take of the machine.
     pub(crate) limits: limits::Limits,
+    /// A learning run (`ai-sandbox learn`, never a config key): see `contract::SessionPolicy`.
+    pub(crate) learn: bool,
 }
 
 impl Policy {
@@ -196,6 +201,14 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         );
     }
     let gate = net == NetMode::Allow && !inputs.no_gate;
+    if inputs.learn && !gate {
+        let what = if inputs.no_gate { "--no-gate".to_string() } else { format!("--net {}", net.name()) };
+        c.bad(
+            Origin::Flag("learn"),
+            format!("a learning run records the hostnames the gate is asked for, and {what} has no gate"),
+            "run `ai-sandbox learn -- CMD` with --net allow (the default) and without --no-gate",
+        );
+    }
 
     let gate_addr = match config.one(Name::GateAddr) {
         None => DEFAULT_GATE_ADDR,
@@ -294,6 +307,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         return Err(c.0);
     }
     let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets);
+    let learning = inputs.learn.then(|| learning_notice(&gate_ports));
     let mut p = Policy {
         project,
         net,
@@ -320,6 +334,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
                     .to_string()
             })
             .into_iter()
+            .chain(learning)
             .chain(skipped_rules(config, net))
             .collect(),
         ssh_agent: inputs.ssh_agent,
@@ -328,6 +343,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         upstream_ca,
         agent_state,
         splices: Vec::new(),
+        learn: inputs.learn,
     };
     p.splices = forwards::splices(&p);
     bindings(&p, &mut c);
@@ -335,6 +351,19 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         return Err(c.0);
     }
     Ok(p)
+}
+
+/// What a learning run says before it starts: it is the one run in which the allowlist does
+/// not hold for hostnames.
+fn learning_notice(gate_ports: &[u16]) -> String {
+    let ports: Vec<String> = gate_ports.iter().map(u16::to_string).collect();
+    format!(
+        "LEARNING RUN: any hostname on ports {} is relayed and recorded, not refused (as a tunnel: \
+         the gate opens no TLS; IP addresses, other ports and `deny` lines are refused as always); run \
+         only a command you trust. At the end you are shown the lines to add; nothing is written \
+         unless you accept it",
+        ports.join(", ")
+    )
 }
 
 /// `upstream_ca = FILE`: absolute or `~/`, and not in the project (the sandbox writes there).

@@ -49,13 +49,15 @@ pub fn env() -> &'static Env {
         std::fs::copy(env!("CARGO_BIN_EXE_ai-sandbox"), &bin).unwrap();
         let probe = root.join("bin/probe.py");
         std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/probe.py"), &probe).unwrap();
+        let answer = root.join("bin/answer.py");
+        std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/answer.py"), &answer).unwrap();
         let failing = root.join("bin/failing-nft");
         std::fs::write(
             &failing,
             "#!/bin/sh\necho 'failing-nft: refusing to load (test double)' >&2\nexit 3\n",
         )
         .unwrap();
-        for p in [&root, &root.join("bin"), &root.join("projects"), &bin, &probe, &failing] {
+        for p in [&root, &root.join("bin"), &root.join("projects"), &bin, &probe, &answer, &failing] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let run_dir = PathBuf::from(format!("/run/user/{}", pw.uid));

@@ -2,6 +2,7 @@
 //! what a launch returns, and the command starts where the user is.
 
 use crate::harness::*;
+use std::path::Path;
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
@@ -246,4 +247,88 @@ fn a_command_in_bin_under_home_or_a_privileged_port_is_said_before_anything_star
     assert!(r.stderr.contains("host port 80 is below 1024"), "{}", r.stderr);
     // Control: a port from 1024 up publishes.
     sandbox(&p, &["--publish", "18642", "--", "true"], &[]).ok();
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_accepted() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("learn");
+    let v4 = &th.v4;
+    p.config(&format!(
+        "allow = listed.test\nresolve = listed.test={v4}\nresolve = a.learn.test={v4}\n\
+         resolve = b.learn.test={v4}\nresolve = unreached.test={v4}\n"
+    ));
+    let code = "curl -s -o /dev/null -w '%{http_code}'";
+    let reach = |names: &[&str]| -> String {
+        names.iter().map(|n| format!("echo {n}=$({code} http://{n}/); ")).collect()
+    };
+    // The learned names, the listed one (positive control), and what a learning run still
+    // refuses: a port that is not the gate's, an address.
+    let script = format!(
+        "{}echo off-port=$({code} http://a.learn.test:7000/); echo address=$({code} http://{v4}/)",
+        reach(&["a.learn.test", "b.learn.test", "listed.test"])
+    );
+    let r = sandbox(&p, &["learn", "--", "sh", "-c", &script], &[]);
+    let all = format!("{}\n{}", r.stdout, r.stderr);
+    r.ok();
+    for want in ["a.learn.test=200", "b.learn.test=200", "listed.test=200", "off-port=403", "address=403"] {
+        assert!(r.stdout.contains(want), "{want}: {all}");
+    }
+    assert!(r.stderr.contains("LEARNING RUN"), "said loudly: {all}");
+    assert!(r.stderr.contains("learned a.learn.test:80 (relayed"), "said as it happens: {all}");
+    let proposal = r.stderr.split("which the allowlist does not hold:").nth(1).unwrap_or_default();
+    assert!(
+        proposal.starts_with(
+            "\n  learn.test:\n    allow = a.learn.test\n    allow = b.learn.test\n    (or, for every name below learn.test: allow = *.learn.test)\n"
+        ),
+        "{all}"
+    );
+    for not in ["listed.test", "unreached.test", v4.as_str()] {
+        assert!(!proposal.contains(&format!("allow = {not}")), "{not} proposed: {all}");
+    }
+    assert!(proposal.contains("nothing was written (no terminal to ask on)"), "{all}");
+    // Nothing was written: the next run refuses the learned names; the listed one still works.
+    let next = sandbox(&p, &["--", "sh", "-c", &reach(&["a.learn.test", "listed.test"])], &[]);
+    assert!(
+        next.ok().stdout.contains("a.learn.test=403\nlisted.test=200"),
+        "{}\n{}",
+        next.stdout,
+        next.stderr
+    );
+
+    // On a terminal: the wildcard declined, a.learn.test accepted, b.learn.test declined.
+    let e = env();
+    let answer = e.root.join("bin/answer.py");
+    let (bin, script) = (e.bin.display().to_string(), reach(&["a.learn.test", "b.learn.test"]));
+    let args = [
+        answer.to_str().unwrap(),
+        "*.learn.test` (every name below learn.test)? [y/N] ",
+        "n",
+        "`allow = a.learn.test`? [y/N] ",
+        "y",
+        "`allow = b.learn.test`? [y/N] ",
+        "n",
+        "--",
+        &bin,
+        "learn",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let t = Run::of(user_command(&p.dir, Path::new("/usr/bin/python3"), &args, &[]));
+    assert_eq!(t.code, 0, "{}\n{}", t.stdout, t.stderr);
+    assert!(t.stdout.contains("added to .ai-sandbox/config (approved)"), "{}", t.stdout);
+    let cfg = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+    assert!(cfg.ends_with(&format!("resolve = unreached.test={v4}\nallow = a.learn.test\n")), "{cfg}");
+    // The accepted line holds, the declined one does not.
+    let after = sandbox(&p, &["--", "sh", "-c", &reach(&["a.learn.test", "b.learn.test"])], &[]);
+    assert!(
+        after.ok().stdout.contains("a.learn.test=200\nb.learn.test=403"),
+        "{}\n{}",
+        after.stdout,
+        after.stderr
+    );
 }

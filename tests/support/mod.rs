@@ -4,7 +4,8 @@
 use ai_sandbox::host::FakeHost;
 use std::path::PathBuf;
 
-/// The project's founding example config, every kind of line.
+/// The project's founding example config, every kind of line (not every test file uses it).
+#[allow(dead_code)]
 pub const DESIGN_CONFIG: &str = "\
 # comment
 allow = github.com            # hostname: enforced by the gate (ports 80, 443, 8443)

@@ -641,6 +641,10 @@ pub(crate) fn write_trusted(state_dir: &Path, project: &Path, rel: &Path, text: 
         Some(st) if st.kind == Kind::File => st.mode,
         _ => 0o644,
     };
+    // A config written for a project that had none (`learn`): its directory too, no link followed.
+    if let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) {
+        tree.mkdir_all(dir, 0o755).with_context(|| format!("making {}", quote::path(&project.join(dir))))?;
+    }
     tree.write(rel, text.as_bytes(), mode).with_context(|| format!("writing {}", quote::path(&path)))?;
     for (store, _lock) in &held {
         let Ok(mut m) = load(store) else { continue };

@@ -1,0 +1,79 @@
+//! `ai-sandbox learn [RUN FLAGS] -- CMD`: a run whose gate relays and records the hostnames the
+//! allowlist does not hold (see `gate::decide::learns`), then the `allow =` lines that would
+//! let the same run through, grouped by domain (`policy::learn`), for the user to accept line
+//! by line. Nothing reaches the config by itself: without a terminal to ask on, the lines and the
+//! command that adds them are printed and nothing is written (docs/adr/0059).
+
+use crate::cli::RunArgs;
+use crate::contract::log::Event;
+use crate::host::Host;
+use crate::policy::learn::{self, Group};
+
+pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
+    let args = RunArgs { learn: true, ..args.clone() };
+    let ran = super::app::launch(host, &args)?;
+    if args.dry_run {
+        return Ok(ran.code);
+    }
+    let log = host.read_file(&crate::gate::control::log_path(&ran.runtime))?.unwrap_or_default();
+    let events = log.lines().filter_map(|l| serde_json::from_str::<Event>(l).ok());
+    let learned: Vec<String> =
+        events.filter(|e| e.session == ran.session && e.learned).map(|e| e.host).collect();
+    let groups = learn::propose(learned.iter().map(String::as_str));
+    if groups.is_empty() {
+        host.eprint(
+            "ai-sandbox: learn: nothing outside the allowlist was asked for in this run; nothing to add\n",
+        );
+        return Ok(ran.code);
+    }
+    let mut said = format!(
+        "ai-sandbox: learn: the command reached these hosts, which the allowlist does not hold:\n{}",
+        learn::render(&groups)
+    );
+    if ran.code != 0 {
+        said += &format!(
+            "ai-sandbox: learn: the command exited {}: what it would have reached after that is not here\n",
+            ran.code
+        );
+    }
+    host.eprint(&said);
+    if !host.stdio_is_tty() {
+        let all: Vec<&str> = groups.iter().flat_map(|g| g.names.iter().map(String::as_str)).collect();
+        host.eprint(&format!(
+            "ai-sandbox: learn: nothing was written (no terminal to ask on); to add them: ai-sandbox allow {}\n",
+            all.join(" ")
+        ));
+        return Ok(ran.code);
+    }
+    let mut accepted = Vec::new();
+    for g in &groups {
+        accepted.extend(ask(host, g)?);
+    }
+    if accepted.is_empty() {
+        host.eprint("ai-sandbox: learn: nothing was added\n");
+        return Ok(ran.code);
+    }
+    // Found again as the run found it (the same working directory and --project).
+    let loc = super::app::locate(host, args.policy.project.as_deref())?;
+    super::change::add_lines(host, &loc, &accepted, "allow")?;
+    Ok(ran.code)
+}
+
+/// The lines of one group the user accepts: the wildcard first when there is one (then only the
+/// names it does not cover), else each name.
+fn ask(host: &mut dyn Host, g: &Group) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let names: Vec<&str> = match &g.wildcard {
+        Some(w) if host.confirm(&format!("add `allow = {w}` (every name below {})? [y/N] ", g.domain))? => {
+            out.push(w.clone());
+            g.uncovered()
+        }
+        _ => g.names.iter().map(String::as_str).collect(),
+    };
+    for n in names {
+        if host.confirm(&format!("add `allow = {n}`? [y/N] "))? {
+            out.push(n.to_string());
+        }
+    }
+    Ok(out)
+}
