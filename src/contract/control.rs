@@ -99,6 +99,10 @@ pub struct Reply {
     /// The gate's CA certificate (PEM), to a registration whose session the gate opens TLS for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ca: Option<String>,
+    /// To a learning run's registration: this gate learns (a gate of an older version ignores
+    /// `learn` and refuses as always, so the launcher needs to hear it said).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    learning: bool,
 }
 
 /// A registration's reply.
@@ -108,6 +112,8 @@ pub struct Registered {
     pub port: u16,
     /// The gate's CA certificate, when the session has bound secrets or rules.
     pub ca: Option<String>,
+    /// The gate will learn for this session (it was registered as a learning run).
+    pub learning: bool,
 }
 
 /// A status request's reply.
@@ -124,8 +130,8 @@ impl Reply {
         Reply { ok: true, port, pid, ..Reply::default() }
     }
     /// `Register`: the session is the gate's until this connection closes.
-    pub fn registered(port: u16, pid: u32, ca: Option<String>) -> Reply {
-        Reply { ca, ..Reply::done(port, pid) }
+    pub fn registered(port: u16, pid: u32, ca: Option<String>, learning: bool) -> Reply {
+        Reply { ca, learning, ..Reply::done(port, pid) }
     }
     /// `Status`.
     pub fn status(port: u16, pid: u32, sessions: Vec<SessionStatus>) -> Reply {
@@ -151,7 +157,7 @@ impl Reply {
 
     /// The reply to a registration.
     pub fn as_registered(&self) -> Registered {
-        Registered { port: self.port, ca: self.ca.clone() }
+        Registered { port: self.port, ca: self.ca.clone(), learning: self.learning }
     }
 
     /// The reply to a status request.
@@ -197,7 +203,12 @@ mod tests {
         assert_eq!(other.refusal(), Some(Refusal::Said("no session s in this gate".into())));
         let ok: Reply = serde_json::from_str(r#"{"ok":true,"port":18081,"pid":9,"ca":"PEM"}"#).unwrap();
         assert_eq!(ok.refusal(), None);
-        assert_eq!(ok.as_registered(), Registered { port: 18081, ca: Some("PEM".into()) });
+        assert_eq!(ok.as_registered(), Registered { port: 18081, ca: Some("PEM".into()), learning: false });
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
+        // This version says it learns; the previous one's `ok` above does not (false).
+        let learning: Reply =
+            serde_json::from_str(&serde_json::to_string(&Reply::registered(1, 2, None, true)).unwrap())
+                .unwrap();
+        assert!(learning.as_registered().learning);
     }
 }

@@ -133,7 +133,14 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
                 Ok((reply, listener)) => {
-                    let Registered { port, ca } = reply.as_registered();
+                    let Registered { port, ca, learning } = reply.as_registered();
+                    if matches!(req, Request::Register { policy, .. } if policy.learn) && !learning {
+                        return Err(crate::error::hinted(
+                            "the running egress gate is of an older version of ai-sandbox and cannot learn (it would refuse what a learning run records); nothing was started",
+                            "run `ai-sandbox learn` again once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)",
+                        )
+                        .into());
+                    }
                     return Ok(Lease { port, ca, stream, listener });
                 }
                 Err(Failed::Going(why)) => last_err = why,
