@@ -518,16 +518,25 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         age: 125,
         record: Some(rec),
         path: "/run/user/1000/ai-sandbox/sessions/abc123/live.json".into(),
+        execs: vec![ai_sandbox::live::Exec {
+            pid: 5150,
+            age: 3,
+            command: vec!["sh".into(), "-c".into(), "sleep 9".into()],
+        }],
     }];
     h.stdout.clear();
     sessions::ps_cmd(&mut h, false).unwrap();
     let row = h.stdout.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
     assert_eq!(row, ["abc123", "4242", "2m05s", "allow", "-", "-", "/home/dev/app"], "{}", h.stdout);
+    // A command `exec` runs in it, under its sandbox.
+    assert_eq!(h.stdout.lines().nth(2), Some("  exec         5150      3s  sh -c sleep 9"), "{}", h.stdout);
     h.stdout.clear();
     sessions::ps_cmd(&mut h, true).unwrap();
     let v: serde_json::Value = serde_json::from_str(&h.stdout).unwrap();
     assert_eq!(v[0]["age_seconds"], 125);
     assert_eq!(v[0]["project"], "/home/dev/app");
+    assert_eq!(v[0]["execs"][0]["pid"], 5150);
+    assert_eq!(v[0]["execs"][0]["command"][2], "sleep 9");
 }
 
 #[test]
@@ -932,6 +941,7 @@ fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
             policy: Default::default(),
         }),
         path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),
+        execs: Vec::new(),
     }
 }
 
@@ -956,6 +966,12 @@ fn exec_joins_this_projects_running_sandbox_through_podman_exec() {
     h.exit_code = 3;
     assert_eq!(exec_of(&mut h, &[]).unwrap(), 3);
     let Some(Effect::Exec(argv)) = h.effects.last() else { panic!("{:?}", h.effects) };
+    // Recorded for `ps` under its own pid (which exec(2) hands to podman exec), before it runs.
+    let record = Path::new("/run/user/1000/ai-sandbox/sessions/abc123/exec/4321");
+    assert_eq!(h.effects[h.effects.len() - 2], Effect::Write(record.into()));
+    let text = h.files.iter().find(|(p, _)| p == record).map(|(_, t)| t.clone()).unwrap();
+    let rec: ai_sandbox::contract::execd::Execd = serde_json::from_str(&text).unwrap();
+    assert_eq!((rec.container.as_str(), rec.command[0].as_str()), ("aisb-abc123", "/bin/sh"));
     assert_eq!(argv[..6], ["/usr/bin/podman", "exec", "-i", "--workdir", "/home/dev/app", "aisb-abc123"]);
     assert_eq!(argv[6..8], ["/bin/sh", "-c"], "a shell by default: {argv:?}");
     // A command, as given; a terminal gets one too.

@@ -6,6 +6,7 @@
 
 use super::app::locate;
 use super::facts::runtime_dir;
+use crate::contract::execd::{EXEC_DIR, Execd};
 use crate::host::Host;
 use crate::live::Running;
 use std::path::Path;
@@ -21,7 +22,8 @@ pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Res
     };
     let loc = locate(host, args.project.as_deref())?;
     let running = host.running(&runtime_dir(host));
-    let target = pick(&running, &loc.project, args.session.as_deref())?;
+    let chosen = pick(&running, &loc.project, args.session.as_deref())?;
+    let target = chosen.record.as_ref().map(|r| r.container.as_str()).unwrap_or_default();
     let podman = host.which("podman").unwrap_or_else(|| "podman".into());
     let cwd = host.cwd()?;
     // Where the command starts: here when here is inside the project (mounted at the same path).
@@ -33,11 +35,18 @@ pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Res
     argv.extend(["--workdir".into(), workdir.display().to_string(), target.into()]);
     let command = if command.is_empty() { SHELL } else { &command };
     argv.extend(command.iter().map(|s| s.to_string()));
+    // For `ps`: this pid becomes podman exec's (see `contract::execd`). A record that cannot be
+    // written leaves the command unlisted, not unrun.
+    let record = Execd { command: command.iter().map(|s| s.to_string()).collect(), container: target.into() };
+    if let Some(dir) = chosen.path.parent() {
+        let path = dir.join(EXEC_DIR).join(host.own_pid().to_string());
+        let _ = host.write_file(&path, &serde_json::to_string(&record)?);
+    }
     host.exec(&argv)
 }
 
 /// The container of the running sandbox to join: the one of this project, or the one named.
-fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> anyhow::Result<&'a str> {
+fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> anyhow::Result<&'a Running> {
     let shown = crate::sys::quote::path(project);
     let mine: Vec<&Running> =
         running.iter().filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project)).collect();
@@ -67,5 +76,5 @@ fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> an
             .into());
         }
     };
-    Ok(chosen.record.as_ref().map(|r| r.container.as_str()).unwrap_or_default())
+    Ok(chosen)
 }

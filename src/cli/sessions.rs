@@ -47,6 +47,8 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         project: Option<String>,
         allowed: Option<u64>,
         refused: Option<u64>,
+        /// Commands `ai-sandbox exec` runs in it.
+        execs: Vec<crate::live::Exec>,
     }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
@@ -63,6 +65,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 project: r.record.as_ref().map(|rec| rec.project.display().to_string()),
                 allowed: counts.map(|c| c.allowed),
                 refused: counts.map(|c| c.denied),
+                execs: r.execs.clone(),
             }
         })
         .collect();
@@ -90,6 +93,14 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
             n(r.refused),
             crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),
         );
+        for x in &r.execs {
+            out += &format!(
+                "  exec {:>12} {:>7}  {}\n",
+                x.pid,
+                crate::live::age(x.age),
+                crate::sys::quote::text(&x.command.join(" "))
+            );
+        }
     }
     host.print(&out);
     Ok(0)

@@ -10,6 +10,7 @@
 //! | `keeper::Message` | launcher | keeper | the keeper's stdin |
 //! | `Record` | launcher, `allow` | `allow`, `ps` | `live.json` |
 //! | `direct::Direct` | launcher | gate (which logs it as an `Event` of the rules' layer) | control socket |
+//! | `execd::Execd` | `ai-sandbox exec` | `ps` | `sessions/ID/exec/PID` |
 //!
 //! Versioning: a running gate of the previous version serves the next launcher until it idles
 //! out (docs/adr/0017), and log lines and live records stay on disk across upgrades. So fields are
@@ -22,6 +23,7 @@
 
 pub mod control;
 pub mod direct;
+pub mod execd;
 pub mod keeper;
 pub mod live;
 pub mod log;

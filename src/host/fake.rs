@@ -173,6 +173,9 @@ impl Os for FakeHost {
     fn uid(&self) -> u32 {
         self.uid
     }
+    fn own_pid(&self) -> u32 {
+        4321
+    }
     fn stdio_is_tty(&self) -> bool {
         self.tty
     }

@@ -40,6 +40,8 @@ pub trait Os {
     fn which(&self, name: &str) -> Option<PathBuf>;
     fn current_exe(&self) -> anyhow::Result<PathBuf>;
     fn uid(&self) -> u32;
+    /// This process's id (kept across exec(2): `ai-sandbox exec` records it as podman's).
+    fn own_pid(&self) -> u32;
     fn stdio_is_tty(&self) -> bool;
     /// `n` random bytes as lowercase hex.
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
@@ -232,6 +234,9 @@ impl Os for RealHost {
     }
     fn uid(&self) -> u32 {
         nix::unistd::getuid().as_raw()
+    }
+    fn own_pid(&self) -> u32 {
+        std::process::id()
     }
     fn stdio_is_tty(&self) -> bool {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal()

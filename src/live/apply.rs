@@ -36,9 +36,35 @@ pub(crate) fn running(runtime: &Path) -> Vec<Running> {
         let path = e.path().join(crate::plan::session::LIVE_FILE);
         let record = fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok());
         let session = e.file_name().to_string_lossy().into_owned();
-        out.push(Running { session, pid, age, record, path });
+        let execs = execs(&e.path());
+        out.push(Running { session, pid, age, record, path, execs });
     }
     out.sort_by(|a, b| b.age.cmp(&a.age).then(a.session.cmp(&b.session)));
+    out
+}
+
+/// The commands `ai-sandbox exec` runs in the sandbox of `session_dir`, oldest first: each record
+/// whose pid is still the `podman exec` into its container (its command line names the container;
+/// a record of an exec that ended, or a pid taken since by another process, is not listed).
+fn execs(session_dir: &Path) -> Vec<crate::live::Exec> {
+    use crate::contract::execd::{EXEC_DIR, Execd};
+    let Ok(entries) = fs::read_dir(session_dir.join(EXEC_DIR)) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Some(rec) =
+            fs::read_to_string(e.path()).ok().and_then(|t| serde_json::from_str::<Execd>(&t).ok())
+        else {
+            continue;
+        };
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !cmdline.split(|b| *b == 0).any(|arg| arg == rec.container.as_bytes()) {
+            continue;
+        }
+        let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        out.push(crate::live::Exec { pid, age: age.map_or(0, |d| d.as_secs()), command: rec.command });
+    }
+    out.sort_by(|a, b| b.age.cmp(&a.age).then(a.pid.cmp(&b.pid)));
     out
 }
 

@@ -27,6 +27,19 @@ pub struct Running {
     pub record: Option<Record>,
     /// The record's path.
     pub path: PathBuf,
+    /// Commands `ai-sandbox exec` runs in it now.
+    #[serde(default)]
+    pub execs: Vec<Exec>,
+}
+
+/// A command `ai-sandbox exec` runs in a sandbox (see `contract::execd`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exec {
+    /// Its `podman exec` process.
+    pub pid: i32,
+    /// Seconds since it started.
+    pub age: u64,
+    pub command: Vec<String>,
 }
 
 /// `1h02m`, `3m05s`, `42s`.

@@ -306,6 +306,22 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
         sandbox(&p, &["exec", "--", "sh", "-c", "echo in=$(hostname) pid1=$(cat /proc/1/comm); exit 7"], &[]);
     assert_eq!(code.code, 7, "the exit code is passed through: {}", code.stderr);
     assert!(code.stdout.contains("in=ai-sandbox"), "in the same sandbox: {}", code.stdout);
+    // `ps` lists a command exec runs, under its sandbox, while it runs, and not after.
+    let marker = p.path("exec-started");
+    let script = "touch exec-started; until [ -e exec-stop ]; do sleep 0.1; done # ps-lists-me";
+    let mut long =
+        user_command(&p.dir, &env().bin, &["exec", "--", "sh", "-c", script], &[]).spawn().unwrap();
+    assert!(wait_for(60, || marker.exists()), "the exec'd command did not start");
+    let ps = sandbox(&p, &["ps"], &[]);
+    std::fs::write(p.path("exec-stop"), "").unwrap();
+    assert!(long.wait().unwrap().success());
+    let listed =
+        ps.ok().stdout.lines().any(|l| l.trim_start().starts_with("exec ") && l.contains("ps-lists-me"));
+    assert!(listed, "{}", ps.stdout);
+    assert!(
+        wait_for(10, || !sandbox(&p, &["ps"], &[]).stdout.contains("ps-lists-me")),
+        "an exec that ended is still listed"
+    );
     // The sandbox's own launcher saw the refusal of the exec'd command, as it sees the agent's.
     let dest = format!("{}:7002", th.v4);
     let seen =
