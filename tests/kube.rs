@@ -63,6 +63,11 @@ const CASES: &[(&str, &str, &[&str])] = &[
         "allow = api.anthropic.com\nsecret = ANTHROPIC_API_KEY for api.anthropic.com\nsecret = OTHER\nupstream_ca = /etc/corp/ca.pem\n",
         &["--image", "node:22"],
     ),
+    (
+        "rules",
+        "allow = api.github.com\nrule = api.github.com GET /repos/acme/**\nrule = api.github.com git-fetch /acme/*.git\n",
+        &["--image", "node:22"],
+    ),
 ];
 
 #[test]
@@ -121,7 +126,7 @@ fn every_exported_document_is_valid_for_kubernetes_1_33_to_1_37() {
             files.push(path);
         }
     }
-    assert_eq!(files.len(), 5, "the exportable cases");
+    assert_eq!(files.len(), 6, "the exportable cases");
     for version in ["1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0"] {
         let out =
             std::process::Command::new(kv).args(["--strict", "-k", version]).args(&files).output().unwrap();
@@ -134,6 +139,6 @@ fn every_exported_document_is_valid_for_kubernetes_1_33_to_1_37() {
         let other: Vec<&str> =
             text.lines().filter(|l| !is_pass(l) && !l.contains("CiliumNetworkPolicy")).collect();
         assert!(other.is_empty() && cilium == 1, "{version}: unexpected output:\n{text}");
-        assert_eq!(passed, 2 + 6 + 6 + 6 + 6, "{version}: every document of every file:\n{text}");
+        assert_eq!(passed, 2 + 6 + 6 + 6 + 6 + 6, "{version}: every document of every file:\n{text}");
     }
 }

@@ -70,6 +70,27 @@ impl SessionPolicy {
     }
 }
 
+/// Makes a serialised `SessionPolicy` readable by people: each rule's path segments as text
+/// where they are UTF-8 (`"repos"`, not `[114,101,112,111,115]`). For files read by this version
+/// or a later one only (the cluster gate's policy file, which the export writes for a gate image of
+/// its own version): `Rule` reads both forms from this version on, while the control socket and
+/// `live.json` keep the byte arrays a gate or launcher of the previous version reads (ADR 0057).
+pub fn readable(policy: &mut serde_json::Value) {
+    let Some(rules) = policy.get_mut("rules").and_then(|r| r.as_array_mut()) else { return };
+    for rule in rules {
+        let Some(path) = rule.get_mut("path").and_then(|p| p.as_array_mut()) else { continue };
+        for seg in path.iter_mut() {
+            let bytes: Option<Vec<u8>> = seg
+                .as_array()
+                .map(|b| b.iter().map(|n| n.as_u64().and_then(|n| u8::try_from(n).ok())).collect())
+                .and_then(|b: Option<Vec<u8>>| b);
+            if let Some(text) = bytes.and_then(|b| String::from_utf8(b).ok()) {
+                *seg = text.into();
+            }
+        }
+    }
+}
+
 /// One secret bound to hosts, as the launcher registers it (over the 0600 control socket).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bound {
@@ -106,4 +127,30 @@ pub struct SessionStatus {
     pub(crate) active: u64,
     pub(crate) bytes_up: u64,
     pub(crate) bytes_down: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_paths_read_as_bytes_and_as_text_and_the_readable_form_is_the_same_policy() {
+        let rules = crate::policy::rule::parse("api.test GET /v1/*/x").unwrap();
+        let p = SessionPolicy { rules, ..SessionPolicy::default() };
+        let mut v = serde_json::to_value(&p).unwrap();
+        // The wire form: byte arrays (what a peer of the previous version reads).
+        assert_eq!(v["rules"][0]["path"][0], serde_json::json!([118, 49]));
+        readable(&mut v);
+        assert_eq!(v["rules"][0]["path"], serde_json::json!(["v1", "*", "x"]));
+        let back: SessionPolicy = serde_json::from_value(v).unwrap();
+        assert_eq!(back, p, "the readable form reads back to the same policy");
+        // A segment that is not UTF-8 stays bytes, beside text.
+        let mixed: SessionPolicy = serde_json::from_value(serde_json::json!({
+            "hosts": [], "nets": [], "gate_ports": [443], "resolve": [], "config_path": "c",
+            "gate_addr": "100.64.0.1",
+            "rules": [{"host": {"Exact": "a.test"}, "method": null, "path": ["a", [255]], "line": "l"}],
+        }))
+        .unwrap();
+        assert_eq!(mixed.rules[0].path, [b"a".to_vec(), vec![255]]);
+    }
 }

@@ -262,7 +262,7 @@ fn agent_policy(p: &Policy, o: &Options) -> NetworkPolicy {
     }
 }
 
-fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
+pub(super) fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
     let mut policy = crate::contract::SessionPolicy::of(p);
     policy.config_path = ".ai-sandbox/config".into();
     let file = PolicyFile {
@@ -282,10 +282,23 @@ fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
         metadata: meta(GATE, o),
         data: Some(BTreeMap::from([(
             "policy.json".to_string(),
-            serde_json::to_string_pretty(&file).expect("policy serialises"),
+            serde_json::to_string_pretty(&readable(&file)).expect("policy serialises"),
         )])),
         ..ConfigMap::default()
     }
+}
+
+/// The policy file as people read it (rule paths as text: see `contract::session::readable`).
+fn readable(file: &PolicyFile) -> serde_json::Value {
+    let mut v = serde_json::to_value(file).expect("policy serialises");
+    if let Some(sessions) = v.get_mut("sessions").and_then(|s| s.as_array_mut()) {
+        for s in sessions {
+            if let Some(p) = s.get_mut("policy") {
+                crate::contract::session::readable(p);
+            }
+        }
+    }
+    v
 }
 
 fn gate_deployment(p: &Policy, o: &Options) -> Deployment {

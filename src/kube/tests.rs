@@ -213,3 +213,15 @@ fn each_key_does_in_the_export_what_its_row_says() {
         }
     }
 }
+
+#[test]
+fn rule_paths_are_exported_as_text_and_the_cluster_gate_reads_them_back() {
+    let cfg = "allow = api.github.com\nrule = api.github.com GET /repos/acme/**\n";
+    let p = crate::policy::from_text(cfg);
+    let cm = objects::gate_config(&p, &opts(Some("img")));
+    let text = &cm.data.as_ref().unwrap()["policy.json"];
+    assert!(text.contains("\"repos\",\n") && text.contains("\"**\""), "{text}");
+    assert!(!text.contains("114,"), "no byte arrays: {text}");
+    let file: crate::gate::cluster::PolicyFile = serde_json::from_str(text).unwrap();
+    assert_eq!(file.sessions[0].policy.rules, p.rules, "the gate reads the same rules");
+}

@@ -226,7 +226,9 @@ mod tests {
         let hostile = br#"{"userID":"u1","oauthAccount":{"email":"a@b"},"mcpServers":{"x":{"command":"sh"}},"projects":{}}"#;
         let part = login_part(hostile, Some(FIELDS)).unwrap();
         let v: Value = serde_json::from_slice(&part).unwrap();
-        assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["oauthAccount", "userID"]);
+        let mut keys = v.as_object().unwrap().keys().collect::<Vec<_>>();
+        keys.sort();
+        assert_eq!(keys, ["oauthAccount", "userID"]);
         assert_eq!(login_part(b"not json", Some(FIELDS)), None);
         assert_eq!(login_part(br#"{"theme":"dark"}"#, Some(FIELDS)), None, "no login field: no login");
         assert_eq!(login_part(b"raw", None).unwrap(), b"raw", "a whole file is its own login");

@@ -21,13 +21,34 @@ pub struct Rule {
     pub host: HostPattern,
     /// Uppercase; `None`: any method.
     pub method: Option<String>,
-    /// The path pattern's segments, decoded as a request path's are.
+    /// The path pattern's segments, decoded as a request path's are. Written as byte arrays (the
+    /// form every version reads, on the control socket and in `live.json`); read as those or as
+    /// text (the export's readable form, `contract::session::readable`).
+    #[serde(deserialize_with = "segments")]
     pub path: Vec<Vec<u8>>,
     /// `key=value` pairs the query must hold (decoded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<(String, String)>,
     /// The config value it came from (`rule = LINE`), for the log and `trust`.
     pub line: String,
+}
+
+/// A path's segments as byte arrays or as text, each (see `Rule::path`).
+fn segments<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Segments, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Segment {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+    let read = Vec::<Segment>::deserialize(d)?;
+    Ok(read
+        .into_iter()
+        .map(|s| match s {
+            Segment::Text(t) => t.into_bytes(),
+            Segment::Bytes(b) => b,
+        })
+        .collect())
 }
 
 /// A bad line: what is wrong, and how to write it.
