@@ -298,6 +298,7 @@ pub(super) struct Ran {
 
 /// Plans, then prints (`--dry-run`) or launches.
 pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran> {
+    crate::sys::timing::mark("start");
     if !args.dry_run && host.uid() != 0 {
         // An earlier session whose check never finished (its launcher stopped mid-way): the
         // project is verified before anything of it is read, its config included, or planned
@@ -318,6 +319,7 @@ pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran>
         require_approval(host, &loaded)?;
     }
     let policy = loaded.policy;
+    crate::sys::timing::mark("config and trust");
     if !args.dry_run && host.uid() == 0 {
         return Err(hinted(
             "this tool runs rootless and refuses to start as root (podman cannot use pasta as root)",
@@ -333,6 +335,7 @@ pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran>
     }
     let intent = if args.dry_run { Intent::DryRun } else { Intent::Launch };
     let mut facts = gather_facts(host, &policy, intent)?;
+    crate::sys::timing::mark("facts (the project's repositories found)");
     if !args.dry_run
         && let Some(code) = preflight(host, &policy, &facts)?
     {
@@ -348,6 +351,7 @@ pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran>
         // The gate's real port (first free at or above gate_port) goes into the ruleset and
         // the proxy URL; the registration lasts as long as this process.
         (facts.gate_port, facts.gate_ca) = host.register_gate(&policy, &facts)?;
+        crate::sys::timing::mark("gate registration");
     }
     let mut policy = policy;
     if policy.gate && args.dry_run {
@@ -395,6 +399,7 @@ pub(super) fn launch(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<Ran>
             host.eprint(&format!("ai-sandbox: {w}\n"));
         }
     }
+    crate::sys::timing::mark("relays, self-check listener, plan");
     let code = host.launch(&plan)?;
     Ok(ran(code, &facts))
 }

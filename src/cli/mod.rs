@@ -44,6 +44,10 @@ pub(crate) const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("AISB_GATE_IDLE_EXIT", "seconds a gate started now stays up without sessions (default 30)"),
     (
+        "AISB_TIMINGS",
+        "a file to which a launch appends when each of its phases ended (`PHASE NS`, CLOCK_MONOTONIC): bench/run's start-up breakdown",
+    ),
+    (
         "XDG_DATA_HOME",
         "where the per-project sandbox HOMEs and the agents' logins live (default ~/.local/share)",
     ),

@@ -42,6 +42,12 @@ pub struct SelfCheck {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
+    // Timed only when the launcher made the file (see `sys::timing`).
+    let timings = ruleset.with_file_name(crate::sys::timing::HOOK_FILE);
+    let timed = timings.exists();
+    if timed {
+        crate::sys::timing::mark_to(&timings, "podman, runc, pasta up to the hook");
+    }
     let mut state = String::new();
     std::io::stdin().read_to_string(&mut state).context("reading the OCI state from stdin")?;
     let pid = state_pid(&state)?;
@@ -64,6 +70,9 @@ pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
             String::from_utf8_lossy(&out.stderr).trim_end()
         );
     }
+    if timed {
+        crate::sys::timing::mark_to(&timings, "hook: nft -j -f (the ruleset loaded)");
+    }
     // Confirm the table is there before letting the container run.
     let check = Command::new(nft).args(["list", "table", "inet", TABLE]).output()?;
     if !check.status.success() {
@@ -71,6 +80,9 @@ pub fn run(nft: &Path, ruleset: &Path) -> anyhow::Result<i32> {
             "the ruleset was loaded but `nft list table inet {TABLE}` failed: {}",
             String::from_utf8_lossy(&check.stderr).trim_end()
         );
+    }
+    if timed {
+        crate::sys::timing::mark_to(&timings, "hook: nft list table (the ruleset confirmed)");
     }
     Ok(0)
 }

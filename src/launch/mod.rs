@@ -257,6 +257,7 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     // A failed write removes what it made of the session dir itself: only it knows whether the
     // dir is its own (the runtime dir may have failed its privacy check).
     m.write_session(plan)?;
+    crate::sys::timing::mark("sandbox HOME, logins, session files, root");
     let g = &plan.guard;
     // Earlier sessions of this project whose launcher and keeper both died: verify them first,
     // or this session's record would take their changes for the originals.
@@ -267,6 +268,7 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
         let _ = m.remove_session_dir(&plan.session_dir);
         return Err(e);
     }
+    crate::sys::timing::mark("guard's record (the project walked)");
     let result = m.start_keeper(plan).and_then(|mut keeper| m.run_podman(plan, &mut *keeper));
     // A login refreshed inside is the next project's (a failure is said: the store keeps the
     // older one, and the next launch here tries again).
@@ -278,7 +280,9 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     }
     // Whatever happened inside, the paths the host trusts are as they were.
     let settled = m.settle(g);
+    crate::sys::timing::mark("logins back, guard's verification");
     let cleanup = m.remove_session_dir(&plan.session_dir);
+    crate::sys::timing::mark("session dir removed");
     if let Err(e) = settled {
         return Err(e.context(format!(
             "the protected paths could not be verified or restored; the record is kept in {} and the next launch retries",
@@ -495,6 +499,10 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
     }
     // From the log's end before the sandbox exists: nothing of this session is missed.
     let refusals = plan.refusals.as_ref().map(Refusals::follow);
+    if crate::sys::timing::on() {
+        let _ = fs::write(plan.session_dir.join(crate::sys::timing::HOOK_FILE), "");
+    }
+    crate::sys::timing::mark("keeper, refusal follower");
     let mut child = process::spawn(&mut cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
         crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
     })?;
@@ -502,13 +510,17 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
     // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
     let _ = keeper.write_all(Message::Podman(child.id()).line().as_bytes());
     forward_signals(child.id(), set, plan.argv[0].clone(), plan.container.clone());
+    crate::sys::timing::mark("podman spawned");
     let status = child.wait().context("waiting for podman")?;
+    crate::sys::timing::take_hook_marks(&plan.session_dir);
+    crate::sys::timing::mark("container started, checked, ran and removed");
     PODMAN_ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = keeper.write_all(Message::Finished.line().as_bytes());
     if let Some(r) = refusals {
         for line in r.finish() {
             say(&line);
         }
+        crate::sys::timing::mark("the rules' refusals read a last time");
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),

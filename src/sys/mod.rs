@@ -10,8 +10,10 @@
 //! - `process`: starting the gate, the keeper and podman with the fork-time setup that must be
 //!   async-signal-safe, waiting on signals, and "is that pid alive" — needed by the launcher,
 //!   the gate's client and live changes alike.
+//! - `timing`: the start-up breakdown's marks (`AISB_TIMINGS`, for bench/run).
 
 pub(crate) mod process;
 pub mod quote;
 pub mod runtime;
+pub mod timing;
 pub mod untrusted;
