@@ -30,7 +30,7 @@ fn main() {
         Some(Sub::Rules { policy, json, nft: _ }) => app::rules(&mut host, policy, *json),
         Some(Sub::Export { cmd }) => export::export_cmd(&mut host, cmd),
         Some(Sub::Doctor) => ai_sandbox::cli::doctor::run(),
-        Some(Sub::Hook { nft, ruleset }) => hook::run(nft, ruleset),
+        Some(Sub::Hook { nft, ruleset, confirm }) => hook::run(nft, ruleset, *confirm),
         Some(Sub::SelfCheck { canary, gate_port }) => {
             hook::self_check(&hook::SelfCheck { canary: *canary, gate_port: *gate_port })
         }

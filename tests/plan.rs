@@ -570,12 +570,17 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
         hook.contains("\"--canary\",\n      \"100.64.0.1:45001\"") && hook.contains("\"--gate-port\""),
         "{hook}"
     );
+    // The canary proves the rules: the ruleset hook does not list the table again.
+    let load = &h.launched[0].hook.as_ref().unwrap().hook_json;
+    assert!(load.contains("\"--ruleset\"") && !load.contains("--confirm"), "{load}");
     // Every port of the host's loopback allowed: no probe there, and said.
     let mut all = host("allow = 100.64.0.1:1-65535\n", &[]);
     app::run(&mut all, &cli.run).unwrap();
     assert!(all.stderr.contains("the self-check has no port left to prove refused"), "{}", all.stderr);
     let check = all.launched[0].hook.as_ref().unwrap().check.as_ref().unwrap();
     assert!(!check.json.contains("--canary") && check.json.contains("--gate-port"), "{}", check.json);
+    // No canary: the hook lists the table after loading it.
+    assert!(all.launched[0].hook.as_ref().unwrap().hook_json.contains("\"--confirm\""));
     // Skipped for a benchmark: said at every launch, and the dry run says SKIPPED.
     let mut skip = host("", &[("AISB_SKIP_SELF_CHECK", "1")]);
     let dry = dry_run(&mut skip, &[]);
@@ -583,6 +588,7 @@ fn the_self_check_probes_a_port_no_rule_allows_and_says_when_it_cannot() {
     app::run(&mut skip, &cli.run).unwrap();
     assert!(skip.stderr.contains("AISB_SKIP_SELF_CHECK=1"), "{}", skip.stderr);
     assert!(!skip.effects.iter().any(|e| e.kind() == Kind::Canary), "{:?}", skip.effects);
+    assert!(skip.launched[0].hook.as_ref().unwrap().hook_json.contains("\"--confirm\""));
 }
 
 #[test]

@@ -355,6 +355,9 @@ pub enum Sub {
         nft: PathBuf,
         #[arg(long)]
         ruleset: PathBuf,
+        /// List the table after loading it: when no self-check canary will prove the rules.
+        #[arg(long)]
+        confirm: bool,
     },
     /// OCI startContainer hook: proves the rules hold before the command runs (run by podman
     /// inside the sandbox, not by hand).

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 pub struct HookSpec {
     pub(crate) hooks_dir: PathBuf,
     pub(crate) hook_file: PathBuf,
-    pub(crate) hook_json: String,
+    pub hook_json: String,
     pub(crate) ruleset_file: PathBuf,
     /// The self-check's hook (see `check_hook`).
     pub check: Option<CheckHook>,
@@ -223,15 +223,23 @@ fn hook_spec(p: &Policy, f: &Facts) -> HookSpec {
     let hooks_dir = f.hooks_dir();
     let ruleset_file = f.ruleset_file();
     let exe = f.self_exe.display().to_string();
+    let mut args = vec![
+        "ai-sandbox".to_string(),
+        "hook".into(),
+        "--nft".into(),
+        f.nft.display().to_string(),
+        "--ruleset".into(),
+        ruleset_file.display().to_string(),
+    ];
+    // Without a canary, nothing else proves the rules before the command: the table is listed.
+    if canary_port(f.probe).is_none() {
+        args.push("--confirm".into());
+    }
     // createRuntime: after the namespaces exist, before the container's first process.
     // `always`: every container started with this hooks dir gets the rules (fail closed).
     let json = serde_json::json!({
         "version": "1.0.0",
-        "hook": {
-            "path": exe,
-            "args": ["ai-sandbox", "hook", "--nft", f.nft.display().to_string(),
-                     "--ruleset", ruleset_file.display().to_string()],
-        },
+        "hook": { "path": exe, "args": args },
         "when": { "always": true },
         "stages": ["createRuntime"],
     });
