@@ -27,6 +27,10 @@ pub struct Env {
 
 static ENV: OnceLock<Env> = OnceLock::new();
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
+/// Test hosts, counted apart from projects: each takes one of 60 address blocks, and a name and
+/// directories of its own, which must not come round again within a run (they did, once projects
+/// and test hosts shared one counter past 60: a later test host found an earlier one's files).
+static HOSTS: AtomicUsize = AtomicUsize::new(0);
 /// The gate is one per user and shared by parallel tests; the test that kills it takes this
 /// exclusively, the others that rely on it take it shared.
 pub static GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
@@ -310,7 +314,9 @@ fn sh(args: &[&str]) {
 
 impl TestHost {
     pub fn new() -> TestHost {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst) % 60 + 1;
+        let n = HOSTS.fetch_add(1, Ordering::SeqCst);
+        assert!(n < 60, "more than 60 test hosts in one run: give TestHost more address blocks");
+        let n = n + 1;
         let pid = std::process::id() % 10000;
         let ns = format!("aisbe2e-{pid}-{n}");
         let (veth, peer) = (format!("aisbh{pid}x{n}"), format!("aisbn{pid}x{n}"));
