@@ -861,6 +861,21 @@ fn a_bound_secret_is_a_placeholder_in_the_sandbox_which_then_trusts_the_gates_ca
     let argv = plan.argv.join(" ");
     assert!(argv.contains("/ca-bundle.pem:/etc/ssl/certs/ca-certificates.crt:ro"), "{argv}");
     assert!(!argv.contains("sk-real-value") && !argv.contains("aisb_placeholder_"), "{argv}");
+    // The host's /etc has Debian's path only: no other family's is made in it.
+    assert!(!argv.contains(":/etc/pki/") && !argv.contains(":/etc/ssl/cert.pem"), "{argv}");
+    // A named image gets the bundle at every family's path (Fedora/RHEL, Alpine, openSUSE).
+    let mut img = host(&format!("{cfg}image = localhost/fedora-like:1\n"), &[("API_KEY", "sk-real-value")]);
+    app::run(&mut img, &cli.run).unwrap();
+    let argv = img.launched[0].argv.join(" ");
+    for inside in [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+        "/etc/ssl/cert.pem",
+        "/etc/ssl/ca-bundle.pem",
+    ] {
+        assert!(argv.contains(&format!("/ca-bundle.pem:{inside}:ro")), "{inside}: {argv}");
+    }
     let said = h.stderr.clone();
     assert!(said.contains("API_KEY: the sandbox holds a placeholder; the gate puts the value into HTTPS requests to api.example.com only"), "{said}");
     // The dry run shows what would happen, never the value.

@@ -14,6 +14,16 @@ pub(crate) const BUNDLE: &str = "/run/ai-sandbox/ca-bundle.pem";
 /// The system bundle path of Debian, Ubuntu and their images (OpenSSL, curl, git, Python, Go
 /// read it), replaced inside by the bundle.
 pub(crate) const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Where the other families' images keep it, each replaced by the bundle too in a named image:
+/// Fedora, RHEL and CentOS (the link, and the file it names), Alpine and Arch (`cert.pem`, also
+/// LibreSSL's and Go's first guess on some), openSUSE. A path the image lacks is made in the
+/// container's own root (a named image's root is made fresh for each run).
+pub(crate) const OTHER_BUNDLES: &[&str] = &[
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+    "/etc/ssl/ca-bundle.pem",
+];
 
 /// Variables clients read for their roots: each set to the bundle, except Node's, which adds
 /// one file to its own roots (the gate's CA).
@@ -46,9 +56,12 @@ pub(crate) fn mounts(p: &Policy, f: &Facts) -> Vec<(PathBuf, PathBuf)> {
     let bundle = f.ca_bundle_file();
     let mut out = vec![(f.gate_ca_file(), PathBuf::from(GATE_CA)), (bundle.clone(), PathBuf::from(BUNDLE))];
     // On `image = host` only over a file the host has (its /etc is mounted read-only, so a new
-    // mount point cannot be made there); an image gets it at Debian's path.
+    // mount point cannot be made there); an image gets it at every family's path.
     if p.image != Image::Host || f.system_roots.is_some() {
-        out.push((bundle, PathBuf::from(SYSTEM_BUNDLE)));
+        out.push((bundle.clone(), PathBuf::from(SYSTEM_BUNDLE)));
+    }
+    if p.image != Image::Host {
+        out.extend(OTHER_BUNDLES.iter().map(|b| (bundle.clone(), PathBuf::from(b))));
     }
     out
 }

@@ -453,7 +453,33 @@ fn a_local_image_runs_under_the_same_enforcement_and_fresh_each_run() {
     // one run writes to / is gone in the next (the first run's write is the positive control).
     let first = sandbox(&p, &["--", "/probe", "plant", "/tmp/planted"], &[]);
     let second = sandbox(&p, &["--", "/probe", "plant", "/tmp/planted"], &[]);
+    // A host with rules: the gate opens its TLS, and the image finds the gate's CA with the host's
+    // roots wherever its family's clients look (control: without a terminated host, none is there).
+    let bundles = [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+        "/etc/ssl/cert.pem",
+        "/etc/ssl/ca-bundle.pem",
+    ];
+    let certs: Vec<&str> = ["--", "/probe", "certs"].into_iter().chain(bundles).collect();
+    let plain = sandbox(&p, &certs, &[]);
+    let ruled = Project::new("image-ca");
+    ruled.config(&format!("image = {image}\nallow = api.rules.test\nrule = api.rules.test GET /v1/**\n"));
+    let ca = sandbox(&ruled, &certs, &[]);
     as_user("/usr/bin/podman", &["rmi", image]);
+    plain.ok();
+    assert!(bundles.iter().all(|b| plain.stdout.contains(&format!("{b} absent"))), "{}", plain.stdout);
+    ca.ok();
+    let host_roots = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap();
+    let want = host_roots.matches("-----BEGIN CERTIFICATE-----").count() + 1;
+    for b in bundles {
+        assert!(
+            ca.stdout.contains(&format!("{b} {want}\n")),
+            "{b}: want the host's roots and the gate's CA ({want}):\n{}",
+            ca.stdout
+        );
+    }
     assert_eq!(first.stdout.trim(), "planted", "{}\n{}", first.stdout, first.stderr);
     assert_eq!(second.stdout.trim(), "planted", "a later run saw the first one's file: {}", second.stdout);
     assert_eq!(a.code, 0, "positive control through the image: {}\n{}", a.stdout, a.stderr);

@@ -16,7 +16,20 @@ int main(int argc, char **argv) {
         printf("%s\n", was ? "was there" : f ? "planted" : "cannot write");
         return f ? 0 : 1;
     }
-    if (argc != 3) { fprintf(stderr, "usage: probe IPV4 PORT | probe plant FILE\n"); return 2; }
+    /* `probe certs FILE...`: how many PEM certificates each file holds (or that it is absent):
+     * where clients of other distributions look for the system's roots. */
+    if (argc >= 3 && strcmp(argv[1], "certs") == 0) {
+        for (int i = 2; i < argc; i++) {
+            FILE *f = fopen(argv[i], "r");
+            if (!f) { printf("%s absent\n", argv[i]); continue; }
+            char line[4096]; int n = 0;
+            while (fgets(line, sizeof line, f)) n += strncmp(line, "-----BEGIN CERTIFICATE-----", 27) == 0;
+            fclose(f);
+            printf("%s %d\n", argv[i], n);
+        }
+        return 0;
+    }
+    if (argc != 3) { fprintf(stderr, "usage: probe IPV4 PORT | probe plant FILE | probe certs FILE...\n"); return 2; }
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[2])) };
     if (inet_pton(AF_INET, argv[1], &a.sin_addr) != 1) return 2;
     int s = socket(AF_INET, SOCK_STREAM, 0);
