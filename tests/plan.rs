@@ -537,6 +537,14 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
     assert_eq!(v[0]["project"], "/home/dev/app");
     assert_eq!(v[0]["execs"][0]["pid"], 5150);
     assert_eq!(v[0]["execs"][0]["command"][2], "sleep 9");
+    // A learning run says so in the mode column: its hostnames are not refused.
+    if let Some(rec) = h.running[0].record.as_mut() {
+        rec.policy.learn = true;
+    }
+    h.stdout.clear();
+    sessions::ps_cmd(&mut h, false).unwrap();
+    let row = h.stdout.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
+    assert_eq!(row[3], "learn", "{}", h.stdout);
 }
 
 #[test]

@@ -42,7 +42,8 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         session: String,
         pid: i32,
         age_seconds: u64,
-        /// `-` for a launch whose record is not written yet (or from an older version).
+        /// `-` for a launch whose record is not written yet (or from an older version); `learn`
+        /// for a learning run (its hostnames are relayed and recorded, not refused).
         mode: &'static str,
         project: Option<String>,
         allowed: Option<u64>,
@@ -61,7 +62,10 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 session: r.session.clone(),
                 pid: r.pid,
                 age_seconds: r.age,
-                mode: r.record.as_ref().map_or("-", |rec| rec.net.name()),
+                mode: r
+                    .record
+                    .as_ref()
+                    .map_or("-", |rec| if rec.policy.learn { "learn" } else { rec.net.name() }),
                 project: r.record.as_ref().map(|rec| rec.project.display().to_string()),
                 allowed: counts.map(|c| c.allowed),
                 refused: counts.map(|c| c.denied),
