@@ -168,6 +168,10 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
 /// Set once podman has exited: from then on a signal ends the launcher instead of going to a
 /// podman that is gone (see `forward_signals`).
 static PODMAN_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once the launch is over (the project verified, the session dir removed): a signal then
+/// ends the process as it would any program, with nothing to warn about (`learn` asks its
+/// questions after this).
+static LAUNCH_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Forwards signals sent to ai-sandbox (by `kill`, a supervisor) to podman, which relays them
 /// to the container. Terminal-generated ones (Ctrl-C) already reach podman through the
@@ -178,6 +182,9 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
         let mut interrupts = 0;
         loop {
             let Some((sig, from_kernel)) = process::wait_for_signal(&set) else { continue };
+            if LAUNCH_DONE.load(std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(128 + sig as i32);
+            }
             if PODMAN_ENDED.load(std::sync::atomic::Ordering::SeqCst) {
                 // The sandbox is gone and the guard is checking the project: stop now, whatever
                 // it is doing. Its record stays, and the next launch here verifies it first.
@@ -283,6 +290,9 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     crate::sys::timing::mark("logins back, guard's verification");
     let cleanup = m.remove_session_dir(&plan.session_dir);
     crate::sys::timing::mark("session dir removed");
+    if settled.is_ok() {
+        LAUNCH_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     if let Err(e) = settled {
         return Err(e.context(format!(
             "the protected paths could not be verified or restored; the record is kept in {} and the next launch retries",

@@ -327,4 +327,23 @@ fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_ac
     // The accepted line holds, the declined one does not.
     let after = plain(&["a.learn.test", "b.learn.test"]);
     assert!(after.contains("a.learn.test=200\nb.learn.test=403"), "{after}");
+    // Ctrl-C at a question ends it as it ends any program: 130, nothing added, and no word of an
+    // unverified project (the launch was over and checked before the first question).
+    let script = reach(&["b.learn.test"]);
+    let args = [
+        answer.to_str().unwrap(),
+        "`allow = b.learn.test`? [y/N] ",
+        "\x03",
+        "--",
+        &bin,
+        "learn",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let c = Run::of(user_command(&p.dir, Path::new("/usr/bin/python3"), &args, &[]));
+    assert_eq!(c.code, 130, "{}\n{}", c.stdout, c.stderr);
+    assert!(!c.stdout.contains("NOT yet verified") && !c.stdout.contains("added to"), "{}", c.stdout);
+    assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), cfg, "nothing added");
 }
