@@ -33,11 +33,12 @@ pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Res
         argv.push("-t".into());
     }
     argv.extend(["--workdir".into(), workdir.display().to_string(), target.into()]);
-    let command = if command.is_empty() { SHELL } else { &command };
-    argv.extend(command.iter().map(|s| s.to_string()));
+    let command: Vec<String> =
+        if command.is_empty() { SHELL } else { &command }.iter().map(|s| s.to_string()).collect();
+    argv.extend(command.iter().cloned());
     // For `ps`: this pid becomes podman exec's (see `contract::execd`). A record that cannot be
     // written leaves the command unlisted, not unrun.
-    let record = Execd { command: command.iter().map(|s| s.to_string()).collect(), container: target.into() };
+    let record = Execd { command, container: target.into() };
     if let Some(dir) = chosen.path.parent() {
         let path = dir.join(EXEC_DIR).join(host.own_pid().to_string());
         let _ = host.write_file(&path, &serde_json::to_string(&record)?);

@@ -261,10 +261,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                             let path = Some(m.path.as_str());
                             state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) });
                         }
-                        None if learned => {
-                            state.log(Entry { learned, ..allowed(&req, &session.id, &host, LEARNED) })
-                        }
-                        None => state.log(allowed(&req, &session.id, &host, "allowed")),
+                        None => state.log(relayed(&req, &session.id, &host, "allowed", learned)),
                     }
                     match rule {
                         Some(m) => {
@@ -315,6 +312,21 @@ const LEARNED: &str =
 /// A relayed request, as the log has it.
 fn allowed<'a>(req: &'a request::Request, session: &'a str, host: &'a str, reason: &'a str) -> Entry<'a> {
     Entry::allowed(session, &req.method, host, req.port, reason)
+}
+
+/// A relayed request with no rule of its own: `reason`, or, for what a learning run relayed
+/// (`decide::learns`), marked learned with why.
+fn relayed<'a>(
+    req: &'a request::Request,
+    session: &'a str,
+    host: &'a str,
+    reason: &'a str,
+    learned: bool,
+) -> Entry<'a> {
+    match learned {
+        true => Entry { learned, ..allowed(req, session, host, LEARNED) },
+        false => allowed(req, session, host, reason),
+    }
 }
 
 /// A destination that passed every check, dialled.
@@ -450,10 +462,7 @@ async fn tunnel(
     mut first: Vec<u8>,
 ) -> std::io::Result<(u64, u64)> {
     let host = target.to_string();
-    let allow = |reason| match learned {
-        true => state.log(Entry { learned, ..allowed(req, &s.id, &host, LEARNED) }),
-        false => state.log(allowed(req, &s.id, &host, reason)),
-    };
+    let allow = |reason| state.log(relayed(req, &s.id, &host, reason, learned));
     let deny =
         |status, reason: &str| state.log(Entry::denied(&s.id, &req.method, &host, req.port, status, reason));
     const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
