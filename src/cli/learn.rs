@@ -16,7 +16,9 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         return Ok(ran.code);
     }
     let log = host.read_file(&crate::gate::control::log_path(&ran.runtime))?.unwrap_or_default();
-    let events = log.lines().filter_map(|l| serde_json::from_str::<Event>(l).ok());
+    // Only this session's lines are parsed (the log holds every session's decisions).
+    let ours = log.lines().filter(|l| l.contains(ran.session.as_str()));
+    let events = ours.filter_map(|l| serde_json::from_str::<Event>(l).ok());
     let learned: Vec<String> =
         events.filter(|e| e.session == ran.session && e.learned).map(|e| e.host).collect();
     let groups = learn::propose(learned.iter().map(String::as_str));
