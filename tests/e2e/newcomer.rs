@@ -299,27 +299,22 @@ fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_ac
     let next = plain(&["a.learn.test", "listed.test"]);
     assert!(next.contains("a.learn.test=403\nlisted.test=200"), "{next}");
 
+    // A learning run on a terminal reaching `names`, each (question, answer) typed when asked.
+    let on_terminal = |qa: &[(&str, &str)], names: &[&str]| {
+        let e = env();
+        let (answer, bin, script) = (e.root.join("bin/answer.py"), e.bin.display().to_string(), reach(names));
+        let mut args: Vec<&str> = vec![answer.to_str().unwrap()];
+        args.extend(qa.iter().flat_map(|(q, a)| [*q, *a]));
+        args.extend(["--", &bin, "learn", "--", "sh", "-c", &script]);
+        Run::of(user_command(&p.dir, Path::new("/usr/bin/python3"), &args, &[]))
+    };
     // On a terminal: the wildcard declined, a.learn.test accepted, b.learn.test declined.
-    let e = env();
-    let answer = e.root.join("bin/answer.py");
-    let (bin, script) = (e.bin.display().to_string(), reach(&["a.learn.test", "b.learn.test"]));
-    let args = [
-        answer.to_str().unwrap(),
-        "*.learn.test` (every name below learn.test)? [y/N] ",
-        "n",
-        "`allow = a.learn.test`? [y/N] ",
-        "y",
-        "`allow = b.learn.test`? [y/N] ",
-        "n",
-        "--",
-        &bin,
-        "learn",
-        "--",
-        "sh",
-        "-c",
-        &script,
+    let qa = [
+        ("*.learn.test` (every name below learn.test)? [y/N] ", "n"),
+        ("`allow = a.learn.test`? [y/N] ", "y"),
+        ("`allow = b.learn.test`? [y/N] ", "n"),
     ];
-    let t = Run::of(user_command(&p.dir, Path::new("/usr/bin/python3"), &args, &[]));
+    let t = on_terminal(&qa, &["a.learn.test", "b.learn.test"]);
     assert_eq!(t.code, 0, "{}\n{}", t.stdout, t.stderr);
     assert!(t.stdout.contains("added to .ai-sandbox/config (approved)"), "{}", t.stdout);
     let cfg = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
@@ -329,20 +324,7 @@ fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_ac
     assert!(after.contains("a.learn.test=200\nb.learn.test=403"), "{after}");
     // Ctrl-C at a question ends it as it ends any program: 130, nothing added, and no word of an
     // unverified project (the launch was over and checked before the first question).
-    let script = reach(&["b.learn.test"]);
-    let args = [
-        answer.to_str().unwrap(),
-        "`allow = b.learn.test`? [y/N] ",
-        "\x03",
-        "--",
-        &bin,
-        "learn",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
-    let c = Run::of(user_command(&p.dir, Path::new("/usr/bin/python3"), &args, &[]));
+    let c = on_terminal(&[("`allow = b.learn.test`? [y/N] ", "\x03")], &["b.learn.test"]);
     assert_eq!(c.code, 130, "{}\n{}", c.stdout, c.stderr);
     assert!(!c.stdout.contains("NOT yet verified") && !c.stdout.contains("added to"), "{}", c.stdout);
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), cfg, "nothing added");
