@@ -96,6 +96,7 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         ssh_agent: args.ssh_agent,
         deny: Vec::new(),
         learn: args.learn,
+        review: args.review,
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {

@@ -158,7 +158,7 @@ fn runtime_works() -> Result<String, String> {
             "/bin/true",
         ],
     );
-    let _ = crate::launch::remove_session_tree(tmp.path(), std::path::Path::new("podman"));
+    let _ = crate::launch::remove_tree(tmp.path(), std::path::Path::new("podman"));
     ran.map(|_| "podman run --read-only --rootfs ... /bin/true works".into())
 }
 

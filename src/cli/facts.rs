@@ -114,6 +114,10 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
     let host_dirs: Vec<PathBuf> =
         ["/usr", "/etc", "/opt"].iter().map(PathBuf::from).filter(|d| host.exists(d)).collect();
     let launchable = launchable(host, p, &host_dirs, &home);
+    let state_dir = state_dir(host, &p.project);
+    if p.workspace == crate::policy::Workspace::Review {
+        overlay_paths(&p.project, &state_dir)?;
+    }
     let nft = crate::plan::session::nft_program(host.env("AISB_NFT"), || host.which("nft"));
     Ok(Facts {
         podman: host.which("podman").unwrap_or_else(|| PathBuf::from("podman")),
@@ -144,8 +148,15 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             true => host.read_file(Path::new(crate::plan::gate_ca::SYSTEM_BUNDLE))?,
             false => None,
         },
-        state_dir: state_dir(host, &p.project),
-        protected: host.protected_mounts(&p.project, &crate::plan::protect::candidates(&p.protect))?,
+        state_dir,
+        // Review mode mounts nothing of the project read-only (nothing the sandbox writes lands
+        // there), so the project is not walked.
+        protected: match p.workspace {
+            crate::policy::Workspace::Review => crate::plan::protect::Protected::default(),
+            crate::policy::Workspace::Direct => {
+                host.protected_mounts(&p.project, &crate::plan::protect::candidates(&p.protect))?
+            }
+        },
         ssh_agent: ssh_agent_socket(host, p)?,
         loader: host.current_exe().ok().and_then(|exe| host.loader(&exe)),
         host_ssh_config: host.exists(Path::new(crate::plan::podman::SSH_CONFIG)),
@@ -160,6 +171,25 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             crate::plan::session::Probe::AtLaunch
         },
     })
+}
+
+/// podman's `-v SRC:DST:O,upperdir=U,workdir=W` splits at `:` and `,`, and has no quoting: a
+/// project or state directory with either cannot be the overlay's.
+fn overlay_paths(project: &Path, state_dir: &Path) -> anyhow::Result<()> {
+    for (what, p) in [("project directory", project), ("state directory", state_dir)] {
+        let text = p.to_str().unwrap_or(",");
+        if text.contains([':', ',']) || p.to_str().is_none() {
+            return Err(hinted(
+                format!(
+                    "review mode: the {what} {} holds a `:` or `,` (or is not UTF-8), which podman's overlay mount cannot take; nothing was started",
+                    p.display()
+                ),
+                "rename the directory, or run without --review / `workspace = review`",
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Where the command starts: the working directory when it is in the project, else the project.

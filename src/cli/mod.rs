@@ -145,6 +145,11 @@ pub struct RunArgs {
     /// Overrides the config's `env` and `secret`.
     #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]")]
     pub(crate) env: Vec<String>,
+    /// Review before it lands: the sandbox writes a copy-on-write layer over the project, never
+    /// the project; afterwards `ai-sandbox diff` shows the change, `apply` promotes it and
+    /// `discard` drops it (the config's `workspace = review`).
+    #[arg(long)]
+    pub(crate) review: bool,
     /// Print the podman command and the ruleset; start nothing.
     #[arg(long)]
     pub dry_run: bool,

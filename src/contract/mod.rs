@@ -11,6 +11,7 @@
 //! | `Record` | launcher, `allow` | `allow`, `ps` | `live.json` |
 //! | `direct::Direct` | launcher | gate (which logs it as an `Event` of the rules' layer) | control socket |
 //! | `execd::Execd` | `ai-sandbox exec` | `ps` | `sessions/ID/exec/PID` |
+//! | `review::Review` | launcher (review mode) | `diff`, `apply`, `discard`, `ps`, `prune` | `reviews/ID/review.json` |
 //!
 //! Versioning: a running gate of the previous version serves the next launcher until it idles
 //! out (docs/adr/0017), and log lines and live records stay on disk across upgrades. So fields are
@@ -27,6 +28,7 @@ pub mod execd;
 pub mod keeper;
 pub mod live;
 pub mod log;
+pub mod review;
 pub mod session;
 pub mod watch;
 

@@ -97,7 +97,7 @@ pub fn run(session_dir: &Path, guard: &Path, name: &str, pm: &Path) -> anyhow::R
         std::thread::sleep(Duration::from_millis(250));
     };
     if gone {
-        let _ = crate::launch::remove_session_tree(session_dir, pm);
+        let _ = crate::launch::remove_tree(session_dir, pm);
         // The project's protected paths, with no terminal to tell: the report waits for the
         // next launch (and is in this log).
         if let Some(state_dir) = guard.parent().and_then(Path::parent) {

@@ -14,6 +14,7 @@ pub mod keeper;
 pub(crate) mod logins;
 pub(crate) mod refusals;
 pub mod relay;
+pub(crate) mod review;
 #[cfg(test)]
 mod tests;
 
@@ -54,7 +55,7 @@ pub(crate) fn make_root(sk: &crate::plan::root::Skeleton) -> anyhow::Result<()> 
 /// target, a mount target of the user's own `-v` two levels deep) belongs to the container's
 /// root user, which the user cannot always remove: then inside podman's user namespace, where
 /// that user is root.
-pub(crate) fn remove_session_tree(dir: &Path, podman: &Path) -> anyhow::Result<()> {
+pub(crate) fn remove_tree(dir: &Path, podman: &Path) -> anyhow::Result<()> {
     let Err(first) = fs::remove_dir_all(dir) else { return Ok(()) };
     if !dir.exists() {
         return Ok(());
@@ -70,12 +71,12 @@ pub(crate) fn remove_session_tree(dir: &Path, podman: &Path) -> anyhow::Result<(
     match unshared {
         Ok(o) if o.status.success() && !dir.exists() => Ok(()),
         Ok(o) => bail!(
-            "removing the session dir {}: {first}; `podman unshare rm -rf` too: {}",
+            "removing {}: {first}; `podman unshare rm -rf` too: {}",
             dir.display(),
             String::from_utf8_lossy(&o.stderr).trim()
         ),
         Err(e) => {
-            bail!("removing the session dir {}: {first}; running {}: {e}", dir.display(), podman.display())
+            bail!("removing {}: {first}; running {}: {e}", dir.display(), podman.display())
         }
     }
 }
@@ -98,7 +99,7 @@ fn sweep_sessions(sessions: &Path, podman: &Path) {
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 60)),
         };
         if stale {
-            let _ = remove_session_tree(&e.path(), podman);
+            let _ = remove_tree(&e.path(), podman);
         }
     }
 }
@@ -118,7 +119,7 @@ fn write_session(plan: &Plan) -> anyhow::Result<()> {
         .with_context(|| format!("creating session dir {}", dir.display()))?;
     // Made by this call: removed again if a file in it cannot be written.
     write_session_files(plan).inspect_err(|_| {
-        let _ = remove_session_tree(dir, Path::new(&plan.argv[0]));
+        let _ = remove_tree(dir, Path::new(&plan.argv[0]));
     })
 }
 
@@ -240,6 +241,10 @@ pub(crate) trait Machine {
     fn settle_leftovers(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
     /// Records the protected paths and the repositories before the session.
     fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<()>;
+    /// Review mode: the session's upper layer and record, just before podman.
+    fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()>;
+    /// Review mode, after podman: what to say (waiting for review, or nothing changed).
+    fn close_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<Vec<String>>;
     /// Starts the session's keeper; its pipe, which only this process holds.
     fn start_keeper(&mut self, plan: &Plan) -> anyhow::Result<Box<dyn std::io::Write>>;
     /// Runs podman to the end; its exit status (128+N for a signal).
@@ -276,6 +281,12 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
         return Err(e);
     }
     crate::sys::timing::mark("guard's record (the project walked)");
+    if let Some(r) = &plan.review
+        && let Err(e) = m.open_review(r)
+    {
+        let _ = m.remove_session_dir(&plan.session_dir);
+        return Err(e.context("preparing the review layer; nothing was started"));
+    }
     let result = m.start_keeper(plan).and_then(|mut keeper| m.run_podman(plan, &mut *keeper));
     // A login refreshed inside is the next project's (a failure is said: the store keeps the
     // older one, and the next launch here tries again).
@@ -287,6 +298,12 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     }
     // Whatever happened inside, the paths the host trusts are as they were.
     let settled = m.settle(g);
+    if let Some(r) = &plan.review {
+        match m.close_review(r) {
+            Ok(lines) => lines.iter().for_each(|l| m.warn(l)),
+            Err(e) => m.warn(&format!("warning: {e:#}; `ai-sandbox diff` lists the session's review")),
+        }
+    }
     crate::sys::timing::mark("logins back, guard's verification");
     let cleanup = m.remove_session_dir(&plan.session_dir);
     crate::sys::timing::mark("session dir removed");
@@ -339,8 +356,14 @@ impl Machine for Real {
         crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())
     }
     fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<()> {
-        crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, container)?;
+        crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, container, g.review)?;
         Ok(())
+    }
+    fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
+        review::open(r)
+    }
+    fn close_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<Vec<String>> {
+        review::close(r, &self.podman)
     }
     fn start_keeper(&mut self, plan: &Plan) -> anyhow::Result<Box<dyn std::io::Write>> {
         Ok(Box::new(spawn_keeper(plan)?))
@@ -352,7 +375,7 @@ impl Machine for Real {
         crate::launch::guard::settle(&g.store, &g.state_dir, &mut std::io::stderr(), true)
     }
     fn remove_session_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
-        remove_session_tree(dir, Path::new(&self.podman))
+        remove_tree(dir, Path::new(&self.podman))
     }
     fn warn(&mut self, line: &str) {
         eprintln!("ai-sandbox: {line}");

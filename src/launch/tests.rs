@@ -13,6 +13,8 @@ enum Call {
     WriteSession,
     SettleLeftovers,
     Snapshot,
+    OpenReview,
+    CloseReview,
     StartKeeper,
     Podman,
     Settle,
@@ -48,6 +50,8 @@ impl Fake {
                 Call::WriteSession => "write_session",
                 Call::SettleLeftovers => "settle_leftovers",
                 Call::Snapshot => "snapshot",
+                Call::OpenReview => "open_review",
+                Call::CloseReview => "close_review",
                 Call::StartKeeper => "keeper",
                 Call::Podman => "podman",
                 Call::Settle => "settle",
@@ -76,6 +80,12 @@ impl Machine for Fake {
     }
     fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<()> {
         self.call(Call::Snapshot, "snapshot")
+    }
+    fn open_review(&mut self, _: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
+        self.call(Call::OpenReview, "open_review")
+    }
+    fn close_review(&mut self, _: &crate::plan::ReviewSpec) -> anyhow::Result<Vec<String>> {
+        self.call(Call::CloseReview, "close_review").map(|()| vec!["waiting for review".into()])
     }
     fn start_keeper(&mut self, _: &Plan) -> anyhow::Result<Box<dyn std::io::Write>> {
         self.call(Call::StartKeeper, "keeper")?;
@@ -165,4 +175,49 @@ fn each_failure_leaves_nothing_half_started_and_is_said_once() {
     let mut m = Fake::new(Some("remove_session_dir"));
     assert_eq!(run(&mut m, &p).unwrap(), 7);
     assert!(matches!(m.calls.last(), Some(Call::Warn(w)) if w.contains("boom")), "{:?}", m.calls);
+}
+
+/// Review mode: the upper layer is made after the record and before the keeper, and closed
+/// (said) after the guard; a failure to make it starts nothing and removes the session dir.
+#[test]
+fn review_mode_opens_its_layer_before_podman_and_says_what_waits_after() {
+    let mut h = crate::host::FakeHost {
+        cwd: PathBuf::from("/home/dev/app"),
+        uid: 1000,
+        vars: vec![("HOME".into(), "/home/dev".into()), ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into())],
+        ..Default::default()
+    };
+    let cli =
+        <crate::cli::Cli as clap::Parser>::try_parse_from(["ai-sandbox", "--review", "--", "true"]).unwrap();
+    crate::cli::app::run(&mut h, &cli.run).unwrap();
+    let p = h.launched.pop().expect("a plan");
+    assert!(p.review.is_some() && p.guard.review && p.guard.paths.is_empty(), "{:?}", p.guard);
+    let mut m = Fake::new(None);
+    assert_eq!(run(&mut m, &p).unwrap(), 7);
+    let names: Vec<&str> = m.names().into_iter().filter(|n| *n != "warn").collect();
+    assert_eq!(
+        names,
+        [
+            "private_dir",
+            "write_session",
+            "settle_leftovers",
+            "snapshot",
+            "open_review",
+            "keeper",
+            "podman",
+            "settle",
+            "close_review",
+            "remove_session_dir"
+        ]
+    );
+    assert!(m.calls.contains(&Call::Warn("waiting for review".into())), "{:?}", m.calls);
+    let mut m = Fake::new(Some("open_review"));
+    let err = format!("{:#}", run(&mut m, &p).unwrap_err());
+    assert!(err.contains("nothing was started") && err.contains("boom"), "{err}");
+    assert_eq!(m.names().last(), Some(&"remove_session_dir"));
+    assert!(!m.names().contains(&"podman"));
+    // Direct mode (the default) has no review step at all.
+    let mut m = Fake::new(None);
+    run(&mut m, &plan()).unwrap();
+    assert!(!m.names().contains(&"open_review") && !m.names().contains(&"close_review"));
 }

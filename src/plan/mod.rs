@@ -79,6 +79,17 @@ pub struct Plan {
     /// The self-check's never-allowed destination (`ADDR:PORT`), written to the session dir so
     /// that its refusal is not reported as the agent's.
     pub(crate) canary: Option<String>,
+    /// Review mode: the session's upper layer and record, made before podman starts.
+    pub(crate) review: Option<ReviewSpec>,
+}
+
+/// A review-mode session's directory (see `contract::review`): made, with its record, before
+/// podman starts; left for `diff`/`apply`/`discard` after it, or removed when nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReviewSpec {
+    pub(crate) dir: PathBuf,
+    pub(crate) session: String,
+    pub(crate) project: PathBuf,
 }
 
 /// What the launcher watches for refusals: the gate's decision log (when the gate is used) and
@@ -107,6 +118,10 @@ pub(crate) struct GuardSpec {
     pub(crate) store: PathBuf,
     /// What was found before the launch: the read-only mounts and the repositories.
     pub(crate) protected: crate::plan::protect::Protected,
+    /// Review mode: the sandbox cannot write the project, so only the places outside it that
+    /// it writes (its HOME) are checked; a host edit in the project during the session is the
+    /// user's and stays.
+    pub(crate) review: bool,
 }
 
 /// The logins a session carries (see `policy::agent_state`, `launch::logins`).
@@ -178,7 +193,13 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
     let record = live_record(p, f);
     let live = (f.live_file(), serde_json::to_string(&record).expect("json"));
     let argv = podman::argv(p, f);
+    let review = p.workspace == crate::policy::Workspace::Review;
     Plan {
+        review: review.then(|| ReviewSpec {
+            dir: f.review_dir(),
+            session: f.session_id.clone(),
+            project: p.project.clone(),
+        }),
         rootfs: (p.image == Image::Host).then(|| root::skeleton(f.root_dir(), &argv)),
         argv,
         ruleset,
@@ -197,13 +218,17 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         keeper_log: f.keeper_log(),
         guard: GuardSpec {
             project: p.project.clone(),
-            paths: crate::plan::protect::candidates(&p.protect),
+            paths: match review {
+                true => Vec::new(),
+                false => crate::plan::protect::candidates(&p.protect),
+            },
             state_dir: f.state_dir.clone(),
             store: crate::plan::session::guard_store(&f.state_dir, &f.session_id),
             protected: crate::plan::protect::Protected {
                 writable: vec![f.sandbox_home.clone()],
                 ..f.protected.clone()
             },
+            review,
         },
         refusals: rules.then(|| RefusalWatch {
             session: f.session_id.clone(),
@@ -329,6 +354,13 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     n.extend(f.launchable.notice.iter().cloned());
+    if p.workspace == crate::policy::Workspace::Review {
+        n.push(format!(
+            "review mode: the project is not written; what the sandbox changes goes to {} (`ai-sandbox diff {}` afterwards)",
+            f.review_dir().join(crate::contract::review::UPPER_DIR).display(),
+            f.session_id
+        ));
+    }
     if let (Some(m), false) = (p.limits.memory, f.cgroup_v2) {
         n.push(format!(
             "memory = {}: not enforced on this host (rootless podman can limit memory on cgroup v2 only; this host runs cgroup v1). \

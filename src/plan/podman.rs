@@ -286,8 +286,23 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &f.workdir.display().to_string(),
     ]);
-    let [flag, value] = bind(&p.project, &p.project, false);
-    push(&[&flag, &value]);
+    match p.workspace {
+        // The project as the lower layer of an overlay: everything the sandbox writes lands in
+        // the session's upper layer, never in the project (podman's `:O`; see `review`).
+        crate::policy::Workspace::Review => {
+            let dir = f.review_dir();
+            let upper = dir.join(crate::contract::review::UPPER_DIR);
+            let work = dir.join(crate::contract::review::WORK_DIR);
+            push(&[
+                "-v",
+                &format!("{project}:{project}:O,upperdir={},workdir={}", upper.display(), work.display()),
+            ]);
+        }
+        crate::policy::Workspace::Direct => {
+            let [flag, value] = bind(&p.project, &p.project, false);
+            push(&[&flag, &value]);
+        }
+    }
     // What the sandbox may take of the machine (see `policy::limits`): nproc is counted per
     // user namespace, so it holds on cgroup v1 too and counts this sandbox's processes only.
     let l = &p.limits;

@@ -134,6 +134,10 @@ impl Facts {
     pub(crate) fn check_exe_target(&self) -> PathBuf {
         self.loader.clone().unwrap_or_else(|| self.self_exe.clone())
     }
+    /// This session's review (upper layer, work dir, record) in review mode.
+    pub(crate) fn review_dir(&self) -> PathBuf {
+        crate::contract::review::dir(&self.state_dir, &self.session_id)
+    }
     /// The session's root directory for `image = host` (see `root`).
     pub(crate) fn root_dir(&self) -> PathBuf {
         self.session_dir.join("root")

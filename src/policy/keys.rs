@@ -38,6 +38,7 @@ pub enum Name {
     TmpSize,
     Ask,
     Net,
+    Workspace,
 }
 
 impl Name {
@@ -64,6 +65,7 @@ impl Name {
         Name::TmpSize,
         Name::Ask,
         Name::Net,
+        Name::Workspace,
     ];
 
     /// How the config spells it.
@@ -90,6 +92,7 @@ impl Name {
             Name::TmpSize => "tmp_size",
             Name::Ask => "ask",
             Name::Net => "net",
+            Name::Workspace => "workspace",
         }
     }
 }
@@ -376,6 +379,19 @@ pub const KEYS: &[Key] = &[
         }),
         // `net = full` (or `--net full`) is judged on the policy by the export.
         export: Exports { kube: Export::Carried },
+    },
+    Key {
+        name: Name::Workspace,
+        repeats: false,
+        shell: false,
+        doc: "direct (default: the sandbox writes the project) or review (a copy-on-write layer: `ai-sandbox diff`, then `apply` or `discard`)",
+        example: "review",
+        widens: Widens::WhenDropped(
+            "removed: the sandbox writes the project directly again, with no review before its changes land",
+        ),
+        export: Exports {
+            kube: Export::LeftOut("a Pod works on its own volume; there is no host project to review"),
+        },
     },
 ];
 

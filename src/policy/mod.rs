@@ -105,6 +105,17 @@ pub struct Inputs {
     pub deny: Vec<String>,
     /// `ai-sandbox learn`: the gate records unlisted hostnames instead of refusing them.
     pub learn: bool,
+    /// `--review`: the project through a copy-on-write overlay (`workspace = review`).
+    pub review: bool,
+}
+
+/// How the sandbox sees the project (`workspace =`, `--review`): `Direct` writes it; `Review`
+/// writes a per-session upper layer the user reads with `diff` and promotes with `apply`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workspace {
+    #[default]
+    Direct,
+    Review,
 }
 
 /// The validated, normalised policy.
@@ -156,6 +167,8 @@ pub struct Policy {
     pub(crate) limits: limits::Limits,
     /// A learning run (`ai-sandbox learn`, never a config key): see `contract::SessionPolicy`.
     pub(crate) learn: bool,
+    /// The project written directly, or through a review overlay (see `Workspace`).
+    pub(crate) workspace: Workspace,
 }
 
 impl Policy {
@@ -302,6 +315,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
     let limits = limits_of(config, &mut c);
+    let workspace = workspace(config, inputs, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -344,6 +358,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         agent_state,
         splices: Vec::new(),
         learn: inputs.learn,
+        workspace,
     };
     p.splices = forwards::splices(&p);
     bindings(&p, &mut c);
@@ -351,6 +366,26 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         return Err(c.0);
     }
     Ok(p)
+}
+
+/// `workspace = direct|review`, or `--review` (which wins: it only narrows).
+fn workspace(config: &Config, inputs: &Inputs, c: &mut Collector) -> Workspace {
+    if inputs.review {
+        return Workspace::Review;
+    }
+    match config.one(Name::Workspace) {
+        None => Workspace::Direct,
+        Some(("direct", _)) => Workspace::Direct,
+        Some(("review", _)) => Workspace::Review,
+        Some((v, at)) => {
+            c.bad(
+                at,
+                format!("unknown workspace `{v}`"),
+                "use `direct` (the sandbox writes the project) or `review` (it writes a copy-on-write layer you review)",
+            );
+            Workspace::Direct
+        }
+    }
 }
 
 /// What a learning run says before it starts: it is the one run in which the allowlist does

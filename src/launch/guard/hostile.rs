@@ -76,7 +76,7 @@ fn session(g: &Ground, act: impl FnOnce(&Path, &Path)) -> String {
     let rels = candidates(&[]);
     let protected =
         Protected { mounts: Vec::new(), repos: repos::scan(&g.project).unwrap(), writable: Vec::new() };
-    snapshot(&g.project, &rels, &protected, &g.store, "s1").unwrap();
+    snapshot(&g.project, &rels, &protected, &g.store, "s1", false).unwrap();
     act(&g.project, &g.outside);
     let (r, text) = settle_within(g);
     r.unwrap_or_else(|e| panic!("settle failed: {e}\n{text}"));
@@ -311,7 +311,7 @@ proptest! {
         let protected = Protected { mounts: Vec::new(), repos, writable: vec![g.outside.clone()] };
         // A tree the guard refuses to record (a link it cannot take a copy through) starts no
         // session, which is as safe as settling it.
-        if snapshot(&g.project, &rels, &protected, &g.store, "s1").is_err() {
+        if snapshot(&g.project, &rels, &protected, &g.store, "s1", false).is_err() {
             return Ok(());
         }
         for (rel, what) in &during {

@@ -190,6 +190,7 @@ pub(crate) fn snapshot(
     protected: &Protected,
     store: &Path,
     session: &str,
+    review: bool,
 ) -> anyhow::Result<Manifest> {
     let files = store.join("files");
     // Copies of protected files can hold credentials (`.npmrc`, a remote URL in `.git/config`).
@@ -197,7 +198,9 @@ pub(crate) fn snapshot(
         .create(&files)
         .with_context(|| format!("creating {}", files.display()))?;
     let tree = Tree::open(project).with_context(|| format!("opening the project {}", project.display()))?;
-    let roots = roots_of(project, rels, &protected.repos, true);
+    // Review mode: the sandbox writes an overlay's upper layer, never the project, so nothing in
+    // it is recorded (a host edit there during the session is the user's, and stays).
+    let roots = if review { Vec::new() } else { roots_of(project, rels, &protected.repos, true) };
     let mut m = Manifest {
         project: project.to_path_buf(),
         session: session.to_string(),
@@ -210,14 +213,14 @@ pub(crate) fn snapshot(
             .filter_map(|p| p.strip_prefix(project).ok())
             .map(Path::to_path_buf)
             .collect(),
-        repos: Some(protected.repos.clone()),
+        repos: (!review).then(|| protected.repos.clone()),
         writable: protected.writable.clone(),
     };
     let mut bytes = 0u64;
     // The directories above the root-level roots are recorded, to tell a renamed and rebuilt
     // `.git` (or a host edit, see `host_made`); those above a repository below the root are
     // not: it may be deleted, and is then left deleted (see `repos::replaced_below`).
-    let root_level = roots_of(project, rels, &protected.repos, false);
+    let root_level = if review { Vec::new() } else { roots_of(project, rels, &protected.repos, false) };
     for rel in &roots {
         let ancestors = if root_level.contains(rel) { rel.ancestors().skip(1).collect() } else { Vec::new() };
         for anc in ancestors.into_iter().rev() {
@@ -535,7 +538,7 @@ pub fn check_unchanged(project: &Path, scratch: &Path) -> anyhow::Result<()> {
     let protected = existing_mounts(project, &rels)?;
     let store = scratch.join("record");
     let _ = fs::remove_dir_all(&store);
-    let m = snapshot(project, &rels, &protected, &store, "bench")?;
+    let m = snapshot(project, &rels, &protected, &store, "bench", false)?;
     let out = verify_and_restore(&m, &scratch.join("quarantine"))?;
     anyhow::ensure!(
         out.restored.is_empty() && out.kept.is_empty(),

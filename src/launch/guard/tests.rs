@@ -34,7 +34,7 @@ fn unmounted(project: &Path) -> Protected {
 
 fn run(f: &Fixture, change: impl FnOnce(&Path)) -> Vec<String> {
     let rels = candidates(&["scripts/deploy.sh".into()]);
-    let m = snapshot(&f.project, &rels, &unmounted(&f.project), &f.store, "s1").unwrap();
+    let m = snapshot(&f.project, &rels, &unmounted(&f.project), &f.store, "s1", false).unwrap();
     change(&f.project);
     let loaded = load(&f.store).unwrap();
     assert_eq!(loaded.entries, m.entries);
@@ -178,7 +178,7 @@ fn a_file_the_user_writes_through_write_trusted_is_kept_and_a_sandbox_write_is_s
     let state = f.store.parent().unwrap().join("state");
     let store = state.join("guard/s1");
     let rels = candidates(&[]);
-    snapshot(&f.project, &rels, &unmounted(&f.project), &store, "s1").unwrap();
+    snapshot(&f.project, &rels, &unmounted(&f.project), &store, "s1", false).unwrap();
     let rel = Path::new(".ai-sandbox/config");
     write_trusted(&state, &f.project, rel, "allow = a.test\nallow = b.test\n").unwrap();
     fs::write(f.project.join(".vscode/tasks.json"), "{\"evil\": 1}\n").unwrap();
@@ -199,7 +199,7 @@ fn host_edits_to_read_only_paths_are_kept_and_ambiguous_ones_say_the_way_back() 
     let rels = candidates(&[]);
     // Mounted read-only inside: what exists now, as the launch finds it.
     let protected = existing_mounts(&f.project, &rels).unwrap();
-    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    snapshot(&f.project, &rels, &protected, &f.store, "s1", false).unwrap();
     // On the host: an editor saves the config by writing a new file and renaming it over, and
     // adds a file to .vscode; inside (or the host, no one can tell): a new .envrc.
     let cfg = f.project.join(".ai-sandbox/config");
@@ -227,7 +227,7 @@ fn a_read_only_path_under_a_rebuilt_directory_is_still_the_sandboxs() {
     let rels = candidates(&[]);
     let protected = existing_mounts(&f.project, &rels).unwrap();
     assert!(protected.mounts.contains(&f.project.join(".git/config")), "{protected:?}");
-    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    snapshot(&f.project, &rels, &protected, &f.store, "s1", false).unwrap();
     // The sidestep: .git renamed (its mounts go with it) and built again with a planted config.
     fs::rename(f.project.join(".git"), f.project.join(".git-real")).unwrap();
     fs::create_dir_all(f.project.join(".git/hooks")).unwrap();
@@ -261,7 +261,7 @@ fn a_repository_below_the_root_is_verified_and_may_be_deleted_or_made_again() {
         "not mounted: it may be deleted inside: {:?}",
         protected.mounts
     );
-    snapshot(&f.project, &rels, &protected, &f.store, "s1").unwrap();
+    snapshot(&f.project, &rels, &protected, &f.store, "s1", false).unwrap();
     let v = f.project.join("vendor");
     // Changed in place: put back. Deleted: left deleted. Deleted and made again with a planted
     // setting: a new repository, cleaned as one (not given the old config back).
