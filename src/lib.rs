@@ -33,4 +33,5 @@ pub mod launch;
 pub mod live;
 pub mod plan;
 pub mod policy;
+pub mod review;
 pub mod sys;

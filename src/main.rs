@@ -58,6 +58,15 @@ fn main() {
         }
         Some(Sub::Exec(args)) => ai_sandbox::cli::exec::exec_cmd(&mut host, args),
         Some(Sub::Learn(args)) => ai_sandbox::cli::learn::learn_cmd(&mut host, args),
+        Some(Sub::Diff { session, stat, which }) => {
+            ai_sandbox::cli::review::diff_cmd(&mut host, which, session.as_deref(), *stat)
+        }
+        Some(Sub::Apply { args, branch, which }) => {
+            ai_sandbox::cli::review::apply_cmd(&mut host, which, args, branch.as_deref())
+        }
+        Some(Sub::Discard { session, which }) => {
+            ai_sandbox::cli::review::discard_cmd(&mut host, which, session.as_deref())
+        }
         Some(Sub::Allow(args)) => change::change_cmd(&mut host, args, change::Verb::Allow),
         Some(Sub::Deny(args)) => change::change_cmd(&mut host, args, change::Verb::Deny),
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
@@ -107,6 +116,7 @@ fn prints_for_a_reader(cli: &Cli) -> bool {
             | Sub::Rules { .. }
             | Sub::Export { .. }
             | Sub::Ps { .. }
+            | Sub::Diff { .. }
             | Sub::Doctor,
         ) => true,
         Some(_) => false,

@@ -11,6 +11,7 @@ pub mod learn;
 pub mod logs;
 pub mod manpage;
 pub(crate) mod prune;
+pub mod review;
 pub mod sessions;
 pub mod setup;
 pub mod watch;
@@ -176,6 +177,14 @@ pub struct ExecArgs {
     pub(crate) command: Vec<std::ffi::OsString>,
 }
 
+/// `diff`, `apply` and `discard`: in which project the session's review is.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Which {
+    /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) project: Option<PathBuf>,
+}
+
 /// `ai-sandbox allow` and `ai-sandbox deny`: the same arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChangeArgs {
@@ -273,6 +282,41 @@ pub enum Sub {
     /// always); at the end it proposes the `allow =` lines, grouped by domain, and on a terminal
     /// asks line by line which to add. Nothing is added that you did not accept.
     Learn(RunArgs),
+    /// What a review-mode session (`--review`, `workspace = review`) changed: each path added,
+    /// modified, deleted or renamed, what is called out (paths the host runs or trusts, git's
+    /// internals, links out of the project, set-id and new executable bits, large files) and
+    /// conflicts with the project as it is now; then a patch per text file.
+    Diff {
+        /// The session (a prefix of its id; default: the project's only one waiting).
+        #[arg(value_name = "SESSION")]
+        session: Option<String>,
+        /// Only the list, no patches.
+        #[arg(long)]
+        stat: bool,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Put a review-mode session's change into the project: all of it, or the PATHs named.
+    /// Called-out items land only when named; if the host changed a path since the session
+    /// started, nothing lands unless that path is named. Commits arrive as the branch
+    /// ai-sandbox/SESSION (fetched; your HEAD, branches and index are not touched).
+    Apply {
+        /// [SESSION] [PATH...]: the session first when there are several.
+        #[arg(value_name = "SESSION|PATH")]
+        args: Vec<PathBuf>,
+        /// The name of the branch the session's commits arrive as (default ai-sandbox/SESSION).
+        #[arg(long, value_name = "NAME")]
+        branch: Option<String>,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Drop a review-mode session's change (the project is as it was).
+    Discard {
+        #[arg(value_name = "SESSION")]
+        session: Option<String>,
+        #[command(flatten)]
+        which: Which,
+    },
     /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
     /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
     Allow(ChangeArgs),

@@ -40,7 +40,8 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
     #[derive(serde::Serialize)]
     struct Row {
         session: String,
-        pid: i32,
+        /// The launcher's (none for a review waiting: its session is over).
+        pid: Option<i32>,
         age_seconds: u64,
         /// `-` for a launch whose record is not written yet (or from an older version); `learn`
         /// for a learning run (its hostnames are relayed and recorded, not refused).
@@ -50,17 +51,22 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         refused: Option<u64>,
         /// Commands `ai-sandbox exec` runs in it.
         execs: Vec<crate::live::Exec>,
+        /// Review mode: `running` (the session writes its layer), `waiting` (over; its change
+        /// waits for `diff` / `apply` / `discard`); absent in direct mode.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        review: Option<&'static str>,
     }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
-    let rows: Vec<Row> = host
+    let reviews = host.reviews(&xdg(host, "XDG_STATE_HOME", ".local/state").join("ai-sandbox/projects"));
+    let mut rows: Vec<Row> = host
         .running(&runtime)
         .iter()
         .map(|r| {
             let counts = gate.iter().find(|g| g.session == r.session);
             Row {
                 session: r.session.clone(),
-                pid: r.pid,
+                pid: Some(r.pid),
                 age_seconds: r.age,
                 mode: r
                     .record
@@ -70,27 +76,44 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 allowed: counts.map(|c| c.allowed),
                 refused: counts.map(|c| c.denied),
                 execs: r.execs.clone(),
+                review: reviews.iter().any(|w| w.id() == r.session).then_some("running"),
             }
         })
         .collect();
+    let now = crate::launch::review::now_ns();
+    rows.extend(reviews.iter().filter(|w| !w.running).map(|w| Row {
+        session: w.id().to_string(),
+        pid: None,
+        age_seconds: now.saturating_sub(w.record.started_ns) / 1_000_000_000,
+        mode: "review",
+        project: Some(w.record.project.display().to_string()),
+        allowed: None,
+        refused: None,
+        execs: Vec::new(),
+        review: Some("waiting"),
+    }));
     if json {
         host.print(&format!("{}\n", serde_json::to_string(&rows)?));
         return Ok(0);
     }
-    if rows.is_empty() {
-        host.print("no sandbox is running\n");
-        return Ok(0);
+    let mut out = String::new();
+    if rows.iter().all(|r| r.review == Some("waiting")) {
+        out += "no sandbox is running\n";
+    } else {
+        out += &format!(
+            "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  PROJECT\n",
+            "SESSION", "PID", "AGE", "MODE", "ALLOWED", "REFUSED"
+        );
     }
-    let mut out = format!(
-        "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  PROJECT\n",
-        "SESSION", "PID", "AGE", "MODE", "ALLOWED", "REFUSED"
-    );
     let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for r in &rows {
+        if r.review == Some("waiting") {
+            continue;
+        }
         out += &format!(
             "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  {}\n",
             r.session,
-            r.pid,
+            r.pid.map_or("-".to_string(), |p| p.to_string()),
             crate::live::age(r.age_seconds),
             r.mode,
             n(r.allowed),
@@ -103,6 +126,22 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 x.pid,
                 crate::live::age(x.age),
                 crate::sys::quote::text(&x.command.join(" "))
+            );
+        }
+    }
+    let waiting: Vec<&Row> = rows.iter().filter(|r| r.review == Some("waiting")).collect();
+    if !waiting.is_empty() {
+        out += "waiting for review (ai-sandbox diff / apply / discard SESSION, in the project):\n";
+        for r in waiting {
+            out += &format!(
+                "{:<14} {:>8} {:>7} {:<6} {:>8} {:>8}  {}\n",
+                r.session,
+                "-",
+                crate::live::age(r.age_seconds),
+                r.mode,
+                "-",
+                "-",
+                crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),
             );
         }
     }

@@ -44,7 +44,7 @@ impl Log {
 pub(crate) use crate::contract::log::{Decision, Event, Layer};
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).
-fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     let days = (secs / 86400) as i64;
     let rem = secs % 86400;
     let z = days + 719468;

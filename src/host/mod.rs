@@ -122,6 +122,11 @@ pub trait Ports {
     fn write_trusted(&mut self, state: &Path, project: &Path, rel: &Path, text: &str) -> Result<()>;
     /// This user's running sandboxes (their launcher alive), oldest first.
     fn running(&self, runtime: &Path) -> Vec<crate::live::Running>;
+    /// The review-mode sessions of every project (`states`: ai-sandbox's projects state dir),
+    /// running or waiting for review, oldest first.
+    fn reviews(&self, states: &Path) -> Vec<crate::review::Waiting> {
+        crate::review::all(states)
+    }
     /// The gate's sessions with their counters (none when no gate runs).
     fn gate_sessions(&self, runtime: &Path) -> Vec<crate::gate::control::SessionStatus>;
     /// The port the running gate listens on (none when no gate runs).

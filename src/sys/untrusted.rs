@@ -73,6 +73,13 @@ pub struct Stat {
     pub uid: u32,
     /// Birth time in nanoseconds where the filesystem keeps one (statx), else 0.
     pub born: u64,
+    /// Last status change and last modification, in nanoseconds since the epoch: ctime cannot
+    /// be set by a program, so a ctime after a moment means the inode changed since.
+    pub ctime_ns: u64,
+    pub mtime_ns: u64,
+    pub nlink: u64,
+    /// The device number of a device (0/0 is an overlay's whiteout).
+    pub rdev: u64,
 }
 
 impl Stat {
@@ -84,8 +91,16 @@ impl Stat {
             len: st.st_size as u64,
             uid: st.st_uid,
             born: 0,
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            nlink: st.st_nlink,
+            rdev: st.st_rdev,
         }
     }
+}
+
+fn ns(secs: i64, nsec: i64) -> u64 {
+    (secs.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(nsec.max(0) as u64)
 }
 
 /// The error for a path that is there but not what may be read or entered (a link, a fifo...).
@@ -200,6 +215,20 @@ impl Tree {
     /// The bytes of the regular file at `rel`, at most `cap` of them: a link, fifo, socket or
     /// device there is an error (`not_a`), as is a larger file; nothing blocks.
     pub fn read(&self, rel: &Path, cap: u64) -> io::Result<Vec<u8>> {
+        let (f, st) = self.open_file(rel)?;
+        // The bound is what is read, not what fstat said: a file that grows meanwhile is refused
+        // too.
+        let mut out = Vec::with_capacity(st.len.min(cap) as usize);
+        f.take(cap + 1).read_to_end(&mut out)?;
+        if out.len() as u64 > cap {
+            return Err(too_large(rel, cap));
+        }
+        Ok(out)
+    }
+
+    /// The regular file at `rel`, open for reading, and what `fstat` says of it (the opened
+    /// file's own, not a name's): a link, fifo, socket or device there is an error (`not_a`).
+    pub fn open_file(&self, rel: &Path) -> io::Result<(std::fs::File, Stat)> {
         let (dir, name) = self.parent(rel)?;
         let fd = match openat(dir.as_fd(), name, READ_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
@@ -208,19 +237,33 @@ impl Tree {
             Err(Errno::ENXIO) => return Err(not_a(Kind::Socket, "a file")),
             Err(e) => return Err(errno(e)),
         };
-        let st = fstat(fd.as_fd()).map_err(errno)?;
-        let kind = Kind::of_mode(st.st_mode);
-        if kind != Kind::File {
-            return Err(not_a(kind, "a file"));
+        let st = Stat::of(&fstat(fd.as_fd()).map_err(errno)?);
+        if st.kind != Kind::File {
+            return Err(not_a(st.kind, "a file"));
         }
-        // The bound is what is read, not what fstat said: a file that grows meanwhile is refused
-        // too.
-        let mut out = Vec::with_capacity((st.st_size as u64).min(cap) as usize);
-        std::fs::File::from(fd).take(cap + 1).read_to_end(&mut out)?;
-        if out.len() as u64 > cap {
-            return Err(too_large(rel, cap));
+        Ok((std::fs::File::from(fd), st))
+    }
+
+    /// The value of the extended attribute `name` of what is at `rel` (not followed), if set:
+    /// read through the parent's `/proc/self/fd` entry, as `born` does.
+    pub fn xattr(&self, rel: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+        use std::os::fd::AsRawFd;
+        let (dir, last) = self.parent(rel)?;
+        let p = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string()).join(last);
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())?;
+        let n = std::ffi::CString::new(name)?;
+        let mut buf = vec![0u8; 256];
+        // SAFETY: both strings are NUL-terminated; the buffer's length is passed.
+        let got = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(None),
+                _ => Err(e),
+            };
         }
-        Ok(out)
+        buf.truncate(got as usize);
+        Ok(Some(buf))
     }
 
     /// The entries of the directory at `rel` ("" for the root), with what each is, sorted by
@@ -318,16 +361,31 @@ impl Tree {
     /// renamed over the name (whatever was there, a link included, is replaced, not written
     /// through). The directory must exist and be reached without a link.
     pub fn write(&self, rel: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+        self.write_from(rel, &mut &bytes[..], mode, None)
+    }
+
+    /// `write`, from a reader (copied as it is read, never held whole), with the modification
+    /// time `mtime_ns` when given.
+    pub fn write_from(
+        &self,
+        rel: &Path,
+        from: &mut dyn Read,
+        mode: u32,
+        mtime_ns: Option<u64>,
+    ) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;
-        let mut tmp = OsString::from(".");
-        tmp.push(name);
-        tmp.push(format!(".aisb-{}-{:x}", std::process::id(), nanos()));
+        let tmp = temp_name(name);
         let fd = openat(dir.as_fd(), tmp.as_os_str(), NEW_FLAGS, Mode::from_bits_truncate(0o600))
             .map_err(errno)?;
         let written = (|| {
             fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & 0o7777)).map_err(errno)?;
             let mut f = std::fs::File::from(fd);
-            f.write_all(bytes)?;
+            io::copy(from, &mut f)?;
+            if let Some(t) = mtime_ns {
+                let ts = std::fs::FileTimes::new()
+                    .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t));
+                f.set_times(ts)?;
+            }
             f.sync_all()?;
             renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name).map_err(errno)
         })();
@@ -374,6 +432,19 @@ impl Tree {
         std::fs::set_permissions(me, std::fs::Permissions::from_mode(mode & 0o7777))
     }
 
+    /// Makes `to` another name of the file at `from` (both in the tree, neither followed): a
+    /// new name renamed over `to`, so whatever was there is replaced.
+    pub fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (a, an) = self.parent(from)?;
+        let (b, bn) = self.parent(to)?;
+        let tmp = temp_name(bn);
+        nix::unistd::linkat(a.as_fd(), an, b.as_fd(), tmp.as_os_str(), AtFlags::empty()).map_err(errno)?;
+        renameat(b.as_fd(), tmp.as_os_str(), b.as_fd(), bn).map_err(|e| {
+            let _ = unlinkat(b.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            errno(e)
+        })
+    }
+
     /// Makes a symbolic link at `rel` to `target` (for putting a recorded link back).
     pub fn symlink(&self, target: &Path, rel: &Path) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;
@@ -414,6 +485,14 @@ fn too_large(rel: &Path, cap: u64) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("{} is larger than {cap} bytes", crate::sys::quote::path(rel)),
     )
+}
+
+/// A name beside `name` for a file being written, renamed over `name` once complete.
+fn temp_name(name: &OsStr) -> OsString {
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".aisb-{}-{:x}", std::process::id(), nanos()));
+    tmp
 }
 
 fn nanos() -> u128 {

@@ -214,3 +214,81 @@ fn a_paths_birth_time_is_the_one_the_filesystem_keeps() {
     let want = kept.map_or(0, |t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
     assert_eq!(st.born, want);
 }
+
+#[test]
+fn stat_says_times_links_and_device_numbers() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    let before = nanos() as u64;
+    fs::write(p.join("f"), "x").unwrap();
+    fs::hard_link(p.join("f"), p.join("g")).unwrap();
+    let st = tree.stat(Path::new("f")).unwrap().unwrap();
+    assert!(st.ctime_ns >= before - 20_000_000 && st.ctime_ns <= nanos() as u64, "{st:?} vs {before}");
+    assert!(st.mtime_ns >= before - 20_000_000 && st.mtime_ns <= nanos() as u64, "{st:?}");
+    assert_eq!(st.nlink, 2);
+    assert_eq!(st.rdev, 0);
+    let null = Tree::open(Path::new("/dev")).unwrap().stat(Path::new("null")).unwrap().unwrap();
+    assert_eq!((null.kind, null.rdev), (Kind::Device, libc::makedev(1, 3)));
+    assert_eq!(ns(2, 5), 2_000_000_005);
+    assert_eq!(ns(-1, -1), 0);
+}
+
+#[test]
+fn open_file_gives_a_regular_file_and_its_stat_and_refuses_the_rest() {
+    let (_t, p, outside) = setup();
+    let tree = Tree::open(&p).unwrap();
+    let (mut f, st) = tree.open_file(Path::new("repo/.git/config")).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!((s.as_str(), st.len, st.kind), ("[core]\n", 7, Kind::File));
+    symlink(outside.join("secret"), p.join("l")).unwrap();
+    assert!(tree.open_file(Path::new("l")).unwrap_err().to_string().contains("symbolic link"));
+    assert!(tree.open_file(Path::new("repo")).unwrap_err().to_string().contains("a directory where"));
+}
+
+#[test]
+fn xattr_reads_a_set_attribute_and_says_none_for_an_unset_one() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    fs::write(p.join("x"), "").unwrap();
+    let c = std::ffi::CString::new(p.join("x").as_os_str().as_bytes()).unwrap();
+    // SAFETY: NUL-terminated strings, a buffer and its length.
+    let set = unsafe { libc::setxattr(c.as_ptr(), c"user.aisb".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
+    if set != 0 {
+        // A filesystem without user xattrs (tmpfs on old kernels): none is the answer there.
+        assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), None);
+        return;
+    }
+    assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), Some(b"y".to_vec()));
+    assert_eq!(tree.xattr(Path::new("x"), "user.other").unwrap(), None);
+    assert!(tree.xattr(Path::new("missing"), "user.aisb").is_err());
+}
+
+#[test]
+fn write_from_copies_a_reader_with_its_mode_and_time_and_replaces_a_link() {
+    let (_t, p, outside) = setup();
+    let tree = Tree::open(&p).unwrap();
+    symlink(outside.join("secret"), p.join("w")).unwrap();
+    let t = 1_600_000_000_123_456_789u64;
+    tree.write_from(Path::new("w"), &mut &b"data"[..], 0o750, Some(t)).unwrap();
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token", "not written through the link");
+    let st = tree.stat(Path::new("w")).unwrap().unwrap();
+    assert_eq!((st.kind, st.mode, st.mtime_ns, st.len), (Kind::File, 0o750, t, 4));
+    tree.write_from(Path::new("v"), &mut &b""[..], 0o600, None).unwrap();
+    assert!(tree.stat(Path::new("v")).unwrap().unwrap().mtime_ns > t);
+    assert_eq!(fs::read_dir(&p).unwrap().count(), 3, "no temporary file left: repo, w and v only");
+}
+
+#[test]
+fn hard_link_makes_another_name_replacing_what_was_there() {
+    let (_t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    fs::write(p.join("a"), "A").unwrap();
+    fs::write(p.join("b"), "B").unwrap();
+    tree.hard_link(Path::new("a"), Path::new("b")).unwrap();
+    let (a, b) = (tree.stat(Path::new("a")).unwrap().unwrap(), tree.stat(Path::new("b")).unwrap().unwrap());
+    assert_eq!((a.ino, a.nlink), (b.ino, 2));
+    assert_eq!(fs::read(p.join("b")).unwrap(), b"A");
+    assert!(tree.hard_link(Path::new("missing"), Path::new("c")).is_err());
+    assert!(!p.join("c").exists());
+}

@@ -1,0 +1,232 @@
+//! `ai-sandbox diff`, `apply` and `discard`: what a review-mode session left (see `review`).
+
+use super::Which;
+use super::app::locate;
+use super::facts::state_dir;
+use crate::host::Host;
+use crate::review::apply::{self, Verdict};
+use crate::review::{self as rv, Waiting, show};
+use crate::sys::quote;
+use crate::sys::untrusted::Tree;
+use anyhow::Context;
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// A review and what it changed, as `diff` and `apply` read it.
+struct Opened {
+    w: Waiting,
+    upper: Tree,
+    project: Tree,
+    items: Vec<show::Item>,
+}
+
+fn open(host: &mut dyn Host, which: &Which, id: Option<&str>) -> anyhow::Result<Opened> {
+    let loc = locate(host, which.project.as_deref())?;
+    let w = rv::pick(&state_dir(host, &loc.project), &loc.project, id)?;
+    let upper = Tree::open(&w.upper()).with_context(|| format!("opening {}", w.upper().display()))?;
+    let project = Tree::open(&w.record.project)
+        .with_context(|| format!("opening the project {}", w.record.project.display()))?;
+    let changes = crate::review::changes::read(&upper, &project)
+        .with_context(|| format!("reading what session {} changed", w.id()))?;
+    let items = show::items(changes, &upper, &project, w.record.started_ns, &protected(&w.record.project));
+    Ok(Opened { w, upper, project, items })
+}
+
+/// The protected paths: the defaults and the project's `protect` lines (its config on the host,
+/// never the one the sandbox may have written in its layer).
+fn protected(project: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(crate::config::project::config_path(project)).unwrap_or_default();
+    let (cfg, _) = crate::policy::keys::read(&text);
+    let extra: Vec<String> =
+        cfg.all(crate::policy::keys::Name::Protect).map(|(v, _)| v.trim().to_string()).collect();
+    crate::plan::protect::candidates(&extra)
+}
+
+/// `ai-sandbox diff [SESSION] [--stat]`
+pub fn diff_cmd(host: &mut dyn Host, which: &Which, id: Option<&str>, stat: bool) -> anyhow::Result<i32> {
+    let o = open(host, which, id)?;
+    let mut out = format!(
+        "session {} of {} (started {}){}\n",
+        o.w.id(),
+        quote::path(&o.w.record.project),
+        show::when(o.w.record.started_ns),
+        if o.w.running { ": STILL RUNNING, the change may grow" } else { "" }
+    );
+    let done = applied(&o.w);
+    let owned: Vec<show::Item> = o.items.iter().filter(|i| !done.contains(&i.change.path)).cloned().collect();
+    if owned.is_empty() {
+        out += "  no changes left to apply\n";
+    }
+    out += &show::summary(&owned);
+    out += &show::git_settings(&owned, &o.upper);
+    for m in crate::review::git::moved(&o.upper, &o.project, o.w.id(), None) {
+        let at = if m.repo.as_os_str().is_empty() {
+            String::new()
+        } else {
+            format!(" (in {})", quote::path(&m.repo))
+        };
+        out += &format!(
+            "  + commits: the sandbox's {}{at} at {} arrives as the branch {}\n",
+            m.name,
+            &m.oid[..12],
+            m.target
+        );
+    }
+    if !stat {
+        for i in &owned {
+            out += &show::patch(i, &o.upper, &o.project);
+        }
+    }
+    out += &format!("apply: ai-sandbox apply {0} [PATH...]   discard: ai-sandbox discard {0}\n", o.w.id());
+    host.print(&out);
+    Ok(0)
+}
+
+/// The paths an earlier `apply` of this review promoted.
+fn applied(w: &Waiting) -> HashSet<PathBuf> {
+    let bytes = std::fs::read(w.dir.join(crate::contract::review::APPLIED_FILE)).unwrap_or_default();
+    bytes.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| PathBuf::from(OsStr::from_bytes(p))).collect()
+}
+
+/// `ai-sandbox apply [SESSION] [PATH...] [--branch NAME]`
+pub fn apply_cmd(
+    host: &mut dyn Host,
+    which: &Which,
+    args: &[PathBuf],
+    branch: Option<&str>,
+) -> anyhow::Result<i32> {
+    // The first argument is the session when a review of this project has that id (prefix).
+    let loc = locate(host, which.project.as_deref())?;
+    let all = rv::waiting(&state_dir(host, &loc.project));
+    let (id, paths) = match args.split_first() {
+        Some((first, rest))
+            if first.to_str().is_some_and(|f| f.len() >= 4 && all.iter().any(|w| w.id().starts_with(f))) =>
+        {
+            (first.to_str(), rest.to_vec())
+        }
+        _ => (None, args.to_vec()),
+    };
+    let o = open(host, which, id)?;
+    if o.w.running {
+        return Err(crate::error::hinted(
+            format!("session {} is still running; its change is not complete", o.w.id()),
+            "apply it after the sandbox exits (`ai-sandbox diff` shows it so far)",
+        )
+        .into());
+    }
+    // Paths as given, relative to the project (from the working directory when inside it).
+    let cwd = host.cwd()?;
+    let paths: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| {
+            let abs = if p.is_absolute() { p.clone() } else { cwd.join(p) };
+            abs.strip_prefix(&o.w.record.project).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())
+        })
+        .collect();
+    let done = applied(&o.w);
+    let verdicts = apply::decide(&o.items, &paths, &done);
+    let conflicts: Vec<String> = o
+        .items
+        .iter()
+        .zip(&verdicts)
+        .filter_map(|(i, v)| match v {
+            Verdict::Conflict(why) => Some(format!("  {}: {why}", quote::path(&i.change.path))),
+            _ => None,
+        })
+        .collect();
+    if !conflicts.is_empty() {
+        host.eprint(&format!(
+            "ai-sandbox: nothing was applied: {} path(s) changed on the host after session {} started:\n{}\n  \
+             hint: look at both (`ai-sandbox diff {1}`), then name each path to take the sandbox's version: ai-sandbox apply {1} PATH...\n",
+            conflicts.len(),
+            o.w.id(),
+            conflicts.join("\n")
+        ));
+        return Ok(1);
+    }
+    let log = o.w.dir.join(crate::contract::review::APPLIED_FILE);
+    let mut record = |p: &Path| -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        f.write_all(p.as_os_str().as_bytes())?;
+        f.write_all(b"\0")?;
+        Ok(())
+    };
+    let n = apply::land(&o.items, &verdicts, &o.upper, &o.project, &mut record)?;
+    let mut out = format!(
+        "ai-sandbox: applied {n} change(s) of session {} to {}\n",
+        o.w.id(),
+        quote::path(&o.w.record.project)
+    );
+    let mut left = 0;
+    for (i, v) in o.items.iter().zip(&verdicts) {
+        if let Verdict::CalledOut(why) = v {
+            left += 1;
+            let why: Vec<String> = why.iter().map(|c| c.words()).collect();
+            out += &format!("  not applied: {} ({})\n", quote::path(&i.change.path), why.join("; "));
+        }
+    }
+    if left > 0 {
+        out += &format!(
+            "  hint: read them (`ai-sandbox diff {0}`); name each one you want: ai-sandbox apply {0} PATH...\n",
+            o.w.id()
+        );
+    }
+    let mut branches = Vec::new();
+    if paths.is_empty() {
+        let moved = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
+        branches = crate::review::git::fetch(&moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
+            .context("fetching the sandbox's commits (the applied files stay applied)")?;
+        for b in &branches {
+            out += &format!("  {b}\n");
+        }
+    }
+    if n > 0 || !branches.is_empty() {
+        out +=
+            "  your HEAD, branches and index are as they were: `git status` shows the applied files as edits";
+        if let Some(b) = branches.first().and_then(|b| b.split_whitespace().nth(1)) {
+            out += &format!(
+                ";\n  the sandbox's commits are on {b}: if your branch has not moved since, `git reset {b}` makes them yours with the files as they are now"
+            );
+        }
+        out += "\n";
+    }
+    let pending =
+        o.items.iter().zip(&verdicts).any(|(_, v)| matches!(v, Verdict::CalledOut(_) | Verdict::NotSelected));
+    if pending {
+        out += &format!(
+            "  session {0} still waits: ai-sandbox diff {0}; ai-sandbox discard {0} when done\n",
+            o.w.id()
+        );
+    } else {
+        rv::discard(&o.w, &host_podman(host))?;
+        out += &format!("  nothing is left to apply: the review of session {} is removed\n", o.w.id());
+    }
+    host.eprint(&out);
+    Ok(0)
+}
+
+fn host_podman(host: &dyn Host) -> PathBuf {
+    host.which("podman").unwrap_or_else(|| PathBuf::from("podman"))
+}
+
+/// `ai-sandbox discard [SESSION]`
+pub fn discard_cmd(host: &mut dyn Host, which: &Which, id: Option<&str>) -> anyhow::Result<i32> {
+    let loc = locate(host, which.project.as_deref())?;
+    let w = rv::pick(&state_dir(host, &loc.project), &loc.project, id)?;
+    if w.running {
+        return Err(crate::error::hinted(
+            format!("session {} is still running", w.id()),
+            "stop it first (exit its command); then discard",
+        )
+        .into());
+    }
+    rv::discard(&w, &host_podman(host))?;
+    host.eprint(&format!(
+        "ai-sandbox: discarded the change of session {} (the project is as it was)\n",
+        w.id()
+    ));
+    Ok(0)
+}

@@ -1,0 +1,149 @@
+//! What a review-mode session changed: its upper layer read against the project as it is now.
+//!
+//! The overlay's upper layer holds only what the sandbox wrote: a file or link it made or
+//! changed (copied up whole: rootless overlays have no metacopy), a directory it made or went
+//! into, a whiteout (a character device 0/0, made by the kernel as a subordinate id) for each
+//! name it removed, and `user.overlay.opaque` on a directory it removed and made again (nothing
+//! of the project's below it shows through). Renaming a directory that was in the project is
+//! refused by the overlay (EXDEV) and tools copy instead, so a rename is a deletion and an
+//! addition here (`diff` shows a file that moved unchanged as a rename).
+//!
+//! Both trees are read through `sys::untrusted` (never a link followed, a fifo opened, a file
+//! read without bound): the upper layer is the sandbox's, and so is every name in it.
+
+use crate::sys::untrusted::{Kind, Stat, Tree};
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The xattrs rootless overlays (`userxattr`) set in the upper layer.
+const OPAQUE: &str = "user.overlay.opaque";
+const ORIGIN: &str = "user.overlay.origin";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum What {
+    Added,
+    /// Content, kind, link target or permission bits differ from the project's.
+    Changed,
+    Deleted,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    /// Relative to the project.
+    pub(crate) path: PathBuf,
+    pub(crate) what: What,
+    /// What the sandbox left (None for a deletion).
+    pub(crate) new: Option<Stat>,
+    /// What the project has at the path now (None: nothing).
+    pub(crate) old: Option<Stat>,
+    /// A link's target, as the sandbox made it.
+    pub(crate) link: Option<PathBuf>,
+    /// The upper layer says this was copied up from the project (`user.overlay.origin`): the
+    /// project had it when the sandbox first wrote it.
+    pub(crate) copied_up: bool,
+}
+
+/// Every change, parents before children, sorted by path within a directory.
+pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> {
+    let mut out = Vec::new();
+    walk(upper, project, Path::new(""), false, &mut out)?;
+    Ok(out)
+}
+
+/// One directory of the upper layer. `hidden`: the project's entries below are not seen inside
+/// (an opaque directory, or one that replaced something else), so those not in the upper layer
+/// are deletions.
+fn walk(upper: &Tree, project: &Tree, dir: &Path, hidden: bool, out: &mut Vec<Change>) -> anyhow::Result<()> {
+    let names: Vec<(OsString, Kind)> = upper.list(dir)?;
+    if hidden && let Ok(theirs) = project.list(dir) {
+        for (n, _) in theirs.iter().filter(|(n, _)| !names.iter().any(|(m, _)| m == n)) {
+            let rel = dir.join(n);
+            let old = project.stat(&rel)?;
+            out.push(Change { path: rel, what: What::Deleted, new: None, old, link: None, copied_up: false });
+        }
+    }
+    for (name, _) in names {
+        let rel = dir.join(&name);
+        let Some(new) = upper.stat(&rel)? else { continue };
+        let old = project.stat(&rel)?;
+        if new.kind == Kind::Device && new.rdev == 0 {
+            // A whiteout: a deletion of what the project had (nothing, if it is gone there too).
+            if old.is_some() {
+                out.push(Change {
+                    path: rel,
+                    what: What::Deleted,
+                    new: None,
+                    old,
+                    link: None,
+                    copied_up: false,
+                });
+            }
+            continue;
+        }
+        let copied_up = upper.xattr(&rel, ORIGIN).ok().flatten().is_some();
+        let link = (new.kind == Kind::Link).then(|| upper.readlink(&rel)).transpose()?;
+        if new.kind == Kind::Dir {
+            let opaque = upper.xattr(&rel, OPAQUE).ok().flatten().as_deref() == Some(b"y");
+            let was_dir = old.is_some_and(|o| o.kind == Kind::Dir);
+            if !was_dir || new.mode != old.map_or(0, |o| o.mode) {
+                let what = if old.is_some() { What::Changed } else { What::Added };
+                out.push(Change { path: rel.clone(), what, new: Some(new), old, link: None, copied_up });
+            }
+            walk(upper, project, &rel, hidden || opaque || !was_dir, out)?;
+            continue;
+        }
+        let what = match old {
+            None => What::Added,
+            Some(o) if same(upper, project, &rel, &new, &o, link.as_deref())? => continue,
+            Some(_) => What::Changed,
+        };
+        out.push(Change { path: rel, what, new: Some(new), old, link, copied_up });
+    }
+    Ok(())
+}
+
+/// Whether the sandbox's entry equals the project's: kind, permission bits, and content or
+/// link target (a file copied up and left as it was, a `touch`, is no change).
+fn same(
+    upper: &Tree,
+    project: &Tree,
+    rel: &Path,
+    new: &Stat,
+    old: &Stat,
+    link: Option<&Path>,
+) -> anyhow::Result<bool> {
+    if new.kind != old.kind || (new.kind == Kind::File && (new.mode != old.mode || new.len != old.len)) {
+        return Ok(false);
+    }
+    match new.kind {
+        Kind::Link => Ok(link == Some(project.readlink(rel)?.as_path())),
+        Kind::File => same_bytes(upper, project, rel, rel),
+        _ => Ok(false),
+    }
+}
+
+/// Whether two regular files hold the same bytes (read in blocks, never whole).
+pub(crate) fn same_bytes(a: &Tree, b: &Tree, ra: &Path, rb: &Path) -> anyhow::Result<bool> {
+    let (mut fa, sa) = a.open_file(ra)?;
+    let (mut fb, sb) = b.open_file(rb)?;
+    if sa.len != sb.len {
+        return Ok(false);
+    }
+    let (mut ba, mut bb) = (vec![0u8; 64 << 10], vec![0u8; 64 << 10]);
+    loop {
+        let n = fa.read(&mut ba)?;
+        if n == 0 {
+            return Ok(fb.read(&mut bb[..1])? == 0);
+        }
+        if fb.read_exact(&mut bb[..n]).is_err() || ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// Whether a path is inside a repository's git directory (`.git/…` at any depth, or `.git`
+/// itself): git's internals, which arrive only as a fetched branch (see `git`).
+pub(crate) fn in_git_dir(path: &Path) -> bool {
+    path.components().any(|c| c.as_os_str() == ".git")
+}

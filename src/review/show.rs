@@ -1,0 +1,233 @@
+//! `ai-sandbox diff`: a review as a reader takes it in. First one line per change (`A`dded,
+//! `M`odified, `D`eleted, `R`enamed: a deleted file whose bytes reappear under a new name), each
+//! called-out item with why, and what git would receive as a branch; then a patch for each text
+//! file, a size line for a binary. Paths are quoted as the guard quotes them (`sys::quote`): a
+//! name the sandbox chose cannot draw a fake line.
+
+use super::callout::{self, Callout};
+use super::changes::{Change, What, in_git_dir, same_bytes};
+use crate::sys::quote;
+use crate::sys::untrusted::{Kind, Tree};
+use std::path::{Path, PathBuf};
+
+/// Patches are shown for text files up to this size (each side).
+const PATCH_MAX: u64 = 1 << 20;
+
+/// A change with what a reader needs to decide on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub(crate) change: Change,
+    pub(crate) callouts: Vec<Callout>,
+    /// Why it conflicts with the project as it is now (the host changed it since the start).
+    pub(crate) conflict: Option<String>,
+    /// For an addition: the deleted path it is a rename of (same bytes).
+    pub(crate) renamed_from: Option<PathBuf>,
+}
+
+pub(crate) fn when(ns: u64) -> String {
+    crate::gate::log::rfc3339(ns / 1_000_000_000)
+}
+
+/// Why the project's entry at a changed path conflicts, if it does: changed on the host after the
+/// session started (its ctime, which no program sets), or gone although the sandbox found it.
+pub(crate) fn conflict(c: &Change, project: &Tree, started_ns: u64) -> Option<String> {
+    match c.old {
+        Some(o) if o.ctime_ns > started_ns => {
+            Some(format!("{} on the host changed after the session started", o.kind.name()))
+        }
+        Some(o) if o.kind == Kind::Dir && c.what == What::Deleted => {
+            changed_below(project, &c.path, started_ns, 0)
+        }
+        // The origin mark is the inode's: a second name the sandbox linked to a project file
+        // carries it too, so only a file with one name says the project had it.
+        None if c.copied_up && c.new.is_some_and(|n| n.nlink == 1) => {
+            Some("deleted on the host after the session started".into())
+        }
+        _ => None,
+    }
+}
+
+/// A host change below a directory the sandbox deleted (bounded walk, links not followed).
+fn changed_below(project: &Tree, dir: &Path, started_ns: u64, depth: usize) -> Option<String> {
+    if depth > 64 {
+        return None;
+    }
+    for (n, _) in project.list(dir).ok()? {
+        let p = dir.join(n);
+        let st = project.stat(&p).ok()??;
+        if st.ctime_ns > started_ns {
+            return Some(format!("{} changed on the host after the session started", quote::path(&p)));
+        }
+        if st.kind == Kind::Dir
+            && let Some(why) = changed_below(project, &p, started_ns, depth + 1)
+        {
+            return Some(why);
+        }
+    }
+    None
+}
+
+/// The items of a review, with call-outs, conflicts and renames.
+pub(crate) fn items(
+    changes: Vec<Change>,
+    upper: &Tree,
+    project: &Tree,
+    started_ns: u64,
+    protected: &[String],
+) -> Vec<Item> {
+    let mut items: Vec<Item> = changes
+        .into_iter()
+        .map(|c| Item {
+            callouts: callout::of(&c, protected),
+            conflict: conflict(&c, project, started_ns),
+            renamed_from: None,
+            change: c,
+        })
+        .collect();
+    // Renames: an added file with the bytes of a deleted one (few enough to compare).
+    let deleted: Vec<PathBuf> = items
+        .iter()
+        .filter(|i| i.change.what == What::Deleted && i.change.old.is_some_and(|o| o.kind == Kind::File))
+        .map(|i| i.change.path.clone())
+        .collect();
+    if deleted.len() <= 1000 {
+        for i in items
+            .iter_mut()
+            .filter(|i| i.change.what == What::Added && i.change.new.is_some_and(|n| n.kind == Kind::File))
+        {
+            let len = i.change.new.map_or(0, |n| n.len);
+            i.renamed_from = deleted
+                .iter()
+                .find(|d| {
+                    project.stat(d).ok().flatten().is_some_and(|s| s.len == len)
+                        && same_bytes(upper, project, &i.change.path, d).unwrap_or(false)
+                })
+                .cloned();
+        }
+    }
+    items
+}
+
+/// The summary lines (one per change, git's internals summed up in one line per repository).
+pub(crate) fn summary(items: &[Item]) -> String {
+    let mut out = String::new();
+    let renamed: Vec<&PathBuf> = items.iter().filter_map(|i| i.renamed_from.as_ref()).collect();
+    let mut git = std::collections::BTreeMap::<PathBuf, usize>::new();
+    for i in items {
+        let c = &i.change;
+        if in_git_dir(&c.path) {
+            let repo: PathBuf = c.path.components().take_while(|x| x.as_os_str() != ".git").collect();
+            *git.entry(repo).or_default() += 1;
+            continue;
+        }
+        let (letter, shown) = match (&i.renamed_from, c.what) {
+            (Some(from), _) => ("R", format!("{} -> {}", quote::path(from), quote::path(&c.path))),
+            (None, What::Deleted) if renamed.contains(&&c.path) => continue,
+            (None, What::Added) => ("A", quote::path(&c.path)),
+            (None, What::Changed) => ("M", quote::path(&c.path)),
+            (None, What::Deleted) => ("D", quote::path(&c.path)),
+        };
+        let kind = match c.new.or(c.old).map(|s| s.kind) {
+            Some(Kind::Dir) => "/",
+            Some(Kind::Link) => " (link)",
+            _ => "",
+        };
+        out += &format!("  {letter} {shown}{kind}\n");
+        for k in &i.callouts {
+            out += &format!("      ! {}\n", k.words());
+        }
+        if let Some(why) = &i.conflict {
+            out += &format!("      ! CONFLICT: {why}\n");
+        }
+    }
+    for (repo, n) in git {
+        let at = if repo.as_os_str().is_empty() {
+            ".git".to_string()
+        } else {
+            format!("{}/.git", quote::path(&repo))
+        };
+        out += &format!(
+            "  ~ {at}: {n} internal files changed (never applied as files; commits arrive as a branch)\n"
+        );
+    }
+    out
+}
+
+/// The settings a git config the sandbox wrote sets that make git run a program or trust
+/// something (those the guard's sanitizer takes out), one line each: never applied, said so
+/// that a reader knows what the agent tried.
+pub(crate) fn git_settings(items: &[Item], upper: &Tree) -> String {
+    let mut out = String::new();
+    for i in items.iter().filter(|i| in_git_dir(&i.change.path) && i.change.what != What::Deleted) {
+        if i.change.path.components().any(|c| c.as_os_str() == "hooks")
+            && i.change.new.is_some_and(|n| n.kind != Kind::Dir)
+        {
+            out += &format!("  ! {}: a git hook (never applied)\n", quote::path(&i.change.path));
+            continue;
+        }
+        let name = i.change.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let parent =
+            i.change.path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).unwrap_or("");
+        // `.git/config`, `.git/config.worktree`, and a submodule's config under `.git/modules`.
+        if !matches!(name, "config" | "config.worktree") || parent == "refs" {
+            continue;
+        }
+        let Ok(bytes) = upper.read(&i.change.path, 1 << 20) else { continue };
+        let (_, dropped) = crate::launch::guard::repos::sanitize_config(&String::from_utf8_lossy(&bytes));
+        if !dropped.is_empty() {
+            out += &format!(
+                "  ! {}: sets {} (git on the host would run or trust it; never applied)\n",
+                quote::path(&i.change.path),
+                dropped.join(", ")
+            );
+        }
+    }
+    out
+}
+
+/// The patch of one item: unified diff for text, a size line for the rest.
+pub(crate) fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
+    let c = &i.change;
+    if in_git_dir(&c.path) || c.new.or(c.old).is_some_and(|s| s.kind == Kind::Dir) {
+        return String::new();
+    }
+    let name = quote::path(&c.path);
+    let text = |t: &Tree, p: &Path, is: Option<crate::sys::untrusted::Stat>| -> Option<Option<String>> {
+        match is {
+            None => Some(Some(String::new())),
+            Some(s) if s.kind == Kind::Link => Some(Some(format!("-> {}\n", t.readlink(p).ok()?.display()))),
+            Some(s) if s.kind == Kind::File && s.len <= PATCH_MAX => {
+                let b = t.read(p, PATCH_MAX).ok()?;
+                Some((!b[..b.len().min(8192)].contains(&0)).then(|| String::from_utf8(b).ok()).flatten())
+            }
+            Some(_) => Some(None),
+        }
+    };
+    let new = if c.what == What::Deleted { Some(Some(String::new())) } else { text(upper, &c.path, c.new) };
+    let from = i.renamed_from.as_deref().unwrap_or(&c.path);
+    let old = if i.renamed_from.is_some() {
+        text(project, from, project.stat(from).ok().flatten())
+    } else {
+        text(project, &c.path, c.old)
+    };
+    match (old, new) {
+        (Some(Some(a)), Some(Some(b))) if a == b => match i.renamed_from {
+            Some(_) => String::new(),
+            None => format!(
+                "mode {:o} -> {:o}: {name}\n",
+                c.old.map_or(0, |s| s.mode),
+                c.new.map_or(0, |s| s.mode)
+            ),
+        },
+        (Some(Some(a)), Some(Some(b))) => similar::TextDiff::from_lines(&a, &b)
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{}", quote::path(from)), &format!("b/{name}"))
+            .to_string(),
+        _ => format!(
+            "binary or large: {name}: {} -> {} bytes\n",
+            c.old.map_or(0, |s| s.len),
+            if c.what == What::Deleted { 0 } else { c.new.map_or(0, |s| s.len) }
+        ),
+    }
+}
