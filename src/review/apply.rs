@@ -110,7 +110,8 @@ fn one(
         Kind::Link => project.symlink(c.link.as_deref().unwrap_or(Path::new("")), rel),
         Kind::File => {
             if new.nlink > 1
-                && let Some(first) = linked.get(&new.ino)
+                && let Some(first) = linked.get(&new.ino).or(c.link_of.as_ref())
+                && project.stat(first)?.is_some_and(|s| s.kind == Kind::File)
             {
                 return project.hard_link(first, rel);
             }
@@ -150,6 +151,7 @@ mod tests {
                 old: None,
                 link: None,
                 copied_up: false,
+                link_of: None,
             },
             callouts,
             conflict: conflict.map(String::from),

@@ -120,7 +120,15 @@ mod tests {
         Stat { kind, mode, ino: 1, len, uid: 1000, born: 0, ctime_ns: 0, mtime_ns: 0, nlink: 1, rdev: 0 }
     }
     fn change(path: &str, what: What, new: Option<Stat>, old: Option<Stat>, link: Option<&str>) -> Change {
-        Change { path: path.into(), what, new, old, link: link.map(PathBuf::from), copied_up: false }
+        Change {
+            path: path.into(),
+            what,
+            new,
+            old,
+            link: link.map(PathBuf::from),
+            copied_up: false,
+            link_of: None,
+        }
     }
     fn protected() -> Vec<String> {
         crate::plan::protect::candidates(&["secrets/x".into()])

@@ -42,25 +42,48 @@ pub(crate) struct Change {
     /// The upper layer says this was copied up from the project (`user.overlay.origin`): the
     /// project had it when the sandbox first wrote it.
     pub(crate) copied_up: bool,
+    /// A file the sandbox made another name of a project file it left unchanged (`ln`): that
+    /// file, which `apply` links to instead of copying.
+    pub(crate) link_of: Option<PathBuf>,
 }
 
 /// Every change, parents before children, sorted by path within a directory.
 pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> {
     let mut out = Vec::new();
-    walk(upper, project, Path::new(""), false, &mut out)?;
+    let mut unchanged = Vec::new();
+    walk(upper, project, Path::new(""), false, &mut out, &mut unchanged)?;
+    for c in out.iter_mut().filter(|c| c.new.is_some_and(|n| n.kind == Kind::File && n.nlink > 1)) {
+        let ino = c.new.map(|n| n.ino);
+        c.link_of = unchanged.iter().find(|(i, _)| Some(*i) == ino).map(|(_, p)| p.clone());
+    }
     Ok(out)
 }
 
 /// One directory of the upper layer. `hidden`: the project's entries below are not seen inside
 /// (an opaque directory, or one that replaced something else), so those not in the upper layer
 /// are deletions.
-fn walk(upper: &Tree, project: &Tree, dir: &Path, hidden: bool, out: &mut Vec<Change>) -> anyhow::Result<()> {
+fn walk(
+    upper: &Tree,
+    project: &Tree,
+    dir: &Path,
+    hidden: bool,
+    out: &mut Vec<Change>,
+    unchanged: &mut Vec<(u64, PathBuf)>,
+) -> anyhow::Result<()> {
     let names: Vec<(OsString, Kind)> = upper.list(dir)?;
     if hidden && let Ok(theirs) = project.list(dir) {
         for (n, _) in theirs.iter().filter(|(n, _)| !names.iter().any(|(m, _)| m == n)) {
             let rel = dir.join(n);
             let old = project.stat(&rel)?;
-            out.push(Change { path: rel, what: What::Deleted, new: None, old, link: None, copied_up: false });
+            out.push(Change {
+                path: rel,
+                what: What::Deleted,
+                new: None,
+                old,
+                link: None,
+                copied_up: false,
+                link_of: None,
+            });
         }
     }
     for (name, _) in names {
@@ -77,6 +100,7 @@ fn walk(upper: &Tree, project: &Tree, dir: &Path, hidden: bool, out: &mut Vec<Ch
                     old,
                     link: None,
                     copied_up: false,
+                    link_of: None,
                 });
             }
             continue;
@@ -88,17 +112,30 @@ fn walk(upper: &Tree, project: &Tree, dir: &Path, hidden: bool, out: &mut Vec<Ch
             let was_dir = old.is_some_and(|o| o.kind == Kind::Dir);
             if !was_dir || new.mode != old.map_or(0, |o| o.mode) {
                 let what = if old.is_some() { What::Changed } else { What::Added };
-                out.push(Change { path: rel.clone(), what, new: Some(new), old, link: None, copied_up });
+                out.push(Change {
+                    path: rel.clone(),
+                    what,
+                    new: Some(new),
+                    old,
+                    link: None,
+                    copied_up,
+                    link_of: None,
+                });
             }
-            walk(upper, project, &rel, hidden || opaque || !was_dir, out)?;
+            walk(upper, project, &rel, hidden || opaque || !was_dir, out, unchanged)?;
             continue;
         }
         let what = match old {
             None => What::Added,
-            Some(o) if same(upper, project, &rel, &new, &o, link.as_deref())? => continue,
+            Some(o) if same(upper, project, &rel, &new, &o, link.as_deref())? => {
+                if new.kind == Kind::File && new.nlink > 1 {
+                    unchanged.push((new.ino, rel));
+                }
+                continue;
+            }
             Some(_) => What::Changed,
         };
-        out.push(Change { path: rel, what, new: Some(new), old, link, copied_up });
+        out.push(Change { path: rel, what, new: Some(new), old, link, copied_up, link_of: None });
     }
     Ok(())
 }

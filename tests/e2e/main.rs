@@ -18,6 +18,7 @@ mod lifecycle;
 mod live;
 mod newcomer;
 mod real_agents;
+mod review;
 mod rules;
 mod secrets;
 mod selfprotect;
