@@ -609,6 +609,7 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     // version with no record of its project.
     add(&mut h, &format!("{states}/old-1/project"), "/home/dev/old\n");
     add(&mut h, &format!("{states}/old-1/approved-config"), "");
+    add(&mut h, &format!("{states}/old-1/reviews/abc123/review.json"), "{}");
     add(&mut h, &format!("{homes}/old-1/.bashrc"), "");
     add(&mut h, &format!("{homes}/mystery-2/.bashrc"), "");
     add(&mut h, &format!("{states}/usb-3/project"), "/media/usb/proj\n");
@@ -619,7 +620,8 @@ fn prune_lists_the_state_of_projects_that_are_gone_and_removes_only_when_told() 
     // No terminal, no --yes: listed, nothing removed.
     assert_eq!(sessions::prune_cmd(&mut h, false).unwrap(), 0);
     assert!(
-        h.stdout.contains("/home/dev/old (gone)") && h.stdout.contains(&format!("{homes}/old-1")),
+        h.stdout.contains("/home/dev/old (1 session change(s) that waited for review) (gone)")
+            && h.stdout.contains(&format!("{homes}/old-1")),
         "{}",
         h.stdout
     );

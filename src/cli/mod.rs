@@ -73,7 +73,7 @@ pub(crate) const FILES: &[(&str, &str)] = &[
     ),
     (
         "$XDG_STATE_HOME/ai-sandbox/projects/PROJECT-HASH",
-        "per project: the approved config, the guard's records of running sessions, the quarantine of restored files",
+        "per project: the approved config, the guard's records of running sessions, the quarantine of restored files, review-mode sessions' changes (reviews/ID)",
     ),
     ("/run/user/UID/ai-sandbox/keeper.log", "what each session's keeper did after its launcher died"),
 ];

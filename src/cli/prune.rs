@@ -1,6 +1,6 @@
 //! `ai-sandbox prune`: the per-project state ai-sandbox keeps outside every project (the
-//! sandbox HOME, the approved config, the guard's records and quarantine) for projects that no
-//! longer exist. It accumulates: every project directory gets its own `NAME-HASH`.
+//! sandbox HOME, the approved config, the guard's records and quarantine, review-mode changes
+//! that were never applied) for projects that no longer exist. It accumulates: every project directory gets its own `NAME-HASH`.
 //!
 //! Each launch, `trust` and `init` record the project's path in its state dir (`project`); the
 //! hash cannot be reversed, so state made before that record existed is listed as unknown and
@@ -55,7 +55,13 @@ pub(crate) fn find(host: &dyn Host, roots: &Roots, running: &[PathBuf]) -> anyho
         if host.exists(&home) {
             dirs.push(home);
         }
-        found.gone.push((project.display().to_string(), dirs));
+        // Changes that waited for review go with it (there is no project to apply them to).
+        let reviews = host.list_dir(&state.join(crate::contract::review::REVIEWS_DIR))?.len();
+        let shown = match reviews {
+            0 => project.display().to_string(),
+            n => format!("{} ({n} session change(s) that waited for review)", project.display()),
+        };
+        found.gone.push((shown, dirs));
     }
     for home in host.list_dir(&roots.homes)? {
         if key_of(&home).is_some_and(|k| !known.contains(&k)) {

@@ -286,7 +286,10 @@ impl Os for RealHost {
             .arg(dir)
             .stderr(std::process::Stdio::null())
             .status();
-        std::fs::remove_dir_all(dir).map_err(|e| anyhow::anyhow!("removing {}: {e}", dir.display()))
+        // A review's upper layer and work dir hold what the overlay made as a subordinate id
+        // (whiteouts, `work/work`): podman's user namespace removes those.
+        let podman = self.which("podman").unwrap_or_else(|| PathBuf::from("podman"));
+        crate::launch::remove_tree(dir, &podman)
     }
     fn loader(&self, exe: &Path) -> Option<PathBuf> {
         use std::io::Read;
