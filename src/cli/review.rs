@@ -108,7 +108,9 @@ pub fn apply_cmd(
         }
         _ => (None, args.to_vec()),
     };
+    crate::sys::timing::mark("apply: start");
     let o = open(host, which, id)?;
+    crate::sys::timing::mark("apply: the layer read");
     if o.w.running {
         return Err(crate::error::hinted(
             format!("session {} is still running; its change is not complete", o.w.id()),
@@ -146,15 +148,19 @@ pub fn apply_cmd(
         ));
         return Ok(1);
     }
-    let log = o.w.dir.join(crate::contract::review::APPLIED_FILE);
+    let path = o.w.dir.join(crate::contract::review::APPLIED_FILE);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+    let mut log = std::io::BufWriter::new(file.with_context(|| format!("opening {}", path.display()))?);
     let mut record = |p: &Path| -> anyhow::Result<()> {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
-        f.write_all(p.as_os_str().as_bytes())?;
-        f.write_all(b"\0")?;
+        log.write_all(p.as_os_str().as_bytes())?;
+        log.write_all(b"\0")?;
         Ok(())
     };
-    let n = apply::land(&o.items, &verdicts, &o.upper, &o.project, &mut record)?;
+    let landed = apply::land(&o.items, &verdicts, &o.upper, &o.project, &mut record);
+    std::io::Write::flush(&mut log).context("recording the applied paths")?;
+    let n = landed?;
+    crate::sys::timing::mark("apply: files landed");
     let mut out = format!(
         "ai-sandbox: applied {n} change(s) of session {} to {}\n",
         o.w.id(),
@@ -179,6 +185,7 @@ pub fn apply_cmd(
         let moved = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
         branches = crate::review::git::fetch(&moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
             .context("fetching the sandbox's commits (the applied files stay applied)")?;
+        crate::sys::timing::mark("apply: commits fetched");
         for b in &branches {
             out += &format!("  {b}\n");
         }
@@ -202,6 +209,7 @@ pub fn apply_cmd(
         );
     } else {
         rv::discard(&o.w, &host_podman(host))?;
+        crate::sys::timing::mark("apply: review removed");
         out += &format!("  nothing is left to apply: the review of session {} is removed\n", o.w.id());
     }
     host.eprint(&out);

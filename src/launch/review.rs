@@ -38,7 +38,7 @@ pub(crate) fn close(spec: &ReviewSpec, podman: &Path) -> anyhow::Result<Vec<Stri
         fs::read_dir(&upper).with_context(|| format!("reading {}", upper.display()))?.next().is_none();
     let id = &spec.session;
     if empty {
-        super::remove_tree(&spec.dir, podman)?;
+        remove(&spec.dir, podman)?;
         return Ok(vec![format!("review mode: the session changed nothing in the project ({id})")]);
     }
     Ok(vec![format!(
@@ -47,6 +47,15 @@ pub(crate) fn close(spec: &ReviewSpec, podman: &Path) -> anyhow::Result<Vec<Stri
          ai-sandbox apply {id}     put it in the project (commits arrive as the branch ai-sandbox/{id})\n  \
          ai-sandbox discard {id}   drop it"
     )])
+}
+
+/// Removes a review's directory. The overlay leaves `work/work` owned by the subordinate root,
+/// mode 000: empty after the session, so removing the name needs only the parent (the user's);
+/// what else the kernel made as that id (a whiteout in a directory of its own) goes through
+/// podman's user namespace (`remove_tree`), which costs a podman start.
+pub(crate) fn remove(dir: &Path, podman: &Path) -> anyhow::Result<()> {
+    let _ = fs::remove_dir(dir.join(review::WORK_DIR).join("work"));
+    super::remove_tree(dir, podman)
 }
 
 pub(crate) fn now_ns() -> u64 {

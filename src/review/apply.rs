@@ -115,6 +115,15 @@ fn one(
             {
                 return project.hard_link(first, rel);
             }
+            // The user's own file with one name is moved, not copied, when the layer is on the
+            // project's filesystem (one rename; nothing left to remove after): the session is
+            // over, so nothing else holds it. Anything else is copied.
+            if new.nlink == 1 && new.uid == nix::unistd::getuid().as_raw() {
+                match upper.move_to(rel, project, rel, now.is_some()) {
+                    Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
+                    moved => return moved,
+                }
+            }
             let (mut f, st) = upper.open_file(rel)?;
             project.write_from(rel, &mut f, st.mode, Some(st.mtime_ns))?;
             linked.insert(new.ino, rel.to_path_buf());

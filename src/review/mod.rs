@@ -113,5 +113,5 @@ pub(crate) fn pick(state_dir: &Path, project: &Path, id: Option<&str>) -> anyhow
 /// Removes a review: its record, upper layer and work directory (what the overlay made there as
 /// a subordinate id goes through `podman unshare`).
 pub(crate) fn discard(w: &Waiting, podman: &Path) -> anyhow::Result<()> {
-    crate::launch::remove_tree(&w.dir, podman).with_context(|| format!("removing the review {}", w.id()))
+    crate::launch::review::remove(&w.dir, podman).with_context(|| format!("removing the review {}", w.id()))
 }

@@ -361,17 +361,29 @@ impl Tree {
     /// renamed over the name (whatever was there, a link included, is replaced, not written
     /// through). The directory must exist and be reached without a link.
     pub fn write(&self, rel: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-        self.write_from(rel, &mut &bytes[..], mode, None)
+        self.put(rel, &mut &bytes[..], mode, None, true)
     }
 
     /// `write`, from a reader (copied as it is read, never held whole), with the modification
-    /// time `mtime_ns` when given.
+    /// time `mtime_ns` when given; not flushed to disk file by file (as `git checkout` does not:
+    /// `apply` of 10,000 files took 10 s that way).
     pub fn write_from(
         &self,
         rel: &Path,
         from: &mut dyn Read,
         mode: u32,
         mtime_ns: Option<u64>,
+    ) -> io::Result<()> {
+        self.put(rel, from, mode, mtime_ns, false)
+    }
+
+    fn put(
+        &self,
+        rel: &Path,
+        from: &mut dyn Read,
+        mode: u32,
+        mtime_ns: Option<u64>,
+        sync: bool,
     ) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;
         let tmp = temp_name(name);
@@ -386,7 +398,9 @@ impl Tree {
                     .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t));
                 f.set_times(ts)?;
             }
-            f.sync_all()?;
+            if sync {
+                f.sync_all()?;
+            }
             renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name).map_err(errno)
         })();
         if written.is_err() {
@@ -430,6 +444,21 @@ impl Tree {
         }
         let me = Path::new("/proc/self/fd").join(fd.as_raw_fd().to_string());
         std::fs::set_permissions(me, std::fs::Permissions::from_mode(mode & 0o7777))
+    }
+
+    /// Moves what is at `rel` to `to` in the tree `dest` (on the same filesystem: EXDEV
+    /// otherwise, for the caller to copy instead), neither name followed. `replace`: whatever is
+    /// at `to` is replaced (a link there is replaced, not written through); otherwise the move
+    /// fails (EEXIST) if anything is there.
+    pub fn move_to(&self, rel: &Path, dest: &Tree, to: &Path, replace: bool) -> io::Result<()> {
+        let (a, an) = self.parent(rel)?;
+        let (b, bn) = dest.parent(to)?;
+        let flags = if replace {
+            nix::fcntl::RenameFlags::empty()
+        } else {
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE
+        };
+        nix::fcntl::renameat2(a.as_fd(), an, b.as_fd(), bn, flags).map_err(errno)
     }
 
     /// Makes `to` another name of the file at `from` (both in the tree, neither followed): a

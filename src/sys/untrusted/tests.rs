@@ -292,3 +292,26 @@ fn hard_link_makes_another_name_replacing_what_was_there() {
     assert!(tree.hard_link(Path::new("missing"), Path::new("c")).is_err());
     assert!(!p.join("c").exists());
 }
+
+#[test]
+fn move_to_moves_between_trees_and_replaces_only_when_told() {
+    let (t, p, outside) = setup();
+    let other = t.path().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let (src, dst) = (Tree::open(&p).unwrap(), Tree::open(&other).unwrap());
+    fs::write(p.join("a"), "A").unwrap();
+    fs::write(p.join("b"), "B").unwrap();
+    fs::write(other.join("b"), "old").unwrap();
+    src.move_to(Path::new("a"), &dst, Path::new("a"), false).unwrap();
+    assert_eq!(fs::read(other.join("a")).unwrap(), b"A");
+    assert!(!p.join("a").exists(), "moved, not copied");
+    let e = src.move_to(Path::new("b"), &dst, Path::new("b"), false).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(fs::read(other.join("b")).unwrap(), b"old", "nothing replaced without asking");
+    symlink(outside.join("secret"), other.join("l")).unwrap();
+    fs::write(p.join("l"), "L").unwrap();
+    src.move_to(Path::new("l"), &dst, Path::new("l"), true).unwrap();
+    assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token", "the link was replaced, not followed");
+    assert_eq!(fs::read(other.join("l")).unwrap(), b"L");
+    assert!(src.move_to(Path::new("missing"), &dst, Path::new("m"), true).is_err());
+}
