@@ -255,6 +255,9 @@ impl Ports for FakeHost {
     fn image_present(&self, _podman: &Path, image: &str) -> anyhow::Result<bool> {
         Ok(!self.missing_images.iter().any(|m| m == image))
     }
+    fn reviews(&self, _states: &Path) -> Vec<crate::review::Waiting> {
+        Vec::new()
+    }
     fn running(&self, _runtime: &Path) -> Vec<crate::live::Running> {
         self.running.clone()
     }

@@ -184,3 +184,63 @@ pub(crate) fn same_bytes(a: &Tree, b: &Tree, ra: &Path, rb: &Path) -> anyhow::Re
 pub(crate) fn in_git_dir(path: &Path) -> bool {
     path.components().any(|c| c.as_os_str() == ".git")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn set_opaque(p: &Path) -> bool {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated strings, a buffer and its length.
+        unsafe {
+            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0) == 0
+        }
+    }
+
+    /// A project and an upper layer written by hand as the overlay would have: edits, additions,
+    /// a `touch`, a directory made again (opaque), a second name of an unchanged file.
+    #[test]
+    fn the_layer_reads_as_additions_changes_and_deletions_against_the_project() {
+        let t = tempfile::tempdir().unwrap();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        for d in ["src", "gone/deep", "keep"] {
+            fs::create_dir_all(proj.join(d)).unwrap();
+        }
+        for (f, c) in
+            [("src/a.rs", "a"), ("src/same.rs", "s"), ("gone/x", "x"), ("gone/deep/y", "y"), ("keep/k", "k")]
+        {
+            fs::write(proj.join(f), c).unwrap();
+        }
+        fs::create_dir_all(up.join("src")).unwrap();
+        fs::write(up.join("src/a.rs"), "a2").unwrap();
+        fs::write(up.join("src/same.rs"), "s").unwrap(); // copied up, unchanged
+        fs::write(up.join("src/new.rs"), "n").unwrap();
+        fs::create_dir_all(up.join("gone")).unwrap();
+        fs::write(up.join("gone/fresh"), "f").unwrap();
+        fs::create_dir_all(up.join("keep")).unwrap();
+        fs::write(up.join("keep/k"), "k").unwrap();
+        fs::hard_link(up.join("keep/k"), up.join("keep/k2")).unwrap();
+        let opaque = set_opaque(&up.join("gone"));
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let got: Vec<(String, What)> =
+            read(&u, &p).unwrap().iter().map(|c| (c.path.display().to_string(), c.what)).collect();
+        let mut want = vec![
+            ("gone/fresh".to_string(), What::Added),
+            ("keep/k2".to_string(), What::Added),
+            ("src/a.rs".to_string(), What::Changed),
+            ("src/new.rs".to_string(), What::Added),
+        ];
+        if opaque {
+            // Made again: what the project had below it is deleted.
+            want.insert(0, ("gone/deep".to_string(), What::Deleted));
+            want.insert(1, ("gone/x".to_string(), What::Deleted));
+        }
+        assert_eq!(got, want);
+        let changes = read(&u, &p).unwrap();
+        let k2 = changes.iter().find(|c| c.path == Path::new("keep/k2")).unwrap();
+        assert_eq!(k2.link_of.as_deref(), Some(Path::new("keep/k")), "a second name of an unchanged file");
+        assert!(in_git_dir(Path::new("lib/.git/config")) && in_git_dir(Path::new(".git")));
+        assert!(!in_git_dir(Path::new("src/.gitignore")));
+    }
+}

@@ -219,11 +219,16 @@ pub(crate) fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
                 c.new.map_or(0, |s| s.mode)
             ),
         },
+        // The sandbox wrote these bytes: each line is printed escaped (no terminal control
+        // sequence, bidi override or carriage return reaches the terminal).
         (Some(Some(a)), Some(Some(b))) => similar::TextDiff::from_lines(&a, &b)
             .unified_diff()
             .context_radius(3)
             .header(&format!("a/{}", quote::path(from)), &format!("b/{name}"))
-            .to_string(),
+            .to_string()
+            .lines()
+            .map(|l| quote::line(l) + "\n")
+            .collect(),
         _ => format!(
             "binary or large: {name}: {} -> {} bytes\n",
             c.old.map_or(0, |s| s.len),

@@ -49,6 +49,19 @@ pub fn text(s: &str) -> String {
     out
 }
 
+/// A line of a file's content as a patch shows it: like `text`, except that a tab and a
+/// backslash print as they are (source code is full of both, and a patch names no path).
+pub fn line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\t' | '\\' => out.push(c),
+            c => push(&mut out, c),
+        }
+    }
+    out
+}
+
 /// A path as it may be printed: like `text`, and each byte that is not UTF-8 as `\xNN`.
 pub fn path(p: &Path) -> String {
     bytes(p.as_os_str().as_bytes())
@@ -78,6 +91,14 @@ pub fn bytes(mut b: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_patch_line_keeps_tabs_and_backslashes_and_escapes_the_rest() {
+        assert_eq!(line("\tlet s = \"a\\n\";"), "\tlet s = \"a\\n\";");
+        assert_eq!(line("x\u{1b}]0;owned\u{7}y"), "x\\e]0;owned\\x07y");
+        assert_eq!(line("a\u{202e}b\r"), "a\\u{202e}b\\r");
+        assert_eq!(line("plain"), "plain");
+    }
+
     use super::*;
     use std::ffi::OsStr;
 
