@@ -260,6 +260,10 @@ fn xattr_reads_a_set_attribute_and_says_none_for_an_unset_one() {
         return;
     }
     assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), Some(b"y".to_vec()));
+    // An empty value is set (the overlay's origin mark is one): Some, not None.
+    // SAFETY: as above, with a zero length.
+    assert_eq!(unsafe { libc::setxattr(c.as_ptr(), c"user.empty".as_ptr(), b"".as_ptr().cast(), 0, 0) }, 0);
+    assert_eq!(tree.xattr(Path::new("x"), "user.empty").unwrap(), Some(Vec::new()));
     assert_eq!(tree.xattr(Path::new("x"), "user.other").unwrap(), None);
     assert!(tree.xattr(Path::new("missing"), "user.aisb").is_err());
 }
