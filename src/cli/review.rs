@@ -180,15 +180,14 @@ pub fn apply_cmd(
             o.w.id()
         );
     }
-    let mut branches = Vec::new();
-    if paths.is_empty() {
-        let moved = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
-        branches = crate::review::git::fetch(&moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
-            .context("fetching the sandbox's commits (the applied files stay applied)")?;
-        crate::sys::timing::mark("apply: commits fetched");
-        for b in &branches {
-            out += &format!("  {b}\n");
-        }
+    // Commits arrive with every apply (a fetch again only moves the session's own branches), so
+    // an apply of named paths that leaves nothing to apply does not lose them.
+    let moved = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
+    let branches = crate::review::git::fetch(&moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
+        .context("fetching the sandbox's commits (the applied files stay applied)")?;
+    crate::sys::timing::mark("apply: commits fetched");
+    for b in &branches {
+        out += &format!("  {b}\n");
     }
     if n > 0 || !branches.is_empty() {
         out +=
