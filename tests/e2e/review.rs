@@ -36,16 +36,17 @@ const UNTIL_RELEASED: &str =
     "for i in $(seq 600); do [ -e \"$HOME/released\" ] && exit 0; sleep 0.1; done; exit 9";
 
 fn release(p: &Project) {
-    let homes = env().home.join(".local/share/ai-sandbox/homes");
-    let prefix = format!("{}-", p.dir.file_name().unwrap().to_str().unwrap());
-    let home = std::fs::read_dir(&homes)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|d| {
-            d.file_name().unwrap().to_str().unwrap().strip_prefix(&prefix).is_some_and(|h| !h.contains('-'))
+    // The sandbox HOME of this project, as a dry run mounts it (`-v …/homes/NAME-HASH:HOME`).
+    let dry = sandbox(p, &["--dry-run", "--net", "none", "--", "true"], &[]);
+    let home = dry
+        .ok()
+        .stdout
+        .lines()
+        .find_map(|l| {
+            l.trim().trim_end_matches(" \\").split_once(":").filter(|(h, _)| h.contains("/ai-sandbox/homes/"))
         })
-        .expect("the project's sandbox HOME");
+        .map(|(h, _)| PathBuf::from(h.trim_matches('\'')))
+        .unwrap_or_else(|| panic!("no sandbox HOME in the dry run:\n{}", dry.stdout));
     std::fs::write(home.join("released"), "").unwrap();
 }
 
