@@ -47,6 +47,13 @@ pub(crate) struct Change {
     pub(crate) link_of: Option<PathBuf>,
 }
 
+impl Change {
+    /// What the project has at `path` (`old`), deleted by the session.
+    fn deleted(path: PathBuf, old: Option<Stat>) -> Change {
+        Change { path, what: What::Deleted, new: None, old, link: None, copied_up: false, link_of: None }
+    }
+}
+
 /// Every change, parents before children, sorted by path within a directory.
 pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> {
     let mut out = Vec::new();
@@ -75,15 +82,7 @@ fn walk(
         for (n, _) in theirs.iter().filter(|(n, _)| !names.iter().any(|(m, _)| m == n)) {
             let rel = dir.join(n);
             let old = project.stat(&rel)?;
-            out.push(Change {
-                path: rel,
-                what: What::Deleted,
-                new: None,
-                old,
-                link: None,
-                copied_up: false,
-                link_of: None,
-            });
+            out.push(Change::deleted(rel, old));
         }
     }
     for (name, _) in names {
@@ -93,15 +92,7 @@ fn walk(
         if new.kind == Kind::Device && new.rdev == 0 {
             // A whiteout: a deletion of what the project had (nothing, if it is gone there too).
             if old.is_some() {
-                out.push(Change {
-                    path: rel,
-                    what: What::Deleted,
-                    new: None,
-                    old,
-                    link: None,
-                    copied_up: false,
-                    link_of: None,
-                });
+                out.push(Change::deleted(rel, old));
             }
             continue;
         }

@@ -59,19 +59,25 @@ fn repos(upper: &Tree, project: &Tree, dir: &Path, depth: usize, out: &mut Vec<P
 /// The branches of a repository as the upper layer has them over the project's: packed refs
 /// (the upper layer's file if it wrote one), then loose refs (the upper layer's first).
 fn heads(upper: &Tree, project: &Tree, git: &Path) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
     let packed = upper
         .read(&git.join("packed-refs"), 16 << 20)
         .or_else(|_| project.read(&git.join("packed-refs"), 16 << 20));
-    for line in String::from_utf8_lossy(&packed.unwrap_or_default()).lines() {
+    let mut out = packed_heads(&packed.unwrap_or_default());
+    for tree in [project, upper] {
+        loose(tree, &git.join("refs/heads"), "", 0, &mut out);
+    }
+    out
+}
+
+/// The branches a `packed-refs` file names.
+fn packed_heads(bytes: &[u8]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in String::from_utf8_lossy(bytes).lines() {
         if let Some((o, r)) = line.split_once(' ')
             && let (Some(o), Some(name)) = (oid(o), r.strip_prefix("refs/heads/"))
         {
             out.push((name.to_string(), o));
         }
-    }
-    for tree in [project, upper] {
-        loose(tree, &git.join("refs/heads"), "", 0, &mut out);
     }
     out
 }
@@ -115,25 +121,14 @@ pub(crate) fn moved(upper: &Tree, project: &Tree, id: &str, name: Option<&str>) 
     let mut out = Vec::new();
     for repo in found {
         let git = repo.join(".git");
-        let host: Vec<(String, String)> = {
-            let mut h = Vec::new();
-            let packed = project.read(&git.join("packed-refs"), 16 << 20).unwrap_or_default();
-            for line in String::from_utf8_lossy(&packed).lines() {
-                if let Some((o, r)) = line.split_once(' ')
-                    && let (Some(o), Some(n)) = (oid(o), r.strip_prefix("refs/heads/"))
-                {
-                    h.push((n.to_string(), o));
-                }
-            }
-            loose(project, &git.join("refs/heads"), "", 0, &mut h);
-            h
-        };
+        let mut host = packed_heads(&project.read(&git.join("packed-refs"), 16 << 20).unwrap_or_default());
+        loose(project, &git.join("refs/heads"), "", 0, &mut host);
         let on = head(upper, project, &git);
         let suffix = |n: &str| {
             if repo.as_os_str().is_empty() {
                 n.to_string()
             } else {
-                format!("{n}-{}", repo.display()).replace('/', "-")
+                format!("{n}-{}", repo.display().to_string().replace('/', "-"))
             }
         };
         for (b, o) in heads(upper, project, &git) {
@@ -259,4 +254,25 @@ fn git_out(args: &[&str], dir: &Path) -> Option<String> {
     let out =
         Command::new("git").arg("-C").arg(dir).args(args).stdin(std::process::Stdio::null()).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_packed_refs_are_read_strictly() {
+        let a = "a".repeat(40);
+        assert_eq!(oid(&format!("{}\n", a.to_uppercase())), Some(a.clone()));
+        assert_eq!(oid(&"b".repeat(64)), Some("b".repeat(64)), "sha256 repositories");
+        assert_eq!(oid(&"a".repeat(39)), None);
+        assert_eq!(oid(&format!("{}g", "a".repeat(39))), None);
+        let text = format!(
+            "# pack-refs with: peeled fully-peeled sorted\n{a} refs/heads/main\n{a} refs/tags/v1\n^{a}\nzz refs/heads/bad\n{a} refs/heads/agent/x\n"
+        );
+        assert_eq!(
+            packed_heads(text.as_bytes()),
+            vec![("main".to_string(), a.clone()), ("agent/x".to_string(), a.clone())]
+        );
+    }
 }
