@@ -1026,3 +1026,44 @@ fn exec_joins_this_projects_running_sandbox_through_podman_exec() {
     let err = format!("{:#}", exec_of(&mut h, &["--session", "nope", "--", "true"]).unwrap_err());
     assert!(err.contains("no running sandbox nope"), "{err}");
 }
+
+#[test]
+fn review_mode_mounts_the_project_as_an_overlay_over_a_layer_in_its_state() {
+    let mut h = host("workspace = review\nprotect = secrets.txt\n", &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    let argv = argv_of(&out);
+    let layer = argv
+        .iter()
+        .find(|a| a.starts_with("/home/dev/app:/home/dev/app:O,upperdir="))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        layer.contains("/.local/state/ai-sandbox/projects/app-") && layer.contains("/upper,workdir="),
+        "{layer}"
+    );
+    assert!(!argv.iter().any(|a| a == "/home/dev/app:/home/dev/app"), "the project is not bound as well");
+    assert!(
+        !argv.iter().any(|a| a.ends_with(":ro") && a.starts_with("/home/dev/app/")),
+        "no read-only project path: {out}"
+    );
+    assert!(out.contains("# note: review mode: the project is not written"), "{out}");
+    // --review does the same without the key; a direct run binds the project.
+    let mut h = host("", &[]);
+    assert!(
+        argv_of(&dry_run(&mut h, &["--review", "--", "true"])).iter().any(|a| a.contains(":O,upperdir="))
+    );
+    let mut h = host("", &[]);
+    assert!(argv_of(&dry_run(&mut h, &["--", "true"])).iter().any(|a| a == "/home/dev/app:/home/dev/app"));
+    // A value it does not know is an error on its line; a project podman's -v cannot take is refused.
+    let (cfg, errs) = ai_sandbox::policy::keys::read("workspace = copy\n");
+    assert!(errs.is_empty());
+    let errs =
+        ai_sandbox::policy::build("/w/p".into(), &cfg, &ai_sandbox::policy::Inputs::default()).unwrap_err();
+    assert_eq!(errs[0].origin, ai_sandbox::error::Origin::Config(1), "{errs:?}");
+    assert!(format!("{errs:?}").contains("unknown workspace `copy`"), "{errs:?}");
+    let mut h = host("", &[]);
+    h.cwd = "/home/dev/a,b".into();
+    h.files.push(("/home/dev/a,b/.ai-sandbox/config".into(), "workspace = review\n".into()));
+    let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run", "--", "true"]).unwrap();
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(err.contains("review mode: the project directory /home/dev/a,b holds a `:` or `,`"), "{err}");
+}

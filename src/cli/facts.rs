@@ -177,8 +177,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
 /// project or state directory with either cannot be the overlay's.
 fn overlay_paths(project: &Path, state_dir: &Path) -> anyhow::Result<()> {
     for (what, p) in [("project directory", project), ("state directory", state_dir)] {
-        let text = p.to_str().unwrap_or(",");
-        if text.contains([':', ',']) || p.to_str().is_none() {
+        if p.to_str().is_none_or(|t| t.contains([':', ','])) {
             return Err(hinted(
                 format!(
                     "review mode: the {what} {} holds a `:` or `,` (or is not UTF-8), which podman's overlay mount cannot take; nothing was started",
