@@ -82,18 +82,18 @@ pub(crate) fn remove_tree(dir: &Path, podman: &Path) -> anyhow::Result<()> {
 }
 
 /// Removes session directories whose launcher is gone (killed with SIGKILL, say). A dir with
-/// no pid file yet may belong to a launch that is starting right now: left alone for a minute.
+/// no pid in its pid file yet may belong to a launch that is starting right now (the file is
+/// made empty, then written: two launches at once met in that window, and one removed the
+/// other's session dir): left alone for a minute.
 fn sweep_sessions(sessions: &Path, podman: &Path) {
     let Ok(entries) = fs::read_dir(sessions) else {
         return;
     };
     for e in entries.flatten() {
-        let stale = match fs::read_to_string(e.path().join("pid")) {
-            Ok(pid) => match pid.trim().parse::<i32>() {
-                Ok(p) => !process::alive(p),
-                Err(_) => true,
-            },
-            Err(_) => e
+        let pid = fs::read_to_string(e.path().join("pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        let stale = match pid {
+            Some(p) => !process::alive(p),
+            None => e
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 60)),

@@ -221,3 +221,33 @@ fn review_mode_opens_its_layer_before_podman_and_says_what_waits_after() {
     run(&mut m, &plan()).unwrap();
     assert!(!m.names().contains(&"open_review") && !m.names().contains(&"close_review"));
 }
+
+/// The sweep of session dirs another launcher left: a dir whose pid file is still empty (its
+/// launcher is writing it) is kept, as is one of a live launcher; a dead launcher's goes, and so
+/// does one with no pid after a minute.
+#[test]
+fn the_sweep_keeps_a_session_being_made_and_removes_a_dead_launchers() {
+    let t = tempfile::tempdir().unwrap();
+    let s = t.path();
+    let mk = |name: &str, pid: Option<&str>| {
+        std::fs::create_dir(s.join(name)).unwrap();
+        if let Some(p) = pid {
+            std::fs::write(s.join(name).join("pid"), p).unwrap();
+        }
+    };
+    mk("starting", Some(""));
+    mk("live", Some(&std::process::id().to_string()));
+    // A pid no process has (above the kernel's pid_max).
+    mk("dead", Some("99999999"));
+    mk("old", None);
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::open(s.join("old")).unwrap().set_modified(old).unwrap();
+    super::sweep_sessions(s, Path::new("/nonexistent/podman"));
+    let left: Vec<String> = {
+        let mut v: Vec<String> =
+            std::fs::read_dir(s).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(left, ["live", "starting"]);
+}
