@@ -90,19 +90,23 @@ pub(crate) fn items(
         .filter(|i| i.change.what == What::Deleted && i.change.old.is_some_and(|o| o.kind == Kind::File))
         .map(|i| i.change.path.clone())
         .collect();
+    // Each deleted file is the source of one rename at most, and an empty file of none (any two
+    // empty files hold the same bytes).
+    let mut taken: Vec<&PathBuf> = Vec::new();
     if deleted.len() <= 1000 {
-        for i in items
-            .iter_mut()
-            .filter(|i| i.change.what == What::Added && i.change.new.is_some_and(|n| n.kind == Kind::File))
-        {
+        for i in items.iter_mut().filter(|i| {
+            i.change.what == What::Added && i.change.new.is_some_and(|n| n.kind == Kind::File && n.len > 0)
+        }) {
             let len = i.change.new.map_or(0, |n| n.len);
-            i.renamed_from = deleted
-                .iter()
-                .find(|d| {
-                    project.stat(d).ok().flatten().is_some_and(|s| s.len == len)
-                        && same_bytes(upper, project, &i.change.path, d).unwrap_or(false)
-                })
-                .cloned();
+            let from = deleted.iter().find(|d| {
+                !taken.contains(d)
+                    && project.stat(d).ok().flatten().is_some_and(|s| s.len == len)
+                    && same_bytes(upper, project, &i.change.path, d).unwrap_or(false)
+            });
+            if let Some(d) = from {
+                taken.push(d);
+            }
+            i.renamed_from = from.cloned();
         }
     }
     items
@@ -234,5 +238,48 @@ pub(crate) fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
             c.old.map_or(0, |s| s.len),
             if c.what == What::Deleted { 0 } else { c.new.map_or(0, |s| s.len) }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A whiteout cannot be made without CAP_MKNOD, so the deletions come from an opaque
+    /// directory (in target/: a disk filesystem, which keeps user xattrs).
+    #[test]
+    fn a_moved_file_is_one_rename_and_copies_and_empty_files_are_not_renames() {
+        let disk = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
+        fs::create_dir_all(disk).unwrap();
+        let t = tempfile::tempdir_in(disk).unwrap();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(proj.join("d")).unwrap();
+        fs::write(proj.join("d/moved.txt"), "same bytes\n").unwrap();
+        fs::write(proj.join("d/empty"), "").unwrap();
+        fs::create_dir_all(up.join("d")).unwrap();
+        let c = std::ffi::CString::new(up.join("d").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated strings, a buffer and its length.
+        let set = unsafe {
+            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0)
+        };
+        assert_eq!(set, 0, "user xattrs in target/: {}", std::io::Error::last_os_error());
+        fs::write(up.join("a.txt"), "same bytes\n").unwrap();
+        fs::write(up.join("b.txt"), "same bytes\n").unwrap();
+        fs::write(up.join("new-empty"), "").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let items = items(crate::review::changes::read(&u, &p).unwrap(), &u, &p, u64::MAX, &[]);
+        let from = |name: &str| {
+            items.iter().find(|i| i.change.path == Path::new(name)).unwrap().renamed_from.clone()
+        };
+        assert_eq!(from("a.txt"), Some(PathBuf::from("d/moved.txt")));
+        assert_eq!(from("b.txt"), None, "a second copy is an addition");
+        assert_eq!(from("new-empty"), None);
+        let s = summary(&items);
+        assert!(
+            s.contains("R d/moved.txt -> a.txt") && s.contains("A b.txt") && s.contains("D d/empty"),
+            "{s}"
+        );
+        assert!(!s.contains("D d/moved.txt"), "{s}");
     }
 }
