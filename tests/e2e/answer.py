@@ -1,6 +1,6 @@
 """Runs a command on a terminal of its own and answers its questions, as a user at a terminal
 would: `answer.py PROMPT ANSWER [PROMPT ANSWER ...] -- COMMAND ARGS...`. Each ANSWER is typed
-(with Enter) once its PROMPT has appeared in the output after the previous one's. Prints what
+(with Enter, except a lone control key such as Ctrl-C) once its PROMPT has appeared in the output after the previous one's. Prints what
 the terminal showed and exits with the command's status; 124 when a prompt never came."""
 import os
 import pty
@@ -26,7 +26,9 @@ while True:
         at = seen.find(prompt.encode(), pos)
         if at >= 0:
             pos = at + len(prompt)
-            os.write(fd, answer.encode() + b"\r")
+            # A control key (Ctrl-C) is typed alone, as a user does; a word with Enter. (Enter
+            # after Ctrl-C raced the signal: the read got an empty line and the program went on.)
+            os.write(fd, answer.encode() if len(answer) == 1 and ord(answer) < 32 else answer.encode() + b"\r")
             expect.pop(0)
             continue
     if time.time() > deadline:
