@@ -122,8 +122,13 @@ fn review_mode_leaves_the_project_alone_until_apply_brings_exactly_the_change() 
         assert_eq!(head(&p), start, "{when}: the commit reached the host's repository");
     };
     unchanged("during the session");
-    let ps = sandbox(&p, &["ps"], &[]);
-    assert!(ps.ok().stdout.contains("review"), "ps: {}", ps.stdout);
+    // `ps --json` marks the running session as a review (its project's name says "review" too,
+    // so the text would prove nothing).
+    let running_id = reviews_of(&p)[0].file_name().unwrap().to_str().unwrap().to_string();
+    let ps = sandbox(&p, &["ps", "--json"], &[]);
+    let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
+    let row = rows.as_array().unwrap().iter().find(|r| r["session"] == running_id.as_str());
+    assert_eq!(row.map(|r| r["review"].clone()), Some(serde_json::json!("running")), "ps: {}", ps.stdout);
     release(&p);
     let out = s.wait_with_output();
     let stderr = err.lock().unwrap().clone();
