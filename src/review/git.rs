@@ -56,16 +56,18 @@ fn repos(upper: &Tree, project: &Tree, dir: &Path, depth: usize, out: &mut Vec<P
     }
 }
 
-/// The branches of a repository as the upper layer has them over the project's: packed refs
-/// (the upper layer's file if it wrote one), then loose refs (the upper layer's first).
-fn heads(upper: &Tree, project: &Tree, git: &Path) -> Vec<(String, String)> {
-    let packed = upper
-        .read(&git.join("packed-refs"), 16 << 20)
-        .or_else(|_| project.read(&git.join("packed-refs"), 16 << 20));
-    let mut out = packed_heads(&packed.unwrap_or_default());
-    for tree in [project, upper] {
-        loose(tree, &git.join("refs/heads"), "", 0, &mut out);
-    }
+/// The branches of a repository as the upper layer has them over the project's (`host`, read
+/// once by the caller): the layer's packed refs if it wrote that file, then its loose refs.
+fn heads(upper: &Tree, project: &Tree, git: &Path, host: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out = match upper.read(&git.join("packed-refs"), 16 << 20) {
+        Ok(packed) => {
+            let mut out = packed_heads(&packed);
+            loose(project, &git.join("refs/heads"), "", 0, &mut out);
+            out
+        }
+        Err(_) => host.to_vec(),
+    };
+    loose(upper, &git.join("refs/heads"), "", 0, &mut out);
     out
 }
 
@@ -131,7 +133,7 @@ pub(crate) fn moved(upper: &Tree, project: &Tree, id: &str, name: Option<&str>) 
                 format!("{n}-{}", repo.display().to_string().replace('/', "-"))
             }
         };
-        for (b, o) in heads(upper, project, &git) {
+        for (b, o) in heads(upper, project, &git, &host) {
             if host.iter().any(|(n, h)| *n == b && *h == o) || b.starts_with("ai-sandbox/") {
                 continue;
             }
