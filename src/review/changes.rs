@@ -176,27 +176,39 @@ pub(crate) fn in_git_dir(path: &Path) -> bool {
     path.components().any(|c| c.as_os_str() == ".git")
 }
 
+/// What the tests of reading a layer need: a directory on a filesystem that keeps user xattrs,
+/// and the overlay's opaque mark set by hand (a whiteout needs CAP_MKNOD, so deletions come
+/// from opaque directories).
+#[cfg(test)]
+pub(crate) mod testing {
+    /// A temporary directory in target/: a disk filesystem, which keeps user xattrs.
+    pub(crate) fn on_disk() -> tempfile::TempDir {
+        let disk = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
+        std::fs::create_dir_all(disk).unwrap();
+        tempfile::tempdir_in(disk).unwrap()
+    }
+
+    /// Marks `p` opaque, as the overlay does a directory removed and made again.
+    pub(crate) fn set_opaque(p: &std::path::Path) {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated strings, a buffer and its length.
+        let set = unsafe {
+            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0)
+        };
+        assert_eq!(set, 0, "user xattrs in target/: {}", std::io::Error::last_os_error());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
 
-    fn set_opaque(p: &Path) -> bool {
-        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: NUL-terminated strings, a buffer and its length.
-        unsafe {
-            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0) == 0
-        }
-    }
-
     /// A project and an upper layer written by hand as the overlay would have: edits, additions,
     /// a `touch`, a directory made again (opaque), a second name of an unchanged file.
     #[test]
     fn the_layer_reads_as_additions_changes_and_deletions_against_the_project() {
-        // In target/: a disk filesystem, which keeps user xattrs (the opaque mark).
-        let disk = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
-        fs::create_dir_all(disk).unwrap();
-        let t = tempfile::tempdir_in(disk).unwrap();
+        let t = testing::on_disk();
         let (proj, up) = (t.path().join("p"), t.path().join("u"));
         for d in ["src", "gone/deep", "keep"] {
             fs::create_dir_all(proj.join(d)).unwrap();
@@ -215,7 +227,7 @@ mod tests {
         fs::create_dir_all(up.join("keep")).unwrap();
         fs::write(up.join("keep/k"), "k").unwrap();
         fs::hard_link(up.join("keep/k"), up.join("keep/k2")).unwrap();
-        assert!(set_opaque(&up.join("gone")), "user xattrs in target/: {}", std::io::Error::last_os_error());
+        testing::set_opaque(&up.join("gone"));
         let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
         let got: Vec<(String, What)> =
             read(&u, &p).unwrap().iter().map(|c| (c.path.display().to_string(), c.what)).collect();

@@ -246,24 +246,16 @@ mod tests {
     use super::*;
     use std::fs;
 
-    /// A whiteout cannot be made without CAP_MKNOD, so the deletions come from an opaque
-    /// directory (in target/: a disk filesystem, which keeps user xattrs).
+    /// The deletions come from an opaque directory (see `changes::testing`).
     #[test]
     fn a_moved_file_is_one_rename_and_copies_and_empty_files_are_not_renames() {
-        let disk = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
-        fs::create_dir_all(disk).unwrap();
-        let t = tempfile::tempdir_in(disk).unwrap();
+        let t = crate::review::changes::testing::on_disk();
         let (proj, up) = (t.path().join("p"), t.path().join("u"));
         fs::create_dir_all(proj.join("d")).unwrap();
         fs::write(proj.join("d/moved.txt"), "same bytes\n").unwrap();
         fs::write(proj.join("d/empty"), "").unwrap();
         fs::create_dir_all(up.join("d")).unwrap();
-        let c = std::ffi::CString::new(up.join("d").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: NUL-terminated strings, a buffer and its length.
-        let set = unsafe {
-            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0)
-        };
-        assert_eq!(set, 0, "user xattrs in target/: {}", std::io::Error::last_os_error());
+        crate::review::changes::testing::set_opaque(&up.join("d"));
         fs::write(up.join("a.txt"), "same bytes\n").unwrap();
         fs::write(up.join("b.txt"), "same bytes\n").unwrap();
         fs::write(up.join("new-empty"), "").unwrap();
