@@ -71,3 +71,53 @@ fn the_terminal_gets_its_echo_back_when_the_gate_goes_away() {
         String::from_utf8_lossy(&printed.lock().unwrap())
     );
 }
+
+#[test]
+fn a_session_whose_change_waits_for_review_is_announced_with_its_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join("gate.sock")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .arg("watch")
+        .env("AISB_RUNTIME_DIR", dir.path())
+        .current_dir(elsewhere.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A stand-in gate: answers the watch request, sends a refusal (the control: a line watch
+    // has always printed) and a review-mode session's end, then goes away.
+    let (conn, _) = listener.accept().unwrap();
+    let mut request = String::new();
+    BufReader::new(conn.try_clone().unwrap()).read_line(&mut request).unwrap();
+    (&conn).write_all(b"{\"ok\":true}\n").unwrap();
+    let refused = r#"{"kind":"refused","time":"t","session":"s1","method":"CONNECT","host":"x.test","port":443,"decision":"deny","status":403,"reason":"not allowed"}"#;
+    let ended = r#"{"kind":"review","session":"s1","project":"/home/u/my proj"}"#;
+    (&conn).write_all(format!("{refused}\n{ended}\n").as_bytes()).unwrap();
+    drop(conn);
+    // Read until watch says the gate left (it has printed all before), with its input open:
+    // at the end of its input watch quits at once.
+    let mut text = String::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        text += &line;
+        text.push('\n');
+        if line.contains("the gate went away") {
+            break;
+        }
+    }
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(text.contains("refused x.test:443 (session s1)"), "{text}");
+    assert!(
+        text.contains("session s1 of /home/u/my proj ended; its change waits for your review:"),
+        "{text}"
+    );
+    // Typed elsewhere than in the project, each command names it, quoted for the shell.
+    for verb in ["diff", "apply", "discard"] {
+        assert!(
+            text.contains(&format!("ai-sandbox {verb} --project '/home/u/my proj' s1 ")),
+            "{verb}: {text}"
+        );
+    }
+}

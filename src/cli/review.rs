@@ -127,6 +127,25 @@ pub fn apply_cmd(
             abs.strip_prefix(&o.w.record.project).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())
         })
         .collect();
+    if paths.iter().any(|p| p.as_os_str().is_empty()) {
+        return Err(crate::error::hinted(
+            "nothing was applied: the project itself is named, and apply does not take that as naming each called-out path below it",
+            format!("`ai-sandbox apply {0}` applies everything but the called-out paths; name those one by one", o.w.id()),
+        )
+        .into());
+    }
+    let none = apply::unmatched(&o.items, &paths);
+    if !none.is_empty() {
+        let list: Vec<String> = none.iter().map(|p| quote::path(p)).collect();
+        return Err(crate::error::hinted(
+            format!("nothing was applied: session {} changed nothing at {}", o.w.id(), list.join(", ")),
+            format!(
+                "`ai-sandbox diff --stat {}` lists what it changed; a path is relative to the project, or to the current directory inside it",
+                o.w.id()
+            ),
+        )
+        .into());
+    }
     let done = applied(&o.w);
     let verdicts = apply::decide(&o.items, &paths, &done);
     let conflicts: Vec<String> = o

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -125,6 +126,16 @@ pub fn run() -> anyhow::Result<i32> {
                         e.session,
                         e.fix_or_reason()
                     ));
+                }
+                Some(Watch::Review(r)) => {
+                    let here = std::env::current_dir().ok();
+                    say(&format!(
+                        "session {} of {} ended; its change waits for your review:",
+                        r.session, r.project
+                    ));
+                    let commands =
+                        crate::launch::review::commands(&r.session, Path::new(&r.project), here.as_deref());
+                    commands.lines().for_each(&say);
                 }
                 None => {}
             }

@@ -43,6 +43,12 @@ pub enum Request {
         session: String,
         refused: Vec<super::direct::Direct>,
     },
+    /// The launcher of `session` (review mode) ended it with a change that waits for review:
+    /// the gate tells the watchers (`watch::Watch::Review`). A gate of the previous version
+    /// answers a bad request, and the launcher's own exit lines still say it.
+    Review {
+        session: String,
+    },
 }
 
 /// Why the gate refused a request. Its `Display` is the `error` text every version wrote.

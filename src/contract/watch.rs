@@ -70,6 +70,15 @@ pub enum Watch {
     Ask(Question),
     /// A refusal, as the gate logged it.
     Refused(Event),
+    /// A review-mode session ended and its change waits for the user's review.
+    Review(Ended),
+}
+
+/// A review-mode session that ended with a change to review (`diff`, `apply`, `discard`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ended {
+    pub(crate) session: String,
+    pub(crate) project: String,
 }
 
 impl Watch {
@@ -108,7 +117,8 @@ mod tests {
 
     #[test]
     fn each_message_says_its_kind_and_reads_back_as_itself() {
-        for m in [Watch::Ask(q()), Watch::Refused(ev())] {
+        let ended = Ended { session: "s".into(), project: "/p".into() };
+        for m in [Watch::Ask(q()), Watch::Refused(ev()), Watch::Review(ended)] {
             let line = m.line();
             assert!(line.starts_with(r#"{"kind":""#), "{line}");
             assert_eq!(Watch::read(&line), Some(m));

@@ -90,6 +90,8 @@ pub(crate) struct ReviewSpec {
     pub(crate) dir: PathBuf,
     pub(crate) session: String,
     pub(crate) project: PathBuf,
+    /// With the gate: its runtime dir, to tell its watchers that the change waits for review.
+    pub(crate) gate_runtime: Option<PathBuf>,
 }
 
 /// What the launcher watches for refusals: the gate's decision log (when the gate is used) and
@@ -199,6 +201,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             dir: f.review_dir(),
             session: f.session_id.clone(),
             project: p.project.clone(),
+            gate_runtime: p.gate.then(|| f.runtime_dir.clone()),
         }),
         rootfs: (p.image == Image::Host).then(|| root::skeleton(f.root_dir(), &argv)),
         argv,

@@ -34,6 +34,16 @@ fn named(path: &Path, paths: &[PathBuf]) -> bool {
     paths.iter().any(|p| !p.as_os_str().is_empty() && path.starts_with(p))
 }
 
+/// The named paths with no change at or below them (a typo, or a path of another session): an
+/// apply that names one applies nothing, so that it never says "applied 0" to a hopeful user.
+pub(crate) fn unmatched<'a>(items: &[Item], paths: &'a [PathBuf]) -> Vec<&'a Path> {
+    paths
+        .iter()
+        .filter(|p| !items.iter().any(|i| named(&i.change.path, std::slice::from_ref(p))))
+        .map(PathBuf::as_path)
+        .collect()
+}
+
 /// One verdict per item.
 pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>) -> Vec<Verdict> {
     items
@@ -192,5 +202,16 @@ mod tests {
         assert_eq!(one[1..4], [Verdict::NotSelected, Verdict::NotSelected, Verdict::NotSelected]);
         // A name that only starts the same is not a directory above it.
         assert_eq!(decide(&items, &["src/a".into()], &done)[0], Verdict::NotSelected);
+    }
+
+    #[test]
+    fn a_named_path_that_selects_nothing_is_named_back() {
+        let items = vec![item("src/a.rs", vec![], None), item("done.txt", vec![], None)];
+        let paths: Vec<PathBuf> = ["src".into(), "src/a.rs".into(), "done.txt".into()].into();
+        assert!(unmatched(&items, &paths).is_empty());
+        let typo: Vec<PathBuf> =
+            ["src/a.rs".into(), "src/a".into(), "srcx".into(), "/elsewhere/f".into()].into();
+        let none: Vec<&Path> = unmatched(&items, &typo);
+        assert_eq!(none, [Path::new("src/a"), Path::new("srcx"), Path::new("/elsewhere/f")]);
     }
 }

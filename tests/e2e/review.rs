@@ -23,10 +23,11 @@ fn reviews_of(p: &Project) -> Vec<PathBuf> {
     out.into_iter().map(|(_, d)| d).collect()
 }
 
-/// The session id the launcher's exit lines name (`ai-sandbox diff ID`).
+/// The session id the launcher's exit lines name (`... the branch ai-sandbox/ID`).
 fn session_in(stderr: &str) -> String {
-    let at = stderr.find("ai-sandbox diff ").unwrap_or_else(|| panic!("no review line in:\n{stderr}"));
-    stderr[at + 16..].chars().take_while(|c| c.is_ascii_hexdigit()).collect()
+    const AT: &str = "branch ai-sandbox/";
+    let at = stderr.find(AT).unwrap_or_else(|| panic!("no review line in:\n{stderr}"));
+    stderr[at + AT.len()..].chars().take_while(|c| c.is_ascii_hexdigit()).collect()
 }
 
 /// Waits for `release` below: a file the host writes in the sandbox's HOME (a plain bind mount).
@@ -230,6 +231,11 @@ fn what_the_host_runs_is_called_out_and_lands_only_when_named() {
     git_at(&p.dir, &["commit", "-q", "--allow-empty", "-m", "host"]).ok();
     git_at(&lib, &["status"]).ok();
     assert!(std::fs::read_dir(&marks).unwrap().next().is_none(), "planted code ran on the host");
+    // A name that selects nothing (a typo) applies nothing, and says so.
+    let typo = sandbox(&p, &["apply", &id, ".envrc", "envrc"], &[]);
+    assert_ne!(typo.code, 0, "{}", typo.stderr);
+    assert!(typo.stderr.contains("changed nothing at envrc"), "{}", typo.stderr);
+    assert!(!p.path(".envrc").exists(), "an apply with a name that selects nothing landed the rest");
     // Named, a called-out file lands; git's internals never do.
     let named = sandbox(&p, &["apply", &id, ".envrc", ".git/hooks"], &[]);
     named.ok();
@@ -300,4 +306,60 @@ fn host_edits_are_conflicts_and_two_reviews_keep_their_own_changes() {
     assert_eq!(read(&p, "two.txt"), "two\n", "positive control: its own file lands");
     sandbox(&p, &["discard", &id2], &[]).ok();
     assert!(reviews_of(&p).is_empty(), "{:?}", reviews_of(&p));
+}
+
+/// `ai-sandbox watch` in another terminal is told when a review session ends with a change, with
+/// the commands that take it; a review session that changed nothing (run beside it, the control
+/// that watch heard both ends) is not announced.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn watch_announces_a_review_that_waits_with_its_commands() {
+    use std::io::Write;
+    let _g = GATE.read().unwrap();
+    let p = repo("review-watch");
+    // With the gate (the default `--net allow`), which tells its watchers.
+    let changed = format!("echo w > w.txt; {UNTIL_RELEASED}");
+    let mut s1 = spawn_sandbox(&p, &["--review", "--", "sh", "-c", &changed]);
+    let e1 = s1.stderr_live();
+    let mut s2 = spawn_sandbox(&p, &["--review", "--", "sh", "-c", UNTIL_RELEASED]);
+    let e2 = s2.stderr_live();
+    assert!(
+        wait_for(60, || {
+            let r = reviews_of(&p);
+            r.len() == 2 && r.iter().any(|d| d.join("upper/w.txt").exists())
+        }),
+        "the sessions never started: {}\n{}",
+        e1.lock().unwrap(),
+        e2.lock().unwrap()
+    );
+    let mut watch = user_command(&p.dir, &env().bin, &["watch"], &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = collect(watch.stdout.take().unwrap());
+    let has = |s: &str| seen.lock().unwrap().contains(s);
+    assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
+    release(&p);
+    assert!(s1.wait_with_output().status.success() && s2.wait_with_output().status.success());
+    let (out1, out2) = (e1.lock().unwrap().clone(), e2.lock().unwrap().clone());
+    assert!(out2.contains("changed nothing"), "{out2}");
+    let id = session_in(&out1);
+    let announced = wait_for(20, || has(&format!("ai-sandbox apply {id} ")));
+    let _ = watch.stdin.take().unwrap().write_all(b"q\n");
+    let _ = watch.wait();
+    let text = seen.lock().unwrap().clone();
+    assert!(announced, "watch did not announce the review: {text}");
+    assert!(text.contains(&format!("session {id} of ")) && text.contains("waits for your review"), "{text}");
+    assert!(
+        text.contains(&format!("ai-sandbox diff {id} "))
+            && text.contains(&format!("ai-sandbox discard {id} "))
+    );
+    assert_eq!(
+        text.matches("waits for your review").count(),
+        1,
+        "the unchanged session was announced: {text}"
+    );
+    sandbox(&p, &["discard", &id], &[]).ok();
 }

@@ -3,6 +3,7 @@
 
 use super::{Refusal, Reply, Request};
 use crate::contract::log::Event;
+use crate::contract::watch::{Ended, Watch};
 use crate::gate::state::{Session, State};
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use std::io::IoSlice;
@@ -146,6 +147,14 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
                         crate::gate::log::now(),
                     ));
                 }
+                reply(s, &Reply::done(port, pid), None).await
+            }
+            None => reply(s, &Reply::refused(Refusal::NoSession(session)), None).await,
+        },
+        Ok(Request::Review { session }) => match state.session(&session) {
+            Some(sess) => {
+                let ended = Ended { session: sess.id.clone(), project: sess.project.clone() };
+                state.asks.broadcast(&Watch::Review(ended).line());
                 reply(s, &Reply::done(port, pid), None).await
             }
             None => reply(s, &Reply::refused(Refusal::NoSession(session)), None).await,
