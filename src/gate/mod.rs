@@ -5,8 +5,8 @@
 //! Pure stages (`request`, `decide`, `tls`) are unit-tested over the threat classes; `server`
 //! does the I/O and the process's lifecycle; `state` holds the sessions; `control` is the
 //! per-user control socket (client and server) the launcher registers sessions on; `log` the
-//! decision log; `http` the one response writer and the head readers; `secrets` the bound secrets' placeholders and `terminate` the TLS-terminated hosts
-//! they go to; `connect` the client
+//! decision log; `http` the one response writer and the head readers; `secrets` the bound secrets' placeholders, `terminate` the TLS-terminated hosts
+//! they go to, `scrub` and `response` what comes back from them; `connect` the client
 //! side inside the sandbox (ssh's ProxyCommand); `splice` the zero-copy relay; `cluster` the gate as a cluster service
 //! (sessions from a policy file instead of the control socket).
 
@@ -22,6 +22,8 @@ pub(crate) mod http;
 pub(crate) mod log;
 pub(crate) mod ocsf;
 pub mod request;
+pub(crate) mod response;
+pub(crate) mod scrub;
 pub(crate) mod secrets;
 pub mod server;
 pub(crate) mod splice;

@@ -104,11 +104,13 @@ impl Secrets {
         Ok(swap(value))
     }
 
-    /// A response header's value from `host`: the real values of its secrets replaced by their
-    /// placeholders, so a server that echoes a credential does not hand it to the agent.
-    pub(crate) fn mask(&self, value: &[u8], host: &str) -> Option<Vec<u8>> {
+    /// The spellings of the real values of `host`'s secrets that a response from it must not
+    /// carry back to the agent: a server that echoes a credential (`scrub`).
+    pub(crate) fn masks(&self, host: &str) -> super::scrub::Masks {
         let mine = self.0.iter().filter(|b| b.bound_to(host));
-        replace_all(value, mine.map(|b| (b.value.as_bytes(), b.placeholder.as_bytes())))
+        super::scrub::Masks::new(
+            mine.map(|b| (b.name.as_str(), b.value.as_bytes(), b.placeholder.as_bytes())),
+        )
     }
 }
 
@@ -296,13 +298,14 @@ mod tests {
     #[test]
     fn the_real_value_in_a_response_header_goes_back_to_the_placeholder() {
         let s = secrets();
+        let mask = |v: &[u8], host: &str| super::super::scrub::Scrubber::new(s.masks(host)).whole(v);
         assert_eq!(
-            s.mask(b"echo: Bearer sk-real-1", "api.example.com"),
+            mask(b"echo: Bearer sk-real-1", "api.example.com"),
             Some(format!("echo: Bearer {PH}").into())
         );
-        assert_eq!(s.mask(b"nothing here", "api.example.com"), None);
+        assert_eq!(mask(b"nothing here", "api.example.com"), None);
         // Another host's responses are not this secret's to mask (its value never went there).
-        assert_eq!(s.mask(b"sk-real-1", "github.com"), None);
+        assert_eq!(mask(b"sk-real-1", "github.com"), None);
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //! the real server (verified against the host's roots and the session's `upstream_ca`), and
 //! relays HTTP/1.1 between the two, request by request: the placeholders of secrets bound to
 //! this host become the real values in the request headers, a placeholder of any other secret
-//! is refused (403, logged as an exfiltration attempt), and a real value in a response header
-//! goes back to its placeholder. Every other host stays a blind tunnel (`server::tunnel`).
+//! is refused (403, logged as an exfiltration attempt), and a real value in the response, in
+//! its headers or its body, in any common spelling, goes back to its placeholder (`scrub`,
+//! `response`; docs/adr/0061). Every other host stays a blind tunnel (`server::tunnel`).
 //!
 //! The CA lives in this process's memory only: its key is made when the gate starts terminating
 //! and is never written anywhere, so no sandbox, file or other process can hold it. The
 //! decisions are in `secrets` (pure); here is the I/O: the certificates, both TLS sides, hyper.
 
 use super::decide::{self, Denial, RuleMatch};
+use super::response::{Decoder, Scrubbed, masked_reason};
+use super::scrub::{self, Coding, Scrubber};
 use super::secrets::{BODY_SCAN, Misuse, Secrets};
 use super::state::{Entry, Session, State};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
@@ -31,7 +34,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection with no new request for this long is closed.
 const IDLE: Duration = Duration::from_secs(600);
 
-type Out = BoxBody<Bytes, hyper::Error>;
+use super::response::BoxError;
+type Out = BoxBody<Bytes, BoxError>;
 
 /// The client's stream with the bytes the gate already read (the ClientHello) put back in front.
 /// It also counts the bytes each way into the session's counters (`gate status`), as a tunnel's
@@ -340,11 +344,18 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     if let Some(m) = c.secrets.misuse(req.uri().to_string().as_bytes(), Some(&c.host)) {
         return c.misuse(&asked, &m);
     }
+    // What a response must not carry back: the host's values, and this request's Basic tokens.
+    let mut masks = c.secrets.masks(&c.host);
     for v in req.headers_mut().values_mut() {
         match c.secrets.substitute(v.as_bytes(), &c.host) {
             Err(m) => return c.misuse(&asked, &m),
             Ok(Some(real)) => match hyper::header::HeaderValue::from_bytes(&real) {
                 Ok(mut new) => {
+                    if let (Some(sent), Some(shown)) =
+                        (scrub::basic_token(&real), scrub::basic_token(v.as_bytes()))
+                    {
+                        masks.add(sent, shown, "the Basic credentials");
+                    }
                     new.set_sensitive(true);
                     *v = new;
                 }
@@ -404,8 +415,15 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         path: Some(&logged),
         ..Entry::allowed(&c.session.id, &method, &c.host, c.port, &reason)
     });
+    // Only codings the gate can read back come from upstream (`scrub::accept_encoding`).
+    if let Some(ae) = parts.headers.get(hyper::header::ACCEPT_ENCODING) {
+        let kept = scrub::accept_encoding(ae.to_str().unwrap_or(""));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&kept) {
+            parts.headers.insert(hyper::header::ACCEPT_ENCODING, v);
+        }
+    }
     let body = Replay { frames, rest: (!ended).then_some(body) };
-    let req = Request::from_parts(parts, body.boxed());
+    let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
     let mut sender = match c.sender().await {
         Ok(s) => s,
         Err(why) => return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}")),
@@ -419,14 +437,65 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
         }
     };
+    let mut scrub = Scrubber::new(masks);
     for v in resp.headers_mut().values_mut() {
-        if let Some(masked) = c.secrets.mask(v.as_bytes(), &c.host)
-            && let Ok(new) = hyper::header::HeaderValue::from_bytes(&masked)
-        {
-            *v = new;
+        if let Some(masked) = scrub.whole(v.as_bytes()) {
+            *v = hyper::header::HeaderValue::from_bytes(&masked)
+                .unwrap_or(hyper::header::HeaderValue::from_static(""));
         }
     }
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+    let log_masked = {
+        let (state, session, host, port) = (c.state.clone(), c.session.id.clone(), c.host.clone(), c.port);
+        let (method, path) = (method.clone(), logged.clone());
+        move |s: &Scrubber| {
+            let replaced = s.replaced();
+            if !replaced.is_empty() {
+                let reason = masked_reason(&replaced);
+                state.log(Entry {
+                    path: Some(&path),
+                    ..Entry::allowed(&session, &method, &host, port, &reason)
+                });
+            }
+        }
+    };
+    let status = resp.status();
+    let bodiless = method == "HEAD"
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    if bodiless {
+        log_masked(&scrub);
+    } else {
+        let named =
+            resp.headers().get(hyper::header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("(not text)"));
+        let coding = match scrub::coding(named) {
+            Ok(coding) => coding,
+            Err(other) => {
+                let why = format!(
+                    "{} answered with a body encoded as {other}, which the gate cannot read to keep bound values out of it",
+                    c.host
+                );
+                return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
+            }
+        };
+        // The length changes with each replacement (and decoding): the body goes chunked.
+        resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
+        if coding != Coding::Identity {
+            resp.headers_mut().remove(hyper::header::CONTENT_ENCODING);
+        }
+        return resp.map(|inner| {
+            Scrubbed {
+                inner,
+                scrub,
+                decode: Decoder::of(coding),
+                trailers: None,
+                ended: false,
+                on_end: Some(Box::new(log_masked)),
+            }
+            .boxed()
+        });
+    }
+    if status == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_upgrade) = client_upgrade
     {
         let server_upgrade = hyper::upgrade::on(&mut resp);
@@ -436,5 +505,5 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             }
         });
     }
-    resp.map(|b| b.boxed())
+    resp.map(|b| b.map_err(BoxError::from).boxed())
 }

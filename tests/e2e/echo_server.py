@@ -7,6 +7,9 @@ headers, the body's length and first 4 KiB, the client's port), so a test can sa
 - /basic.git/...: 401 asking for Basic credentials when none came (git sends them then);
 - /git/REPO/...: `git http-backend` over ECHO_GIT_ROOT, for the token in ECHO_GIT_TOKEN_FILE;
 - GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
+- GET /echo-headers: 200 with every request header in the body, as sent and percent-encoded
+  (`?gzip=1`: gzip-compressed whether asked for or not; `?split=N`: chunked in N-byte pieces;
+  `?br=1`: claims a br-encoded body);
 - GET /sse: a server-sent event stream: `data: one`, then (once /ack has been requested, within
   30 s) `data: two acked`, else `data: two no-ack`: an answer the gate held back until the end
   comes out as `no-ack`;
@@ -77,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(401, b"who?\n", [("WWW-Authenticate", 'Basic realm="e2e"')])
         elif self.path == "/echo-auth":
             self.reply(200, b"echoed\n", [("X-Echo", self.headers.get("Authorization", ""))])
+        elif self.path.startswith("/echo-headers"):
+            self.echo_headers()
         elif self.path == "/ack":
             ACK.set()
             self.reply(200, b"ack\n")
@@ -92,6 +97,32 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         else:
             self.reply(200, ("ok %s\n" % self.headers.get("Host", "")).encode())
+
+    def echo_headers(self):
+        import gzip
+        import urllib.parse
+        query = urllib.parse.parse_qs(self.path.partition("?")[2])
+        lines = ["%s: %s\nurl: %s\n" % (k, v, urllib.parse.quote(v, safe="")) for k, v in self.headers.items()]
+        body = "".join(lines).encode()
+        headers = [("Content-Type", "text/plain")]
+        if "gzip" in query:
+            body = gzip.compress(body)
+            headers.append(("Content-Encoding", "gzip"))
+        if "br" in query:
+            headers.append(("Content-Encoding", "br"))
+        split = int(query.get("split", ["0"])[0])
+        if not split:
+            self.reply(200, body, headers[1:])
+            return
+        self.send_response(200)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(0, len(body), split):
+            self.chunk(body[i:i + split])
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def git(self, body):
         """`git http-backend` (CGI) for /git/REPO/..., over the repositories in ECHO_GIT_ROOT,

@@ -1,0 +1,197 @@
+//! A terminated host's response body on its way back to the sandbox: decoded when the upstream
+//! compressed it (only the codings `scrub::accept_encoding` lets it use), and every spelling of
+//! a bound value replaced as it streams (`scrub::Scrubber`). The body type and its decoder are
+//! here; `terminate` decides which responses get them.
+
+use super::scrub::{Coding, Scrubber};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Told what a response's scrubber replaced, once, at the body's end (the log's entry).
+pub(crate) type OnEnd = Box<dyn FnOnce(&Scrubber) + Send + Sync>;
+
+/// What the log says when a response carried bound values back: which, how often.
+pub(crate) fn masked_reason(replaced: &[(String, usize)]) -> String {
+    let each: Vec<String> = replaced.iter().map(|(s, n)| format!("{s} ({n}x)")).collect();
+    format!(
+        "masked: the response carried the real value of {}; the agent got the placeholder",
+        each.join(", ")
+    )
+}
+
+/// A response body's decoder, for the codings the gate lets the upstream use (`scrub`).
+pub(crate) enum Decoder {
+    Gzip(flate2::write::MultiGzDecoder<Vec<u8>>),
+    Deflate(flate2::write::ZlibDecoder<Vec<u8>>),
+}
+
+impl Decoder {
+    pub(crate) fn of(c: Coding) -> Option<Decoder> {
+        match c {
+            Coding::Identity => None,
+            Coding::Gzip => Some(Decoder::Gzip(flate2::write::MultiGzDecoder::new(Vec::new()))),
+            Coding::Deflate => Some(Decoder::Deflate(flate2::write::ZlibDecoder::new(Vec::new()))),
+        }
+    }
+    /// The decoded bytes `b` completes (`end`: and what the decoder still holds).
+    fn feed(&mut self, b: &[u8], end: bool) -> std::io::Result<Vec<u8>> {
+        use std::io::Write;
+        match self {
+            Decoder::Gzip(d) => {
+                d.write_all(b)?;
+                if end {
+                    d.try_finish()?;
+                }
+                Ok(std::mem::take(d.get_mut()))
+            }
+            Decoder::Deflate(d) => {
+                d.write_all(b)?;
+                if end {
+                    d.try_finish()?;
+                }
+                Ok(std::mem::take(d.get_mut()))
+            }
+        }
+    }
+}
+
+/// A terminated host's response body on its way to the agent: decoded when the upstream
+/// compressed it, and every spelling of a bound value replaced (`scrub`). A body that does not
+/// decode ends the response with an error (the client sees it cut), never passes as it was.
+pub(crate) struct Scrubbed {
+    pub(crate) inner: Incoming,
+    pub(crate) scrub: Scrubber,
+    pub(crate) decode: Option<Decoder>,
+    /// Trailers, sent after what the scrubber held back.
+    pub(crate) trailers: Option<Frame<Bytes>>,
+    pub(crate) ended: bool,
+    /// Told what was replaced, once, at the end.
+    pub(crate) on_end: Option<OnEnd>,
+}
+
+impl Scrubbed {
+    /// Decodes and scrubs `b`; `end`: also what both held back.
+    fn take(&mut self, b: &[u8], end: bool) -> Result<Bytes, BoxError> {
+        let decoded = match self.decode.as_mut() {
+            Some(d) => {
+                Bytes::from(d.feed(b, end).map_err(|e| format!("the response body does not decode: {e}"))?)
+            }
+            None => Bytes::copy_from_slice(b),
+        };
+        let mut out = self.scrub.push(decoded);
+        if end {
+            out = [out, self.scrub.finish()].concat().into();
+            if let Some(f) = self.on_end.take() {
+                f(&self.scrub);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Body for Scrubbed {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if let Some(t) = self.trailers.take() {
+                return Poll::Ready(Some(Ok(t)));
+            }
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            let (data, end) = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) if self.decode.is_none() => {
+                        // The common case: no copy when nothing is replaced or held.
+                        let out = self.scrub.push(d);
+                        if out.is_empty() {
+                            continue;
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                    Ok(d) => (d, false),
+                    Err(f) => {
+                        let t = f.into_trailers().map(|mut t| {
+                            for v in t.values_mut() {
+                                if let Some(m) = self.scrub.whole(v.as_bytes()) {
+                                    *v = hyper::header::HeaderValue::from_bytes(&m)
+                                        .unwrap_or(hyper::header::HeaderValue::from_static(""));
+                                }
+                            }
+                            t
+                        });
+                        if let Ok(t) = t {
+                            self.trailers = Some(Frame::trailers(t));
+                        }
+                        self.ended = true;
+                        (Bytes::new(), true)
+                    }
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None => {
+                    self.ended = true;
+                    (Bytes::new(), true)
+                }
+            };
+            match self.take(&data, end) {
+                Ok(out) if out.is_empty() => continue,
+                Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                Err(e) => {
+                    self.ended = true;
+                    self.trailers = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Coding, Decoder};
+    use std::io::Write;
+
+    fn gzip(b: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_compressed_body_fed_in_small_pieces_decodes_whole_and_a_corrupt_one_fails() {
+        let text = b"authorization: Bearer sk-real-1\n".repeat(50);
+        for (coding, packed) in [
+            (Coding::Gzip, gzip(&text)),
+            (Coding::Gzip, [gzip(&text[..100]), gzip(&text[100..])].concat()),
+            (Coding::Deflate, {
+                let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(&text).unwrap();
+                e.finish().unwrap()
+            }),
+        ] {
+            let mut d = Decoder::of(coding).unwrap();
+            let mut out = Vec::new();
+            for piece in packed.chunks(7) {
+                out.extend(d.feed(piece, false).unwrap());
+            }
+            out.extend(d.feed(&[], true).unwrap());
+            assert_eq!(out, text, "{coding:?}");
+        }
+        assert!(Decoder::of(Coding::Identity).is_none());
+        let mut bad = Decoder::of(Coding::Gzip).unwrap();
+        assert!(bad.feed(b"not gzip at all, not even close", true).is_err());
+        // Cut short: the end says so.
+        let mut cut = Decoder::of(Coding::Gzip).unwrap();
+        let packed = gzip(&text);
+        let _ = cut.feed(&packed[..packed.len() / 2], false);
+        let end = cut.feed(&[], true);
+        assert!(end.is_err(), "a gzip stream cut short ends without an error");
+    }
+}

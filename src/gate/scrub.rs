@@ -1,0 +1,342 @@
+//! What comes back from a host whose TLS the gate opens: the gate put the real values of the
+//! session's bound secrets into the request, and a server that echoes its request (an
+//! httpbin-style `/headers`, an error page quoting the Authorization header, a debug endpoint)
+//! would hand them to the agent. Pure: which spellings of each value to look for (`Masks`), and
+//! a stream replacer (`Scrubber`) that `terminate` runs over every response header and body.
+//!
+//! Spellings: the value as sent; percent-encoded (upper- and lower-case hex); base64 (no
+//! padding, so the value's bytes at the end of a longer token are covered up to its last full
+//! group); and the exact `Basic` credential tokens of this request (base64 of `user:value`,
+//! whose alignment no fixed spelling of the value alone has). Each becomes the placeholder in
+//! the same spelling, so the agent reads back what it sent.
+//!
+//! Streaming: a chunk's tail that could begin a spelling is held until the next chunk (so a
+//! value split across chunks is still caught) and nothing else is: a stream whose chunks end
+//! anywhere else (a server-sent event's blank line) is not delayed.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use hyper::body::Bytes;
+
+/// One spelling of a bound value, and what the agent sees in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mask {
+    real: Vec<u8>,
+    shown: Vec<u8>,
+    /// Which secret (for the log), by name.
+    secret: String,
+}
+
+/// The spellings to mask in one response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Masks(Vec<Mask>);
+
+/// `b` with each byte outside RFC 3986's unreserved set as `%XX` (`upper` or lower hex).
+fn percent(b: &[u8], upper: bool) -> Vec<u8> {
+    let hex: &[u8; 16] = if upper { b"0123456789ABCDEF" } else { b"0123456789abcdef" };
+    let mut out = Vec::with_capacity(b.len() * 3);
+    for &c in b {
+        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+            out.push(c);
+        } else {
+            out.extend_from_slice(&[b'%', hex[usize::from(c >> 4)], hex[usize::from(c & 15)]]);
+        }
+    }
+    out
+}
+
+impl Masks {
+    /// The spellings of each `(secret, value, placeholder)` bound to the response's host.
+    pub(crate) fn new<'a>(bound: impl IntoIterator<Item = (&'a str, &'a [u8], &'a [u8])>) -> Masks {
+        let mut m = Masks::default();
+        for (secret, value, placeholder) in bound {
+            m.add(value, placeholder, secret);
+            for upper in [true, false] {
+                m.add(&percent(value, upper), &percent(placeholder, upper), secret);
+            }
+            let b64 = |b: &[u8]| STANDARD_NO_PAD.encode(b).into_bytes();
+            m.add(&b64(value), &b64(placeholder), secret);
+        }
+        m
+    }
+
+    /// One more spelling (a spelling already listed, or an empty one, is not added twice).
+    pub(crate) fn add(&mut self, real: &[u8], shown: &[u8], secret: &str) {
+        if !real.is_empty() && !self.0.iter().any(|m| m.real == real) {
+            self.0.push(Mask { real: real.to_vec(), shown: shown.to_vec(), secret: secret.into() });
+        }
+    }
+
+    fn longest(&self) -> usize {
+        self.0.iter().map(|m| m.real.len()).max().unwrap_or(0)
+    }
+
+    /// The earliest spelling in `hay` (the longest when two start at one place).
+    fn first(&self, hay: &[u8]) -> Option<(usize, usize)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(k, m)| memchr::memmem::find(hay, &m.real).map(|at| (at, k)))
+            .min_by_key(|&(at, k)| (at, std::cmp::Reverse(self.0[k].real.len())))
+    }
+
+    /// How many bytes at the end of `b` could begin a spelling (held for the next chunk).
+    fn could_begin(&self, b: &[u8]) -> usize {
+        let most = self.longest().saturating_sub(1).min(b.len());
+        (1..=most).rev().find(|&n| self.0.iter().any(|m| m.real.starts_with(&b[b.len() - n..]))).unwrap_or(0)
+    }
+}
+
+/// Masks one response's byte stream, chunk by chunk; counts what it replaced, per secret.
+#[derive(Debug)]
+pub(crate) struct Scrubber {
+    masks: Masks,
+    carry: Vec<u8>,
+    counts: Vec<usize>,
+}
+
+impl Scrubber {
+    pub(crate) fn new(masks: Masks) -> Scrubber {
+        let n = masks.0.len();
+        Scrubber { masks, carry: Vec::new(), counts: vec![0; n] }
+    }
+
+    /// The bytes of `chunk` (after what an earlier chunk held back) that may go on now.
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Bytes {
+        if self.carry.is_empty() && self.masks.first(&chunk).is_none() && self.masks.could_begin(&chunk) == 0
+        {
+            return chunk;
+        }
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(&chunk);
+        let (mut out, rest) = self.replace(&buf);
+        let hold = self.masks.could_begin(&buf[rest..]);
+        out.extend_from_slice(&buf[rest..buf.len() - hold]);
+        self.carry = buf[buf.len() - hold..].to_vec();
+        Bytes::from(out)
+    }
+
+    /// What is held back, at the stream's end.
+    pub(crate) fn finish(&mut self) -> Bytes {
+        let buf = std::mem::take(&mut self.carry);
+        let (mut out, rest) = self.replace(&buf);
+        out.extend_from_slice(&buf[rest..]);
+        Bytes::from(out)
+    }
+
+    /// A whole value (a header): `None` when it holds no spelling.
+    pub(crate) fn whole(&mut self, value: &[u8]) -> Option<Vec<u8>> {
+        let (mut out, rest) = self.replace(value);
+        if rest == 0 {
+            return None;
+        }
+        out.extend_from_slice(&value[rest..]);
+        Some(out)
+    }
+
+    /// `buf` up to just after its last spelling, with each replaced; and where that is.
+    fn replace(&mut self, buf: &[u8]) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(buf.len());
+        let mut at = 0;
+        while let Some((i, k)) = self.masks.first(&buf[at..]) {
+            let m = &self.masks.0[k];
+            out.extend_from_slice(&buf[at..at + i]);
+            out.extend_from_slice(&m.shown);
+            at += i + m.real.len();
+            self.counts[k] += 1;
+        }
+        (out, at)
+    }
+
+    /// The secrets whose values were replaced, each with how many times (for the log).
+    pub(crate) fn replaced(&self) -> Vec<(String, usize)> {
+        let mut out: Vec<(String, usize)> = Vec::new();
+        for (m, &n) in self.masks.0.iter().zip(&self.counts).filter(|(_, n)| **n > 0) {
+            match out.iter_mut().find(|(s, _)| *s == m.secret) {
+                Some((_, total)) => *total += n,
+                None => out.push((m.secret.clone(), n)),
+            }
+        }
+        out
+    }
+}
+
+/// The base64 token of a `Basic` credential value (any case, leading spaces), with its padding:
+/// the echo of the token the gate sent becomes the token the client sent, padding and all.
+pub(crate) fn basic_token(value: &[u8]) -> Option<&[u8]> {
+    let v = value.trim_ascii_start();
+    if v.len() < 6 || !v[..6].eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let token = v[6..].trim_ascii_start();
+    let end = token.iter().position(|c| c.is_ascii_whitespace() || *c == b',').unwrap_or(token.len());
+    (end > 0).then(|| &token[..end])
+}
+
+/// The client's `Accept-Encoding` as the gate passes it on: only the codings the gate can read
+/// back (gzip, deflate, identity), so that it can look into every body; `identity` when none is
+/// left. `*` (any) becomes the two it reads.
+pub(crate) fn accept_encoding(value: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for part in value.split(',') {
+        let coding = part.split(';').next().unwrap_or("").trim();
+        let take: &[&str] = match coding.to_ascii_lowercase().as_str() {
+            "gzip" | "x-gzip" => &["gzip"],
+            "deflate" => &["deflate"],
+            "*" => &["gzip", "deflate"],
+            _ => &[],
+        };
+        for t in take {
+            if !kept.contains(t) {
+                kept.push(t);
+            }
+        }
+    }
+    if kept.is_empty() { "identity".into() } else { kept.join(", ") }
+}
+
+/// How a response body is encoded, as far as the gate can read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coding {
+    Identity,
+    Gzip,
+    Deflate,
+}
+
+/// The coding a `Content-Encoding` value names; `Err` with the coding the gate cannot read.
+pub(crate) fn coding(value: Option<&str>) -> Result<Coding, String> {
+    let v = value.unwrap_or("").trim().to_ascii_lowercase();
+    match v.as_str() {
+        "" | "identity" => Ok(Coding::Identity),
+        "gzip" | "x-gzip" => Ok(Coding::Gzip),
+        "deflate" => Ok(Coding::Deflate),
+        _ => Err(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PH: &[u8] = b"aisb_placeholder_0123456789abcdef0123456789abcdef";
+
+    fn masks() -> Masks {
+        Masks::new([("API_KEY", b"sk-real/1+x".as_slice(), PH)])
+    }
+
+    fn run(chunks: &[&[u8]]) -> (Vec<u8>, Vec<(String, usize)>) {
+        let mut s = Scrubber::new(masks());
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend_from_slice(&s.push(Bytes::copy_from_slice(c)));
+        }
+        out.extend_from_slice(&s.finish());
+        (out, s.replaced())
+    }
+
+    #[test]
+    fn every_spelling_of_the_value_comes_back_as_the_placeholder_in_that_spelling() {
+        let b64 = STANDARD_NO_PAD.encode("sk-real/1+x");
+        let body = format!("a sk-real/1+x b sk-real%2F1%2Bx c sk-real%2f1%2bx d {b64}= e");
+        let (out, counts) = run(&[body.as_bytes()]);
+        let ph = std::str::from_utf8(PH).unwrap();
+        let want = format!("a {ph} b {ph} c {ph} d {}= e", STANDARD_NO_PAD.encode(PH));
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        assert_eq!(counts, [("API_KEY".to_string(), 4)]);
+    }
+
+    #[test]
+    fn a_value_split_across_chunks_is_caught_and_other_chunks_are_not_held() {
+        // Split at every point of the value.
+        let body = b"{\"auth\": \"sk-real/1+x\"}\n\n";
+        for cut in 1..body.len() {
+            let (out, counts) = run(&[&body[..cut], &body[cut..]]);
+            assert!(!out.windows(11).any(|w| w == b"sk-real/1+x"), "cut at {cut}");
+            assert_eq!(counts, [("API_KEY".to_string(), 1)], "cut at {cut}");
+        }
+        // A chunk that ends where no spelling begins goes on whole and at once.
+        let mut s = Scrubber::new(masks());
+        assert_eq!(&s.push(Bytes::from_static(b"data: {}\n\n"))[..], b"data: {}\n\n");
+        // One that ends with a spelling's start holds just that start.
+        assert_eq!(&s.push(Bytes::from_static(b"data: sk-re"))[..], b"data: ");
+        assert_eq!(&s.push(Bytes::from_static(b"ally"))[..], b"sk-really");
+        assert_eq!(&s.finish()[..], b"");
+        assert!(s.replaced().is_empty());
+        // What is held at the end is not lost.
+        let (out, _) = run(&[b"tail sk-real/"]);
+        assert_eq!(out, b"tail sk-real/");
+    }
+
+    proptest::proptest! {
+        /// However a body is cut into chunks, what comes out is what masking it whole gives,
+        /// and it holds no spelling of the value.
+        #[test]
+        fn chunking_never_changes_the_result(
+            before in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            after in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            cuts in proptest::collection::vec(0usize..120, 0..8),
+        ) {
+            let value = b"sk-real/1+x".as_slice();
+            let body = [before.as_slice(), value, b"%2f", &after, &percent(value, true), &before].concat();
+            let whole = {
+                let mut s = Scrubber::new(masks());
+                let mut out = s.push(Bytes::copy_from_slice(&body)).to_vec();
+                out.extend_from_slice(&s.finish());
+                out
+            };
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+            cuts.sort();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for c in cuts.into_iter().chain([body.len()]) {
+                pieces.push(&body[at..c]);
+                at = c;
+            }
+            let (out, _) = run(&pieces);
+            proptest::prop_assert_eq!(&out, &whole);
+            proptest::prop_assert!(memchr::memmem::find(&out, value).is_none());
+            proptest::prop_assert!(memchr::memmem::find(&out, &percent(value, true)).is_none());
+        }
+    }
+
+    #[test]
+    fn a_request_s_basic_token_is_masked_and_a_header_value_is_masked_whole() {
+        let mut m = masks();
+        let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+        let (real, shown) =
+            (b64(b"me:sk-real/1+x"), b64(b"me:aisb_placeholder_0123456789abcdef0123456789abcdef"));
+        // The two pad differently: the echo gets the client's token, padding and all.
+        assert!(real.ends_with("=") && !real.ends_with("==") && shown.ends_with("=="));
+        let (sent, client) = (format!("Basic {real}"), format!("basic {shown}"));
+        m.add(basic_token(sent.as_bytes()).unwrap(), basic_token(client.as_bytes()).unwrap(), "API_KEY");
+        let mut s = Scrubber::new(m);
+        let echoed = format!("{{\"Authorization\": \"Basic {real}\"}}");
+        assert_eq!(
+            s.whole(echoed.as_bytes()),
+            Some(format!("{{\"Authorization\": \"Basic {shown}\"}}").into_bytes())
+        );
+        assert_eq!(s.whole(b"nothing here"), None);
+        assert_eq!(s.replaced(), [("API_KEY".to_string(), 1)]);
+    }
+
+    #[test]
+    fn a_basic_token_is_the_credentials_with_padding_without_the_scheme() {
+        assert_eq!(basic_token(b"  basic  bWU6eA== "), Some(b"bWU6eA==".as_slice()));
+        assert_eq!(basic_token(b"Basic bWU6eA, other"), Some(b"bWU6eA".as_slice()));
+        assert_eq!(basic_token(b"Bearer x"), None);
+        assert_eq!(basic_token(b"Basic "), None);
+    }
+
+    #[test]
+    fn accept_encoding_keeps_only_what_the_gate_reads_back() {
+        assert_eq!(accept_encoding("gzip, deflate, br, zstd"), "gzip, deflate");
+        assert_eq!(accept_encoding("br;q=1.0, gzip;q=0.5"), "gzip");
+        assert_eq!(accept_encoding("*"), "gzip, deflate");
+        assert_eq!(accept_encoding("br"), "identity");
+        assert_eq!(accept_encoding("X-GZIP, gzip"), "gzip");
+        assert_eq!(coding(Some(" GZIP ")), Ok(Coding::Gzip));
+        assert_eq!(coding(None), Ok(Coding::Identity));
+        assert_eq!(coding(Some("deflate")), Ok(Coding::Deflate));
+        assert_eq!(coding(Some("br")), Err("br".into()));
+    }
+}
