@@ -109,6 +109,10 @@ pub struct Reply {
     /// `learn` and refuses as always, so the launcher needs to hear it said).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     learning: bool,
+    /// To a registration with push rules limited by ref: this gate reads a push's refs (one of
+    /// an older version ignores the limit and would let every push of the rule through).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    push_refs: bool,
 }
 
 /// A registration's reply.
@@ -120,6 +124,8 @@ pub struct Registered {
     pub ca: Option<String>,
     /// The gate will learn for this session (it was registered as a learning run).
     pub learning: bool,
+    /// The gate limits this session's pushes by ref (its rules have such a limit).
+    pub push_refs: bool,
 }
 
 /// A status request's reply.
@@ -136,8 +142,8 @@ impl Reply {
         Reply { ok: true, port, pid, ..Reply::default() }
     }
     /// `Register`: the session is the gate's until this connection closes.
-    pub fn registered(port: u16, pid: u32, ca: Option<String>, learning: bool) -> Reply {
-        Reply { ca, learning, ..Reply::done(port, pid) }
+    pub fn registered(port: u16, pid: u32, ca: Option<String>, learning: bool, push_refs: bool) -> Reply {
+        Reply { ca, learning, push_refs, ..Reply::done(port, pid) }
     }
     /// `Status`.
     pub fn status(port: u16, pid: u32, sessions: Vec<SessionStatus>) -> Reply {
@@ -163,7 +169,12 @@ impl Reply {
 
     /// The reply to a registration.
     pub fn as_registered(&self) -> Registered {
-        Registered { port: self.port, ca: self.ca.clone(), learning: self.learning }
+        Registered {
+            port: self.port,
+            ca: self.ca.clone(),
+            learning: self.learning,
+            push_refs: self.push_refs,
+        }
     }
 
     /// The reply to a status request.
@@ -209,12 +220,20 @@ mod tests {
         assert_eq!(other.refusal(), Some(Refusal::Said("no session s in this gate".into())));
         let ok: Reply = serde_json::from_str(r#"{"ok":true,"port":18081,"pid":9,"ca":"PEM"}"#).unwrap();
         assert_eq!(ok.refusal(), None);
-        assert_eq!(ok.as_registered(), Registered { port: 18081, ca: Some("PEM".into()), learning: false });
+        let was = Registered { port: 18081, ca: Some("PEM".into()), learning: false, push_refs: false };
+        assert_eq!(ok.as_registered(), was);
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
         // This version says it learns; the previous one's `ok` above does not (false).
-        let learning: Reply =
-            serde_json::from_str(&serde_json::to_string(&Reply::registered(1, 2, None, true)).unwrap())
-                .unwrap();
-        assert!(learning.as_registered().learning);
+        let learning: Reply = serde_json::from_str(
+            &serde_json::to_string(&Reply::registered(1, 2, None, true, false)).unwrap(),
+        )
+        .unwrap();
+        assert!(learning.as_registered().learning && !learning.as_registered().push_refs);
+        // And that it limits pushes by ref; the previous one's `ok` does not.
+        let refs: Reply = serde_json::from_str(
+            &serde_json::to_string(&Reply::registered(1, 2, None, false, true)).unwrap(),
+        )
+        .unwrap();
+        assert!(refs.as_registered().push_refs && !refs.as_registered().learning);
     }
 }

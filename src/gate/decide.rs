@@ -384,6 +384,8 @@ pub(crate) struct RuleMatch {
     pub(crate) path: String,
     /// The `rule =` value that allowed it.
     pub(crate) rule: String,
+    /// A push limited by ref: the patterns its commands must match (`gate::push`).
+    pub(crate) refs: Option<Vec<String>>,
 }
 
 /// The rules' verdict on one request to `host` (pure): `Ok(None)` when the host has no rules
@@ -411,7 +413,10 @@ pub(crate) fn check_request(
     })?;
     let path = normal.path();
     match rule::allowing(&p.rules, host, &method, &normal) {
-        Some(r) => Ok(Some(RuleMatch { method, target: normal.target(), path, rule: r.line.clone() })),
+        Some(r) => {
+            let refs = rule::push_refs(&p.rules, host, &method, &normal);
+            Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, method }))
+        }
         None => {
             let line = format!("rule = {}", rule::suggestion(host, &method, &normal));
             Err(Denial {

@@ -309,6 +309,11 @@ mod tests {
         assert!(real.ends_with("=") && !real.ends_with("==") && shown.ends_with("=="));
         let (sent, client) = (format!("Basic {real}"), format!("basic {shown}"));
         m.add(basic_token(sent.as_bytes()).unwrap(), basic_token(client.as_bytes()).unwrap(), "API_KEY");
+        // Neither an empty spelling (it would match everywhere) nor one listed twice is added.
+        let n = m.0.len();
+        m.add(b"", b"x", "API_KEY");
+        m.add(real.as_bytes(), b"other", "API_KEY");
+        assert_eq!(m.0.len(), n);
         let mut s = Scrubber::new(m);
         let echoed = format!("{{\"Authorization\": \"Basic {real}\"}}");
         assert_eq!(

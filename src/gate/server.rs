@@ -353,7 +353,16 @@ async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Resu
     let dialled = |target, upstream, rule| Dialled { target, upstream, rule, learned };
     let rule = match (&target, req.kind) {
         (_, Kind::Connect) => decide::unreadable(policy, &target, req.port, &TLS_PORTS).map(|()| None)?,
-        (Target::Name(n), Kind::Forward) => decide::check_request(policy, n, &req.method, &req.path)?,
+        (Target::Name(n), Kind::Forward) => match decide::check_request(policy, n, &req.method, &req.path)? {
+            // The gate reads a push's command list where it opens TLS; plain HTTP is relayed.
+            Some(m) if m.refs.is_some() => {
+                return Err(super::push::unreadable(
+                    "it is plain HTTP, which the gate relays unread",
+                    &m.path,
+                ));
+            }
+            m => m,
+        },
         (Target::Ip(_), Kind::Forward) => None,
     };
     let d = |status, reason: String, hint: &str| Denial {

@@ -12,6 +12,7 @@
 //! decisions are in `secrets` (pure); here is the I/O: the certificates, both TLS sides, hyper.
 
 use super::decide::{self, Denial, RuleMatch};
+use super::push;
 use super::response::{Decoder, Scrubbed, masked_reason};
 use super::scrub::{self, Coding, Scrubber};
 use super::secrets::{BODY_SCAN, Misuse, Secrets};
@@ -31,6 +32,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of a refused push's pack the gate reads (and drops) before it answers.
+const DRAIN: usize = 16 << 20;
 /// A kept-alive connection with no new request for this long is closed.
 const IDLE: Duration = Duration::from_secs(600);
 
@@ -234,6 +237,11 @@ impl Conn {
     }
 
     fn denied(&self, r: &Asked, d: &Denial) -> Response<Out> {
+        self.record(r, d);
+        refusal(d.status, &d.hint)
+    }
+
+    fn record(&self, r: &Asked, d: &Denial) {
         self.session.denied.fetch_add(1, Ordering::Relaxed);
         self.state.log(Entry {
             hint: &d.hint,
@@ -241,7 +249,20 @@ impl Conn {
             path: Some(d.path.as_deref().unwrap_or(r.path)),
             ..Entry::denied(&self.session.id, r.method, &self.host, self.port, d.status, &d.reason)
         });
-        refusal(d.status, &d.hint)
+    }
+
+    /// A refused push answered in git's own words (`push::report`): logged as the refusal it
+    /// is, sent as the receive-pack result git reads, so that git prints the reason.
+    fn denied_in_band(&self, r: &Asked, d: &Denial, report: Vec<u8>) -> Response<Out> {
+        self.record(r, d);
+        let mut resp = Response::new(Full::new(Bytes::from(report)).map_err(|never| match never {}).boxed());
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/x-git-receive-pack-result"),
+        );
+        resp.headers_mut()
+            .insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
+        resp
     }
 
     fn misuse(&self, r: &Asked, m: &Misuse) -> Response<Out> {
@@ -273,6 +294,7 @@ impl Conn {
                     target: normal.target(),
                     path: normal.path(),
                     rule: "(this request, let through once by a watcher)".into(),
+                    refs: None,
                 }))
             }
             Verdict::Allowed => decide::check_request(&self.session.policy(), &self.host, r.method, target),
@@ -395,17 +417,60 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         v => v,
     };
     let mut parts = parts;
-    let (target, logged, reason) = match verdict {
+    let (target, logged, reason, refs) = match verdict {
         Err(d) => return c.denied(&asked, &d),
-        Ok(None) => (target, path.clone(), "allowed".to_string()),
+        Ok(None) => (target, path.clone(), "allowed".to_string(), None),
         Ok(Some(m)) => {
             match hyper::Method::from_bytes(m.method.as_bytes()) {
                 Ok(upper) => parts.method = upper,
                 Err(_) => return c.refuse(&asked, 400, "the method is not a token", ""),
             }
-            (m.target, m.path, format!("allowed by rule = {}", m.rule))
+            (m.target, m.path, format!("allowed by rule = {}", m.rule), m.refs)
         }
     };
+    // A push limited by ref: its command list, read before anything goes upstream.
+    if let Some(patterns) = refs {
+        let coded = parts.headers.get(hyper::header::CONTENT_ENCODING).is_some_and(|v| v != "identity");
+        let cmds = loop {
+            match push::commands(&seen) {
+                _ if coded => break Err("it is compressed".to_string()),
+                Ok(Some(cmds)) => break Ok(cmds),
+                Ok(None) if ended => break Err("the body ended before its command list did".into()),
+                Ok(None) if seen.len() >= push::MOST => {
+                    break Err("its command list is longer than 64 KiB".into());
+                }
+                Ok(None) => match body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            seen.extend_from_slice(d);
+                        }
+                        frames.push_back(f);
+                    }
+                    Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
+                    None => ended = true,
+                },
+                Err(why) => break Err(why),
+            }
+        };
+        let push = match cmds {
+            Ok(p) => p,
+            Err(why) => return c.denied(&asked, &push::unreadable(&why, &logged)),
+        };
+        if let Err(r) = push::check(&push.cmds, &patterns) {
+            let d = push::denial(&r, &c.host, &logged, &c.session.policy().config_path);
+            let Some(report) = push::report(&push, &r, &d.hint) else { return c.denied(&asked, &d) };
+            // Read (and drop) what git is still sending, so that it reads the answer instead of
+            // a reset; a pack larger than this gets the answer over a connection then closed.
+            let mut drained = seen.len();
+            while !ended && drained < DRAIN {
+                match body.frame().await {
+                    Some(Ok(f)) => drained += f.data_ref().map_or(0, |d| d.len()),
+                    _ => break,
+                }
+            }
+            return c.denied_in_band(&asked, &d, report);
+        }
+    }
     parts.uri = match target.parse() {
         Ok(u) => u,
         Err(_) => return c.refuse(&asked, 400, "the request target does not parse", ""),

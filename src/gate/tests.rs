@@ -538,6 +538,24 @@ fn a_missing_token_is_a_challenge_and_a_bad_token_a_refusal() {
 }
 
 #[test]
+fn a_push_limited_by_ref_carries_its_patterns_and_an_unlimited_rule_lifts_the_limit() {
+    let mut p = policy(&["git.test"]);
+    p.rules =
+        crate::policy::rule::parse("git.test git-push /a/r.git refs/heads/agent/* refs/tags/v*").unwrap();
+    let push = |p: &SessionPolicy| decide::check_request(p, "git.test", "POST", "/a/r.git/git-receive-pack");
+    let refs = push(&p).unwrap().unwrap().refs;
+    assert_eq!(refs, Some(vec!["refs/heads/agent/*".to_string(), "refs/tags/v*".to_string()]));
+    // The ref advertisement is not limited (it reads, it does not push).
+    let advert = decide::check_request(&p, "git.test", "GET", "/a/r.git/info/refs?service=git-receive-pack");
+    assert_eq!(advert.unwrap().unwrap().refs, None);
+    // Two limited rules: their patterns together; an unlimited one for the repository: no limit.
+    p.rules.extend(crate::policy::rule::parse("git.test git-push /a/* refs/heads/fix/*").unwrap());
+    assert_eq!(push(&p).unwrap().unwrap().refs.map(|r| r.len()), Some(3));
+    p.rules.extend(crate::policy::rule::parse("git.test git-push /a/r.git").unwrap());
+    assert_eq!(push(&p).unwrap().unwrap().refs, None);
+}
+
+#[test]
 fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
     let mut p = policy(&["api.test", "free.test"]);
     p.rules = crate::policy::rule::parse("api.test GET /repos/**").unwrap();
@@ -552,6 +570,7 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
             target: "/repos/a/b?x=1".into(),
             path: "/repos/a/b".into(),
             rule: "api.test GET /repos/**".into(),
+            refs: None,
         }
     );
     // Refused: 403, askable, the line to add, the path for the log.

@@ -1,8 +1,8 @@
 //! `rule =` lines (pure): what may be asked of a host below its name, by method and path.
 //!
 //! `rule = HOST METHOD PATH[?KEY=VALUE&...]`, or a git preset: `rule = HOST git-fetch [REPO]`,
-//! `rule = HOST git-push [REPO]` (git's smart HTTP; REPO a path pattern, every repository when
-//! left out). Once a host has a rule, a request to it that matches none is refused (403) with
+//! `rule = HOST git-push [REPO [REF...]]` (git's smart HTTP; REPO a path pattern, every
+//! repository when left out; REFs, when named, the only refs a push may update: see `refs`). Once a host has a rule, a request to it that matches none is refused (403) with
 //! the line that would allow it; a host without rules is allowed whole, as before. Rules only
 //! allow: a `deny =` line for the host wins over every rule, as deny always does.
 //!
@@ -31,6 +31,13 @@ pub struct Rule {
     pub query: Vec<(String, String)>,
     /// The config value it came from (`rule = LINE`), for the log and `trust`.
     pub line: String,
+    /// A push limited by ref (`git-push REPO REF...`, on its `git-receive-pack` rule only): the
+    /// patterns every ref a push updates must match (`*`: any run of characters, `/` included,
+    /// as in git's refspecs); a deletion is never allowed then. Empty: no limit (a gate of the
+    /// previous version reads a rule without the field; one with it is never sent to such a
+    /// gate: `control::client::register`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
 }
 
 /// A path's segments as byte arrays or as text, each (see `Rule::path`).
@@ -56,7 +63,7 @@ type Bad = (String, &'static str);
 type Segments = Vec<Vec<u8>>;
 type Pairs = Vec<(String, String)>;
 
-const HINT: &str = "write `rule = HOST METHOD /path` (e.g. `rule = api.github.com GET /repos/acme/**`), or `rule = HOST git-fetch [/REPO]` / `git-push [/REPO]`";
+const HINT: &str = "write `rule = HOST METHOD /path` (e.g. `rule = api.github.com GET /repos/acme/**`), or `rule = HOST git-fetch [/REPO]` / `git-push [/REPO [refs/heads/agent/*...]]`";
 
 /// Reads a `rule` line's value.
 pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
@@ -81,7 +88,14 @@ pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
     };
     let rule = |method: Option<&str>, path: &str| -> Result<Rule, Bad> {
         let (path, query) = pattern(path)?;
-        Ok(Rule { host: host.clone(), method: method.map(str::to_string), path, query, line: line.clone() })
+        Ok(Rule {
+            host: host.clone(),
+            method: method.map(str::to_string),
+            path,
+            query,
+            line: line.clone(),
+            refs: Vec::new(),
+        })
     };
     match words[1..] {
         [preset @ ("git-fetch" | "git-push")] => {
@@ -89,6 +103,14 @@ pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
         }
         [preset @ ("git-fetch" | "git-push"), repo] => {
             git(preset, repo)?.iter().map(|(m, p)| rule(Some(m), p)).collect()
+        }
+        ["git-push", repo, ref refs @ ..] => {
+            let refs = refs.iter().map(|r| ref_pattern(r)).collect::<Result<Vec<String>, Bad>>()?;
+            let [advert, pack] = git("git-push", repo)?;
+            Ok(vec![rule(Some(advert.0), &advert.1)?, Rule { refs, ..rule(Some(pack.0), &pack.1)? }])
+        }
+        ["git-fetch", _, _, ..] => {
+            Err((format!("`{line}`: refs limit a push; a fetch reads every ref the server shows"), HINT))
         }
         [method, path] => {
             let m = method.to_ascii_uppercase();
@@ -109,6 +131,36 @@ fn git(preset: &str, repo: &str) -> Result<[(&'static str, String); 2], Bad> {
     let service = if preset == "git-fetch" { "git-upload-pack" } else { "git-receive-pack" };
     let repo = repo.trim_end_matches('/');
     Ok([("GET", format!("{repo}/info/refs?service={service}")), ("POST", format!("{repo}/{service}"))])
+}
+
+/// A ref pattern of a push rule: a full ref name (`refs/...`) whose `*`s match anything.
+fn ref_pattern(r: &str) -> Result<String, Bad> {
+    let bad = |why: &str| (format!("`{r}`: {why}"), HINT);
+    if !r.starts_with("refs/") || r.len() <= 5 {
+        return Err(bad("a ref pattern is a full ref name, e.g. `refs/heads/agent/*` or `refs/tags/v*`"));
+    }
+    if r.contains("..") || r.ends_with('/') || !r.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad("a ref name has no `..`, no trailing `/` and no spaces or control characters"));
+    }
+    Ok(r.to_string())
+}
+
+/// Whether a push rule's ref pattern matches a ref name (`*`: any run of bytes, `/` included).
+pub fn ref_matches(pattern: &str, name: &[u8]) -> bool {
+    seg_matches(pattern.as_bytes(), name)
+}
+
+/// The refs a push to `target` at `host` may update: `None` when some rule that allows it sets
+/// no limit (rules only allow: the widest wins), else every pattern of the rules that allow it.
+pub fn push_refs(rules: &[Rule], host: &str, method: &str, target: &Normal) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for r in rules.iter().filter(|r| r.matches(host, method, target)) {
+        if r.refs.is_empty() {
+            return None;
+        }
+        out.extend(r.refs.iter().cloned());
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// A path pattern: `/`-rooted, no dot segments, `**` only as a whole segment.
@@ -402,9 +454,42 @@ mod tests {
             ("10.0.0.1 GET /a", "not addresses"),
             ("api.test git-fetch /a?x", "no query"),
             ("api.test GET /a b", "not HOST METHOD PATH"),
+            ("g.test git-fetch /r.git refs/heads/a", "refs limit a push"),
+            ("g.test git-push /r.git heads/agent/*", "a full ref name"),
+            ("g.test git-push /r.git refs/", "a full ref name"),
+            ("g.test git-push /r.git refs/heads/a/../b", "no `..`"),
+            ("g.test git-push /r.git refs/heads/agent/", "trailing `/`"),
+            ("g.test git-push /r.git?x refs/heads/a", "no query"),
         ] {
             let e = parse(line).expect_err(line);
             assert!(e.0.contains(says), "{line}: {}", e.0);
         }
+    }
+
+    #[test]
+    fn a_push_rule_with_refs_limits_its_pack_exchange_only() {
+        let rs = parse("g.test git-push /acme/r.git refs/heads/agent/* refs/tags/v*").unwrap();
+        assert_eq!(rs.len(), 2);
+        assert!(rs[0].refs.is_empty(), "the ref advertisement reads, it does not push");
+        assert_eq!(rs[1].refs, ["refs/heads/agent/*", "refs/tags/v*"]);
+        assert_eq!(rs[1].method.as_deref(), Some("POST"));
+        assert_eq!(rs[1].line, "g.test git-push /acme/r.git refs/heads/agent/* refs/tags/v*");
+        // The limit is carried on the wire only when there is one (older gates read the rest).
+        let json = serde_json::to_string(&rs[0]).unwrap();
+        assert!(!json.contains(r#""refs":"#), "{json}");
+        let back: Rule = serde_json::from_str(&serde_json::to_string(&rs[1]).unwrap()).unwrap();
+        assert_eq!(back, rs[1]);
+        // `*` takes any run of characters, `/` included, as in git's refspecs; nothing else is loose.
+        assert!(ref_matches("refs/heads/agent/*", b"refs/heads/agent/a/b"));
+        assert!(ref_matches("refs/heads/agent/*", b"refs/heads/agent/"));
+        assert!(!ref_matches("refs/heads/agent/*", b"refs/heads/agentx"));
+        assert!(!ref_matches("refs/heads/agent/*", b"refs/heads/main"));
+        assert!(ref_matches("refs/heads/main", b"refs/heads/main"));
+        assert!(!ref_matches("refs/heads/main", b"refs/heads/main2"));
+        let push = |rules: &[Rule]| {
+            push_refs(rules, "g.test", "POST", &normalise("/acme/r.git/git-receive-pack").unwrap())
+        };
+        assert_eq!(push(&rs).map(|r| r.len()), Some(2));
+        assert_eq!(push(&rs[..1]), None, "no rule allows the push at all: nothing to limit");
     }
 }

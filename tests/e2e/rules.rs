@@ -273,3 +273,71 @@ fn git_fetch_only_refuses_a_push_with_the_fix_in_gits_output_and_git_push_opens_
     assert!(out.contains("push2 rc=0"), "{out}");
     assert_eq!(log("pushable.git"), "allowed push\nfirst\n");
 }
+
+/// A push limited by ref (`rule = HOST git-push REPO REF...`): the agent's own branch is pushed
+/// (the control); `main`, a deletion of the agent's branch and a tag are refused, git shows why
+/// (with the line that would allow `main`), and the server's refs stay as they were.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_push_limited_by_ref_updates_the_agents_branches_only() {
+    let up = Upstream::start("");
+    let p = Project::new("rules-refs");
+    p.config(&format!(
+        "allow = git.rules.test\nresolve = git.rules.test={}\nrule = git.rules.test git-fetch\n\
+         rule = git.rules.test git-push /git/proj.git refs/heads/agent/*\nupstream_ca = {}\n",
+        up.th.v4,
+        up.dir.join("ca.pem").display()
+    ));
+    let commit = "git -c user.name=dev -c user.email=dev@test commit -qm";
+    let script = format!(
+        "{{ git clone -q https://git.rules.test/git/proj.git c && cd c && echo x > f && git add f && {commit} 'agent work'; \
+         git push -q origin HEAD:refs/heads/agent/x 2> ../e-agent; echo \"agent rc=$?\"; \
+         git push -q origin HEAD:main 2> ../e-main; echo \"main rc=$?\"; \
+         git push -q origin --delete agent/x 2> ../e-delete; echo \"delete rc=$?\"; \
+         git tag v1 && git push -q origin v1 2> ../e-tag; echo \"tag rc=$?\"; }} > out 2>&1"
+    );
+    sandbox(&p, &["--", "sh", "-c", &script], &[]).ok();
+    let out = std::fs::read_to_string(p.path("out")).unwrap();
+    let err = |f: &str| std::fs::read_to_string(p.path(f)).unwrap_or_default();
+    let refs = || {
+        let o = std::process::Command::new("git")
+            .args([
+                "--git-dir",
+                up.dir.join("repos/proj.git").to_str().unwrap(),
+                "for-each-ref",
+                "--format=%(refname) %(subject)",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let server = refs();
+    // The control: the agent's branch arrived.
+    assert!(out.contains("agent rc=0"), "{out}\n{}", err("e-agent"));
+    assert!(server.contains("refs/heads/agent/x agent work"), "{server}");
+    // main: refused, with the line that would allow it in git's own output; main unchanged.
+    assert!(!out.contains("main rc=0"), "{out}");
+    assert!(
+        err("e-main").contains("rule = git.rules.test git-push /git/proj.git refs/heads/main"),
+        "{}",
+        err("e-main")
+    );
+    assert!(server.contains("refs/heads/main first"), "{server}");
+    // A deletion, even of the agent's own branch: refused, and the branch is still there.
+    assert!(!out.contains("delete rc=0"), "{out}");
+    assert!(err("e-delete").contains("never delete"), "{}", err("e-delete"));
+    // A tag: no pattern names tags.
+    assert!(!out.contains("tag rc=0"), "{out}");
+    assert!(err("e-tag").contains("refs/tags/v1"), "{}", err("e-tag"));
+    assert!(!server.contains("refs/tags/"), "{server}");
+    // In git's own words: the reason as a `remote:` line and the ref rejected.
+    assert!(
+        err("e-main").contains("remote: blocked by ai-sandbox: this push updates refs/heads/main"),
+        "{}",
+        err("e-main")
+    );
+    assert!(err("e-main").contains("[remote rejected]"), "{}", err("e-main"));
+    let log = gate_log();
+    assert!(log.contains("the push updates refs/heads/main, which no push rule"), "{log}");
+    assert!(log.contains("the push deletes refs/heads/agent/x"), "{log}");
+}

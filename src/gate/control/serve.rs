@@ -84,6 +84,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             // host, or a host with rules.
             let bound = !secrets.is_empty() || !policy.rules.is_empty();
             let learning = policy.learn;
+            let push_refs = policy.rules.iter().any(|r| !r.refs.is_empty());
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
@@ -97,7 +98,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             if !state.register(sess.clone()) {
                 return reply(s, &Reply::refused(Refusal::Closing), None).await;
             }
-            reply(s, &Reply::registered(port, pid, ca, learning), Some(&state.listener)).await;
+            reply(s, &Reply::registered(port, pid, ca, learning, push_refs), Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
