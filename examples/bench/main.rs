@@ -16,6 +16,9 @@
 //!                                         listing of the same tree (median ms)
 //!   bench terminate GATE --count N        requests to a bound secret's host (the gate opens TLS)
 //!                                         beside the same over a blind tunnel (see `terminate`)
+//!   bench push-check                      the gate's check of a push limited by ref (reading
+//!                                         git's command list, matching each ref), for 1 and
+//!                                         600 refs: median microseconds
 //! where GATE is `--gate-exe PATH --host NAME --port P --addr IP`: the sessions' allowlist
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
@@ -420,6 +423,31 @@ fn main() {
         Some("plain-relay") => plain_relay(&args),
         Some("walk") => walk(&args),
         Some("terminate") => terminate::run(&args),
+        Some("push-check") => push_check(),
         _ => eprintln!("usage: see the module doc of examples/bench/main.rs"),
+    }
+}
+
+/// The work a push limited by ref adds at the gate: the command list read and each ref matched
+/// (`gate::push`), for a push of 1 ref and of 600 (the most the gate reads), median of 1,001.
+fn push_check() {
+    let patterns = vec!["refs/heads/agent/*".to_string(), "refs/tags/v*".to_string()];
+    for refs in [1usize, 600] {
+        let mut body = String::new();
+        for i in 0..refs {
+            let caps = if i == 0 { "\0report-status side-band-64k agent=git/2.39" } else { "" };
+            let line = format!("{} {} refs/heads/agent/branch-{i}{caps}\n", "1".repeat(40), "2".repeat(40));
+            body += &format!("{:04x}{line}", line.len() + 4);
+        }
+        body += "0000PACK";
+        let mut us = Vec::new();
+        for _ in 0..1001 {
+            let t = Instant::now();
+            let push = ai_sandbox::gate::push::commands(body.as_bytes()).unwrap().unwrap();
+            assert!(ai_sandbox::gate::push::check(&push.cmds, &patterns).is_ok());
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        us.sort_by(|a, b| a.total_cmp(b));
+        println!("push-check {refs} {:.2}", us[us.len() / 2]);
     }
 }

@@ -21,7 +21,7 @@ pub mod decide;
 pub(crate) mod http;
 pub(crate) mod log;
 pub(crate) mod ocsf;
-pub(crate) mod push;
+pub mod push;
 pub mod request;
 pub(crate) mod response;
 pub(crate) mod scrub;

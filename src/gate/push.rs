@@ -13,7 +13,7 @@ use super::decide::Denial;
 
 /// One ref update of a push.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Command {
+pub struct Command {
     pub(crate) old: String,
     pub(crate) new: String,
     pub(crate) name: Vec<u8>,
@@ -27,8 +27,8 @@ impl Command {
 
 /// A push's command list and the capabilities its client asked for (on the first command).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Push {
-    pub(crate) cmds: Vec<Command>,
+pub struct Push {
+    pub cmds: Vec<Command>,
     pub(crate) caps: Vec<String>,
 }
 
@@ -37,7 +37,7 @@ pub(crate) const MOST: usize = 64 << 10;
 
 /// The command list in the first bytes of a receive-pack body: `Ok(None)` while its end (the
 /// flush) is not in `body` yet, `Err` with what is wrong for a body that is not one.
-pub(crate) fn commands(body: &[u8]) -> Result<Option<Push>, String> {
+pub fn commands(body: &[u8]) -> Result<Option<Push>, String> {
     let mut out = Push::default();
     let mut at = 0;
     loop {
@@ -92,13 +92,13 @@ pub(crate) fn commands(body: &[u8]) -> Result<Option<Push>, String> {
 
 /// Why a push is refused: the ref, and what the push would do to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refused {
+pub struct Refused {
     pub(crate) name: String,
     pub(crate) deletion: bool,
 }
 
 /// The first command the patterns do not allow (a deletion is never allowed).
-pub(crate) fn check(cmds: &[Command], patterns: &[String]) -> Result<(), Refused> {
+pub fn check(cmds: &[Command], patterns: &[String]) -> Result<(), Refused> {
     for c in cmds {
         let allowed = patterns.iter().any(|p| crate::policy::rule::ref_matches(p, &c.name));
         if c.deletes() || !allowed {
