@@ -16,7 +16,8 @@ use std::borrow::Cow;
 /// Every placeholder starts with this, so a user who sees one knows what it is.
 pub(crate) const PREFIX: &str = "aisb_placeholder_";
 
-/// How much of a request body the gate reads for placeholders before it forwards the request.
+/// How much of a plain-HTTP request's body (what came with its head) the gate scans for
+/// placeholders before it relays it; on a terminated host every frame is scanned as it passes.
 pub(crate) const BODY_SCAN: usize = 1024;
 
 pub use crate::contract::Bound;
@@ -77,6 +78,9 @@ impl Secrets {
     /// The first placeholder in `bytes` whose secret may not go to `to` (`None`: to nowhere, as
     /// for a cleartext request or a CONNECT head, where nothing is ever substituted).
     pub(crate) fn misuse(&self, bytes: &[u8], to: Option<&str>) -> Option<Misuse> {
+        if self.0.is_empty() || !may_hold_placeholder(bytes) {
+            return None;
+        }
         let views = views(bytes);
         self.0
             .iter()
@@ -112,6 +116,21 @@ impl Secrets {
             mine.map(|b| (b.name.as_str(), b.value.as_bytes(), b.placeholder.as_bytes())),
         )
     }
+}
+
+/// Whether `bytes` could hold a placeholder in any spelling `misuse` reads: only then is it
+/// worth building the spellings. Each view needs one of these in the bytes as sent: the prefix
+/// in any case (as sent, lowercased), a `%` (percent-decoded), `basic ` in any case (Basic
+/// credentials). One pass over the bytes; a body without any of them costs no copy.
+pub(crate) fn may_hold_placeholder(bytes: &[u8]) -> bool {
+    static SIGNS: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    let signs = SIGNS.get_or_init(|| {
+        aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build([PREFIX, "%", "basic "])
+            .expect("three fixed patterns")
+    });
+    signs.is_match(bytes)
 }
 
 /// The spellings a placeholder is looked for in: as sent, percent-decoded, lowercased, and the
@@ -163,10 +182,11 @@ fn percent_decode(b: &[u8]) -> Vec<u8> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
+    if needle.is_empty() {
         return None;
     }
-    hay.windows(needle.len()).position(|w| w == needle)
+    // Every byte of a terminated host's request bodies passes here: a SIMD search, not windows.
+    memchr::memmem::find(hay, needle)
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -306,6 +326,26 @@ mod tests {
         assert_eq!(mask(b"nothing here", "api.example.com"), None);
         // Another host's responses are not this secret's to mask (its value never went there).
         assert_eq!(mask(b"sk-real-1", "github.com"), None);
+    }
+
+    #[test]
+    fn only_bytes_with_a_sign_of_a_placeholder_are_looked_into() {
+        for yes in [PH, "AISB_PLACEHOLDER_", "a%41", "Authorization: BASIC eA==", "x aisb_PlaceHolder_ y"] {
+            assert!(may_hold_placeholder(yes.as_bytes()), "{yes}");
+        }
+        for no in ["", "plain text, no signs", "aisb_placeholde", "basic", "basicx "] {
+            assert!(!may_hold_placeholder(no.as_bytes()), "{no}");
+        }
+        // Each spelling `misuse` finds has a sign (so the shortcut never hides one).
+        let s = secrets();
+        let pct: String = PH.bytes().map(|b| format!("%{b:02X}")).collect();
+        let basic = format!("Basic {}", STANDARD.encode(format!("u:{PH}")));
+        for spelled in [PH.to_string(), PH.to_uppercase(), pct, basic] {
+            assert!(
+                may_hold_placeholder(spelled.as_bytes()) && s.misuse(spelled.as_bytes(), None).is_some(),
+                "{spelled}"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::decide::{self, Denial, RuleMatch};
 use super::push;
 use super::response::{Decoder, Scrubbed, masked_reason};
 use super::scrub::{self, Coding, Scrubber};
-use super::secrets::{BODY_SCAN, Misuse, Secrets};
+use super::secrets::{Misuse, Secrets};
 use super::state::{Entry, Session, State};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Bytes, Frame, Incoming};
@@ -109,6 +109,91 @@ impl Body for Replay {
     }
     fn is_end_stream(&self) -> bool {
         self.frames.is_empty() && self.rest.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+}
+
+/// How many bytes of the body before a frame are scanned with it: more than the longest
+/// spelling of a placeholder the gate looks for (percent-encoded, 3 bytes a character).
+const OVERLAP: usize = 256;
+
+/// Called once when a placeholder is found later in a request body (the refusal's log entry).
+type OnFound = Box<dyn FnOnce(&Misuse) + Send + Sync>;
+
+/// A request body on its way upstream, scanned as it streams for the placeholders of secrets
+/// bound elsewhere (each frame with the last `OVERLAP` bytes before it, so a placeholder split
+/// across frames is seen). On one, the frame is not sent and the body ends in an error: the
+/// upstream request is cut there (after the client's rest is read and dropped, up to `DRAIN`),
+/// and `found` tells `relay` to answer 403.
+struct Scanned {
+    inner: Replay,
+    /// The frames already scanned before the request went upstream.
+    skip: usize,
+    tail: Vec<u8>,
+    secrets: Secrets,
+    host: String,
+    found: Arc<std::sync::Mutex<Option<Misuse>>>,
+    on_found: Option<OnFound>,
+    /// After a placeholder: how much of the client's rest was read and dropped.
+    drained: Option<usize>,
+}
+
+impl Body for Scanned {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        const CUT: &str = "a placeholder of a secret bound elsewhere in the request body";
+        loop {
+            let f = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(f)) => f,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None if self.drained.is_some() => return Poll::Ready(Some(Err(CUT.into()))),
+                None => return Poll::Ready(None),
+            };
+            // After a placeholder: the client's rest is read and dropped (so that it reads the
+            // 403 instead of a reset), nothing more goes upstream, and the body ends cut.
+            if let Some(n) = self.drained.as_mut() {
+                *n += f.data_ref().map_or(0, |d| d.len());
+                if *n >= DRAIN {
+                    return Poll::Ready(Some(Err(CUT.into())));
+                }
+                continue;
+            }
+            if self.skip > 0 {
+                self.skip -= 1;
+                return Poll::Ready(Some(Ok(f)));
+            }
+            if let Some(d) = f.data_ref() {
+                // Most frames hold no sign of a placeholder (`may_hold_placeholder`): then no copy
+                // but the tail, here and across the seam with the frame before.
+                let seam = [self.tail.as_slice(), &d[..d.len().min(OVERLAP)]].concat();
+                if !crate::gate::secrets::may_hold_placeholder(&seam)
+                    && !crate::gate::secrets::may_hold_placeholder(d)
+                {
+                    self.tail = match d.len() >= OVERLAP {
+                        true => d[d.len() - OVERLAP..].to_vec(),
+                        false => seam[seam.len().saturating_sub(OVERLAP)..].to_vec(),
+                    };
+                    return Poll::Ready(Some(Ok(f)));
+                }
+                let seen = [self.tail.as_slice(), d].concat();
+                if let Some(m) = self.secrets.misuse(&seen, Some(&self.host)) {
+                    if let Some(log) = self.on_found.take() {
+                        log(&m);
+                    }
+                    *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+                    self.drained = Some(0);
+                    continue;
+                }
+                self.tail = seen[seen.len().saturating_sub(OVERLAP)..].to_vec();
+            }
+            return Poll::Ready(Some(Ok(f)));
+        }
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
     }
 }
 
@@ -225,6 +310,17 @@ fn refusal(status: u16, hint: &str) -> Response<Out> {
     r
 }
 
+/// Logs a refusal of one request on a terminated connection and counts it for the session.
+fn record(state: &State, session: &Session, host: &str, port: u16, r: &Asked, d: &Denial) {
+    session.denied.fetch_add(1, Ordering::Relaxed);
+    state.log(Entry {
+        hint: &d.hint,
+        allow: d.allow.as_deref(),
+        path: Some(d.path.as_deref().unwrap_or(r.path)),
+        ..Entry::denied(&session.id, r.method, host, port, d.status, &d.reason)
+    });
+}
+
 /// What the log says of one request: its method and path (never the query).
 struct Asked<'a> {
     method: &'a str,
@@ -242,13 +338,7 @@ impl Conn {
     }
 
     fn record(&self, r: &Asked, d: &Denial) {
-        self.session.denied.fetch_add(1, Ordering::Relaxed);
-        self.state.log(Entry {
-            hint: &d.hint,
-            allow: d.allow.as_deref(),
-            path: Some(d.path.as_deref().unwrap_or(r.path)),
-            ..Entry::denied(&self.session.id, r.method, &self.host, self.port, d.status, &d.reason)
-        });
+        record(&self.state, &self.session, &self.host, self.port, r, d);
     }
 
     /// A refused push answered in git's own words (`push::report`): logged as the refusal it
@@ -390,27 +480,25 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     let target = req.uri().path_and_query().map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
     let client_upgrade =
         req.headers().contains_key(hyper::header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
-    // The first KiB of the body, read before anything goes upstream.
+    // The body's first frame (what a client sends in one go: a whole small body), read before
+    // anything goes upstream; the rest is scanned as it streams (`Scanned`), so a client that
+    // sends its body in pieces and waits for an answer is not held (ADR 0063).
     let (parts, mut body) = req.into_parts();
     let (mut frames, mut seen, mut ended) = (VecDeque::new(), Vec::new(), false);
-    while seen.len() < BODY_SCAN {
-        match body.frame().await {
-            Some(Ok(f)) => {
-                if let Some(d) = f.data_ref() {
-                    seen.extend_from_slice(d);
-                }
-                frames.push_back(f);
+    match body.frame().await {
+        Some(Ok(f)) => {
+            if let Some(d) = f.data_ref() {
+                seen.extend_from_slice(d);
             }
-            Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
-            None => {
-                ended = true;
-                break;
-            }
+            frames.push_back(f);
         }
+        Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
+        None => ended = true,
     }
     if let Some(m) = c.secrets.misuse(&seen, Some(&c.host)) {
         return c.misuse(&asked, &m);
     }
+    let first = frames.len();
     // The host's rules, on the request's one spelling; what goes upstream is that spelling.
     let verdict = match decide::check_request(&c.session.policy(), &c.host, &method, &target) {
         Err(d) if d.askable => c.ask(&asked, &target, d).await,
@@ -487,14 +575,42 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             parts.headers.insert(hyper::header::ACCEPT_ENCODING, v);
         }
     }
-    let body = Replay { frames, rest: (!ended).then_some(body) };
-    let req = Request::from_parts(parts, body.map_err(BoxError::from).boxed());
+    // Frames after the first (a push's command list read ahead, then the rest as it comes).
+    let ahead: Vec<u8> = frames.iter().take(first).filter_map(|f| f.data_ref()).flatten().copied().collect();
+    let found = Arc::new(std::sync::Mutex::new(None));
+    let body = Scanned {
+        inner: Replay { frames, rest: (!ended).then_some(body) },
+        skip: first,
+        tail: ahead[ahead.len().saturating_sub(OVERLAP)..].to_vec(),
+        secrets: c.secrets.clone(),
+        host: c.host.clone(),
+        found: found.clone(),
+        on_found: Some(Box::new({
+            let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
+            let (method, path) = (method.clone(), path.clone());
+            move |m: &Misuse| {
+                let d = Denial {
+                    status: 403,
+                    reason: m.reason(&host, false),
+                    hint: m.hint(),
+                    ..Denial::default()
+                };
+                record(&state, &session, &host, port, &Asked { method: &method, path: &path }, &d);
+            }
+        })),
+        drained: None,
+    };
+    let req = Request::from_parts(parts, body.boxed());
     let mut sender = match c.sender().await {
         Ok(s) => s,
         Err(why) => return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}")),
     };
     let resp = sender.send_request(req).await;
     c.put_back(sender).await;
+    // A placeholder later in the body: the request was cut there (logged when it was found).
+    if let Some(m) = found.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return refusal(403, &m.hint());
+    }
     let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {

@@ -51,14 +51,21 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def handle_any(self):
+        import time
+        first_at, cut = None, False
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = b""
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                line = self.rfile.readline()
+                if not line:
+                    cut = True  # the connection ended inside the body
+                    break
+                size = int(line.split(b";")[0].strip(), 16)
                 if size == 0:
                     self.rfile.readline()
                     break
                 body += self.rfile.read(size)
+                first_at = first_at or time.time()
                 self.rfile.readline()
         else:
             n = int(self.headers.get("Content-Length") or 0)
@@ -71,9 +78,13 @@ class Handler(BaseHTTPRequestHandler):
             "target": self.path,
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body[:4096].decode("latin-1"),
+            "first_chunk_at": first_at,
+            "cut": cut,
         }
         with LOCK, open(LOG, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if cut:
+            return
         if self.path.startswith("/git/"):
             self.git(body)
         elif self.path.startswith("/basic.git") and "Authorization" not in self.headers:

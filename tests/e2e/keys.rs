@@ -359,3 +359,92 @@ curl -sS -D br-head.txt -o /dev/null -w 'br %{http_code}\n' -H "$b" "$u?br=1" > 
     assert!(log.contains("masked: the response carried the real value of ECHO_KEY"), "{log}");
     assert!(!log.contains(key), "the key in the gate's log");
 }
+
+/// A request body sent in 10-byte pieces with pauses, to a bound host: each piece reaches the
+/// server before the client sends the next (the gate does not wait for a KiB), and the server
+/// receives the whole body (the control). The placeholder of a secret bound elsewhere, later in
+/// such a body (split across two pieces), cuts the request there: the client gets 403, the
+/// server never receives it whole (nor a complete request), and the gate logs the attempt.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_body_streamed_in_pieces_passes_as_it_comes_and_a_placeholder_later_in_it_is_cut() {
+    let up = Upstream::start("");
+    let p = Project::new("streamed");
+    let mut config = String::new();
+    for n in ["api.bound.test", "api2.bound.test"] {
+        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
+    }
+    config += "secret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n";
+    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
+    p.config(&config);
+    let client = r#"
+import base64, http.client, os, ssl, sys, time, urllib.parse
+target, leak = sys.argv[1], sys.argv[2] == "leak"
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+auth = base64.b64encode(("%s:%s" % (urllib.parse.unquote(u.username), urllib.parse.unquote(u.password))).encode()).decode()
+c = http.client.HTTPSConnection(u.hostname, u.port, timeout=30, context=ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]))
+c.set_tunnel("api.bound.test", 443, headers={"Proxy-Authorization": "Basic " + auth})
+other = os.environ["OTHER_KEY"]
+def pieces():
+    yield b"0123456789"
+    for i in range(5):
+        time.sleep(0.6)
+        if i == 0:
+            open("sent2_at", "w").write(repr(time.time()))
+        if leak and i == 2:
+            yield other[:20].encode()
+            time.sleep(0.3)
+            yield other[20:].encode()
+        else:
+            yield b"abcdefghij"
+try:
+    c.request("POST", target, body=pieces(), encode_chunked=True, headers={"Authorization": "Bearer " + os.environ["API_KEY"]})
+    print("status", c.getresponse().status)
+except Exception as e:
+    print("error", type(e).__name__, e)
+"#;
+    std::fs::write(p.path("client.py"), client).unwrap();
+    chown_user(&p.path("client.py"));
+    let script =
+        "python3 client.py /streamed ok > ok.txt 2>&1; python3 client.py /streamed-leak leak > leak.txt 2>&1";
+    let out = spawn_sandbox_with_secret_env(
+        &p,
+        &["--", "sh", "-c", script],
+        &[("API_KEY", "sk-stream-REAL-1"), ("OTHER_KEY", "other-stream-REAL-2")],
+    )
+    .wait_with_output();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ok = std::fs::read_to_string(p.path("ok.txt")).unwrap_or_default();
+    let leak = std::fs::read_to_string(p.path("leak.txt")).unwrap_or_default();
+    let reqs = up.requests();
+    let at = |t: &str| reqs.iter().find(|r| r["target"] == t).cloned().unwrap_or_default();
+    // The control: the whole body arrived, with the real key in the header.
+    assert!(ok.contains("status 200"), "{ok}");
+    let streamed = at("/streamed");
+    assert_eq!(streamed["length"], 60, "{reqs:?}");
+    assert_eq!(streamed["headers"]["authorization"], "Bearer sk-stream-REAL-1");
+    // The first piece was at the server before the client sent the second.
+    let first_at = streamed["first_chunk_at"].as_f64().expect("the server's time of the first piece");
+    let sent2: f64 = std::fs::read_to_string(p.path("sent2_at")).unwrap().trim().parse().unwrap();
+    assert!(
+        first_at < sent2,
+        "the gate held the first piece until after the second was sent ({first_at} >= {sent2})"
+    );
+    // The placeholder later in a body, split across two pieces: cut there, 403, never at the server.
+    assert!(leak.contains("status 403"), "{leak}");
+    // What came before the placeholder's end went on (the first half of it, too: a piece that
+    // holds no whole placeholder is not held); the whole placeholder never did, and the server
+    // saw the request cut, not complete.
+    let cut = at("/streamed-leak");
+    let body = cut["body"].as_str().unwrap_or("");
+    let whole = body
+        .match_indices("aisb_placeholder_")
+        .any(|(i, p)| body[i + p.len()..].chars().take_while(char::is_ascii_hexdigit).count() >= 32);
+    assert!(!whole, "the whole placeholder reached the server: {cut}");
+    assert!(cut.is_null() || cut["cut"] == true, "the server got a whole request: {cut}");
+    let log = gate_log();
+    assert!(
+        log.contains("exfiltration attempt: the placeholder of OTHER_KEY sent to api.bound.test"),
+        "{log}"
+    );
+}
