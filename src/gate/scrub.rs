@@ -330,6 +330,7 @@ mod tests {
         assert_eq!(basic_token(b"Basic bWU6eA, other"), Some(b"bWU6eA".as_slice()));
         assert_eq!(basic_token(b"Bearer x"), None);
         assert_eq!(basic_token(b"Basic "), None);
+        assert_eq!(basic_token(b"Bas"), None);
     }
 
     #[test]

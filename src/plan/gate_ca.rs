@@ -37,6 +37,7 @@ pub(crate) const VARS: &[&str] = &[
     "DENO_CERT",
     "AWS_CA_BUNDLE",
     "CODEX_CA_CERTIFICATE",
+    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
     "NODE_EXTRA_CA_CERTS",
 ];
 
