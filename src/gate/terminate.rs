@@ -197,6 +197,32 @@ impl Body for Scanned {
     }
 }
 
+/// A request body's frames the gate read before the request goes upstream (replayed in front
+/// of the rest: `Replay`), and their bytes.
+#[derive(Default)]
+struct Ahead {
+    frames: VecDeque<Frame<Bytes>>,
+    seen: Vec<u8>,
+    ended: bool,
+}
+
+impl Ahead {
+    /// Reads one more frame (or the body's end); `Err` when the body broke off.
+    async fn one(&mut self, body: &mut Incoming) -> Result<(), ()> {
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Some(d) = f.data_ref() {
+                    self.seen.extend_from_slice(d);
+                }
+                self.frames.push_back(f);
+            }
+            Some(Err(_)) => return Err(()),
+            None => self.ended = true,
+        }
+        Ok(())
+    }
+}
+
 /// One terminated connection's context, shared by its requests.
 struct Conn {
     state: Arc<State>,
@@ -484,21 +510,14 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     // anything goes upstream; the rest is scanned as it streams (`Scanned`), so a client that
     // sends its body in pieces and waits for an answer is not held (ADR 0063).
     let (parts, mut body) = req.into_parts();
-    let (mut frames, mut seen, mut ended) = (VecDeque::new(), Vec::new(), false);
-    match body.frame().await {
-        Some(Ok(f)) => {
-            if let Some(d) = f.data_ref() {
-                seen.extend_from_slice(d);
-            }
-            frames.push_back(f);
-        }
-        Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
-        None => ended = true,
+    let mut ahead = Ahead::default();
+    if ahead.one(&mut body).await.is_err() {
+        return refusal(400, "ai-sandbox gate: the request body ended abruptly");
     }
-    if let Some(m) = c.secrets.misuse(&seen, Some(&c.host)) {
+    if let Some(m) = c.secrets.misuse(&ahead.seen, Some(&c.host)) {
         return c.misuse(&asked, &m);
     }
-    let first = frames.len();
+    let first = ahead.frames.len();
     // The host's rules, on the request's one spelling; what goes upstream is that spelling.
     let verdict = match decide::check_request(&c.session.policy(), &c.host, &method, &target) {
         Err(d) if d.askable => c.ask(&asked, &target, d).await,
@@ -520,23 +539,18 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     if let Some(patterns) = refs {
         let coded = parts.headers.get(hyper::header::CONTENT_ENCODING).is_some_and(|v| v != "identity");
         let cmds = loop {
-            match push::commands(&seen) {
+            match push::commands(&ahead.seen) {
                 _ if coded => break Err("it is compressed".to_string()),
                 Ok(Some(cmds)) => break Ok(cmds),
-                Ok(None) if ended => break Err("the body ended before its command list did".into()),
-                Ok(None) if seen.len() >= push::MOST => {
+                Ok(None) if ahead.ended => break Err("the body ended before its command list did".into()),
+                Ok(None) if ahead.seen.len() >= push::MOST => {
                     break Err("its command list is longer than 64 KiB".into());
                 }
-                Ok(None) => match body.frame().await {
-                    Some(Ok(f)) => {
-                        if let Some(d) = f.data_ref() {
-                            seen.extend_from_slice(d);
-                        }
-                        frames.push_back(f);
+                Ok(None) => {
+                    if ahead.one(&mut body).await.is_err() {
+                        return refusal(400, "ai-sandbox gate: the request body ended abruptly");
                     }
-                    Some(Err(_)) => return refusal(400, "ai-sandbox gate: the request body ended abruptly"),
-                    None => ended = true,
-                },
+                }
                 Err(why) => break Err(why),
             }
         };
@@ -549,8 +563,8 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             let Some(report) = push::report(&push, &r, &d.hint) else { return c.denied(&asked, &d) };
             // Read (and drop) what git is still sending, so that it reads the answer instead of
             // a reset; a pack larger than this gets the answer over a connection then closed.
-            let mut drained = seen.len();
-            while !ended && drained < DRAIN {
+            let mut drained = ahead.seen.len();
+            while !ahead.ended && drained < DRAIN {
                 match body.frame().await {
                     Some(Ok(f)) => drained += f.data_ref().map_or(0, |d| d.len()),
                     _ => break,
@@ -576,12 +590,13 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         }
     }
     // Frames after the first (a push's command list read ahead, then the rest as it comes).
-    let ahead: Vec<u8> = frames.iter().take(first).filter_map(|f| f.data_ref()).flatten().copied().collect();
+    let checked: Vec<u8> =
+        ahead.frames.iter().take(first).filter_map(|f| f.data_ref()).flatten().copied().collect();
     let found = Arc::new(std::sync::Mutex::new(None));
     let body = Scanned {
-        inner: Replay { frames, rest: (!ended).then_some(body) },
+        inner: Replay { frames: ahead.frames, rest: (!ahead.ended).then_some(body) },
         skip: first,
-        tail: ahead[ahead.len().saturating_sub(OVERLAP)..].to_vec(),
+        tail: checked[checked.len().saturating_sub(OVERLAP)..].to_vec(),
         secrets: c.secrets.clone(),
         host: c.host.clone(),
         found: found.clone(),

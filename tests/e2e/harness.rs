@@ -235,6 +235,18 @@ pub fn spawn_sandbox_with_secret_env(p: &Project, args: &[&str], secret_vars: &[
     Running { child: Some(child), done: p.path("done") }
 }
 
+/// `ai-sandbox watch` in the project, its input a pipe (keys), its output collected as it comes.
+pub fn spawn_watch(p: &Project) -> (Child, Arc<std::sync::Mutex<String>>) {
+    let mut w = user_command(&p.dir, &env().bin, &["watch"], &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = collect(w.stdout.take().unwrap());
+    (w, seen)
+}
+
 /// Everything `r` yields, as it comes, in a string another thread can look at (the reader holds
 /// the other reference until the end: `Arc::strong_count == 1` means all is there).
 pub fn collect(mut r: impl Read + Send + 'static) -> Arc<std::sync::Mutex<String>> {

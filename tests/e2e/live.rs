@@ -189,13 +189,7 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     let r = sandbox(&p, &["--", "sh", "-c", &format!("echo nowatch=$({code} http://later.test/)")], &[]);
     assert!(r.ok().stdout.contains("nowatch=403"), "no watcher: refused at once: {}{}", r.stdout, r.stderr);
 
-    let mut watch = user_command(&p.dir, &env().bin, &["watch"], &[])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let seen = collect(watch.stdout.take().unwrap());
+    let (mut watch, seen) = spawn_watch(&p);
     let has = |s: &str| seen.lock().unwrap().contains(s);
     assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
     let code = "curl -s -o /dev/null -w '%{http_code}' -m 90";
@@ -245,13 +239,7 @@ fn a_direct_refusal_is_shown_by_watch_and_kept_in_logs_after_the_sandbox_ends() 
     let holder = spawn_sandbox(&p, &["--", "sh", "-c", UNTIL_DONE]);
     let mut watch = None;
     for _ in 0..60 {
-        let mut w = user_command(&p.dir, &env().bin, &["watch"], &[])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let seen = collect(w.stdout.take().unwrap());
+        let (mut w, seen) = spawn_watch(&p);
         if wait_for(3, || seen.lock().unwrap().contains("watching")) {
             watch = Some((w, seen));
             break;

@@ -332,13 +332,7 @@ fn watch_announces_a_review_that_waits_with_its_commands() {
         e1.lock().unwrap(),
         e2.lock().unwrap()
     );
-    let mut watch = user_command(&p.dir, &env().bin, &["watch"], &[])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let seen = collect(watch.stdout.take().unwrap());
+    let (mut watch, seen) = spawn_watch(&p);
     let has = |s: &str| seen.lock().unwrap().contains(s);
     assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
     release(&p);
