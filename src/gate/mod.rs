@@ -31,6 +31,7 @@ pub(crate) mod splice;
 mod state;
 pub(crate) mod terminate;
 pub mod tls;
+pub(crate) mod ws;
 
 #[cfg(test)]
 mod tests;

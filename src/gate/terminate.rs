@@ -17,6 +17,7 @@ use super::response::{Decoder, Scrubbed, masked_reason};
 use super::scrub::{self, Coding, Scrubber};
 use super::secrets::{Misuse, Secrets};
 use super::state::{Entry, Session, State};
+use super::ws;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -695,11 +696,96 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         && let Some(client_upgrade) = client_upgrade
     {
         let server_upgrade = hyper::upgrade::on(&mut resp);
+        let text = |h| resp.headers().get(h).and_then(|v: &hyper::header::HeaderValue| v.to_str().ok());
+        let websocket = text(hyper::header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        let frames = websocket.then(|| ws::Frames::new(text(hyper::header::SEC_WEBSOCKET_EXTENSIONS)));
+        let found = {
+            let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
+            move |m: &Misuse| {
+                let d = Denial {
+                    status: 403,
+                    reason: format!(
+                        "{} (in a WebSocket message; the connection was closed)",
+                        m.reason(&host, false)
+                    ),
+                    hint: m.hint(),
+                    ..Denial::default()
+                };
+                record(&state, &session, &host, port, &Asked { method: &method, path: &path }, &d);
+            }
+        };
+        let (secrets, host) = (c.secrets.clone(), c.host.clone());
         tokio::spawn(async move {
             if let (Ok(a), Ok(b)) = (client_upgrade.await, server_upgrade.await) {
-                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b)).await;
+                let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
+                match frames {
+                    Some(frames) => websocket_relay(a, b, frames, &secrets, &host, found).await,
+                    None => {
+                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                    }
+                }
             }
         });
     }
     resp.map(|b| b.map_err(BoxError::from).boxed())
+}
+
+/// A WebSocket through a terminated host: the server's side relayed as it is; the client's
+/// read frame by frame (`ws::Frames`: unmasked, inflated) for the placeholders of secrets bound
+/// elsewhere, with the bytes before each piece (a placeholder split across frames or messages is
+/// seen). One found: the piece is not sent, the attempt is logged, both connections close.
+/// Framing that does not parse closes them too: what cannot be read is not relayed.
+async fn websocket_relay<A, B>(
+    a: A,
+    b: B,
+    mut frames: ws::Frames,
+    secrets: &Secrets,
+    host: &str,
+    found: impl FnOnce(&Misuse),
+) where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let up = async {
+        let (mut buf, mut tail) = (vec![0u8; 16 << 10], Vec::new());
+        loop {
+            let n = ar.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                let _ = bw.shutdown().await;
+                return Ok(());
+            }
+            let plain = frames.feed(&buf[..n]).map_err(|_| None)?;
+            let seen = [tail.as_slice(), &plain].concat();
+            if let Some(m) = secrets.misuse(&seen, Some(host)) {
+                return Err(Some(m));
+            }
+            tail = seen[seen.len().saturating_sub(OVERLAP)..].to_vec();
+            if bw.write_all(&buf[..n]).await.is_err() {
+                return Ok(());
+            }
+        }
+    };
+    let down = async {
+        let _ = tokio::io::copy(&mut br, &mut aw).await;
+        let _ = aw.shutdown().await;
+    };
+    tokio::pin!(up, down);
+    let mut down_done = false;
+    loop {
+        tokio::select! {
+            r = &mut up => {
+                match r {
+                    Err(Some(m)) => found(&m),
+                    Err(None) => {}
+                    Ok(()) if !down_done => (&mut down).await,
+                    Ok(()) => {}
+                }
+                return;
+            }
+            () = &mut down, if !down_done => down_done = true,
+        }
+    }
 }

@@ -7,6 +7,8 @@ headers, the body's length and first 4 KiB, the client's port), so a test can sa
 - /basic.git/...: 401 asking for Basic credentials when none came (git sends them then);
 - /git/REPO/...: `git http-backend` over ECHO_GIT_ROOT, for the token in ECHO_GIT_TOKEN_FILE;
 - GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
+- GET /ws (WebSocket upgrade; permessage-deflate when offered): each whole message the server
+  reads is logged (`ws`: its text) and answered `got N`;
 - GET /echo-headers: 200 with every request header in the body, as sent and percent-encoded
   (`?gzip=1`: gzip-compressed whether asked for or not; `?split=N`: chunked in N-byte pieces;
   `?br=1`: claims a br-encoded body);
@@ -91,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(401, b"who?\n", [("WWW-Authenticate", 'Basic realm="e2e"')])
         elif self.path == "/echo-auth":
             self.reply(200, b"echoed\n", [("X-Echo", self.headers.get("Authorization", ""))])
+        elif self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            self.websocket()
         elif self.path.startswith("/echo-headers"):
             self.echo_headers()
         elif self.path == "/ack":
@@ -108,6 +112,53 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         else:
             self.reply(200, ("ok %s\n" % self.headers.get("Host", "")).encode())
+
+    def websocket(self):
+        import hashlib
+        import zlib
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        deflate = "permessage-deflate" in self.headers.get("Sec-WebSocket-Extensions", "")
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        if deflate:
+            self.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        inflater, parts, compressed, count = zlib.decompressobj(-15), [], False, 0
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            fin, rsv1, op, n = head[0] & 0x80, head[0] & 0x40, head[0] & 0x0F, head[1] & 0x7F
+            if n == 126:
+                n = int.from_bytes(self.rfile.read(2), "big")
+            elif n == 127:
+                n = int.from_bytes(self.rfile.read(8), "big")
+            mask = self.rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
+            if op == 8:
+                return
+            if op >= 8:
+                continue
+            if op != 0:
+                compressed = bool(rsv1)
+            parts.append(data)
+            if not fin:
+                continue
+            message = b"".join(parts)
+            parts = []
+            if compressed:
+                message = inflater.decompress(message + b"\0\0\xff\xff")
+            count += 1
+            with LOCK, open(LOG, "a") as f:
+                f.write(json.dumps({"ws": message.decode("latin-1")}) + "\n")
+            reply = ("got %d" % count).encode()
+            self.wfile.write(bytes([0x81, len(reply)]) + reply)
+            self.wfile.flush()
 
     def echo_headers(self):
         import gzip

@@ -448,3 +448,92 @@ except Exception as e:
         "{log}"
     );
 }
+
+/// A WebSocket to a bound host: a message gets through and is answered (the control, plain and
+/// compressed); the placeholder of a secret bound elsewhere in a masked message split across
+/// fragments, or in a permessage-deflate message, closes the connection, never reaches the
+/// server, and is logged as an exfiltration attempt.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_placeholder_sent_over_a_websocket_to_another_host_closes_it() {
+    let up = Upstream::start("");
+    let p = Project::new("wsleak");
+    let mut config = String::new();
+    for n in ["api.bound.test", "api2.bound.test"] {
+        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
+    }
+    config += "secret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n";
+    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
+    p.config(&config);
+    let client = r#"
+import base64, os, socket, ssl, sys, urllib.parse, zlib
+def connect(deflate):
+    u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+    s = socket.create_connection((u.hostname, u.port), timeout=20)
+    auth = base64.b64encode(("%s:%s" % (urllib.parse.unquote(u.username), urllib.parse.unquote(u.password))).encode()).decode()
+    s.sendall(("CONNECT api.bound.test:443 HTTP/1.1\r\nHost: api.bound.test:443\r\nProxy-Authorization: Basic %s\r\n\r\n" % auth).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname="api.bound.test")
+    ext = "Sec-WebSocket-Extensions: permessage-deflate\r\n" if deflate else ""
+    t.sendall(("GET /ws HTTP/1.1\r\nHost: api.bound.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n%s\r\n" % ext).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += t.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return t
+def frame(fin, rsv1, op, data, key=b"\x37\xfa\x21\x3d"):
+    n = len(data)
+    h = bytes([(0x80 if fin else 0) | (0x40 if rsv1 else 0) | op])
+    h += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    return h + key + bytes(b ^ key[i % 4] for i, b in enumerate(data))
+def answer(t):
+    try:
+        got = t.recv(64)
+        return got[2:].decode() if got else "closed"
+    except (OSError, ssl.SSLError):
+        return "closed"
+other = os.environ["OTHER_KEY"].encode()
+t = connect(False)
+t.sendall(frame(True, False, 1, b"hello control"))
+print("plain", answer(t))
+t.sendall(frame(False, False, 1, b"x " + other[:20]) + frame(True, False, 0, other[20:] + b" y", b"\x01\x02\x03\x04"))
+print("fragmented", answer(t))
+t = connect(True)
+c = zlib.compressobj(wbits=-15)
+def packed(text):
+    return (c.compress(text) + c.flush(zlib.Z_SYNC_FLUSH))[:-4]
+t.sendall(frame(True, True, 1, packed(b"deflated control")))
+print("deflated", answer(t))
+t.sendall(frame(True, True, 1, packed(b"key: " + other)))
+print("deflated-leak", answer(t))
+"#;
+    std::fs::write(p.path("ws.py"), client).unwrap();
+    chown_user(&p.path("ws.py"));
+    const ATTEMPT: &str = "the placeholder of OTHER_KEY sent to api.bound.test (in a WebSocket message";
+    let before = gate_log().matches(ATTEMPT).count();
+    let out = spawn_sandbox_with_secret_env(
+        &p,
+        &["--", "sh", "-c", "python3 ws.py > ws.txt 2>&1"],
+        &[("API_KEY", "sk-ws-REAL-1"), ("OTHER_KEY", "other-ws-REAL-2")],
+    )
+    .wait_with_output();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = std::fs::read_to_string(p.path("ws.txt")).unwrap_or_default();
+    // The controls: a plain and a compressed message reach the server and are answered.
+    assert!(said.contains("plain got 1") && said.contains("deflated got 1"), "{said}");
+    // The placeholder: the connection closes, no answer.
+    assert!(said.contains("fragmented closed") && said.contains("deflated-leak closed"), "{said}");
+    let messages: Vec<String> =
+        up.requests().iter().filter_map(|r| r["ws"].as_str().map(String::from)).collect();
+    assert!(messages.contains(&"hello control".to_string()), "{messages:?}");
+    assert!(messages.contains(&"deflated control".to_string()), "{messages:?}");
+    assert!(
+        !messages.iter().any(|m| m.contains("aisb_placeholder_")),
+        "the server read the placeholder: {messages:?}"
+    );
+    let log = gate_log();
+    assert_eq!(log.matches(ATTEMPT).count() - before, 2, "{log}");
+}
