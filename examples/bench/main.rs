@@ -429,7 +429,7 @@ fn main() {
 }
 
 /// The work a push limited by ref adds at the gate: the command list read and each ref matched
-/// (`gate::push`), for a push of 1 ref and of 600 (the most the gate reads), median of 1,001.
+/// (`gate::push`), for a push of 1 ref and of 600 (past the 64 KiB the gate reads), median of 1,001.
 fn push_check() {
     let patterns = vec!["refs/heads/agent/*".to_string(), "refs/tags/v*".to_string()];
     for refs in [1usize, 600] {

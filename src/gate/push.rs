@@ -32,7 +32,8 @@ pub struct Push {
     pub(crate) caps: Vec<String>,
 }
 
-/// The longest command list the gate reads before it refuses a push (64 KiB: about 600 refs).
+/// The longest command list the gate reads before it refuses a push (64 KiB: some 550 refs
+/// named like `refs/heads/agent/branch-0001`).
 pub(crate) const MOST: usize = 64 << 10;
 
 /// The command list in the first bytes of a receive-pack body: `Ok(None)` while its end (the
@@ -238,6 +239,22 @@ mod tests {
             (push.cmds[0].name.as_slice(), push.caps.as_slice()),
             (b"refs/heads/agent/z".as_slice(), ["caps".to_string()].as_slice())
         );
+    }
+
+    #[test]
+    fn the_most_the_gate_reads_holds_some_550_refs() {
+        let list = |n: usize| {
+            body(
+                &(0..n)
+                    .map(|i| format!("{A} {B} refs/heads/agent/branch-{i:04}\n"))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert!(list(550).len() <= MOST, "{}", list(550).len());
+        assert!(list(600).len() > MOST, "{}", list(600).len());
     }
 
     #[test]
