@@ -698,20 +698,12 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         let server_upgrade = hyper::upgrade::on(&mut resp);
         let text = |h| resp.headers().get(h).and_then(|v: &hyper::header::HeaderValue| v.to_str().ok());
         let websocket = text(hyper::header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
-        let frames = websocket.then(|| ws::Frames::new(text(hyper::header::SEC_WEBSOCKET_EXTENSIONS)));
-        let found = {
+        let ext = text(hyper::header::SEC_WEBSOCKET_EXTENSIONS);
+        let frames = websocket.then(|| (ws::Frames::new(ext, true), ws::Frames::new(ext, false)));
+        let log = {
             let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
-            move |m: &Misuse| {
-                let d = Denial {
-                    status: 403,
-                    reason: format!(
-                        "{} (in a WebSocket message; the connection was closed)",
-                        m.reason(&host, false)
-                    ),
-                    hint: m.hint(),
-                    ..Denial::default()
-                };
-                record(&state, &session, &host, port, &Asked { method: &method, path: &path }, &d);
+            move |d: &Denial| {
+                record(&state, &session, &host, port, &Asked { method: &method, path: &path }, d)
             }
         };
         let (secrets, host) = (c.secrets.clone(), c.host.clone());
@@ -719,7 +711,12 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             if let (Ok(a), Ok(b)) = (client_upgrade.await, server_upgrade.await) {
                 let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
                 match frames {
-                    Some(frames) => websocket_relay(a, b, frames, &secrets, &host, found).await,
+                    Some((up, down)) => {
+                        let watch = WsWatch { up, down, secrets, host, scrub };
+                        if let Some(d) = watch.relay(a, b).await {
+                            log(&d);
+                        }
+                    }
                     None => {
                         let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
                     }
@@ -730,62 +727,110 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     resp.map(|b| b.map_err(BoxError::from).boxed())
 }
 
-/// A WebSocket through a terminated host: the server's side relayed as it is; the client's
-/// read frame by frame (`ws::Frames`: unmasked, inflated) for the placeholders of secrets bound
-/// elsewhere, with the bytes before each piece (a placeholder split across frames or messages is
-/// seen). One found: the piece is not sent, the attempt is logged, both connections close.
-/// Framing that does not parse closes them too: what cannot be read is not relayed.
-async fn websocket_relay<A, B>(
-    a: A,
-    b: B,
-    mut frames: ws::Frames,
-    secrets: &Secrets,
-    host: &str,
-    found: impl FnOnce(&Misuse),
-) where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+/// A WebSocket through a terminated host, both directions read frame by frame (`ws::Frames`:
+/// unmasked, inflated) with the bytes before each piece (a value split across frames or
+/// messages is seen): the client's for the placeholders of secrets bound elsewhere, the
+/// server's for the real values of this host's secrets in any spelling `scrub` knows (a server
+/// that echoes the upgrade request's credentials). One found: the piece is not sent, both
+/// connections close, and the refusal is returned for the log. Framing that does not parse
+/// closes them too: what cannot be read is not relayed.
+struct WsWatch {
+    up: ws::Frames,
+    down: ws::Frames,
+    secrets: Secrets,
+    host: String,
+    scrub: Scrubber,
+}
+
+/// Why a WebSocket direction stopped.
+enum Stop {
+    Ended,
+    Unreadable,
+    Refused(Denial),
+}
+
+impl WsWatch {
+    async fn relay<A, B>(self, a: A, b: B) -> Option<Denial>
+    where
+        A: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + AsyncWrite + Unpin,
+    {
+        let WsWatch { mut up, mut down, secrets, host, mut scrub } = self;
+        let (mut ar, mut aw) = tokio::io::split(a);
+        let (mut br, mut bw) = tokio::io::split(b);
+        let to_server = pump(&mut ar, &mut bw, &mut up, OVERLAP, |seen| {
+            secrets.misuse(seen, Some(&host)).map(|m| Denial {
+                status: 403,
+                reason: format!(
+                    "{} (in a WebSocket message; the connection was closed)",
+                    m.reason(&host, false)
+                ),
+                hint: m.hint(),
+                ..Denial::default()
+            })
+        });
+        // The values may be long and spelled three bytes a character: a wider seam.
+        let to_client = pump(&mut br, &mut aw, &mut down, 16 << 10, |seen| {
+            scrub.whole(seen).map(|_| {
+                let names: Vec<String> = scrub.replaced().into_iter().map(|(n, _)| n).collect();
+                Denial {
+                    status: 502,
+                    reason: format!(
+                        "a WebSocket message from {host} carried the real value of {}; the connection was closed",
+                        names.join(", ")
+                    ),
+                    ..Denial::default()
+                }
+            })
+        });
+        tokio::pin!(to_server, to_client);
+        // A side that ended lets the other finish (a close frame, the last answer); a refusal
+        // or framing that does not parse ends both (returning drops the connections).
+        let (stop, rest) = tokio::select! {
+            s = &mut to_server => (s, true),
+            s = &mut to_client => (s, false),
+        };
+        let stop = match stop {
+            Stop::Ended if rest => (&mut to_client).await,
+            Stop::Ended => (&mut to_server).await,
+            other => other,
+        };
+        match stop {
+            Stop::Refused(d) => Some(d),
+            Stop::Ended | Stop::Unreadable => None,
+        }
+    }
+}
+
+/// Relays one direction of a WebSocket, each read's payload (with `seam` bytes before it)
+/// shown to `bad` before the read goes on.
+async fn pump<R, W>(
+    r: &mut R,
+    w: &mut W,
+    frames: &mut ws::Frames,
+    seam: usize,
+    mut bad: impl FnMut(&[u8]) -> Option<Denial>,
+) -> Stop
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut ar, mut aw) = tokio::io::split(a);
-    let (mut br, mut bw) = tokio::io::split(b);
-    let up = async {
-        let (mut buf, mut tail) = (vec![0u8; 16 << 10], Vec::new());
-        loop {
-            let n = ar.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                let _ = bw.shutdown().await;
-                return Ok(());
-            }
-            let plain = frames.feed(&buf[..n]).map_err(|_| None)?;
-            let seen = [tail.as_slice(), &plain].concat();
-            if let Some(m) = secrets.misuse(&seen, Some(host)) {
-                return Err(Some(m));
-            }
-            tail = seen[seen.len().saturating_sub(OVERLAP)..].to_vec();
-            if bw.write_all(&buf[..n]).await.is_err() {
-                return Ok(());
-            }
-        }
-    };
-    let down = async {
-        let _ = tokio::io::copy(&mut br, &mut aw).await;
-        let _ = aw.shutdown().await;
-    };
-    tokio::pin!(up, down);
-    let mut down_done = false;
+    let (mut buf, mut tail) = (vec![0u8; 16 << 10], Vec::new());
     loop {
-        tokio::select! {
-            r = &mut up => {
-                match r {
-                    Err(Some(m)) => found(&m),
-                    Err(None) => {}
-                    Ok(()) if !down_done => (&mut down).await,
-                    Ok(()) => {}
-                }
-                return;
-            }
-            () = &mut down, if !down_done => down_done = true,
+        let n = r.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Stop::Ended;
+        }
+        let Ok(plain) = frames.feed(&buf[..n]) else { return Stop::Unreadable };
+        let seen = [tail.as_slice(), &plain].concat();
+        if let Some(d) = bad(&seen) {
+            return Stop::Refused(d);
+        }
+        tail = seen[seen.len().saturating_sub(seam)..].to_vec();
+        if w.write_all(&buf[..n]).await.is_err() {
+            return Stop::Ended;
         }
     }
 }

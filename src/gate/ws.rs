@@ -1,8 +1,8 @@
-//! What a client sends over a WebSocket to a host whose TLS the gate opens, the pure part: the
+//! What goes over a WebSocket to and from a host whose TLS the gate opens, the pure part: the
 //! frames read as they stream (RFC 6455: header, mask, payload; fragments; control frames) and
 //! the messages' payload handed back unmasked and, with `permessage-deflate` (RFC 7692),
 //! inflated, so that `terminate` can look for the placeholders of secrets bound elsewhere in
-//! what the server would read. The bytes themselves go on as the client sent them; nothing is
+//! what the server would read, and for the real values of this host's in what the client would. The bytes themselves go on as the client sent them; nothing is
 //! re-framed. A stream that is not WebSocket framing is an error (the relay then stops).
 
 use flate2::{Decompress, FlushDecompress};
@@ -38,20 +38,22 @@ pub(crate) struct Frames {
 }
 
 impl Frames {
-    /// For the extensions the server agreed to (its `Sec-WebSocket-Extensions`, if any).
-    pub(crate) fn new(extensions: Option<&str>) -> Frames {
+    /// One direction (`client`: what the client sends; else what the server sends), for the
+    /// extensions the server agreed to (its `Sec-WebSocket-Extensions`, if any).
+    pub(crate) fn new(extensions: Option<&str>, client: bool) -> Frames {
         let ext = extensions.unwrap_or("").to_ascii_lowercase();
         let deflate = ext.split(',').any(|e| e.trim().starts_with("permessage-deflate"));
+        let reset = if client { "client_no_context_takeover" } else { "server_no_context_takeover" };
         Frames {
             state: State::Head(Vec::new()),
             deflate,
-            reset_each: deflate && ext.contains("client_no_context_takeover"),
+            reset_each: deflate && ext.contains(reset),
             inflater: Decompress::new(false),
             compressed: false,
         }
     }
 
-    /// The payload bytes `bytes` carries, as the server will read them (unmasked, inflated).
+    /// The payload bytes `bytes` carries, as the other side will read them (unmasked, inflated).
     pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
@@ -218,7 +220,7 @@ mod tests {
         bytes.extend(frame(true, false, 2, &vec![b'x'; 70000], key));
         bytes.extend(frame(true, false, 2, &[], key));
         for step in [1, 3, 7, 4096, bytes.len()] {
-            let mut f = Frames::new(None);
+            let mut f = Frames::new(None, true);
             let out = feed_all(&mut f, &bytes, step);
             assert_eq!(out.len(), 6 + 4 + 5 + 70000, "step {step}");
             assert!(out.starts_with(b"hello pingworld"), "step {step}");
@@ -244,17 +246,29 @@ mod tests {
                     c.reset();
                 }
             }
-            let mut f = Frames::new(Some(agreed));
+            let mut f = Frames::new(Some(agreed), true);
             let out = feed_all(&mut f, &bytes, 5);
             assert_eq!(out, text.repeat(3), "{agreed}");
         }
+        // The server's direction: unmasked frames, its own takeover setting.
+        let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+        let mut server = Vec::new();
+        for _ in 0..2 {
+            let packed = deflate(&mut c, text);
+            server.extend([0x81 | 0x40, 126]);
+            server.extend((packed.len() as u16).to_be_bytes());
+            server.extend(&packed);
+            c.reset();
+        }
+        let agreed = "permessage-deflate; server_no_context_takeover";
+        assert_eq!(feed_all(&mut Frames::new(Some(agreed), false), &server, 9), text.repeat(2));
         // A compressed frame where deflate was not agreed, RSV1 on a continuation: errors.
-        let mut f = Frames::new(None);
+        let mut f = Frames::new(None, true);
         assert!(f.feed(&frame(true, true, 1, b"x", key)).is_err());
-        let mut f = Frames::new(Some("permessage-deflate"));
+        let mut f = Frames::new(Some("permessage-deflate"), true);
         f.feed(&frame(false, false, 1, b"x", key)).unwrap();
         assert!(f.feed(&frame(true, true, 0, b"y", key)).is_err());
-        assert!(Frames::new(None).feed(&frame(false, false, 9, b"p", key)).is_err());
+        assert!(Frames::new(None, true).feed(&frame(false, false, 9, b"p", key)).is_err());
     }
 
     #[test]
@@ -264,7 +278,7 @@ mod tests {
             e.write_all(&vec![0u8; 1 << 20]).unwrap();
         }
         let packed = e.finish().unwrap();
-        let mut f = Frames::new(Some("permessage-deflate"));
+        let mut f = Frames::new(Some("permessage-deflate"), true);
         let got = f.feed(&frame(true, true, 2, &packed, [0; 4]));
         assert!(got.unwrap_err().contains("64 MiB"));
     }

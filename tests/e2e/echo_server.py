@@ -8,7 +8,8 @@ headers, the body's length and first 4 KiB, the client's port), so a test can sa
 - /git/REPO/...: `git http-backend` over ECHO_GIT_ROOT, for the token in ECHO_GIT_TOKEN_FILE;
 - GET /echo-auth: 200 with the request's Authorization header sent back as `X-Echo`;
 - GET /ws (WebSocket upgrade; permessage-deflate when offered): each whole message the server
-  reads is logged (`ws`: its text) and answered `got N`;
+  reads is logged (`ws`: its text) and answered `got N`, or, for `echo-headers`, with the
+  upgrade request's headers;
 - GET /echo-headers: 200 with every request header in the body, as sent and percent-encoded
   (`?gzip=1`: gzip-compressed whether asked for or not; `?split=N`: chunked in N-byte pieces;
   `?br=1`: claims a br-encoded body);
@@ -157,7 +158,10 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK, open(LOG, "a") as f:
                 f.write(json.dumps({"ws": message.decode("latin-1")}) + "\n")
             reply = ("got %d" % count).encode()
-            self.wfile.write(bytes([0x81, len(reply)]) + reply)
+            if message == b"echo-headers":
+                reply = "".join("%s: %s\n" % kv for kv in self.headers.items()).encode()
+            size = bytes([len(reply)]) if len(reply) < 126 else bytes([126]) + len(reply).to_bytes(2, "big")
+            self.wfile.write(bytes([0x81]) + size + reply)
             self.wfile.flush()
 
     def echo_headers(self):

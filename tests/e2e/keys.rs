@@ -452,10 +452,11 @@ except Exception as e:
 /// A WebSocket to a bound host: a message gets through and is answered (the control, plain and
 /// compressed); the placeholder of a secret bound elsewhere in a masked message split across
 /// fragments, or in a permessage-deflate message, closes the connection, never reaches the
-/// server, and is logged as an exfiltration attempt.
+/// server, and is logged as an exfiltration attempt; a server that sends the real key back over
+/// the socket has the connection closed before the client reads it.
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
-fn a_placeholder_sent_over_a_websocket_to_another_host_closes_it() {
+fn a_websocket_carries_neither_another_hosts_placeholder_out_nor_the_real_key_back() {
     let up = Upstream::start("");
     let p = Project::new("wsleak");
     let mut config = String::new();
@@ -467,7 +468,7 @@ fn a_placeholder_sent_over_a_websocket_to_another_host_closes_it() {
     p.config(&config);
     let client = r#"
 import base64, os, socket, ssl, sys, urllib.parse, zlib
-def connect(deflate):
+def connect(deflate, auth_header=""):
     u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
     s = socket.create_connection((u.hostname, u.port), timeout=20)
     auth = base64.b64encode(("%s:%s" % (urllib.parse.unquote(u.username), urllib.parse.unquote(u.password))).encode()).decode()
@@ -478,7 +479,7 @@ def connect(deflate):
     t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname="api.bound.test")
     ext = "Sec-WebSocket-Extensions: permessage-deflate\r\n" if deflate else ""
     t.sendall(("GET /ws HTTP/1.1\r\nHost: api.bound.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n%s\r\n" % ext).encode())
+               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n%s%s\r\n" % (ext, auth_header)).encode())
     head = b""
     while b"\r\n\r\n" not in head:
         head += t.recv(1)
@@ -509,6 +510,20 @@ t.sendall(frame(True, True, 1, packed(b"deflated control")))
 print("deflated", answer(t))
 t.sendall(frame(True, True, 1, packed(b"key: " + other)))
 print("deflated-leak", answer(t))
+t = connect(False, "Authorization: Bearer %s\r\n" % os.environ["API_KEY"])
+t.sendall(frame(True, False, 1, b"echo control"))
+print("echo-control", answer(t))
+t.sendall(frame(True, False, 1, b"echo-headers"))
+got = b""
+try:
+    while True:
+        b = t.recv(4096)
+        if not b:
+            break
+        got += b
+except (OSError, ssl.SSLError):
+    pass
+print("echoed", len(got), "real" if b"sk-ws-REAL-1" in got else "no-real")
 "#;
     std::fs::write(p.path("ws.py"), client).unwrap();
     chown_user(&p.path("ws.py"));
@@ -526,6 +541,16 @@ print("deflated-leak", answer(t))
     assert!(said.contains("plain got 1") && said.contains("deflated got 1"), "{said}");
     // The placeholder: the connection closes, no answer.
     assert!(said.contains("fragmented closed") && said.contains("deflated-leak closed"), "{said}");
+    // A server that sends back the upgrade's credentials: the connection closes before the
+    // client reads the real key (control: the same connection answered before; the server got
+    // the real key in the upgrade request).
+    assert!(said.contains("echo-control got 1") && said.contains("echoed 0 no-real"), "{said}");
+    let upgrade =
+        up.requests().into_iter().find(|r| r["target"] == "/ws" && r["headers"]["authorization"].is_string());
+    assert_eq!(
+        upgrade.map(|r| r["headers"]["authorization"].clone()),
+        Some(serde_json::json!("Bearer sk-ws-REAL-1"))
+    );
     let messages: Vec<String> =
         up.requests().iter().filter_map(|r| r["ws"].as_str().map(String::from)).collect();
     assert!(messages.contains(&"hello control".to_string()), "{messages:?}");
@@ -536,4 +561,8 @@ print("deflated-leak", answer(t))
     );
     let log = gate_log();
     assert_eq!(log.matches(ATTEMPT).count() - before, 2, "{log}");
+    assert!(
+        log.contains("a WebSocket message from api.bound.test carried the real value of API_KEY"),
+        "{log}"
+    );
 }
