@@ -263,6 +263,11 @@ mod tests {
         assert!(commands(b"0002").is_err());
         assert!(commands(&body(&[&format!("{A} {B}\n")])).is_err());
         assert!(commands(&body(&[&format!("{A} xyz refs/heads/a\n")])).is_err());
+        // An id must be both: 40 or 64 characters, and hex.
+        let g40 = "g".repeat(40);
+        assert!(commands(&body(&[&format!("{A} {g40} refs/heads/a\n")])).is_err());
+        let short = "1".repeat(39);
+        assert!(commands(&body(&[&format!("{A} {short} refs/heads/a\n")])).is_err());
         assert!(commands(&body(&[&format!("{A} {B} \n")])).is_err());
         assert!(commands(&body(&["push-cert\0caps\n"])).unwrap_err().contains("signed push"));
         assert!(commands(b"00+1").is_err());
