@@ -345,13 +345,32 @@ mod tests {
             "blocked by ai-sandbox: this push updates refs/heads/main; to allow it, add \"rule = git.test git-push /acme/r.git refs/heads/main\" to /p/.ai-sandbox/config"
         );
         assert_eq!((d.status, d.askable), (403, false));
-        assert_eq!(d.reason, "the push updates refs/heads/main, which no push rule for git.test /acme/r.git names");
+        assert_eq!(
+            d.reason,
+            "the push updates refs/heads/main, which no push rule for git.test /acme/r.git names"
+        );
         assert_eq!(d.path.as_deref(), Some("/acme/r.git/git-receive-pack"));
         let del = denial(&Refused { deletion: true, ..update }, "git.test", "/git-receive-pack", "/p/c");
         assert_eq!(del.allow, None);
         assert_eq!((del.status, del.path.as_deref()), (403, Some("/git-receive-pack")));
         assert_eq!(del.reason, "the push deletes refs/heads/main, and a push limited by ref never deletes");
         assert!(del.hint.contains("this push deletes refs/heads/main") && del.hint.contains("never delete"));
+        // A push whose refs cannot be read: refused, saying why, for the log's path.
+        let u = unreadable("it is compressed", "/r/git-receive-pack");
+        assert_eq!(
+            (u.status, u.path.as_deref(), u.allow.as_deref()),
+            (403, Some("/r/git-receive-pack"), None)
+        );
+        assert_eq!(
+            u.reason,
+            "a push limited by ref whose command list the gate cannot read: it is compressed"
+        );
+        assert!(
+            u.hint.starts_with("blocked by ai-sandbox: the push rules for this repository name the refs")
+                && u.hint.ends_with("(it is compressed)"),
+            "{}",
+            u.hint
+        );
         // The ref is the sandbox's bytes: printed escaped.
         let odd = Refused { name: "refs/heads/\u{1b}]0;x".into(), deletion: false };
         assert!(denial(&odd, "g.test", "/r/git-receive-pack", "/c").hint.contains("refs/heads/\\e]0;x"));
