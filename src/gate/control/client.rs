@@ -80,10 +80,20 @@ fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd
 #[error("the gate closed the connection before replying")]
 struct HungUp;
 
-/// One request to a running gate (`None` when no gate runs).
+/// How long a one-shot request waits for the gate: a gate that is stopped or stuck must not
+/// hold up what asked (the launcher's exit among them), which then goes on without the answer.
+const CALL_WAIT: Duration = Duration::from_secs(5);
+
+/// One request to a running gate (`None` when no gate runs; an error when it does not answer
+/// within `CALL_WAIT`).
 pub fn call(dir: &Path, req: &Request) -> anyhow::Result<Option<Reply>> {
     match UnixStream::connect(socket_path(dir)) {
-        Ok(mut s) => match send(&mut s, req) {
+        Ok(mut s) => match s
+            .set_read_timeout(Some(CALL_WAIT))
+            .and_then(|()| s.set_write_timeout(Some(CALL_WAIT)))
+            .map_err(|e| Failed::Refused(e.into()))
+            .and_then(|()| send(&mut s, req))
+        {
             Ok((r, _)) => Ok(Some(r)),
             Err(Failed::Going(_)) => Ok(None),
             Err(Failed::Refused(e)) => Err(e),
@@ -188,4 +198,19 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
         .with_context(|| format!("starting the gate ({})", self_exe.display()))?;
     crate::sys::process::reap_later(child);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_gate_that_never_answers_does_not_hold_up_a_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(super::socket_path(dir.path())).unwrap();
+        // Accepts and reads, never answers (a stopped gate's socket still accepts).
+        let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        // Without the wait's end this call would block for ever (and the test with it).
+        let got = super::call(dir.path(), &crate::contract::control::Request::Status);
+        assert!(got.is_err(), "{got:?}");
+        drop(held.join());
+    }
 }
