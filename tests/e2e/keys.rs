@@ -360,6 +360,21 @@ curl -sS -D br-head.txt -o /dev/null -w 'br %{http_code}\n' -H "$b" "$u?br=1" > 
     assert!(!log.contains(key), "the key in the gate's log");
 }
 
+/// A project whose API_KEY is bound to api.bound.test and OTHER_KEY to api2.bound.test, both
+/// served by a fresh echo server.
+fn two_bound_hosts(name: &str) -> (Upstream, Project) {
+    let up = Upstream::start("");
+    let p = Project::new(name);
+    let mut config = String::new();
+    for n in ["api.bound.test", "api2.bound.test"] {
+        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
+    }
+    config += "secret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n";
+    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
+    p.config(&config);
+    (up, p)
+}
+
 /// A request body sent in 10-byte pieces with pauses, to a bound host: each piece reaches the
 /// server before the client sends the next (the gate does not wait for a KiB), and the server
 /// receives the whole body (the control). The placeholder of a secret bound elsewhere, later in
@@ -368,15 +383,7 @@ curl -sS -D br-head.txt -o /dev/null -w 'br %{http_code}\n' -H "$b" "$u?br=1" > 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_body_streamed_in_pieces_passes_as_it_comes_and_a_placeholder_later_in_it_is_cut() {
-    let up = Upstream::start("");
-    let p = Project::new("streamed");
-    let mut config = String::new();
-    for n in ["api.bound.test", "api2.bound.test"] {
-        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
-    }
-    config += "secret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n";
-    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
-    p.config(&config);
+    let (up, p) = two_bound_hosts("streamed");
     let client = r#"
 import base64, http.client, os, ssl, sys, time, urllib.parse
 target, leak = sys.argv[1], sys.argv[2] == "leak"
@@ -457,15 +464,7 @@ except Exception as e:
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_websocket_carries_neither_another_hosts_placeholder_out_nor_the_real_key_back() {
-    let up = Upstream::start("");
-    let p = Project::new("wsleak");
-    let mut config = String::new();
-    for n in ["api.bound.test", "api2.bound.test"] {
-        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
-    }
-    config += "secret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n";
-    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
-    p.config(&config);
+    let (up, p) = two_bound_hosts("wsleak");
     let client = r#"
 import base64, os, socket, ssl, sys, urllib.parse, zlib
 def connect(deflate, auth_header=""):
