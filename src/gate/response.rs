@@ -10,6 +10,17 @@ use std::task::{Context, Poll};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Every value of `headers` with the spellings `scrub` knows replaced (a value that would not
+/// be a header value after it is emptied: a bound value is never left in place).
+pub(crate) fn mask_headers(scrub: &mut Scrubber, headers: &mut hyper::HeaderMap) {
+    for v in headers.values_mut() {
+        if let Some(masked) = scrub.whole(v.as_bytes()) {
+            *v = hyper::header::HeaderValue::from_bytes(&masked)
+                .unwrap_or(hyper::header::HeaderValue::from_static(""));
+        }
+    }
+}
+
 /// Told what a response's scrubber replaced, once, at the body's end (the log's entry).
 pub(crate) type OnEnd = Box<dyn FnOnce(&Scrubber) + Send + Sync>;
 
@@ -119,12 +130,7 @@ impl Body for Scrubbed {
                     Ok(d) => (d, false),
                     Err(f) => {
                         let t = f.into_trailers().map(|mut t| {
-                            for v in t.values_mut() {
-                                if let Some(m) = self.scrub.whole(v.as_bytes()) {
-                                    *v = hyper::header::HeaderValue::from_bytes(&m)
-                                        .unwrap_or(hyper::header::HeaderValue::from_static(""));
-                                }
-                            }
+                            mask_headers(&mut self.scrub, &mut t);
                             t
                         });
                         if let Ok(t) = t {

@@ -13,7 +13,7 @@
 
 use super::decide::{self, Denial, RuleMatch};
 use super::push;
-use super::response::{Decoder, Scrubbed, masked_reason};
+use super::response::{Decoder, Scrubbed, mask_headers, masked_reason};
 use super::scrub::{self, Coding, Scrubber};
 use super::secrets::{Misuse, Secrets};
 use super::state::{Entry, Session, State};
@@ -635,12 +635,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         }
     };
     let mut scrub = Scrubber::new(masks);
-    for v in resp.headers_mut().values_mut() {
-        if let Some(masked) = scrub.whole(v.as_bytes()) {
-            *v = hyper::header::HeaderValue::from_bytes(&masked)
-                .unwrap_or(hyper::header::HeaderValue::from_static(""));
-        }
-    }
+    mask_headers(&mut scrub, resp.headers_mut());
     let log_masked = {
         let (state, session, host, port) = (c.state.clone(), c.session.id.clone(), c.host.clone(), c.port);
         let (method, path) = (method.clone(), logged.clone());
