@@ -321,8 +321,8 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-fn full(text: String) -> Out {
-    Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()
+fn full(body: impl Into<Bytes>) -> Out {
+    Full::new(body.into()).map_err(|never| match never {}).boxed()
 }
 
 /// A refusal the gate writes itself: the hint as the reason phrase (what clients print) and body.
@@ -372,7 +372,7 @@ impl Conn {
     /// is, sent as the receive-pack result git reads, so that git prints the reason.
     fn denied_in_band(&self, r: &Asked, d: &Denial, report: Vec<u8>) -> Response<Out> {
         self.record(r, d);
-        let mut resp = Response::new(Full::new(Bytes::from(report)).map_err(|never| match never {}).boxed());
+        let mut resp = Response::new(full(report));
         resp.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("application/x-git-receive-pack-result"),
