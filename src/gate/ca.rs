@@ -6,6 +6,7 @@
 //! re-issued daily; the upstream side verifies the real server against the host's roots plus a
 //! session's `upstream_ca`.
 
+use super::proto::Proto;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -92,14 +93,31 @@ impl Ca {
         let ca = Ca { issuer, pem: cert.to_string(), leaves: Mutex::default() };
         // A key that is not the certificate's would sign leaves no client accepts: refuse now.
         let probe = "ca-check.ai-sandbox.invalid";
-        handshake(&upstream_config(Some(cert))?, &ca.server_config(probe)?, probe)
+        handshake(&upstream_config(Some(cert))?, &ca.server_config(probe, Proto::H1)?, probe)
             .map_err(|e| anyhow::anyhow!("the key does not sign for the certificate: {e}"))?;
         ca.leaves.lock().unwrap_or_else(|e| e.into_inner()).clear();
         Ok(ca)
     }
 
     /// The server side's config for `host`: a leaf certificate for that one name (made once).
-    pub(crate) fn server_config(&self, host: &str) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    pub(crate) fn server_config(
+        &self,
+        host: &str,
+        version: Proto,
+    ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let h1 = self.leaf(host)?;
+        Ok(match version {
+            Proto::H1 => h1,
+            Proto::H2 => {
+                let mut c = (*h1).clone();
+                c.alpn_protocols = vec![Proto::H2.alpn().to_vec()];
+                Arc::new(c)
+            }
+        })
+    }
+
+    /// The host's leaf (made once, reissued after `LEAF_REISSUE`), answering HTTP/1.1.
+    fn leaf(&self, host: &str) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
         let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((made, c)) = leaves.get(host)
@@ -117,8 +135,8 @@ impl Ca {
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(vec![cert.der().clone()], PrivateKeyDer::Pkcs8(key.serialize_der().into()))?;
-        // HTTP/1.1 only: the relay is HTTP/1.1 on both sides (see ADR 0050 for h2).
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The version the upstream chose is answered (ADR 0065): HTTP/1.1 here, h2 by `server_config`.
+        cfg.alpn_protocols = vec![Proto::H1.alpn().to_vec()];
         let cfg = Arc::new(cfg);
         leaves.insert(host.to_string(), (std::time::Instant::now(), cfg.clone()));
         Ok(cfg)
@@ -145,7 +163,8 @@ pub(crate) fn upstream_config(extra_pem: Option<&str>) -> anyhow::Result<Arc<rus
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Each connection offers what its client offered (`upstream::with_alpn`).
+    cfg.alpn_protocols = vec![Proto::H1.alpn().to_vec()];
     Ok(Arc::new(cfg))
 }
 
@@ -186,10 +205,12 @@ mod tests {
     #[test]
     fn the_ca_issues_a_leaf_for_the_host_that_a_client_trusting_the_ca_accepts() {
         let ca = Ca::new().unwrap();
-        let cfg = ca.server_config("api.example.test").unwrap();
+        let cfg = ca.server_config("api.example.test", Proto::H1).unwrap();
         assert_eq!(cfg.alpn_protocols, [b"http/1.1".to_vec()]);
         // Made once per host.
-        assert!(Arc::ptr_eq(&cfg, &ca.server_config("api.example.test").unwrap()));
+        assert!(Arc::ptr_eq(&cfg, &ca.server_config("api.example.test", Proto::H1).unwrap()));
+        let h2 = ca.server_config("api.example.test", Proto::H2).unwrap();
+        assert_eq!(h2.alpn_protocols, [b"h2".to_vec()], "the same leaf, answering h2");
         let client = upstream_config(Some(&ca.pem)).unwrap();
         assert_eq!(
             handshake(&client, &cfg, "api.example.test"),

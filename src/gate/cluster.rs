@@ -304,7 +304,7 @@ mod tests {
         let dir = d.path().join("ca");
         make_ca(&dir).unwrap();
         let ca = load_ca(&dir).unwrap();
-        assert!(ca.server_config("api.example.com").is_ok());
+        assert!(ca.server_config("api.example.com", crate::gate::proto::Proto::H1).is_ok());
         assert_eq!(ca.pem, std::fs::read_to_string(dir.join("ca.pem")).unwrap());
         let e = format!("{:#}", make_ca(&dir).unwrap_err());
         assert!(e.contains("never overwritten"), "{e}");

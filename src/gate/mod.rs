@@ -20,11 +20,14 @@ pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod decide;
+pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod log;
 pub(crate) mod ocsf;
+pub(crate) mod proto;
 pub mod push;
 pub mod request;
+mod request_body;
 pub(crate) mod response;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
@@ -33,7 +36,9 @@ pub(crate) mod splice;
 mod state;
 pub(crate) mod terminate;
 pub mod tls;
+pub(crate) mod upstream;
 pub(crate) mod ws;
+mod ws_relay;
 
 #[cfg(test)]
 mod tests;

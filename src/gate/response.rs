@@ -3,6 +3,7 @@
 //! a bound value replaced as it streams (`scrub::Scrubber`). The body type and its decoder are
 //! here; `terminate` decides which responses get them.
 
+use super::grpc;
 use super::scrub::{Coding, Scrubber};
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use std::pin::Pin;
@@ -153,6 +154,135 @@ impl Body for Scrubbed {
                     self.ended = true;
                     self.trailers = None;
                     return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
+/// A terminated host's gRPC response on its way to the agent: each length-prefixed message
+/// held until whole, decoded when the server compressed it (`grpc-encoding` gzip or deflate),
+/// and checked with the bytes before it for a bound value in any spelling `scrub` knows. A
+/// message that carries one is not sent: the call ends there with gRPC status 13 and why
+/// (`on_found` logs it), since a protobuf cannot have a value replaced in place. Trailers are
+/// masked as any response's are.
+pub(crate) struct GrpcChecked {
+    pub(crate) inner: Incoming,
+    pub(crate) scrub: Scrubber,
+    pub(crate) messages: grpc::Messages,
+    /// The messages' coding (`grpc-encoding`), when it is one the gate reads.
+    pub(crate) coding: Result<Coding, String>,
+    pub(crate) tail: Vec<u8>,
+    pub(crate) ended: bool,
+    pub(crate) on_end: Option<OnEnd>,
+    /// Told once, when a message carried a bound value (the call was ended).
+    pub(crate) on_found: Option<OnEnd>,
+}
+
+/// How many bytes before a message are checked with it (a value split across messages).
+const SEAM: usize = 16 << 10;
+
+impl GrpcChecked {
+    /// The messages `d` completes, as they were sent; `Err`: the call's end, as trailers.
+    fn take(&mut self, d: &[u8]) -> Result<Bytes, hyper::HeaderMap> {
+        let messages = self.messages.feed(d).map_err(|why| end(13, &format!("ai-sandbox gate: {why}")))?;
+        let mut out = Vec::new();
+        for m in messages {
+            let plain = match (m.compressed, &self.coding) {
+                (false, _) | (true, Ok(Coding::Identity)) => m.payload().to_vec(),
+                (true, Ok(c)) => inflate(*c, m.payload())
+                    .map_err(|e| end(13, &format!("ai-sandbox gate: a gRPC message does not decode: {e}")))?,
+                (true, Err(other)) => {
+                    return Err(end(
+                        13,
+                        &format!(
+                            "ai-sandbox gate: a gRPC message compressed as {other}, which the gate cannot read"
+                        ),
+                    ));
+                }
+            };
+            let seen = [self.tail.as_slice(), &plain].concat();
+            if self.scrub.whole(&seen).is_some() {
+                let names: Vec<String> = self.scrub.replaced().into_iter().map(|(n, _)| n).collect();
+                if let Some(f) = self.on_found.take() {
+                    f(&self.scrub);
+                }
+                return Err(end(
+                    13,
+                    &format!(
+                        "ai-sandbox gate: the response carried the real value of {}; the call was ended",
+                        names.join(", ")
+                    ),
+                ));
+            }
+            self.tail = seen[seen.len().saturating_sub(SEAM)..].to_vec();
+            out.extend_from_slice(&m.framed);
+        }
+        Ok(out.into())
+    }
+}
+
+/// The trailers that end a call with a gRPC status.
+fn end(status: u8, why: &str) -> hyper::HeaderMap {
+    let mut t = hyper::HeaderMap::new();
+    t.insert("grpc-status", hyper::header::HeaderValue::from(u16::from(status)));
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&grpc::message(why)) {
+        t.insert("grpc-message", v);
+    }
+    t
+}
+
+/// One whole compressed message, decoded.
+fn inflate(c: Coding, b: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut d = Decoder::of(c).ok_or_else(|| std::io::Error::other("not compressed"))?;
+    d.feed(b, true)
+}
+
+impl Body for GrpcChecked {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => match self.take(&d) {
+                        Ok(out) if out.is_empty() => continue,
+                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(trailers) => {
+                            self.ended = true;
+                            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                        }
+                    },
+                    Err(f) => {
+                        self.ended = true;
+                        let mut t = f.into_trailers().unwrap_or_default();
+                        mask_headers(&mut self.scrub, &mut t);
+                        if !self.messages.whole() {
+                            // The held part of a message is never sent: the call is not "OK".
+                            t = end(13, "ai-sandbox gate: the server's last gRPC message was cut short");
+                        }
+                        if let Some(f) = self.on_end.take() {
+                            f(&self.scrub);
+                        }
+                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                    }
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None => {
+                    self.ended = true;
+                    if let Some(f) = self.on_end.take() {
+                        f(&self.scrub);
+                    }
+                    if !self.messages.whole() {
+                        return Poll::Ready(Some(Err("the server's last gRPC message was cut short".into())));
+                    }
+                    return Poll::Ready(None);
                 }
             }
         }

@@ -12,18 +12,20 @@
 //! decisions are in `secrets` (pure); here is the I/O: the certificates, both TLS sides, hyper.
 
 use super::decide::{self, Denial, RuleMatch};
+use super::grpc;
+use super::proto::{self, Proto};
 use super::push;
-use super::response::{Decoder, Scrubbed, mask_headers, masked_reason};
+use super::request_body::{Ahead, DRAIN, OVERLAP, Replay, Scanned};
+use super::response::{Decoder, GrpcChecked, Scrubbed, mask_headers, masked_reason};
 use super::scrub::{self, Coding, Scrubber};
 use super::secrets::{Misuse, Secrets};
 use super::state::{Entry, Session, State};
 use super::ws;
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use super::ws_relay::WsWatch;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use rustls::pki_types::ServerName;
-use std::collections::VecDeque;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -32,14 +34,11 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How much of a refused push's pack the gate reads (and drops) before it answers.
-const DRAIN: usize = 16 << 20;
 /// A kept-alive connection with no new request for this long is closed.
 const IDLE: Duration = Duration::from_secs(600);
 
 use super::response::BoxError;
-type Out = BoxBody<Bytes, BoxError>;
+use super::upstream::{HANDSHAKE_TIMEOUT, Out, Sender, dial_tls, with_alpn};
 
 /// The client's stream with the bytes the gate already read (the ClientHello) put back in front.
 /// It also counts the bytes each way into the session's counters (`gate status`), as a tunnel's
@@ -87,143 +86,6 @@ impl AsyncWrite for Replayed {
     }
 }
 
-/// A request body whose first frames the gate has read (to look for placeholders), then the rest.
-struct Replay {
-    frames: VecDeque<Frame<Bytes>>,
-    rest: Option<Incoming>,
-}
-
-impl Body for Replay {
-    type Data = Bytes;
-    type Error = hyper::Error;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(f) = self.frames.pop_front() {
-            return Poll::Ready(Some(Ok(f)));
-        }
-        match self.rest.as_mut() {
-            Some(b) => Pin::new(b).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-    fn is_end_stream(&self) -> bool {
-        self.frames.is_empty() && self.rest.as_ref().is_none_or(|b| b.is_end_stream())
-    }
-}
-
-/// How many bytes of the body before a frame are scanned with it: more than the longest
-/// spelling of a placeholder the gate looks for (percent-encoded, 3 bytes a character).
-const OVERLAP: usize = 256;
-
-/// Called once when a placeholder is found later in a request body (the refusal's log entry).
-type OnFound = Box<dyn FnOnce(&Misuse) + Send + Sync>;
-
-/// A request body on its way upstream, scanned as it streams for the placeholders of secrets
-/// bound elsewhere (each frame with the last `OVERLAP` bytes before it, so a placeholder split
-/// across frames is seen). On one, the frame is not sent and the body ends in an error: the
-/// upstream request is cut there (after the client's rest is read and dropped, up to `DRAIN`),
-/// and `found` tells `relay` to answer 403.
-struct Scanned {
-    inner: Replay,
-    /// The frames already scanned before the request went upstream.
-    skip: usize,
-    tail: Vec<u8>,
-    secrets: Secrets,
-    host: String,
-    found: Arc<std::sync::Mutex<Option<Misuse>>>,
-    on_found: Option<OnFound>,
-    /// After a placeholder: how much of the client's rest was read and dropped.
-    drained: Option<usize>,
-}
-
-impl Body for Scanned {
-    type Data = Bytes;
-    type Error = BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        const CUT: &str = "a placeholder of a secret bound elsewhere in the request body";
-        loop {
-            let f = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
-                Some(Ok(f)) => f,
-                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-                None if self.drained.is_some() => return Poll::Ready(Some(Err(CUT.into()))),
-                None => return Poll::Ready(None),
-            };
-            // After a placeholder: the client's rest is read and dropped (so that it reads the
-            // 403 instead of a reset), nothing more goes upstream, and the body ends cut.
-            if let Some(n) = self.drained.as_mut() {
-                *n += f.data_ref().map_or(0, |d| d.len());
-                if *n >= DRAIN {
-                    return Poll::Ready(Some(Err(CUT.into())));
-                }
-                continue;
-            }
-            if self.skip > 0 {
-                self.skip -= 1;
-                return Poll::Ready(Some(Ok(f)));
-            }
-            if let Some(d) = f.data_ref() {
-                // Most frames hold no sign of a placeholder (`may_hold_placeholder`): then no copy
-                // but the tail, here and across the seam with the frame before.
-                let seam = [self.tail.as_slice(), &d[..d.len().min(OVERLAP)]].concat();
-                if !crate::gate::secrets::may_hold_placeholder(&seam)
-                    && !crate::gate::secrets::may_hold_placeholder(d)
-                {
-                    self.tail = match d.len() >= OVERLAP {
-                        true => d[d.len() - OVERLAP..].to_vec(),
-                        false => seam[seam.len().saturating_sub(OVERLAP)..].to_vec(),
-                    };
-                    return Poll::Ready(Some(Ok(f)));
-                }
-                let seen = [self.tail.as_slice(), d].concat();
-                if let Some(m) = self.secrets.misuse(&seen, Some(&self.host)) {
-                    if let Some(log) = self.on_found.take() {
-                        log(&m);
-                    }
-                    *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
-                    self.drained = Some(0);
-                    continue;
-                }
-                self.tail = seen[seen.len().saturating_sub(OVERLAP)..].to_vec();
-            }
-            return Poll::Ready(Some(Ok(f)));
-        }
-    }
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-}
-
-/// A request body's frames the gate read before the request goes upstream (replayed in front
-/// of the rest: `Replay`), and their bytes.
-#[derive(Default)]
-struct Ahead {
-    frames: VecDeque<Frame<Bytes>>,
-    seen: Vec<u8>,
-    ended: bool,
-}
-
-impl Ahead {
-    /// Reads one more frame (or the body's end); `Err` when the body broke off.
-    async fn one(&mut self, body: &mut Incoming) -> Result<(), ()> {
-        match body.frame().await {
-            Some(Ok(f)) => {
-                if let Some(d) = f.data_ref() {
-                    self.seen.extend_from_slice(d);
-                }
-                self.frames.push_back(f);
-            }
-            Some(Err(_)) => return Err(()),
-            None => self.ended = true,
-        }
-        Ok(())
-    }
-}
-
 /// One terminated connection's context, shared by its requests.
 struct Conn {
     state: Arc<State>,
@@ -232,37 +94,17 @@ struct Conn {
     host: String,
     port: u16,
     addr: std::net::SocketAddr,
+    /// The upstream config with this connection's ALPN offer (a new connection offers the same).
     upstream: Arc<rustls::ClientConfig>,
-    sender: tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Out>>>,
+    sender: tokio::sync::Mutex<Option<Sender>>,
     /// Why there is no upstream (its TLS failed): every request is answered 502 with it.
     failed: Option<String>,
 }
 
-async fn dial_tls(
-    cfg: Arc<rustls::ClientConfig>,
-    host: &str,
-    tcp: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(format!("TLS to {host} failed: {e}")),
-        Err(_) => Err(format!("TLS to {host}: no handshake within {} s", HANDSHAKE_TIMEOUT.as_secs())),
-    }
-}
-
-async fn handshake(
-    tls: tokio_rustls::client::TlsStream<TcpStream>,
-) -> Result<hyper::client::conn::http1::SendRequest<Out>, String> {
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
-    tokio::spawn(conn.with_upgrades());
-    Ok(sender)
-}
-
 /// Relays one CONNECT whose host the session's secrets are bound to. `first` holds the
-/// ClientHello already read (and its SNI already checked against the CONNECT's host).
+/// ClientHello already read (and its SNI already checked against the CONNECT's host). The
+/// upstream's TLS is made before the client's handshake ends, so that the client is answered
+/// with the HTTP version the upstream chose of those it offered (`proto`; ADR 0065).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     state: Arc<State>,
@@ -275,20 +117,28 @@ pub(crate) async fn serve(
     upstream: TcpStream,
 ) -> std::io::Result<()> {
     let ca = state.ca().map_err(std::io::Error::other)?;
-    let cfg = ca.server_config(&host).map_err(std::io::Error::other)?;
     let up = first.len() as u64;
     session.up.fetch_add(up, Ordering::Relaxed);
     let replayed = Replayed { head: first, at: 0, inner: client, session: session.clone() };
-    let accept = tokio_rustls::TlsAcceptor::from(cfg).accept(replayed);
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+    let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), replayed);
+    let start = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lazy).await {
+        Ok(Ok(s)) => s,
+        _ => return Ok(()),
+    };
+    let offered: Option<Vec<Vec<u8>>> = start.client_hello().alpn().map(|a| a.map(|p| p.to_vec()).collect());
+    let offer = proto::offer(offered.as_deref());
+    let upstream_cfg = with_alpn(&upstream_cfg, offer.clone());
+    let addr = upstream.peer_addr()?;
+    let sender = match dial_tls(upstream_cfg.clone(), &host, upstream).await {
+        Ok(up) => Sender::handshake(up).await,
+        Err(e) => Err(e),
+    };
+    let version = proto::chosen(sender.as_ref().ok().map(|s| s.proto().alpn()), &offer);
+    let cfg = ca.server_config(&host, version).map_err(std::io::Error::other)?;
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(cfg)).await {
         Ok(Ok(s)) => s,
         // The client refused the gate's certificate (it does not trust the CA) or hung up.
         _ => return Ok(()),
-    };
-    let addr = upstream.peer_addr()?;
-    let sender = match dial_tls(upstream_cfg.clone(), &host, upstream).await {
-        Ok(up) => handshake(up).await,
-        Err(e) => Err(e),
     };
     // Never a silent pass: without an upstream, each request gets a 502 with the reason (read
     // first, so the client is not reset before it reads the answer), and so does the log.
@@ -308,17 +158,74 @@ pub(crate) async fn serve(
         sender: tokio::sync::Mutex::new(sender),
         failed,
     });
-    let svc = hyper::service::service_fn(move |req| {
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let conn = conn.clone();
-        async move { Ok::<_, std::convert::Infallible>(relay(&conn, req).await) }
+        async move {
+            let grpc = grpc::is_grpc(req.headers().get(hyper::header::CONTENT_TYPE).map(|v| v.as_bytes()));
+            let resp = relay(&conn, req).await;
+            Ok::<_, std::convert::Infallible>(if grpc { grpc_refusal(resp) } else { resp })
+        }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(IDLE)
-        .serve_connection(TokioIo::new(tls), svc)
-        .with_upgrades()
-        .await;
+    let io = TokioIo::new(tls);
+    let _ = match version {
+        Proto::H1 => {
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(IDLE)
+                .serve_connection(io, svc)
+                .with_upgrades()
+                .await
+        }
+        Proto::H2 => {
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(IDLE / 4))
+                .serve_connection(io, svc)
+                .await
+        }
+    };
     Ok(())
+}
+
+/// The gate's own answer to a gRPC call (a refusal, an upstream that failed) in the form gRPC
+/// clients read: HTTP 200 with the status and the hint in the trailers. An upstream's answers
+/// pass as they are.
+fn grpc_refusal(resp: Response<Out>) -> Response<Out> {
+    let Some(Refused { status, hint }) = resp.extensions().get::<Refused>().cloned() else { return resp };
+    let mut trailers = hyper::HeaderMap::new();
+    for (name, value) in grpc::trailers(status, &hint) {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&value) {
+            trailers.insert(name, v);
+        }
+    }
+    let mut r = Response::new(TrailersOnly(Some(trailers)).boxed());
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/grpc"));
+    r
+}
+
+/// A body of trailers alone (a gRPC call the gate ends).
+pub(crate) struct TrailersOnly(pub(crate) Option<hyper::HeaderMap>);
+
+impl Body for TrailersOnly {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.0.take().map(|t| Ok(Frame::trailers(t))))
+    }
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+/// Marks a response the gate wrote itself, a refusal (`grpc_refusal` reads it).
+#[derive(Clone)]
+struct Refused {
+    status: u16,
+    hint: String,
 }
 
 fn full(body: impl Into<Bytes>) -> Out {
@@ -334,6 +241,7 @@ fn refusal(status: u16, hint: &str) -> Response<Out> {
     }
     r.headers_mut()
         .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain"));
+    r.extensions_mut().insert(Refused { status, hint: hint.to_string() });
     r
 }
 
@@ -420,11 +328,22 @@ impl Conn {
     }
 
     /// The kept-alive upstream connection, or a new one to the same checked address when the
-    /// server closed it.
-    async fn sender(&self) -> Result<hyper::client::conn::http1::SendRequest<Out>, String> {
+    /// server closed it. HTTP/1.1's is taken for the request (and put back after it); HTTP/2's
+    /// is shared by the client's streams.
+    async fn sender(&self) -> Result<Sender, String> {
         let mut slot = self.sender.lock().await;
-        if let Some(mut s) = slot.take()
-            && s.ready().await.is_ok()
+        if let Some(open) = slot.as_ref().filter(|s| !s.closed()).and_then(Sender::share) {
+            drop(slot);
+            let mut s = open;
+            if s.ready().await {
+                return Ok(s);
+            }
+            slot = self.sender.lock().await;
+            if let Some(other) = slot.as_ref().filter(|s| !s.closed()).and_then(Sender::share) {
+                return Ok(other);
+            }
+        } else if let Some(mut s) = slot.take()
+            && s.ready().await
         {
             return Ok(s);
         }
@@ -433,11 +352,16 @@ impl Conn {
             .map_err(|_| format!("cannot connect to {}:{}", self.host, self.port))?
             .map_err(|e| format!("cannot connect to {}:{}: {e}", self.host, self.port))?;
         let _ = tcp.set_nodelay(true);
-        handshake(dial_tls(self.upstream.clone(), &self.host, tcp).await?).await
+        let s = Sender::handshake(dial_tls(self.upstream.clone(), &self.host, tcp).await?).await?;
+        *slot = s.share();
+        Ok(s)
     }
 
-    async fn put_back(&self, s: hyper::client::conn::http1::SendRequest<Out>) {
-        *self.sender.lock().await = Some(s);
+    /// An HTTP/1.1 connection back to the slot after its request (HTTP/2's never left it).
+    async fn put_back(&self, s: Sender) {
+        if s.share().is_none() {
+            *self.sender.lock().await = Some(s);
+        }
     }
 }
 
@@ -456,6 +380,8 @@ fn same_host(req: &Request<Incoming>, host: &str, port: u16) -> Result<(), Strin
     }
     match req.headers().get(hyper::header::HOST).map(|h| h.to_str()) {
         Some(Ok(h)) if ok(h) => Ok(()),
+        // HTTP/2 names the host in `:authority` (the URI's, checked above) alone.
+        None if req.uri().authority().is_some() => Ok(()),
         Some(Ok(h)) => Err(format!("the Host header names {h}, not {host}")),
         Some(Err(_)) => Err("the Host header is not text".into()),
         None => Err("the request has no Host header".into()),
@@ -574,20 +500,21 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             return c.denied_in_band(&asked, &d, report);
         }
     }
-    parts.uri = match target.parse() {
-        Ok(u) => u,
-        Err(_) => return c.refuse(&asked, 400, "the request target does not parse", ""),
-    };
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
     c.state.log(Entry {
         path: Some(&logged),
         ..Entry::allowed(&c.session.id, &method, &c.host, c.port, &reason)
     });
-    // Only codings the gate can read back come from upstream (`scrub::accept_encoding`).
-    if let Some(ae) = parts.headers.get(hyper::header::ACCEPT_ENCODING) {
-        let kept = scrub::accept_encoding(ae.to_str().unwrap_or(""));
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&kept) {
-            parts.headers.insert(hyper::header::ACCEPT_ENCODING, v);
+    // Only codings the gate can read back come from upstream (`scrub::accept_encoding`), for
+    // the body and for gRPC's messages.
+    for name in
+        [hyper::header::ACCEPT_ENCODING, hyper::header::HeaderName::from_static("grpc-accept-encoding")]
+    {
+        if let Some(ae) = parts.headers.get(&name) {
+            let kept = scrub::accept_encoding(ae.to_str().unwrap_or(""));
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&kept) {
+                parts.headers.insert(name, v);
+            }
         }
     }
     // Frames after the first (a push's command list read ahead, then the rest as it comes).
@@ -616,12 +543,14 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         })),
         drained: None,
     };
-    let req = Request::from_parts(parts, body.boxed());
     let mut sender = match c.sender().await {
         Ok(s) => s,
         Err(why) => return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}")),
     };
-    let resp = sender.send_request(req).await;
+    if let Err(why) = proto::for_upstream(&mut parts, sender.proto(), &c.host, c.port, &target) {
+        return c.refuse(&asked, 400, &why, "");
+    }
+    let resp = sender.send(Request::from_parts(parts, body.boxed())).await;
     c.put_back(sender).await;
     // A placeholder later in the body: the request was cut there (logged when it was found).
     if let Some(m) = found.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -655,8 +584,41 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
+    let grpc_reply = grpc::is_grpc(resp.headers().get(hyper::header::CONTENT_TYPE).map(|v| v.as_bytes()));
     if bodiless {
         log_masked(&scrub);
+    } else if grpc_reply {
+        let named = resp.headers().get("grpc-encoding").map(|v| v.to_str().unwrap_or("(not text)"));
+        let coding = scrub::coding(named);
+        let on_found = {
+            let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
+            let (method, path) = (method.clone(), logged.clone());
+            move |s: &Scrubber| {
+                let names: Vec<String> = s.replaced().into_iter().map(|(n, _)| n).collect();
+                let d = Denial {
+                    status: 502,
+                    reason: format!(
+                        "a gRPC message from {host} carried the real value of {}; the call was ended",
+                        names.join(", ")
+                    ),
+                    ..Denial::default()
+                };
+                record(&state, &session, &host, port, &Asked { method: &method, path: &path }, &d);
+            }
+        };
+        return resp.map(|inner| {
+            GrpcChecked {
+                inner,
+                scrub,
+                messages: grpc::Messages::default(),
+                coding,
+                tail: Vec::new(),
+                ended: false,
+                on_end: Some(Box::new(log_masked)),
+                on_found: Some(Box::new(on_found)),
+            }
+            .boxed()
+        });
     } else {
         let named =
             resp.headers().get(hyper::header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("(not text)"));
@@ -720,112 +682,4 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         });
     }
     resp.map(|b| b.map_err(BoxError::from).boxed())
-}
-
-/// A WebSocket through a terminated host, both directions read frame by frame (`ws::Frames`:
-/// unmasked, inflated) with the bytes before each piece (a value split across frames or
-/// messages is seen): the client's for the placeholders of secrets bound elsewhere, the
-/// server's for the real values of this host's secrets in any spelling `scrub` knows (a server
-/// that echoes the upgrade request's credentials). One found: the piece is not sent, both
-/// connections close, and the refusal is returned for the log. Framing that does not parse
-/// closes them too: what cannot be read is not relayed.
-struct WsWatch {
-    up: ws::Frames,
-    down: ws::Frames,
-    secrets: Secrets,
-    host: String,
-    scrub: Scrubber,
-}
-
-/// Why a WebSocket direction stopped.
-enum Stop {
-    Ended,
-    Unreadable,
-    Refused(Denial),
-}
-
-impl WsWatch {
-    async fn relay<A, B>(self, a: A, b: B) -> Option<Denial>
-    where
-        A: AsyncRead + AsyncWrite + Unpin,
-        B: AsyncRead + AsyncWrite + Unpin,
-    {
-        let WsWatch { mut up, mut down, secrets, host, mut scrub } = self;
-        let (mut ar, mut aw) = tokio::io::split(a);
-        let (mut br, mut bw) = tokio::io::split(b);
-        let to_server = pump(&mut ar, &mut bw, &mut up, OVERLAP, |seen| {
-            secrets.misuse(seen, Some(&host)).map(|m| Denial {
-                status: 403,
-                reason: format!(
-                    "{} (in a WebSocket message; the connection was closed)",
-                    m.reason(&host, false)
-                ),
-                hint: m.hint(),
-                ..Denial::default()
-            })
-        });
-        // The values may be long and spelled three bytes a character: a wider seam.
-        let to_client = pump(&mut br, &mut aw, &mut down, 16 << 10, |seen| {
-            scrub.whole(seen).map(|_| {
-                let names: Vec<String> = scrub.replaced().into_iter().map(|(n, _)| n).collect();
-                Denial {
-                    status: 502,
-                    reason: format!(
-                        "a WebSocket message from {host} carried the real value of {}; the connection was closed",
-                        names.join(", ")
-                    ),
-                    ..Denial::default()
-                }
-            })
-        });
-        tokio::pin!(to_server, to_client);
-        // A side that ended lets the other finish (a close frame, the last answer); a refusal
-        // or framing that does not parse ends both (returning drops the connections).
-        let (stop, rest) = tokio::select! {
-            s = &mut to_server => (s, true),
-            s = &mut to_client => (s, false),
-        };
-        let stop = match stop {
-            Stop::Ended if rest => (&mut to_client).await,
-            Stop::Ended => (&mut to_server).await,
-            other => other,
-        };
-        match stop {
-            Stop::Refused(d) => Some(d),
-            Stop::Ended | Stop::Unreadable => None,
-        }
-    }
-}
-
-/// Relays one direction of a WebSocket, each read's payload (with `seam` bytes before it)
-/// shown to `bad` before the read goes on.
-async fn pump<R, W>(
-    r: &mut R,
-    w: &mut W,
-    frames: &mut ws::Frames,
-    seam: usize,
-    mut bad: impl FnMut(&[u8]) -> Option<Denial>,
-) -> Stop
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut buf, mut tail) = (vec![0u8; 16 << 10], Vec::new());
-    loop {
-        let n = r.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            let _ = w.shutdown().await;
-            return Stop::Ended;
-        }
-        let Ok(plain) = frames.feed(&buf[..n]) else { return Stop::Unreadable };
-        let seen = [tail.as_slice(), &plain].concat();
-        if let Some(d) = bad(&seen) {
-            return Stop::Refused(d);
-        }
-        tail = seen[seen.len().saturating_sub(seam)..].to_vec();
-        if w.write_all(&buf[..n]).await.is_err() {
-            return Stop::Ended;
-        }
-    }
 }

@@ -655,8 +655,23 @@ pub fn test_ca(dir: &Path, names: &[&str]) {
 /// `python3 tests/e2e/SCRIPT` with `args` in the network namespace `ns`, `vars` in its
 /// environment and its stderr in DIR/server.err; returns once it listens on 443.
 pub fn python_on_443(ns: &str, dir: &Path, script: &str, args: &[&OsStr], vars: &[(&str, &OsStr)]) -> Child {
+    interpreter_on_443("python3", ns, dir, script, args, vars)
+}
+
+/// The gRPC test tools' Python (scripts/install-test-tools: grpcio, pinned).
+pub const GRPC_PYTHON: &str = "/opt/aisb-grpc/bin/python";
+
+/// `python_on_443` with another interpreter (a venv's: `GRPC_PYTHON`).
+pub fn interpreter_on_443(
+    python: &str,
+    ns: &str,
+    dir: &Path,
+    script: &str,
+    args: &[&OsStr],
+    vars: &[(&str, &OsStr)],
+) -> Child {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns, "python3"])
+    cmd.args(["netns", "exec", ns, python])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e").join(script))
         .args(args)
         .envs(vars.iter().copied())

@@ -17,6 +17,7 @@ mod keys;
 mod lifecycle;
 mod live;
 mod newcomer;
+mod protocols;
 mod real_agents;
 mod review;
 mod rules;
