@@ -16,6 +16,11 @@
 //!                                         listing of the same tree (median ms)
 //!   bench terminate GATE --count N        requests to a bound secret's host (the gate opens TLS)
 //!                                         beside the same over a blind tunnel (see `terminate`)
+//!   bench h2 GATE --streams N --size B --calls M [--runs R]
+//!                                         HTTP/2 through a terminated host: N downloads as
+//!                                         streams of one connection beside N HTTP/1.1
+//!                                         connections; M gRPC-shaped unary calls beside the
+//!                                         same through a blind tunnel (see `h2`)
 //!   bench push-check                      the gate's check of a push limited by ref (reading
 //!                                         git's command list, matching each ref), for 1 and
 //!                                         600 refs: median microseconds
@@ -23,6 +28,7 @@
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
 
+mod h2;
 mod terminate;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -423,6 +429,7 @@ fn main() {
         Some("plain-relay") => plain_relay(&args),
         Some("walk") => walk(&args),
         Some("terminate") => terminate::run(&args),
+        Some("h2") => h2::run(&args),
         Some("push-check") => push_check(),
         _ => eprintln!("usage: see the module doc of examples/bench/main.rs"),
     }

@@ -24,12 +24,12 @@ const KEY: &str = "bench-real-key";
 /// The server's pause between a streamed response's first event and its last.
 const EVENT_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(super) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A CA and a server config for `host` signed by it: (the CA's PEM, the config).
-fn server(host: &str) -> (String, Arc<rustls::ServerConfig>) {
+pub(super) fn server(host: &str) -> (String, Arc<rustls::ServerConfig>) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::default();
@@ -139,7 +139,7 @@ fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
     }
 }
 
-fn register(
+pub(super) fn register(
     args: &[String],
     name: &str,
     secrets: Vec<ai_sandbox::gate::control::Bound>,
@@ -150,7 +150,7 @@ fn register(
     let req = control::Request::Register {
         session: format!("bench-{name}"),
         project: "bench".into(),
-        token: format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000),
+        token: token(name),
         policy: ai_sandbox::gate::decide::SessionPolicy { rules, ..session_policy(args) },
         secrets,
         upstream_ca: ca,
@@ -158,6 +158,11 @@ fn register(
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
     control::register(&ai_sandbox::sys::runtime::runtime_dir(), &exe, 18181, &req)
         .expect("register with the gate")
+}
+
+/// The token of the session `register` made for `name`.
+pub(super) fn token(name: &str) -> String {
+    format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
 }
 
 /// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).
@@ -221,9 +226,6 @@ pub(crate) fn run(args: &[String]) {
     let ruled = register(&a, "ruled", vec![bound()], Some(ca_pem.clone()), rules);
     let gate_ca = terminated.ca.clone().expect("the gate's CA in the reply");
     let gate: SocketAddr = ([127, 0, 0, 1], tunnel.port).into();
-    let token = |name: &str| {
-        format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
-    };
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
     // Each path's samples are taken in turn (tunnel, terminated, ruled, tunnel, ...), so what
     // the machine does meanwhile falls on all of them alike.

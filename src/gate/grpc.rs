@@ -155,5 +155,7 @@ mod tests {
         assert!(Messages::default().feed(&framed(2, b"x")).is_err(), "an unknown flag");
         let huge = [&[0u8][..], &((MOST + 1) as u32).to_be_bytes()].concat();
         assert!(Messages::default().feed(&huge).is_err(), "longer than the gate holds");
+        let most = [&[0u8][..], &(MOST as u32).to_be_bytes()].concat();
+        assert_eq!(Messages::default().feed(&most), Ok(vec![]), "as long as the gate holds: waited for");
     }
 }
