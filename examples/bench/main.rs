@@ -21,6 +21,8 @@
 //!                                         streams of one connection beside N HTTP/1.1
 //!                                         connections; M gRPC-shaped unary calls beside the
 //!                                         same through a blind tunnel (see `h2`)
+//!   bench budget GATE --target A --bytes N   uploads through a tunnel whose host has a
+//!                                         budget beside the same without one (Gbit/s)
 //!   bench push-check                      the gate's check of a push limited by ref (reading
 //!                                         git's command list, matching each ref), for 1 and
 //!                                         600 refs: median microseconds
@@ -183,18 +185,26 @@ fn session_policy(args: &[String]) -> ai_sandbox::contract::SessionPolicy {
 /// Registers `n` gate sessions allowing HOST:PORT pinned to ADDR (starting the gate with
 /// `--gate-exe` if none runs); the leases keep them registered while the measurement runs.
 fn sessions(args: &[String], n: usize) -> (Vec<ai_sandbox::gate::control::Lease>, Vec<String>, u16) {
+    sessions_with(args, &vec![session_policy(args); n])
+}
+
+/// One session per policy, as `sessions` registers them.
+fn sessions_with(
+    args: &[String],
+    policies: &[ai_sandbox::contract::SessionPolicy],
+) -> (Vec<ai_sandbox::gate::control::Lease>, Vec<String>, u16) {
     use ai_sandbox::gate::control;
     let exe = std::path::PathBuf::from(need(args, "--gate-exe"));
     let dir = ai_sandbox::sys::runtime::runtime_dir();
     let mut leases = Vec::new();
     let mut tokens = Vec::new();
-    for i in 0..n {
+    for (i, policy) in policies.iter().enumerate() {
         let token = format!("{:032x}", (std::process::id() as u128) << 64 | i as u128 | 0xbe7c_0000);
         let req = control::Request::Register {
             session: format!("bench-{i}"),
             project: "bench".into(),
             token: token.clone(),
-            policy: session_policy(args),
+            policy: policy.clone(),
             secrets: vec![],
             upstream_ca: None,
         };
@@ -273,6 +283,46 @@ fn relay(args: &[String]) {
     }
     for (name, v) in ["direct", "gate", "tinyproxy"].iter().zip(g.iter_mut()) {
         println!("relay {name} {:.2}", pct(v, 0.5));
+    }
+}
+
+/// `bench budget GATE --target A --bytes N`: uploads of N bytes through a tunnel of a session
+/// whose host has a budget (larger than everything sent) and of one without, alternated five
+/// times: the median Gbit/s of each. The budget's cost is the ratio.
+fn budget(args: &[String]) {
+    let bytes: u64 = need(args, "--bytes").parse().unwrap();
+    let target = need(args, "--target");
+    let host = need(args, "--host");
+    let budgeted = ai_sandbox::contract::SessionPolicy {
+        budgets: vec![ai_sandbox::policy::budget::parse(&format!("{host} {}", bytes * 100)).unwrap()],
+        ..session_policy(args)
+    };
+    let (_leases, tokens, port) = sessions_with(args, &[session_policy(args), budgeted]);
+    let gate: SocketAddr = ([127, 0, 0, 1], port).into();
+    let named = format!("{host}:{}", target.rsplit(':').next().unwrap());
+    let chunk = vec![b'u'; 1 << 20];
+    let run = |token: &str| -> f64 {
+        let mut s = open(Some((gate, Some(token))), &named);
+        let start = Instant::now();
+        write!(s, "PUT /up HTTP/1.1\r\nContent-Length: {bytes}\r\n\r\n").unwrap();
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            s.write_all(&chunk[..n]).unwrap();
+            left -= n as u64;
+        }
+        let mut reply = String::new();
+        BufReader::new(&mut s).read_line(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "the upload's answer: {reply}");
+        bytes as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9
+    };
+    let mut g: [Vec<f64>; 2] = Default::default();
+    for _ in 0..5 {
+        g[0].push(run(&tokens[0]));
+        g[1].push(run(&tokens[1]));
+    }
+    for (name, v) in ["plain", "budgeted"].iter().zip(g.iter_mut()) {
+        println!("budget {name} {:.2}", pct(v, 0.5));
     }
 }
 
@@ -430,6 +480,7 @@ fn main() {
         Some("walk") => walk(&args),
         Some("terminate") => terminate::run(&args),
         Some("h2") => h2::run(&args),
+        Some("budget") => budget(&args),
         Some("push-check") => push_check(),
         _ => eprintln!("usage: see the module doc of examples/bench/main.rs"),
     }

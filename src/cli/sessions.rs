@@ -55,6 +55,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         /// waits for `diff` / `apply` / `discard`); absent in direct mode.
         #[serde(skip_serializing_if = "Option::is_none")]
         review: Option<&'static str>,
+        /// What it sent to each budgeted host, against the budget (`budget =` lines).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        budgets: Vec<crate::contract::session::BudgetUse>,
     }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
@@ -77,6 +80,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 refused: counts.map(|c| c.denied),
                 execs: r.execs.clone(),
                 review: reviews.iter().any(|w| w.id() == r.session).then_some("running"),
+                budgets: counts.map(|c| c.budgets.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -91,6 +95,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         refused: None,
         execs: Vec::new(),
         review: Some("waiting"),
+        budgets: Vec::new(),
     }));
     if json {
         host.print(&format!("{}\n", serde_json::to_string(&rows)?));
@@ -120,6 +125,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
             n(r.refused),
             crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),
         );
+        for b in &r.budgets {
+            out += &format!("  budget {}: sent {}\n", crate::sys::quote::text(&b.key), b.against());
+        }
         for x in &r.execs {
             out += &format!(
                 "  exec {:>12} {:>7}  {}\n",

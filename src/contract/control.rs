@@ -113,6 +113,10 @@ pub struct Reply {
     /// an older version ignores the limit and would let every push of the rule through).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     push_refs: bool,
+    /// To a registration with budgets: this gate counts what the session sends (one of an older
+    /// version ignores them and would let everything through).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    budgets: bool,
 }
 
 /// A registration's reply.
@@ -126,6 +130,8 @@ pub struct Registered {
     pub learning: bool,
     /// The gate limits this session's pushes by ref (its rules have such a limit).
     pub push_refs: bool,
+    /// The gate counts this session's budgets (it has `budget` lines).
+    pub budgets: bool,
 }
 
 /// A status request's reply.
@@ -142,8 +148,9 @@ impl Reply {
         Reply { ok: true, port, pid, ..Reply::default() }
     }
     /// `Register`: the session is the gate's until this connection closes.
-    pub fn registered(port: u16, pid: u32, ca: Option<String>, learning: bool, push_refs: bool) -> Reply {
-        Reply { ca, learning, push_refs, ..Reply::done(port, pid) }
+    pub fn registered(pid: u32, r: Registered) -> Reply {
+        let Registered { port, ca, learning, push_refs, budgets } = r;
+        Reply { ca, learning, push_refs, budgets, ..Reply::done(port, pid) }
     }
     /// `Status`.
     pub fn status(port: u16, pid: u32, sessions: Vec<SessionStatus>) -> Reply {
@@ -174,6 +181,7 @@ impl Reply {
             ca: self.ca.clone(),
             learning: self.learning,
             push_refs: self.push_refs,
+            budgets: self.budgets,
         }
     }
 
@@ -220,20 +228,28 @@ mod tests {
         assert_eq!(other.refusal(), Some(Refusal::Said("no session s in this gate".into())));
         let ok: Reply = serde_json::from_str(r#"{"ok":true,"port":18081,"pid":9,"ca":"PEM"}"#).unwrap();
         assert_eq!(ok.refusal(), None);
-        let was = Registered { port: 18081, ca: Some("PEM".into()), learning: false, push_refs: false };
+        let was = Registered {
+            port: 18081,
+            ca: Some("PEM".into()),
+            learning: false,
+            push_refs: false,
+            budgets: false,
+        };
         assert_eq!(ok.as_registered(), was);
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
-        // This version says it learns; the previous one's `ok` above does not (false).
-        let learning: Reply = serde_json::from_str(
-            &serde_json::to_string(&Reply::registered(1, 2, None, true, false)).unwrap(),
-        )
-        .unwrap();
-        assert!(learning.as_registered().learning && !learning.as_registered().push_refs);
-        // And that it limits pushes by ref; the previous one's `ok` does not.
-        let refs: Reply = serde_json::from_str(
-            &serde_json::to_string(&Reply::registered(1, 2, None, false, true)).unwrap(),
-        )
-        .unwrap();
-        assert!(refs.as_registered().push_refs && !refs.as_registered().learning);
+        // This version says what it does of each (learning, push limits, budgets); the previous
+        // ones' `ok` above says none (false), and each is said alone.
+        let said = |r: Registered| -> Registered {
+            serde_json::from_str::<Reply>(&serde_json::to_string(&Reply::registered(2, r)).unwrap())
+                .unwrap()
+                .as_registered()
+        };
+        for r in [
+            Registered { learning: true, ..was.clone() },
+            Registered { push_refs: true, ..was.clone() },
+            Registered { budgets: true, ..was.clone() },
+        ] {
+            assert_eq!(said(r.clone()), r);
+        }
     }
 }

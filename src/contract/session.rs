@@ -34,6 +34,10 @@ pub struct SessionPolicy {
     /// learning run registered with one is refused as before (docs/adr/0059).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learn: bool,
+    /// `budget =` lines: what the session may send to a host (see `policy::budget`). A gate of
+    /// the previous version ignores them, so registration must hear `budgets` said back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<crate::policy::budget::Budget>,
 }
 
 /// An empty allowlist with the defaults of a config that says nothing (the gate's ports, the
@@ -50,6 +54,7 @@ impl Default for SessionPolicy {
             ask: None,
             rules: Vec::new(),
             learn: false,
+            budgets: Vec::new(),
         }
     }
 }
@@ -66,6 +71,7 @@ impl SessionPolicy {
             ask: p.ask,
             rules: p.rules.clone(),
             learn: p.learn,
+            budgets: p.budgets.clone(),
         }
     }
 }
@@ -127,11 +133,52 @@ pub struct SessionStatus {
     pub(crate) active: u64,
     pub(crate) bytes_up: u64,
     pub(crate) bytes_down: u64,
+    /// What the session sent to each budgeted host, against its budget.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) budgets: Vec<BudgetUse>,
+}
+
+/// One budget's count (`budget =` lines): the host or pattern it is kept for (`* HOST` for the
+/// default line's hosts), what was sent, and the budget, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    pub(crate) key: String,
+    pub(crate) sent: u64,
+    pub(crate) budget: u64,
+}
+
+impl BudgetUse {
+    /// `1.5m of 2m (75%)`: what `ps` and `gate status` show.
+    pub fn against(&self) -> String {
+        let pct = (self.sent as f64 * 100.0 / self.budget.max(1) as f64).round();
+        format!("{} of {} ({pct}%)", human(self.sent), human(self.budget))
+    }
+}
+
+/// Bytes in the config's units, one decimal where it helps (`1.5m`, `900k`, `12`).
+fn human(b: u64) -> String {
+    for (unit, shift) in [("g", 30), ("m", 20), ("k", 10)] {
+        if b >= 1 << shift {
+            let v = b as f64 / (1u64 << shift) as f64;
+            return if v.fract() == 0.0 { format!("{v}{unit}") } else { format!("{v:.1}{unit}") };
+        }
+    }
+    b.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budgets_use_reads_in_the_configs_units() {
+        let u = |sent, budget| BudgetUse { key: "k".into(), sent, budget }.against();
+        assert_eq!(u(3 << 19, 2 << 20), "1.5m of 2m (75%)");
+        assert_eq!(u(900 << 10, 1 << 20), "900k of 1m (88%)");
+        assert_eq!(u(12, 1000), "12 of 1000 (1%)");
+        assert_eq!(u(1 << 30, 1 << 30), "1g of 1g (100%)");
+        assert_eq!(u(0, 0), "0 of 0 (0%)");
+    }
 
     #[test]
     fn rule_paths_read_as_bytes_and_as_text_and_the_readable_form_is_the_same_policy() {

@@ -66,6 +66,9 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                         s.bytes_up,
                         s.bytes_down
                     );
+                    for b in &s.budgets {
+                        println!("    budget {}: sent {}", crate::sys::quote::text(&b.key), b.against());
+                    }
                 }
                 Ok(0)
             }

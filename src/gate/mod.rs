@@ -15,6 +15,7 @@
 pub mod connect;
 
 pub mod ask;
+pub(crate) mod budget;
 pub(crate) mod ca;
 pub mod cluster;
 pub mod commands;

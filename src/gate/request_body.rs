@@ -2,6 +2,7 @@
 //! a push's command list) replayed in front of the rest, and every later frame scanned as it
 //! streams for the placeholders of secrets bound elsewhere (ADR 0063), trailers included.
 
+use super::budget::Allowance;
 use super::response::BoxError;
 use super::secrets::{Misuse, Secrets};
 use http_body_util::BodyExt;
@@ -64,6 +65,11 @@ pub(crate) struct Scanned {
     pub(crate) on_found: Option<OnFound>,
     /// After a placeholder: how much of the client's rest was read and dropped.
     pub(crate) drained: Option<usize>,
+    /// A budgeted host whose request declared no length: each frame is taken from the
+    /// allowance before it goes; one it does not cover is not sent, the body ends cut, and
+    /// `over` tells `relay` to answer with the budget's refusal.
+    pub(crate) budget: Option<Allowance>,
+    pub(crate) over: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Scanned {
@@ -99,6 +105,13 @@ impl Body for Scanned {
                     return Poll::Ready(Some(Err(CUT.into())));
                 }
                 continue;
+            }
+            if let (Some(a), Some(d)) = (&self.budget, f.data_ref()) {
+                let n = d.len() as u64;
+                if !a.take_all(n) {
+                    self.over.store(true, std::sync::atomic::Ordering::Release);
+                    return Poll::Ready(Some(Err("over the host's budget".into())));
+                }
             }
             if self.skip > 0 {
                 self.skip -= 1;

@@ -248,9 +248,40 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             let leftover = buf[req.head_len..].to_vec();
             drop(buf);
             let Dialled { target, upstream, rule, learned } = d;
+            // A budgeted host: nothing more once it is spent (a forwarded request's whole
+            // length is known, so it goes whole or not at all).
+            let budget = match &target {
+                Target::Name(n) => session.allowance(n),
+                _ => None,
+            };
+            let need = match req.kind {
+                Kind::Connect => 1,
+                Kind::Forward => (req.upstream_head.len() as u64).saturating_add(req.body_len),
+            };
+            if let Some(a) = &budget
+                && !(if req.kind == Kind::Forward { a.take_all(need) } else { a.left() >= need })
+            {
+                let d = a.denial(&session.policy().config_path);
+                session.denied.fetch_add(1, Ordering::Relaxed);
+                state.log(Entry { hint: &d.hint, ..denied(&session.id, &req.host, d.status, &d.reason) });
+                let reason = decide::reason_phrase(&d.hint);
+                return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
+            }
             let result = match req.kind {
                 Kind::Connect => {
-                    tunnel(&state, &session, &req, (&target, learned), client, upstream, leftover).await
+                    let t = tunnel(&state, &session, &req, (&target, learned), client, upstream, leftover);
+                    match (t.await, &budget) {
+                        (Err(e), Some(a)) if super::budget::is_over(&e) => {
+                            let d = a.denial(&session.policy().config_path);
+                            session.denied.fetch_add(1, Ordering::Relaxed);
+                            state.log(Entry {
+                                hint: &d.hint,
+                                ..denied(&session.id, &req.host, d.status, &d.reason)
+                            });
+                            Err(e)
+                        }
+                        (t, _) => t,
+                    }
                 }
                 Kind::Forward => {
                     session.allowed.fetch_add(1, Ordering::Relaxed);
@@ -508,8 +539,17 @@ async fn tunnel(
         allow("allowed");
         client.write_all(ESTABLISHED).await?;
     }
-    upstream.write_all(&first).await?;
-    super::splice::relay(&client, &upstream, Some(IDLE_TIMEOUT))
+    // What the client sent with or after its CONNECT (its ClientHello) counts as well.
+    let budget = match target {
+        Target::Name(n) => s.allowance(n),
+        _ => None,
+    };
+    let allowed = budget.as_ref().map_or(first.len(), |a| a.take(first.len() as u64) as usize);
+    upstream.write_all(&first[..allowed]).await?;
+    if allowed < first.len() {
+        return Err(super::budget::over());
+    }
+    super::splice::relay(&client, &upstream, Some(IDLE_TIMEOUT), budget.as_ref())
         .await
         .map(|(a, b)| (a + first.len() as u64, b))
 }

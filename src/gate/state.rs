@@ -31,6 +31,8 @@ pub(crate) struct Session {
     /// one refuses the session), else when a host with rules is first terminated.
     upstream: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
     upstream_ca: Option<String>,
+    /// What the session sent to each budgeted host (`budget`).
+    pub(crate) spent: super::budget::Spent,
 }
 
 impl Session {
@@ -49,7 +51,17 @@ impl Session {
             secrets: Secrets::default(),
             upstream: OnceLock::new(),
             upstream_ca: None,
+            spent: Default::default(),
         }
+    }
+
+    /// The allowance for `host` under the session's budgets now (`None`: not budgeted).
+    pub(crate) fn allowance(&self, host: &str) -> Option<super::budget::Allowance> {
+        let policy = self.policy();
+        if policy.budgets.is_empty() {
+            return None;
+        }
+        self.spent.allowance(&policy.budgets, host)
     }
 
     /// With bound secrets: the gate opens TLS to their hosts (see `terminate`).
@@ -193,6 +205,7 @@ impl State {
                 active: s.active.load(Ordering::Relaxed) as u64,
                 bytes_up: s.up.load(Ordering::Relaxed),
                 bytes_down: s.down.load(Ordering::Relaxed),
+                budgets: s.spent.uses(&s.policy().budgets),
             })
             .collect()
     }

@@ -365,6 +365,13 @@ impl Conn {
     }
 }
 
+/// What a request's head counts against a budget: its method, target and headers as HTTP/1.1
+/// would write them (HTTP/2 compresses them; the count stays the same for both).
+fn head_size(method: &str, target: &str, headers: &hyper::HeaderMap) -> u64 {
+    let fields: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1 + fields) as u64
+}
+
 /// The request's target must be this connection's host: the Host header, and an absolute-form
 /// URI's authority. Else a CDN fronting many names could route the real key to another one.
 fn same_host(req: &Request<Incoming>, host: &str, port: u16) -> Result<(), String> {
@@ -500,6 +507,19 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             return c.denied_in_band(&asked, &d, report);
         }
     }
+    // A budgeted host: the request's target and headers, and its body when its length is
+    // declared, are taken whole before anything goes (else the body frame by frame: `Scanned`).
+    let budget = c.session.allowance(&c.host);
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if let Some(a) = &budget {
+        let head = head_size(&method, &target, &parts.headers);
+        if !a.take_all(head.saturating_add(declared.unwrap_or(0))) {
+            return c.denied(&asked, &a.denial(&c.session.policy().config_path));
+        }
+    }
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
     c.state.log(Entry {
         path: Some(&logged),
@@ -521,6 +541,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     let checked: Vec<u8> =
         ahead.frames.iter().take(first).filter_map(|f| f.data_ref()).flatten().copied().collect();
     let found = Arc::new(std::sync::Mutex::new(None));
+    let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let body = Scanned {
         inner: Replay { frames: ahead.frames, rest: (!ahead.ended).then_some(body) },
         skip: first,
@@ -542,6 +563,8 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             }
         })),
         drained: None,
+        budget: budget.clone().filter(|_| declared.is_none()),
+        over: over.clone(),
     };
     let mut sender = match c.sender().await {
         Ok(s) => s,
@@ -555,6 +578,10 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     // A placeholder later in the body: the request was cut there (logged when it was found).
     if let Some(m) = found.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return refusal(403, &m.hint());
+    }
+    // The body went past the host's budget: cut there, nothing past it sent.
+    if let Some(a) = budget.filter(|_| over.load(Ordering::Acquire)) {
+        return c.denied(&asked, &a.denial(&c.session.policy().config_path));
     }
     let mut resp = match resp {
         Ok(r) => r,
@@ -664,19 +691,29 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             }
         };
         let (secrets, host) = (c.secrets.clone(), c.host.clone());
+        let budget = c.session.allowance(&c.host).map(|a| (a, c.session.policy().config_path.clone()));
         tokio::spawn(async move {
             if let (Ok(a), Ok(b)) = (client_upgrade.await, server_upgrade.await) {
                 let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
                 match frames {
                     Some((up, down)) => {
-                        let watch = WsWatch { up, down, secrets, host, scrub };
+                        let watch = WsWatch { up, down, secrets, host, scrub, budget };
                         if let Some(d) = watch.relay(a, b).await {
                             log(&d);
                         }
                     }
-                    None => {
-                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
-                    }
+                    None => match budget {
+                        // Another protocol: its bytes are the sandbox's too, counted as a tunnel's.
+                        Some((allowance, config)) => {
+                            if let Some(d) = crate::gate::ws_relay::budgeted(a, b, &allowance, &config).await
+                            {
+                                log(&d);
+                            }
+                        }
+                        None => {
+                            let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                        }
+                    },
                 }
             }
         });

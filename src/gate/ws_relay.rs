@@ -1,6 +1,7 @@
 //! A WebSocket through a terminated host, read both ways as it is relayed (`ws::Frames` does
 //! the framing, pure; here the I/O; ADR 0064).
 
+use super::budget::Allowance;
 use super::decide::Denial;
 use super::request_body::OVERLAP;
 use super::scrub::Scrubber;
@@ -21,6 +22,8 @@ pub(crate) struct WsWatch {
     pub(crate) secrets: Secrets,
     pub(crate) host: String,
     pub(crate) scrub: Scrubber,
+    /// A budgeted host: what the client may still send, and the config to name when it is spent.
+    pub(crate) budget: Option<(Allowance, String)>,
 }
 
 /// Why a WebSocket direction stopped.
@@ -36,10 +39,11 @@ impl WsWatch {
         A: AsyncRead + AsyncWrite + Unpin,
         B: AsyncRead + AsyncWrite + Unpin,
     {
-        let WsWatch { mut up, mut down, secrets, host, mut scrub } = self;
+        let WsWatch { mut up, mut down, secrets, host, mut scrub, budget } = self;
         let (mut ar, mut aw) = tokio::io::split(a);
         let (mut br, mut bw) = tokio::io::split(b);
-        let to_server = pump(&mut ar, &mut bw, &mut up, OVERLAP, |seen| {
+        let budget = budget.as_ref().map(|(a, config)| (a, config.as_str()));
+        let to_server = pump(&mut ar, &mut bw, &mut up, (OVERLAP, budget), |seen| {
             secrets.misuse(seen, Some(&host)).map(|m| Denial {
                 status: 403,
                 reason: format!(
@@ -51,7 +55,7 @@ impl WsWatch {
             })
         });
         // The values may be long and spelled three bytes a character: a wider seam.
-        let to_client = pump(&mut br, &mut aw, &mut down, 16 << 10, |seen| {
+        let to_client = pump(&mut br, &mut aw, &mut down, (16 << 10, None), |seen| {
             scrub.whole(seen).map(|_| {
                 let names: Vec<String> = scrub.replaced().into_iter().map(|(n, _)| n).collect();
                 Denial {
@@ -84,12 +88,13 @@ impl WsWatch {
 }
 
 /// Relays one direction of a WebSocket, each read's payload (with `seam` bytes before it)
-/// shown to `bad` before the read goes on.
+/// shown to `bad` before the read goes on; with a budget, a read it does not cover whole is
+/// not sent and ends the relay with the budget's refusal.
 async fn pump<R, W>(
     r: &mut R,
     w: &mut W,
     frames: &mut ws::Frames,
-    seam: usize,
+    (seam, budget): (usize, Option<(&Allowance, &str)>),
     mut bad: impl FnMut(&[u8]) -> Option<Denial>,
 ) -> Stop
 where
@@ -110,8 +115,54 @@ where
             return Stop::Refused(d);
         }
         tail = seen[seen.len().saturating_sub(seam)..].to_vec();
+        if let Some((a, config)) = budget
+            && !a.take_all(n as u64)
+        {
+            let d = a.denial(config);
+            return Stop::Refused(Denial {
+                reason: format!("{} (a WebSocket; the connection was closed)", d.reason),
+                ..d
+            });
+        }
         if w.write_all(&buf[..n]).await.is_err() {
             return Stop::Ended;
         }
+    }
+}
+
+/// An upgraded connection that is not a WebSocket, to a budgeted host: relayed both ways, the
+/// client's bytes taken from the allowance before they go; the refusal when it is spent.
+pub(crate) async fn budgeted<A, B>(a: A, b: B, allowance: &Allowance, config: &str) -> Option<Denial>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let up = async {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            let n = ar.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                let _ = bw.shutdown().await;
+                return None;
+            }
+            if !allowance.take_all(n as u64) {
+                return Some(allowance.denial(config));
+            }
+            if bw.write_all(&buf[..n]).await.is_err() {
+                return None;
+            }
+        }
+    };
+    let down = async {
+        let _ = tokio::io::copy(&mut br, &mut aw).await;
+        let _ = aw.shutdown().await;
+    };
+    tokio::pin!(up, down);
+    tokio::select! {
+        d = &mut up => d,
+        _ = &mut down => (&mut up).await,
     }
 }

@@ -81,7 +81,7 @@ async fn relay_one(c: TcpStream, to: SocketAddrV4) {
             let _ = u.set_nodelay(true);
             // No idle limit: a direct connection through the tap path has none either (a
             // database pool may sit idle for hours); the session's end closes them all.
-            let _ = crate::gate::splice::relay(&c, &u, None).await;
+            let _ = crate::gate::splice::relay(&c, &u, None, None).await;
         }
         // Closed with a reset: the sandbox's client sees its connection end at once (trixie's
         // pasta passes it on as an end of stream, measured), never a hang.

@@ -23,6 +23,7 @@ pub enum Name {
     ExtraArgs,
     Publish,
     Rule,
+    Budget,
     Resolve,
     Protect,
     Secret,
@@ -50,6 +51,7 @@ impl Name {
         Name::ExtraArgs,
         Name::Publish,
         Name::Rule,
+        Name::Budget,
         Name::Resolve,
         Name::Protect,
         Name::Secret,
@@ -77,6 +79,7 @@ impl Name {
             Name::ExtraArgs => "extra_args",
             Name::Publish => "publish",
             Name::Rule => "rule",
+            Name::Budget => "budget",
             Name::Resolve => "resolve",
             Name::Protect => "protect",
             Name::Secret => "secret",
@@ -219,6 +222,19 @@ pub const KEYS: &[Key] = &[
         example: "api.github.com GET /repos/acme/**",
         widens: Widens::When(rule_widens),
         export: Exports { kube: Export::Carried },
+    },
+    Key {
+        name: Name::Budget,
+        repeats: true,
+        shell: false,
+        doc: "HOST BYTES, or * BYTES for every host without a line: what a session may send to the host through the gate; past it the gate refuses",
+        example: "api.github.com 50m",
+        widens: Widens::WhenDropped("removed: what the sandbox sends to that host is no longer capped"),
+        export: Exports {
+            kube: Export::LeftOut(
+                "the cluster's gate does not count bytes yet: a budget holds on this machine only",
+            ),
+        },
     },
     Key {
         name: Name::Resolve,

@@ -9,6 +9,7 @@ pub(crate) mod agent_state;
 pub(crate) mod agents;
 pub mod allow;
 pub(crate) mod approval;
+pub mod budget;
 pub(crate) mod env;
 pub mod forwards;
 mod image;
@@ -157,6 +158,8 @@ pub struct Policy {
     pub(crate) ask: Option<u32>,
     /// `rule =` lines: what may be asked of a host below its name (see `rule`).
     pub(crate) rules: Vec<rule::Rule>,
+    /// `budget =` lines: what a session may send to a host through the gate (see `budget`).
+    pub(crate) budgets: Vec<budget::Budget>,
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
     pub(crate) ssh_agent: bool,
@@ -314,6 +317,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let agent_state = agent_state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
+    let budgets = budget_lines(config, (net, gate), &hosts, &mut c);
     let limits = limits_of(config, &mut c);
     let workspace = workspace(config, inputs, &mut c);
 
@@ -329,6 +333,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         allow: allow::Allowlist { hosts, nets, deny_hosts, deny_nets },
         ask,
         rules,
+        budgets,
         publish,
         gate_addr,
         gate_port,
@@ -509,6 +514,47 @@ fn rule_lines(
             continue;
         }
         out.extend(rs);
+    }
+    out
+}
+
+/// `budget =` lines, read. Counted by the gate: without one (`--no-gate`) nothing counts, so
+/// the line is refused; under `--net full` (no policy) and `--net none` (no egress) it has
+/// nothing to count. A host's line must name a host the gate lets through.
+fn budget_lines(
+    config: &Config,
+    (net, gate): (NetMode, bool),
+    hosts: &[(HostPattern, Option<Ports>)],
+    c: &mut Collector,
+) -> Vec<budget::Budget> {
+    let mut out = Vec::new();
+    for (v, at) in config.all(Name::Budget) {
+        let b = match budget::parse(v) {
+            Ok(b) => b,
+            Err((msg, hint)) => {
+                c.bad(at, msg, hint);
+                continue;
+            }
+        };
+        if net != NetMode::Allow {
+            continue;
+        }
+        if !gate {
+            c.bad(
+                at,
+                format!("`budget = {v}` needs the gate to count, but --no-gate leaves no gate"),
+                "run with the gate (--net allow), or remove the budget lines",
+            );
+        } else if !budget::reached(&b, hosts) {
+            let host = b.host.as_ref().map(|h| h.to_string()).unwrap_or_default();
+            c.bad(
+                at,
+                format!("`budget = {v}`: {host} is not allowed, so the budget is never reached"),
+                format!("add `allow = {host}` (a budget caps what an allowed host is sent)"),
+            );
+        } else {
+            out.push(b);
+        }
     }
     out
 }

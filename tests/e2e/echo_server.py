@@ -73,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
+            cut = len(body) < n  # the connection ended inside the body
         record = {
             "peer": self.client_address[1],
             "length": len(body),

@@ -143,7 +143,16 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
                 Ok((reply, listener)) => {
-                    let Registered { port, ca, learning, push_refs } = reply.as_registered();
+                    let Registered { port, ca, learning, push_refs, budgets } = reply.as_registered();
+                    if matches!(req, Request::Register { policy, .. } if !policy.budgets.is_empty())
+                        && !budgets
+                    {
+                        return Err(crate::error::hinted(
+                            "the running egress gate is of an older version of ai-sandbox and does not count budgets (it would let everything through); nothing was started",
+                            "start again once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)",
+                        )
+                        .into());
+                    }
                     let limits = matches!(req, Request::Register { policy, .. } if policy.rules.iter().any(|r| !r.refs.is_empty()));
                     if limits && !push_refs {
                         return Err(crate::error::hinted(

@@ -1,7 +1,7 @@
 //! The control socket's server side, inside the gate: one task per connection, one request line,
 //! one reply (with the listening socket passed to a registration).
 
-use super::{Refusal, Reply, Request};
+use super::{Refusal, Registered, Reply, Request};
 use crate::contract::log::Event;
 use crate::contract::watch::{Ended, Watch};
 use crate::gate::state::{Session, State};
@@ -85,6 +85,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             let bound = !secrets.is_empty() || !policy.rules.is_empty();
             let learning = policy.learn;
             let push_refs = policy.rules.iter().any(|r| !r.refs.is_empty());
+            let budgets = !policy.budgets.is_empty();
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
@@ -98,7 +99,8 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             if !state.register(sess.clone()) {
                 return reply(s, &Reply::refused(Refusal::Closing), None).await;
             }
-            reply(s, &Reply::registered(port, pid, ca, learning, push_refs), Some(&state.listener)).await;
+            let said = Registered { port, ca, learning, push_refs, budgets };
+            reply(s, &Reply::registered(pid, said), Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}

@@ -1,0 +1,89 @@
+//! Byte budgets (`budget = HOST BYTES`): what a session may send to an allowed host through the
+//! gate. Past it the gate sends nothing more: a tunnel is cut at the budget's last byte, a
+//! request whose length is known is refused whole before anything goes, and a spent host's next
+//! CONNECT is refused; `ps` shows each count against its budget (docs/adr/0066). Upstream: the
+//! echo server on a test host, which logs each request's body length and whether it was cut.
+
+use crate::harness::*;
+use crate::keys::Upstream;
+
+const SCRIPT: &str = r#"
+head -c 921600 /dev/zero | tr '\0' a > a; head -c 204800 /dev/zero | tr '\0' b > b
+head -c 61440 /dev/zero | tr '\0' c > c; head -c 153600 /dev/zero | tr '\0' d > d
+{
+curl --cacert e2e-ca.pem -sS -o /dev/null -w 'first %{http_code}\n' --data-binary @a https://other.test/up1
+curl --cacert e2e-ca.pem -sS -o /dev/null -w 'second %{http_code}\n' --data-binary @b https://other.test/up2 2>&1
+curl --cacert e2e-ca.pem -sS -o /dev/null -w 'third %{http_connect}\n' https://other.test/up3 2>&1
+curl --cacert e2e-ca.pem -sS -o /dev/null -w 'free %{http_code}\n' --data-binary @b https://api2.bound.test/free
+curl -sS -o /dev/null -w 'small %{http_code}\n' -H "Authorization: Bearer $API_KEY" --data-binary @c https://api.bound.test/small
+curl -sS -o /dev/null -w 'big %{http_code}\n' -H "Authorization: Bearer $API_KEY" --data-binary @d https://api.bound.test/big
+} > out 2>&1
+touch ready
+"#;
+
+/// A budget of 1 MiB on a blind tunnel's host: 900 KiB go through, the next 200 KiB are cut at
+/// the budget (the server received no byte past it), and the host's next CONNECT is refused; a
+/// host without a budget takes the same 200 KiB (the control). On a terminated host with a
+/// budget of 100 KiB: a 60 KiB body goes (with the real key: the control), a 150 KiB body is
+/// refused before anything of it is sent. `ps` shows both counts; the gate logs the refusals.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_budget_lets_its_bytes_through_and_not_one_more() {
+    let up = Upstream::start("");
+    let p = Project::new("budgets");
+    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
+    chown_user(&p.path("e2e-ca.pem"));
+    let mut config = String::new();
+    for n in ["other.test", "api2.bound.test", "api.bound.test"] {
+        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
+    }
+    config += "secret = API_KEY for api.bound.test\n";
+    config += "budget = other.test 1m\nbudget = api.bound.test 100k\n";
+    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
+    p.config(&config);
+    let key = "sk-budget-REAL-90d2c1";
+    let script = format!("{SCRIPT}{UNTIL_DONE}");
+    let child = spawn_sandbox_with_secret_env(&p, &["--", "sh", "-c", &script], &[("API_KEY", key)]);
+    assert!(wait_for(120, || p.path("ready").exists()), "the uploads did not finish");
+    let ps = user_command(&p.dir, &env().bin, &["ps"], &[]).output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+    std::fs::write(p.path("done"), "").unwrap();
+    let ended = child.wait_with_output();
+    let stderr = String::from_utf8_lossy(&ended.stderr).into_owned();
+    assert!(ended.status.success(), "{stderr}");
+    let out = std::fs::read_to_string(p.path("out")).unwrap_or_default();
+    let reqs = up.requests();
+    let at = |t: &str| reqs.iter().find(|r| r["target"] == t).cloned();
+    let length = |t: &str| at(t).and_then(|r| r["length"].as_u64());
+    // 900 KiB under the budget: whole.
+    assert!(out.contains("first 200"), "{out}");
+    assert_eq!(length("/up1"), Some(921600), "{reqs:?}");
+    // The next 200 KiB: cut at the budget; what the server got of it, with the first, is within it.
+    assert!(!out.contains("second 200"), "{out}");
+    let second = at("/up2");
+    assert!(second.as_ref().is_none_or(|r| r["cut"] == true), "the server got the second whole: {second:?}");
+    let got = 921600 + length("/up2").unwrap_or(0);
+    assert!(got <= 1 << 20, "the server received {got} bytes, past the budget");
+    // Spent: the next CONNECT is refused.
+    assert!(out.contains("third 403"), "{out}");
+    assert!(at("/up3").is_none(), "{reqs:?}");
+    // The control: a host without a budget takes the same 200 KiB.
+    assert!(out.contains("free 200"), "{out}");
+    assert_eq!(length("/free"), Some(204800), "{reqs:?}");
+    // A terminated host: 60 KiB of 100 KiB go (with the real key); 150 KiB more are refused whole.
+    assert!(out.contains("small 200"), "{out}");
+    assert_eq!(length("/small"), Some(61440), "{reqs:?}");
+    assert_eq!(at("/small").unwrap()["headers"]["authorization"], format!("Bearer {key}"));
+    assert!(out.contains("big 403"), "{out}");
+    assert!(at("/big").is_none(), "the refused body reached the server: {reqs:?}");
+    // `ps` shows each count against its budget.
+    assert!(ps.contains("budget other.test: sent 1m of 1m (100%)"), "{ps}");
+    assert!(ps.contains("budget api.bound.test: sent 6"), "{ps}");
+    let log = gate_log();
+    assert!(log.contains("over budget: other.test was sent 1m of 1m (budget = other.test 1m)"), "{log}");
+    assert!(log.contains("over budget: api.bound.test was sent"), "{log}");
+    assert!(log.contains("budget = other.test 2m"), "the line to raise it: {log}");
+    // The launcher says it as it happens and in its summary at exit.
+    let summary = stderr.split("refused during this run").nth(1).unwrap_or_default();
+    assert!(summary.contains("has had its budget of 1m"), "{stderr}");
+}
