@@ -29,8 +29,22 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
     let session_only = *session_only;
     let loc = locate(host, project.as_deref())?;
     let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
+    let (budget_items, items_left): (Vec<&String>, Vec<&String>) =
+        items.iter().partition(|i| crate::policy::budget::item(i).is_some());
+    let mut budgets = Vec::new();
+    for item in &budget_items {
+        if deny {
+            return Err(hinted(
+                format!("`{item}` is a budget, which `ai-sandbox allow` sets"),
+                format!("`ai-sandbox allow '{item}'` sets it (lower it there to send less)"),
+            )
+            .into());
+        }
+        let value = crate::policy::budget::item(item).unwrap_or_default();
+        budgets.push(crate::policy::budget::parse(value).map_err(|(msg, hint)| hinted(msg, hint))?);
+    }
     let (rule_items, entries): (Vec<&String>, Vec<&String>) =
-        items.iter().partition(|i| crate::policy::rule::item(i).is_some());
+        items_left.into_iter().partition(|i| crate::policy::rule::item(i).is_some());
     let mut rules = Vec::new();
     for item in &rule_items {
         if deny {
@@ -52,7 +66,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
         policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
             Rejected { config_path: loc.display.clone(), diagnostics, outcome: NOT_STARTED }
         })?;
-    let change = crate::live::Change { allow: p.allow, rules };
+    let change = crate::live::Change { allow: p.allow, rules, budgets };
     let (key, done) = match verb {
         Verb::Allow => ("allow", "allowed"),
         Verb::Deny => ("deny", "denied"),
@@ -121,6 +135,12 @@ pub(super) fn add_lines(
         text.push('\n');
     }
     for item in items {
+        // A budget replaces the config's line for its host (it is the one line for it).
+        if let Some(b) = crate::policy::budget::item(item).and_then(|v| crate::policy::budget::parse(v).ok())
+        {
+            text = with_budget(&text, &b);
+            continue;
+        }
         let line = match crate::policy::rule::item(item) {
             Some(rule) => format!("rule = {rule}"),
             None => format!("{key} = {item}"),
@@ -148,4 +168,44 @@ pub(super) fn add_lines(
         ));
     }
     Ok(())
+}
+
+/// The config text with `budget = b`: the line for the same host replaced (a comment after it
+/// goes with it; the policy allows one line per host), else added at the end.
+fn with_budget(text: &str, b: &crate::policy::budget::Budget) -> String {
+    let line = format!("budget = {b}");
+    let same = |l: &str| {
+        let v = l.split_once(" #").map_or(l, |(v, _)| v);
+        crate::policy::budget::item(v)
+            .and_then(|v| crate::policy::budget::parse(v).ok())
+            .is_some_and(|x| x.host == b.host)
+    };
+    let mut out = String::new();
+    let mut replaced = false;
+    for l in text.lines() {
+        if !replaced && same(l.trim()) {
+            out += &format!("{line}\n");
+            replaced = true;
+        } else {
+            out += &format!("{l}\n");
+        }
+    }
+    if !replaced {
+        out += &format!("{line}\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_budget_item_replaces_its_hosts_line_in_the_config_and_keeps_every_other_line() {
+        let b = crate::policy::budget::parse("a.test 2m").unwrap();
+        let text = "allow = a.test\nbudget = a.test 1m   # first\nbudget = * 5m\n# budget = a.test 9m\n";
+        assert_eq!(
+            super::with_budget(text, &b),
+            "allow = a.test\nbudget = a.test 2m\nbudget = * 5m\n# budget = a.test 9m\n"
+        );
+        assert_eq!(super::with_budget("allow = a.test\n", &b), "allow = a.test\nbudget = a.test 2m\n");
+    }
 }

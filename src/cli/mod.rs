@@ -317,8 +317,9 @@ pub enum Sub {
         #[command(flatten)]
         which: Which,
     },
-    /// Allow ITEMs (config `allow =` spellings) in this project's running sandboxes at once,
-    /// without a restart, and add them to .ai-sandbox/config (approved, if it was).
+    /// Allow ITEMs (config `allow =` spellings, `'rule = …'`, `'budget = HOST SIZE'`) in this
+    /// project's running sandboxes at once, without a restart, and add them to
+    /// .ai-sandbox/config (approved, if it was; a budget replaces its host's line).
     Allow(ChangeArgs),
     /// Deny ITEMs (config `deny =` spellings: exceptions that win over allow entries) in this
     /// project's running sandboxes at once, for new connections, and add them to the config.

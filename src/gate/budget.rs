@@ -110,7 +110,7 @@ impl Allowance {
                 self.line
             ),
             hint: format!(
-                "blocked by ai-sandbox: {host} has had its budget of {} from this session; to send more, raise it in {config_path} (e.g. \"{raised}\") and start again",
+                "blocked by ai-sandbox: {host} has had its budget of {} from this session; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})",
                 show_size(self.limit)
             ),
             ..Denial::default()
@@ -200,10 +200,10 @@ mod tests {
         let d = a.denial(".ai-sandbox/config");
         assert_eq!(d.status, 403);
         assert!(d.reason.contains("a.up.test was sent 1m of 1m (budget = *.up.test 1m)"), "{}", d.reason);
-        assert!(d.hint.contains("\"budget = *.up.test 2m\""), "{}", d.hint);
+        assert!(d.hint.contains("ai-sandbox allow 'budget = *.up.test 2m'"), "{}", d.hint);
         assert!(d.hint.contains(".ai-sandbox/config"), "{}", d.hint);
         let all = spent.allowance(&lines(&["* 1k"]), "b.test").unwrap();
-        assert!(all.denial("c").hint.contains("\"budget = b.test 2k\""), "{}", all.denial("c").hint);
+        assert!(all.denial("c").hint.contains("'budget = b.test 2k'"), "{}", all.denial("c").hint);
         assert!(is_over(&over()));
         assert!(!is_over(&std::io::Error::other("else")));
     }

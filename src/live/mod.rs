@@ -89,6 +89,9 @@ pub struct Change {
     pub(crate) allow: crate::policy::allow::Allowlist,
     /// `rule =` lines (`ai-sandbox allow 'rule = HOST METHOD PATH'`).
     pub(crate) rules: Vec<crate::policy::rule::Rule>,
+    /// `budget =` lines (`ai-sandbox allow 'budget = HOST SIZE'`): each replaces the session's
+    /// line for its host; what was sent stays counted.
+    pub(crate) budgets: Vec<crate::policy::budget::Budget>,
 }
 
 impl Change {
@@ -109,7 +112,8 @@ impl Change {
                 rules.push(line);
             }
         }
-        hosts.chain(nets).chain(rules).collect::<Vec<_>>().join(", ")
+        let budgets = self.budgets.iter().map(|b| format!("budget = {b}"));
+        hosts.chain(nets).chain(rules).chain(budgets).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -143,6 +147,22 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
         }
     }
     add_missing(&mut out.policy.rules, &c.rules);
+    if !c.budgets.is_empty() && !r.gate {
+        return Err(format!(
+            "session {} was started without the gate, so nothing counts what it sends; add the line to the config and restart it",
+            r.session
+        ));
+    }
+    for b in &c.budgets {
+        if !crate::policy::budget::reached(b, &out.policy.allow.hosts) {
+            let host = b.host.as_ref().map(|h| h.to_string()).unwrap_or_default();
+            return Err(format!(
+                "`budget = {b}`: {host} is not allowed in session {}, so the budget would never be reached",
+                r.session
+            ));
+        }
+        crate::policy::budget::set(&mut out.policy.budgets, b);
+    }
     add_missing(&mut out.policy.allow.nets, &c.allow.nets);
     add_missing(&mut out.policy.allow.deny_hosts, &c.allow.deny_hosts);
     add_missing(&mut out.policy.allow.deny_nets, &c.allow.deny_nets);
@@ -189,6 +209,21 @@ mod tests {
 
     fn hosts(name: &str) -> Allowlist {
         Allowlist { hosts: vec![(HostPattern::Exact(name.into()), None)], ..Allowlist::default() }
+    }
+
+    #[test]
+    fn a_budget_change_replaces_the_sessions_line_for_its_host() {
+        let b = |l: &str| crate::policy::budget::parse(l).unwrap();
+        let mut r = rec(true);
+        r.policy.budgets = vec![b("a.test 1m"), b("* 5m")];
+        let c = Change { budgets: vec![b("a.test 3m")], ..Change::default() };
+        let out = merged(&r, &c).unwrap();
+        let shown: Vec<String> = out.policy.budgets.iter().map(|x| x.to_string()).collect();
+        assert_eq!(shown, ["a.test 3m", "* 5m"]);
+        assert_eq!(c.summary(), "budget = a.test 3m");
+        let far = Change { budgets: vec![b("z.test 1m")], ..Change::default() };
+        assert!(merged(&r, &far).unwrap_err().contains("z.test is not allowed"));
+        assert!(merged(&rec(false), &c).unwrap_err().contains("without the gate"));
     }
 
     #[test]

@@ -66,6 +66,21 @@ pub fn parse(v: &str) -> Result<Budget, Bad> {
     }
 }
 
+/// The budget in an `ai-sandbox allow` item: `budget = HOST SIZE`.
+pub fn item(i: &str) -> Option<&str> {
+    let rest = i.trim().strip_prefix("budget")?;
+    rest.trim_start().strip_prefix('=').map(str::trim)
+}
+
+/// `budgets` with `b` in it: it replaces the line for the same host (a live change of a budget),
+/// or is added.
+pub(crate) fn set(budgets: &mut Vec<Budget>, b: &Budget) {
+    match budgets.iter_mut().find(|x| x.host == b.host) {
+        Some(x) => *x = b.clone(),
+        None => budgets.push(b.clone()),
+    }
+}
+
 /// Whether a line for `host` is ever reached: the host (or, for a wildcard, a name under it)
 /// is allowed. `*` always is.
 pub(crate) fn reached(b: &Budget, hosts: &[(HostPattern, Option<Ports>)]) -> bool {
@@ -141,6 +156,20 @@ mod tests {
         assert_eq!(of("example.com"), Some((10, "* example.com".into())), "a wildcard is strictly below");
         assert_eq!(of("other.test"), Some((10, "* other.test".into())), "the default, per host");
         assert_eq!(super::of(&lines[1..], "other.test"), None, "no default: not counted");
+    }
+
+    #[test]
+    fn an_allow_item_names_a_budget_and_setting_one_replaces_its_hosts_line() {
+        assert_eq!(item("budget = a.test 2m"), Some("a.test 2m"));
+        assert_eq!(item(" budget=a.test 2m"), Some("a.test 2m"));
+        assert_eq!(item("a.test"), None);
+        assert_eq!(item("rule = a.test GET /"), None);
+        assert_eq!(item("budgets = a.test 2m"), None);
+        let mut lines = vec![parse("a.test 1m").unwrap(), parse("* 5m").unwrap()];
+        set(&mut lines, &parse("a.test 2m").unwrap());
+        set(&mut lines, &parse("b.test 3m").unwrap());
+        let shown: Vec<String> = lines.iter().map(|b| b.to_string()).collect();
+        assert_eq!(shown, ["a.test 2m", "* 5m", "b.test 3m"]);
     }
 
     #[test]

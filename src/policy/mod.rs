@@ -528,6 +528,7 @@ fn budget_lines(
     c: &mut Collector,
 ) -> Vec<budget::Budget> {
     let mut out = Vec::new();
+    let mut seen = Vec::new();
     for (v, at) in config.all(Name::Budget) {
         let b = match budget::parse(v) {
             Ok(b) => b,
@@ -536,6 +537,12 @@ fn budget_lines(
                 continue;
             }
         };
+        if seen.contains(&b.host) {
+            let host = b.host.as_ref().map_or("*".to_string(), |h| h.to_string());
+            c.bad(at, format!("`budget = {v}`: a second budget for {host}"), "keep one budget line per host");
+            continue;
+        }
+        seen.push(b.host.clone());
         if net != NetMode::Allow {
             continue;
         }

@@ -308,6 +308,40 @@ fn upstream_ca_is_a_file_outside_the_project() {
 }
 
 #[test]
+fn a_budget_needs_its_host_allowed_and_the_gate_and_one_line_per_host() {
+    let ok = policy(
+        "allow = a.test\nallow = *.b.test\nbudget = a.test 1m\nbudget = *.b.test 2m\nbudget = * 5m\n",
+        Inputs::default(),
+    )
+    .unwrap();
+    let shown: Vec<String> = ok.budgets.iter().map(|b| b.to_string()).collect();
+    assert_eq!(shown, ["a.test 1m", "*.b.test 2m", "* 5m"]);
+    assert!(!ok.terminates(), "a budget alone opens no TLS");
+    let errs = policy("allow = a.test\nbudget = c.test 1m\n", Inputs::default()).unwrap_err();
+    assert_eq!(errs[0].origin, crate::error::Origin::Config(2));
+    assert!(errs[0].message.contains("c.test is not allowed"), "{:?}", errs[0]);
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("add `allow = c.test` (a budget caps what an allowed host is sent)")
+    );
+    let errs =
+        policy("allow = a.test\nbudget = a.test 1m\nbudget = a.test 2m\n", Inputs::default()).unwrap_err();
+    assert_eq!(errs[0].origin, crate::error::Origin::Config(3));
+    assert!(errs[0].message.contains("a second budget for a.test"), "{:?}", errs[0]);
+    let errs = policy("allow = a.test\nbudget = a.test 1m/day\n", Inputs::default()).unwrap_err();
+    assert!(errs[0].message.contains("a period"), "{:?}", errs[0]);
+    let no_gate = Inputs { no_gate: true, ..Inputs::default() };
+    let errs = policy("allow = 192.0.2.1\nbudget = * 1m\n", no_gate).unwrap_err();
+    assert!(errs[0].message.contains("--no-gate leaves no gate"), "{:?}", errs[0]);
+    // Nothing to count with no policy, or no egress; a bad line is still an error.
+    for net in [NetMode::Full, NetMode::None] {
+        let p = policy("budget = a.test 1m\n", Inputs { net: Some(net), ..Inputs::default() }).unwrap();
+        assert!(p.budgets.is_empty(), "{net:?}");
+        assert!(policy("budget = a.test x\n", Inputs { net: Some(net), ..Inputs::default() }).is_err());
+    }
+}
+
+#[test]
 fn a_rule_needs_its_host_allowed_and_the_gate_and_makes_the_sandbox_trust_the_gates_ca() {
     let ok = policy("allow = api.test\nrule = api.test GET /x\n", Inputs::default()).unwrap();
     assert_eq!(ok.rules.len(), 1);

@@ -19,6 +19,9 @@ curl -sS -o /dev/null -w 'small %{http_code}\n' -H "Authorization: Bearer $API_K
 curl -sS -o /dev/null -w 'big %{http_code}\n' -H "Authorization: Bearer $API_KEY" --data-binary @d https://api.bound.test/big
 } > out 2>&1
 touch ready
+for i in $(seq 600); do [ -e go ] && break; sleep 0.1; done
+curl --cacert e2e-ca.pem -sS -o /dev/null -w 'fourth %{http_code}\n' --data-binary @b https://other.test/up4 >> out 2>&1
+touch ready2
 "#;
 
 /// A budget of 1 MiB on a blind tunnel's host: 900 KiB go through, the next 200 KiB are cut at
@@ -26,6 +29,8 @@ touch ready
 /// host without a budget takes the same 200 KiB (the control). On a terminated host with a
 /// budget of 100 KiB: a 60 KiB body goes (with the real key: the control), a 150 KiB body is
 /// refused before anything of it is sent. `ps` shows both counts; the gate logs the refusals.
+/// Raised while the sandbox runs (`ai-sandbox allow 'budget = …'`), the spent host takes the
+/// next 200 KiB, and the count goes on from what was sent.
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_budget_lets_its_bytes_through_and_not_one_more() {
@@ -47,6 +52,16 @@ fn a_budget_lets_its_bytes_through_and_not_one_more() {
     assert!(wait_for(120, || p.path("ready").exists()), "the uploads did not finish");
     let ps = user_command(&p.dir, &env().bin, &["ps"], &[]).output().unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+    // Raised while it runs: what was sent stays counted, the next 200 KiB fit in the new 2 MiB.
+    let raise = user_command(&p.dir, &env().bin, &["allow", "--session-only", "budget = other.test 2m"], &[])
+        .output()
+        .unwrap();
+    let raised = String::from_utf8_lossy(&raise.stdout).into_owned();
+    assert!(raise.status.success(), "{raised}{}", String::from_utf8_lossy(&raise.stderr));
+    std::fs::write(p.path("go"), "").unwrap();
+    assert!(wait_for(60, || p.path("ready2").exists()), "the upload after the raise did not finish");
+    let ps2 = user_command(&p.dir, &env().bin, &["ps"], &[]).output().unwrap();
+    let ps2 = String::from_utf8_lossy(&ps2.stdout).into_owned();
     std::fs::write(p.path("done"), "").unwrap();
     let ended = child.wait_with_output();
     let stderr = String::from_utf8_lossy(&ended.stderr).into_owned();
@@ -76,6 +91,11 @@ fn a_budget_lets_its_bytes_through_and_not_one_more() {
     assert_eq!(at("/small").unwrap()["headers"]["authorization"], format!("Bearer {key}"));
     assert!(out.contains("big 403"), "{out}");
     assert!(at("/big").is_none(), "the refused body reached the server: {reqs:?}");
+    // Raised live: the next upload goes whole, counted on top of what was sent.
+    assert!(raised.contains("allowed budget = other.test 2m in the running sandbox"), "{raised}");
+    assert!(out.contains("fourth 200"), "{out}");
+    assert_eq!(length("/up4"), Some(204800), "{reqs:?}");
+    assert!(ps2.contains("budget other.test: sent 1.2m of 2m"), "{ps2}");
     // `ps` shows each count against its budget.
     assert!(ps.contains("budget other.test: sent 1m of 1m (100%)"), "{ps}");
     assert!(ps.contains("budget api.bound.test: sent 6"), "{ps}");
