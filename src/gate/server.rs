@@ -264,6 +264,12 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 let d = a.denial(&session.policy().config_path);
                 session.denied.fetch_add(1, Ordering::Relaxed);
                 state.log(Entry { hint: &d.hint, ..denied(&session.id, &req.host, d.status, &d.reason) });
+                // A forwarded body is read and dropped (never sent), so the client reads the answer.
+                let rest =
+                    req.body_len.saturating_sub(leftover.len() as u64).min(super::request_body::DRAIN as u64);
+                if req.kind == Kind::Forward {
+                    let _ = tokio::io::copy(&mut (&mut client).take(rest), &mut tokio::io::sink()).await;
+                }
                 let reason = decide::reason_phrase(&d.hint);
                 return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
             }

@@ -365,6 +365,18 @@ impl Conn {
     }
 }
 
+/// Reads (and drops) the rest of a refused request's body, up to `DRAIN`, so that the client
+/// reads the answer instead of a reset.
+async fn drain(ahead: &Ahead, body: &mut Incoming) {
+    let mut drained = ahead.seen.len();
+    while !ahead.ended && drained < DRAIN {
+        match body.frame().await {
+            Some(Ok(f)) => drained += f.data_ref().map_or(0, |d| d.len()),
+            _ => break,
+        }
+    }
+}
+
 /// What a request's head counts against a budget: its method, target and headers as HTTP/1.1
 /// would write them (HTTP/2 compresses them; the count stays the same for both).
 fn head_size(method: &str, target: &str, headers: &hyper::HeaderMap) -> u64 {
@@ -497,13 +509,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             let Some(report) = push::report(&push, &r, &d.hint) else { return c.denied(&asked, &d) };
             // Read (and drop) what git is still sending, so that it reads the answer instead of
             // a reset; a pack larger than this gets the answer over a connection then closed.
-            let mut drained = ahead.seen.len();
-            while !ahead.ended && drained < DRAIN {
-                match body.frame().await {
-                    Some(Ok(f)) => drained += f.data_ref().map_or(0, |d| d.len()),
-                    _ => break,
-                }
-            }
+            drain(&ahead, &mut body).await;
             return c.denied_in_band(&asked, &d, report);
         }
     }
@@ -517,6 +523,8 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
     if let Some(a) = &budget {
         let head = head_size(&method, &target, &parts.headers);
         if !a.take_all(head.saturating_add(declared.unwrap_or(0))) {
+            // The body is read and dropped here (never sent), so the client reads the refusal.
+            drain(&ahead, &mut body).await;
             return c.denied(&asked, &a.denial(&c.session.policy().config_path));
         }
     }
