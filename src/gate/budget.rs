@@ -113,6 +113,9 @@ impl Allowance {
                 "blocked by ai-sandbox: {host} has had its budget of {} from this session; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})",
                 show_size(self.limit)
             ),
+            // A watcher may be asked (`ask = SECONDS`), and offered the raised line.
+            allow: Some(raised),
+            askable: true,
             ..Denial::default()
         }
     }
@@ -202,6 +205,8 @@ mod tests {
         assert!(d.reason.contains("a.up.test was sent 1m of 1m (budget = *.up.test 1m)"), "{}", d.reason);
         assert!(d.hint.contains("ai-sandbox allow 'budget = *.up.test 2m'"), "{}", d.hint);
         assert!(d.hint.contains(".ai-sandbox/config"), "{}", d.hint);
+        assert_eq!(d.allow.as_deref(), Some("budget = *.up.test 2m"), "what a watcher's answer adds");
+        assert!(d.askable);
         let all = spent.allowance(&lines(&["* 1k"]), "b.test").unwrap();
         assert!(all.denial("c").hint.contains("'budget = b.test 2k'"), "{}", all.denial("c").hint);
         assert!(is_over(&over()));

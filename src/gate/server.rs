@@ -250,7 +250,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             let Dialled { target, upstream, rule, learned } = d;
             // A budgeted host: nothing more once it is spent (a forwarded request's whole
             // length is known, so it goes whole or not at all).
-            let budget = match &target {
+            let mut budget = match &target {
                 Target::Name(n) => session.allowance(n),
                 _ => None,
             };
@@ -258,12 +258,33 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 Kind::Connect => 1,
                 Kind::Forward => (req.upstream_head.len() as u64).saturating_add(req.body_len),
             };
-            if let Some(a) = &budget
-                && !(if req.kind == Kind::Forward { a.take_all(need) } else { a.left() >= need })
-            {
-                let d = a.denial(&session.policy().config_path);
+            let fits = |a: &super::budget::Allowance| match req.kind {
+                Kind::Forward => a.take_all(need),
+                Kind::Connect => a.left() >= need,
+            };
+            let mut over =
+                budget.as_ref().filter(|a| !fits(a)).map(|a| a.denial(&session.policy().config_path));
+            // With a watcher asked (`ask = SECONDS`): once lets this connection through
+            // uncounted; allowed means the watcher raised the line (a live change): the new one.
+            if let Some(d) = &over {
+                match ask_verdict(&state, &session, &req, d).await {
+                    Some(super::ask::Verdict::Once) => (budget, over) = (None, None),
+                    Some(super::ask::Verdict::Allowed) => {
+                        budget = session.allowance(&target.to_string());
+                        if budget.as_ref().is_none_or(fits) {
+                            over = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(d) = over {
                 session.denied.fetch_add(1, Ordering::Relaxed);
-                state.log(Entry { hint: &d.hint, ..denied(&session.id, &req.host, d.status, &d.reason) });
+                state.log(Entry {
+                    hint: &d.hint,
+                    allow: d.allow.as_deref(),
+                    ..denied(&session.id, &req.host, d.status, &d.reason)
+                });
                 // A forwarded body is read and dropped (never sent), so the client reads the answer.
                 let rest =
                     req.body_len.saturating_sub(leftover.len() as u64).min(super::request_body::DRAIN as u64);
@@ -275,7 +296,15 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             }
             let result = match req.kind {
                 Kind::Connect => {
-                    let t = tunnel(&state, &session, &req, (&target, learned), client, upstream, leftover);
+                    let t = tunnel(
+                        &state,
+                        &session,
+                        &req,
+                        (&target, learned, budget.as_ref()),
+                        client,
+                        upstream,
+                        leftover,
+                    );
                     match (t.await, &budget) {
                         (Err(e), Some(a)) if super::budget::is_over(&e) => {
                             let d = a.denial(&session.policy().config_path);
@@ -320,6 +349,25 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
 /// policy to decide with again when the watcher lets it through (see `ask`).
 async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> Option<Arc<SessionPolicy>> {
     let policy = s.policy();
+    match ask_verdict(state, s, req, d).await? {
+        super::ask::Verdict::Once => {
+            let target = decide::normalise(&req.host).ok()?;
+            Some(Arc::new(decide::with_once(&policy, &target, req.port, d.allow.as_deref())))
+        }
+        super::ask::Verdict::Allowed => Some(s.policy()),
+        super::ask::Verdict::Deny => None,
+    }
+}
+
+/// Holds a refused request for a watcher's answer (`ask = SECONDS`, a watcher attached);
+/// `None` when no one is asked.
+async fn ask_verdict(
+    state: &State,
+    s: &Session,
+    req: &request::Request,
+    d: &Denial,
+) -> Option<super::ask::Verdict> {
+    let policy = s.policy();
     let secs = policy.ask.filter(|_| state.asks.watched())?;
     let q = super::ask::Question {
         ask: 0,
@@ -332,14 +380,7 @@ async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> 
         allow: d.allow.clone(),
         path: d.path.clone(),
     };
-    match state.asks.ask(q, Duration::from_secs(u64::from(secs))).await {
-        super::ask::Verdict::Once => {
-            let target = decide::normalise(&req.host).ok()?;
-            Some(Arc::new(decide::with_once(&policy, &target, req.port, d.allow.as_deref())))
-        }
-        super::ask::Verdict::Allowed => Some(s.policy()),
-        super::ask::Verdict::Deny => None,
-    }
+    Some(state.asks.ask(q, Duration::from_secs(u64::from(secs))).await)
 }
 
 /// The reason logged for what a learning run relayed.
@@ -502,7 +543,7 @@ async fn tunnel(
     state: &Arc<State>,
     s: &Arc<Session>,
     req: &request::Request,
-    (target, learned): (&Target, bool),
+    (target, learned, budget): (&Target, bool, Option<&super::budget::Allowance>),
     mut client: TcpStream,
     mut upstream: TcpStream,
     mut first: Vec<u8>,
@@ -546,16 +587,12 @@ async fn tunnel(
         client.write_all(ESTABLISHED).await?;
     }
     // What the client sent with or after its CONNECT (its ClientHello) counts as well.
-    let budget = match target {
-        Target::Name(n) => s.allowance(n),
-        _ => None,
-    };
-    let allowed = budget.as_ref().map_or(first.len(), |a| a.take(first.len() as u64) as usize);
+    let allowed = budget.map_or(first.len(), |a| a.take(first.len() as u64) as usize);
     upstream.write_all(&first[..allowed]).await?;
     if allowed < first.len() {
         return Err(super::budget::over());
     }
-    super::splice::relay(&client, &upstream, Some(IDLE_TIMEOUT), budget.as_ref())
+    super::splice::relay(&client, &upstream, Some(IDLE_TIMEOUT), budget)
         .await
         .map(|(a, b)| (a + first.len() as u64, b))
 }

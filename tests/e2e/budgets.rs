@@ -107,3 +107,52 @@ fn a_budget_lets_its_bytes_through_and_not_one_more() {
     let summary = stderr.split("refused during this run").nth(1).unwrap_or_default();
     assert!(summary.contains("has had its budget of 1m"), "{stderr}");
 }
+
+/// `ask = SECONDS` with a watcher: a connection to a spent host is held and asked about, with
+/// the raised line on offer; `s` raises the budget for the running sandbox (the config stays)
+/// and the held upload goes through whole. Before the answer, the host had received exactly its
+/// budget of the first upload (the control that the budget was spent, not the network gone).
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_watcher_raises_a_spent_budget_for_a_held_connection() {
+    use std::io::Write;
+    let _g = GATE.read().unwrap();
+    let up = Upstream::start("");
+    let p = Project::new("budget-ask");
+    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
+    chown_user(&p.path("e2e-ca.pem"));
+    let config = format!(
+        "allow = other.test\nresolve = other.test={}\nbudget = other.test 100k\nask = 60\n",
+        up.th.v4
+    );
+    p.config(&config);
+    // A first run starts the gate (it stays a while after), for the watcher to attach to.
+    sandbox(&p, &["--", "true"], &[]).ok();
+    let (mut watch, seen) = spawn_watch(&p);
+    let has = |s: &str| seen.lock().unwrap().contains(s);
+    assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
+    let script = "head -c 153600 /dev/zero | tr '\\0' a > a; head -c 51200 /dev/zero | tr '\\0' b > b; \
+        c='curl --cacert e2e-ca.pem -sS -o /dev/null -m 90'; \
+        echo first=$($c -w '%{http_code}' --data-binary @a https://other.test/a1 2>/dev/null); \
+        echo second=$($c -w '%{http_code}' --data-binary @b https://other.test/a2 2>&1)";
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
+    let mut keys = watch.stdin.take().unwrap();
+    let asked = wait_for(60, || has("ASK") && has("other.test:443"));
+    keys.write_all(b"s\n").unwrap();
+    let out = child.wait_with_output();
+    let _ = keys.write_all(b"q\n");
+    drop(keys);
+    let _ = watch.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let all = format!("{stdout}\n{}\nwatch:\n{}", String::from_utf8_lossy(&out.stderr), seen.lock().unwrap());
+    assert!(asked, "the spent host's connection was not asked about: {all}");
+    let reqs = up.requests();
+    let length = |t: &str| reqs.iter().find(|r| r["target"] == t).and_then(|r| r["length"].as_u64());
+    // The first upload was cut at the budget; the held one went whole after the raise.
+    assert!(!stdout.contains("first=200"), "{all}");
+    assert!(length("/a1").is_none_or(|n| n < 153600), "{reqs:?}");
+    assert!(stdout.contains("second=200"), "{all}");
+    assert_eq!(length("/a2"), Some(51200), "{reqs:?}");
+    assert!(has("allowed budget = other.test 200k in the running sandbox"), "{all}");
+    assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "s leaves the config");
+}
