@@ -9,7 +9,7 @@
 //! that connection (tunnel and terminated), and the gate's RSS with HELD terminated connections
 //! open.
 //! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate transfer
-//! tunnel|terminated DOWN UP` (MB/s), `terminate event tunnel|terminated FIRST_P50 FIRST_P99
+//! tunnel|terminated DOWN UP` and `terminate websocket tunnel|terminated DOWN UP` (MB/s), `terminate event tunnel|terminated FIRST_P50 FIRST_P99
 //! END_P50` (ms from the request's write) and `terminate held N IDLE_KIB RSS_KIB`.
 
 use super::{arg, need, pct, session_policy};
@@ -97,6 +97,76 @@ fn read_body(s: &mut impl Read, head: &[u8], out: &mut impl Write) -> Option<u64
     std::io::copy(&mut s.by_ref().take(n.unwrap_or(0)), out).ok()
 }
 
+/// One WebSocket frame header (binary, final; masked with a zero key from the client).
+fn ws_header(len: usize, masked: bool) -> Vec<u8> {
+    let mut h = vec![0x82];
+    let m = if masked { 0x80 } else { 0 };
+    match len {
+        0..=125 => h.push(m | len as u8),
+        126..=65535 => {
+            h.push(m | 126);
+            h.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            h.push(m | 127);
+            h.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    if masked {
+        h.extend_from_slice(&[0, 0, 0, 0]);
+    }
+    h
+}
+
+/// The WebSocket frame size of the bench's messages.
+const WS_FRAME: usize = 64 << 10;
+
+/// N bytes down as unmasked frames of `WS_FRAME`.
+fn ws_down(s: &mut impl Write, n: u64) -> bool {
+    let payload = vec![b'w'; WS_FRAME];
+    let mut left = n as usize;
+    while left > 0 {
+        let k = left.min(WS_FRAME);
+        if s.write_all(&ws_header(k, false)).is_err() || s.write_all(&payload[..k]).is_err() {
+            return false;
+        }
+        left -= k;
+    }
+    s.flush().is_ok()
+}
+
+/// Reads the client's frames (payloads dropped) until its close frame, then closes too.
+fn ws_up(s: &mut (impl Read + Write)) -> bool {
+    let mut frame = || -> Option<u8> {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h).ok()?;
+        let len = match h[1] & 0x7f {
+            126 => {
+                let mut b = [0u8; 2];
+                s.read_exact(&mut b).ok()?;
+                u64::from(u16::from_be_bytes(b))
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                s.read_exact(&mut b).ok()?;
+                u64::from_be_bytes(b)
+            }
+            n => u64::from(n),
+        };
+        let mask = if h[1] & 0x80 != 0 { 4 } else { 0 };
+        std::io::copy(&mut Read::by_ref(s).take(len + mask), &mut std::io::sink()).ok()?;
+        Some(h[0] & 0x0f)
+    };
+    loop {
+        match frame() {
+            Some(8) => break,
+            Some(_) => {}
+            None => return false,
+        }
+    }
+    s.write_all(&[0x88, 0]).is_ok() && s.flush().is_ok()
+}
+
 /// A server-sent event as one chunk of a chunked body.
 fn chunk(s: &mut impl Write, data: &str) -> bool {
     write!(s, "{:x}\r\n{data}\r\n", data.len()).is_ok() && s.flush().is_ok()
@@ -113,7 +183,15 @@ fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
             while let Some(head) = read_message(&mut s, false) {
                 let head = String::from_utf8_lossy(&head);
                 let n = |p: &str| head.split_whitespace().nth(1)?.strip_prefix(p)?.parse::<u64>().ok();
-                let ok = if head.starts_with("GET /events ") {
+                let ok = if head.starts_with("GET /ws/") {
+                    // A WebSocket: N bytes of unmasked binary frames down, then the client's
+                    // frames read (not parsed) until it sends its close frame's 2 bytes.
+                    let n = n("/ws/").unwrap_or(0);
+                    let _ = s.write_all(
+                        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: bench\r\n\r\n",
+                    );
+                    ws_down(&mut s, n) && ws_up(&mut s)
+                } else if head.starts_with("GET /events ") {
                     s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
                         .is_ok()
                         && chunk(&mut s, "data: first\n\n")
@@ -292,6 +370,33 @@ pub(crate) fn run(args: &[String]) {
         read_message(s, true).expect("the upload's answer");
         let up = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
         println!("terminate transfer {name} {down:.1} {up:.1}");
+    }
+    // A WebSocket on a new connection of each: BYTES down in frames, then BYTES up (MB/s); the
+    // gate reads every frame both ways on the terminated one (ADR 0064).
+    for (name, roots) in paths.iter().take(2) {
+        let mut s = open(gate, &token(name), &host, roots);
+        let t = Instant::now();
+        write!(s, "GET /ws/{bytes} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: YmVuY2hiZW5jaGJlbmNoYg==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+        let head = read_message(&mut s, false).expect("the upgrade's answer");
+        assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+        let frames = bytes.div_ceil(WS_FRAME as u64);
+        let framed = bytes + frames * ws_header(WS_FRAME, false).len() as u64;
+        std::io::copy(&mut (&mut s).take(framed), &mut std::io::sink()).unwrap();
+        let down = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let t = Instant::now();
+        let payload = vec![b'u'; WS_FRAME];
+        let mut left = bytes as usize;
+        while left > 0 {
+            let k = left.min(WS_FRAME);
+            s.write_all(&ws_header(k, true)).unwrap();
+            s.write_all(&payload[..k]).unwrap();
+            left -= k;
+        }
+        s.write_all(&[0x88, 0x80, 0, 0, 0, 0]).unwrap();
+        let mut end = [0u8; 2];
+        s.read_exact(&mut end).expect("the server's close");
+        let up = bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
+        println!("terminate websocket {name} {down:.1} {up:.1}");
     }
     drop(conns);
     // The gate's memory with HELD terminated connections open, each kept alive after a request.

@@ -210,6 +210,7 @@ mod tests {
         let all = spent.allowance(&lines(&["* 1k"]), "b.test").unwrap();
         assert!(all.denial("c").hint.contains("'budget = b.test 2k'"), "{}", all.denial("c").hint);
         assert!(is_over(&over()));
+        assert_eq!(over().to_string(), "over budget", "what a cut relay's error says");
         assert!(!is_over(&std::io::Error::other("else")));
     }
 }
