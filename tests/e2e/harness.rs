@@ -32,7 +32,8 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 /// and test hosts shared one counter past 60: a later test host found an earlier one's files).
 static HOSTS: AtomicUsize = AtomicUsize::new(0);
 /// The gate is one per user and shared by parallel tests; the test that kills it takes this
-/// exclusively, the others that rely on it take it shared.
+/// exclusively, and so does a test whose watcher answers held requests while another such test
+/// (holding it shared) could be asked; the others that rely on it take it shared.
 pub static GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 pub fn env() -> &'static Env {
@@ -236,6 +237,23 @@ pub fn spawn_sandbox_with_secret_env(p: &Project, args: &[&str], secret_vars: &[
 }
 
 /// `ai-sandbox watch` in the project, its input a pipe (keys), its output collected as it comes.
+/// Waits for a sandbox run to end, then ends its watcher (`q`): the run's stdout, and the
+/// stdout, stderr and what the watcher showed together (for assertion messages).
+pub fn end_with_watch(
+    run: Running,
+    mut keys: std::process::ChildStdin,
+    mut watch: Child,
+    seen: &Arc<std::sync::Mutex<String>>,
+) -> (String, String) {
+    let out = run.wait_with_output();
+    let _ = std::io::Write::write_all(&mut keys, b"q\n");
+    drop(keys);
+    let _ = watch.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let all = format!("{stdout}\n{}\nwatch:\n{}", String::from_utf8_lossy(&out.stderr), seen.lock().unwrap());
+    (stdout, all)
+}
+
 pub fn spawn_watch(p: &Project) -> (Child, Arc<std::sync::Mutex<String>>) {
     let mut w = user_command(&p.dir, &env().bin, &["watch"], &[])
         .stdin(Stdio::piped())

@@ -208,12 +208,7 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     keys.write_all(b"s\n").unwrap();
     let asked_method = wait_for(60, || has("ASK  DELETE allowed.test:80/ "));
     keys.write_all(b"d\n").unwrap();
-    let out = child.wait_with_output();
-    let _ = keys.write_all(b"q\n");
-    drop(keys);
-    let _ = watch.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let all = format!("{stdout}\n{}\nwatch:\n{}", String::from_utf8_lossy(&out.stderr), seen.lock().unwrap());
+    let (stdout, all) = end_with_watch(child, keys, watch, &seen);
     assert!(asked_first && asked_second, "the held requests were not asked about: {all}");
     assert!(asked_path && asked_method, "the rules' refusals were not asked about by method and path: {all}");
     assert!(stdout.contains("fourth=200"), "a path let through from the watcher: {all}");
