@@ -2,15 +2,18 @@
 //! hostname allowlist. The container has no DNS and no route out except the gate's port, so
 //! every HTTP(S) client that honours the proxy variables comes through here.
 //!
-//! Pure stages (`request`, `decide`, `tls`, `secrets`, `scrub`, `push`, `ws`) are unit-tested
-//! over the threat classes; `server` does the I/O and the process's lifecycle; `state` holds the
-//! sessions; `control` is the per-user control socket (client and server) the launcher
-//! registers sessions on; `log` the decision log; `http` the one response writer and the head
-//! readers. For the hosts whose TLS the gate opens (a bound secret's, a host with rules):
+//! Pure stages (`request`, `decide`, `tls`, `secrets`, `scrub`, `push`, `ws`, `grpc`, `proto`)
+//! are unit-tested over the threat classes; `server` does the I/O and the process's lifecycle;
+//! `state` holds the sessions; `control` is the per-user control socket (client and server) the
+//! launcher registers sessions on; `log` the decision log; `http` the one response writer and the
+//! head readers. For the hosts whose TLS the gate opens (a bound secret's, a host with rules):
 //! `secrets` the placeholders, `terminate` the connection, `scrub` and `response` what comes
-//! back, `push` a push's refs, `ws` a WebSocket's frames. `connect` is the client side inside
-//! the sandbox (ssh's ProxyCommand); `splice` the zero-copy relay; `cluster` the gate as a
-//! cluster service (sessions from a policy file instead of the control socket).
+//! back, `push` a push's refs, `ws` a WebSocket's frames, `proto` and `upstream` the HTTP version
+//! and the upstream connection, `grpc` a gRPC call's refusal and messages, `request_body` and
+//! `ws_relay` what the sandbox sends. `budget` counts what each session sends to a budgeted
+//! host. `connect` is the client side inside the sandbox (ssh's ProxyCommand); `splice` the
+//! zero-copy relay; `cluster` the gate as a cluster service (sessions from a policy file
+//! instead of the control socket).
 
 pub mod connect;
 

@@ -278,13 +278,17 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                     _ => {}
                 }
             }
-            if let Some(d) = over {
+            // A budget's refusal: counted and logged with the raised line on offer.
+            let refused = |d: &Denial| {
                 session.denied.fetch_add(1, Ordering::Relaxed);
                 state.log(Entry {
                     hint: &d.hint,
                     allow: d.allow.as_deref(),
-                    ..denied(&session.id, &req.host, d.status, &d.reason)
+                    ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
                 });
+            };
+            if let Some(d) = over {
+                refused(&d);
                 // A forwarded body is read and dropped (never sent), so the client reads the answer.
                 let rest =
                     req.body_len.saturating_sub(leftover.len() as u64).min(super::request_body::DRAIN as u64);
@@ -307,12 +311,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                     );
                     match (t.await, &budget) {
                         (Err(e), Some(a)) if super::budget::is_over(&e) => {
-                            let d = a.denial(&session.policy().config_path);
-                            session.denied.fetch_add(1, Ordering::Relaxed);
-                            state.log(Entry {
-                                hint: &d.hint,
-                                ..denied(&session.id, &req.host, d.status, &d.reason)
-                            });
+                            refused(&a.denial(&session.policy().config_path));
                             Err(e)
                         }
                         (t, _) => t,

@@ -1,11 +1,15 @@
 //! TLS termination, only for the hosts a session's secrets are bound to (`secret = NAME for
-//! HOST`): the gate answers the CONNECT's TLS with a certificate from its own CA, opens TLS to
-//! the real server (verified against the host's roots and the session's `upstream_ca`), and
-//! relays HTTP/1.1 between the two, request by request: the placeholders of secrets bound to
-//! this host become the real values in the request headers, a placeholder of any other secret
-//! is refused (403, logged as an exfiltration attempt), and a real value in the response, in
-//! its headers or its body, in any common spelling, goes back to its placeholder (`scrub`,
-//! `response`; docs/adr/0061). Every other host stays a blind tunnel (`server::tunnel`).
+//! HOST`) or that have rules: the gate answers the CONNECT's TLS with a certificate from its own
+//! CA, opens TLS to the real server (verified against the host's roots and the session's
+//! `upstream_ca`), and relays HTTP/1.1 or HTTP/2 between the two (the version the upstream chose
+//! of the client's offer: `proto`, `upstream`; ADR 0065), request by request or stream by
+//! stream: the placeholders of secrets bound to this host become the real values in the request
+//! headers, a placeholder of any other secret is refused (403, logged as an exfiltration
+//! attempt), and a real value in the response, in its headers or its body, in any common
+//! spelling, goes back to its placeholder (`scrub`, `response`; ADR 0061; a gRPC message that
+//! carries one ends the call: `grpc`). A host's budget is taken per request (`budget`). Request
+//! bodies are in `request_body`, WebSockets in `ws_relay`. Every other host stays a blind tunnel
+//! (`server::tunnel`).
 //!
 //! The CA lives in this process's memory only: its key is made when the gate starts terminating
 //! and is never written anywhere, so no sandbox, file or other process can hold it. The
