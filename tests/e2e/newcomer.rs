@@ -87,7 +87,7 @@ fn a_host_port_allowed_on_a_running_sandbox_works_for_clients_that_use_the_proxy
     // curl follows HTTP_PROXY, fixed at launch without 100.64.0.1 in NO_PROXY.
     let script = format!(
         "echo before=$({code} {url}); touch step1; for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
-         echo proxied=$({code} {url}); echo direct=$({code} --noproxy '*' {url})"
+         echo proxied=$({code} {url}); echo direct=$({code} -S --noproxy '*' {url} 2>&1)"
     );
     let child = spawn_sandbox(&p, &["--", "sh", "-c", &script]);
     assert!(wait_for(60, || p.path("step1").exists()), "sandbox did not start");
@@ -104,6 +104,8 @@ fn a_host_port_allowed_on_a_running_sandbox_works_for_clients_that_use_the_proxy
     allow.ok();
     assert!(all.contains("before=403"), "refused before the allow (the gate's 403): {all}");
     assert!(all.contains("proxied=200"), "through the proxy after the allow: {all}");
+    // (curl's own error, when there is one, follows the code: it failed 2 of about 10 CI runs
+    // with `direct=000`, never alone; the error tells a timeout from a refusal.)
     assert!(all.contains("direct=200"), "positive control: directly after the allow: {all}");
 }
 
