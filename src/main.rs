@@ -37,6 +37,7 @@ fn main() {
         Some(Sub::Keeper { session_dir, guard, name, podman }) => {
             keeper::run(session_dir, guard, name, podman)
         }
+        Some(Sub::Engine { command }) => ai_sandbox::launch::engine::run(command),
         Some(Sub::Connect { host, port }) => ai_sandbox::gate::connect::run(host, *port),
         Some(Sub::Trust { show, project }) => setup::trust_cmd(&mut host, project.as_deref(), *show),
         Some(Sub::Ps { json }) => sessions::ps_cmd(&mut host, *json),

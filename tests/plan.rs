@@ -1067,3 +1067,56 @@ fn review_mode_mounts_the_project_as_an_overlay_over_a_layer_in_its_state() {
     let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
     assert!(err.contains("review mode: the project directory /home/dev/a,b holds a `:` or `,`"), "{err}");
 }
+
+/// A fake of podman's default seccomp profile (its shape: a default action and rules by name).
+const SECCOMP: &str = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"},{"names":["chroot"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_CHROOT"]}}]}"#;
+
+#[test]
+fn containers_on_gives_the_sandbox_its_engine_and_its_containers_the_gate() {
+    let mut h = host("allow = registry.example\ncontainers = on\n", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    let out = dry_run(&mut h, &["--", "pytest"]);
+    let argv = argv_of(&out);
+    let at = |s: &str| argv.iter().position(|a| a == s).unwrap_or_else(|| panic!("{s} in {argv:?}"));
+    assert!(argv.contains(&"unmask=ALL".to_string()) && argv.contains(&"no-new-privileges".to_string()));
+    assert!(
+        argv.iter().any(|a| a.starts_with("seccomp=") && a.ends_with("/engine-seccomp.json")),
+        "{argv:?}"
+    );
+    assert_eq!(argv[at("--device") + 1], "/dev/net/tun");
+    assert_eq!(&argv[argv.len() - 4..], ["/run/ai-sandbox/ai-sandbox", "engine", "--", "pytest"]);
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn containers_on_with_net_none_has_no_proxy_for_its_containers() {
+    let mut h = host("", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    let out = dry_run(&mut h, &["--containers", "--net", "none", "--", "make", "test"]);
+    let conf = out.split("/engine/containers.conf").nth(1).expect("the engine's containers.conf is shown");
+    let conf = conf.split("\n# ").next().unwrap();
+    assert!(!conf.contains("PROXY") && !conf.contains("pasta_options"), "{conf}");
+    assert!(out.contains("DOCKER_HOST=unix:///tmp/ai-sandbox-engine/podman/podman.sock"), "{out}");
+    // The control: without --containers, no engine is planned at all.
+    let mut h = host("", &[]);
+    let plain = dry_run(&mut h, &["--net", "none", "--", "make", "test"]);
+    assert!(
+        !plain.contains("engine") && !plain.contains("DOCKER_HOST") && !plain.contains("unmask"),
+        "{plain}"
+    );
+}
+
+#[test]
+fn containers_on_needs_podmans_seccomp_profile() {
+    let mut h = host("containers = on\n", &[]);
+    let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run"]).unwrap();
+    let err = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(
+        err.contains("/usr/share/containers/seccomp.json") && err.contains("nothing was started"),
+        "{err}"
+    );
+    // The control: with the profile there, the same config plans.
+    let mut h = host("containers = on\n", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    assert!(dry_run(&mut h, &[]).contains("engine-seccomp.json"));
+}

@@ -97,6 +97,7 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         deny: Vec::new(),
         learn: args.learn,
         review: args.review,
+        containers: args.containers,
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {

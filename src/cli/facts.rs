@@ -164,6 +164,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             .then(|| crate::plan::podman::CATATONIT.iter().map(PathBuf::from).find(|c| host.exists(c)))
             .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
+        engine_seccomp: engine_seccomp(host, p)?,
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
             crate::plan::session::Probe::Skipped
@@ -171,6 +172,28 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             crate::plan::session::Probe::AtLaunch
         },
     })
+}
+
+/// `containers = on`: the outer container's seccomp profile, made from podman's default (see
+/// `plan::engine`). Without the default nothing starts: a profile of ours alone would drift from
+/// what podman refuses on this machine.
+fn engine_seccomp(host: &dyn Host, p: &Policy) -> anyhow::Result<Option<String>> {
+    use crate::plan::engine::{DEFAULT_SECCOMP, seccomp_profile};
+    if !p.containers {
+        return Ok(None);
+    }
+    let hint = "install containers-common (scripts/install-deps does), or run without `containers = on` / --containers";
+    let Some(default) = host.read_file(Path::new(DEFAULT_SECCOMP))? else {
+        return Err(hinted(
+            format!("containers = on: podman's default seccomp profile is not at {DEFAULT_SECCOMP}; nothing was started"),
+            hint,
+        )
+        .into());
+    };
+    match seccomp_profile(&default) {
+        Ok(profile) => Ok(Some(profile)),
+        Err(e) => Err(hinted(format!("containers = on: {e}; nothing was started"), hint).into()),
+    }
 }
 
 /// podman's `-v SRC:DST:O,upperdir=U,workdir=W` splits at `:` and `,`, and has no quoting: a

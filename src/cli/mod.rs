@@ -151,6 +151,11 @@ pub struct RunArgs {
     /// `discard` drops it (the config's `workspace = review`).
     #[arg(long)]
     pub(crate) review: bool,
+    /// Give the sandbox its own rootless podman (DOCKER_HOST points at its Docker-compatible
+    /// socket), for test suites that start containers; they stay under the same policy (the
+    /// config's `containers = on`).
+    #[arg(long)]
+    pub(crate) containers: bool,
     /// Print the podman command and the ruleset; start nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -397,6 +402,13 @@ pub enum Sub {
         name: String,
         #[arg(long)]
         podman: PathBuf,
+    },
+    /// Inside a sandbox with `containers = on`: start its container engine's socket, then run
+    /// CMD (the launcher runs it, not by hand).
+    #[command(hide = true)]
+    Engine {
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
     },
     /// OCI createRuntime hook (run by podman, not by hand).
     #[command(hide = true)]

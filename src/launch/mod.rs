@@ -8,6 +8,7 @@
 //! SIGKILL is removed by the keeper or the next launch (its owner pid is dead).
 //! The project directory is only ever mounted, never created, deleted or chowned here.
 
+pub mod engine;
 pub mod guard;
 pub mod hook;
 pub mod keeper;
@@ -146,6 +147,16 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
     for (path, text) in &plan.trust_files {
         write(path, text)?;
         fs::set_permissions(path, fs::Permissions::from_mode(0o644))?;
+    }
+    for e in &plan.engine_files {
+        if let Some(dir) = e.path.parent().filter(|d| !d.exists()) {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        write(&e.path, &e.text)?;
+        fs::set_permissions(&e.path, fs::Permissions::from_mode(e.mode))?;
     }
     if let Some((path, text)) = &plan.ssh_config {
         write(path, text)?;

@@ -5,6 +5,7 @@
 //! comes in as `Facts`, so building a Plan never reads the live system.
 
 pub(crate) mod agent;
+pub(crate) mod engine;
 
 pub(crate) mod gate_ca;
 pub(crate) mod podman;
@@ -55,6 +56,8 @@ pub struct Plan {
     pub env_file: Option<(PathBuf, String)>,
     /// What the sandbox trusts when the gate terminates TLS (path, text), see `trust`.
     pub(crate) trust_files: Vec<(PathBuf, String)>,
+    /// The inner engine's files (path, text, mode), with `containers = on` (see `engine`).
+    pub(crate) engine_files: Vec<engine::File>,
     /// The sandbox's ssh client config (path, text), see `podman::ssh_config`.
     pub(crate) ssh_config: Option<(PathBuf, String)>,
     /// The session's root directory to make before launch (`image = host`), see `root`.
@@ -213,6 +216,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
         env_file: podman::env_file(p, f).map(|t| (f.env_file(), t)),
         ssh_config: podman::ssh_config(p, f).map(|t| (f.ssh_config_file(), t)),
         trust_files: gate_ca::files(f),
+        engine_files: engine::files(p, f),
         sandbox_home: f.sandbox_home.clone(),
         logins: logins(p, f),
         session_dir: f.session_dir.clone(),
@@ -487,6 +491,12 @@ pub(crate) fn render(plan: &Plan) -> String {
     }
     if let Some((path, text)) = &plan.ssh_config {
         out += &format!("\n# {} (mounted at {} inside)\n{text}", path.display(), podman::SSH_CONFIG);
+    }
+    for e in &plan.engine_files {
+        match &e.said {
+            Some(said) => out += &format!("\n# {} ({said})\n", e.path.display()),
+            None => out += &format!("\n# {} (in {} inside)\n{}", e.path.display(), engine::CONF_DIR, e.text),
+        }
     }
     if let Some(l) = &plan.logins {
         out += "\n# logins carried into the sandbox HOME before the session, and back after it when refreshed inside\n";

@@ -13,8 +13,10 @@ use std::path::PathBuf;
 /// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
 /// to the host's loopback on the spliced path (`-T`). Through `gate_addr` every byte the sandbox
 /// sends crawls through pasta's tap path (measured: 0.04 Gbit/s against 11 spliced).
-fn gate_url(f: &Facts) -> String {
-    format!("http://aisb:{}@127.0.0.1:{}", f.token, f.gate_port)
+/// `host` is where the client reaches it: 127.0.0.1 in the sandbox, `gate_addr` in a container
+/// the sandbox's own engine started (see `engine`).
+pub(crate) fn gate_url(f: &Facts, host: &str) -> String {
+    format!("http://aisb:{}@{host}:{}", f.token, f.gate_port)
 }
 
 /// Variables pointing clients at the gate, set in both cases because clients disagree
@@ -23,7 +25,7 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = gate_url(f);
+    let url = gate_url(f, "127.0.0.1");
     let no_proxy = p.no_proxy.join(",");
     let mut out = Vec::new();
     for (name, value) in
@@ -77,7 +79,7 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = gate_url(f);
+    let url = gate_url(f, "127.0.0.1");
     let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
     // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
     // config files with such an owner (it would not run at all).
@@ -134,6 +136,7 @@ pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(super::gate_ca::env(p, f))
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
+        .chain(super::engine::env(p, f))
         .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
         .collect();
     (!all.is_empty()).then(|| all.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
@@ -180,6 +183,7 @@ pub(crate) fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     if let Some(init) = &f.init {
         a.extend([init.display().to_string(), "-g".into(), "--".into()]);
     }
+    a.extend(super::engine::command_prefix(p));
     match &p.command {
         Command::Argv(argv) => {
             let mut argv = argv.clone();
@@ -286,6 +290,8 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         "--workdir",
         &f.workdir.display().to_string(),
     ]);
+    a.extend(super::engine::options(p, f));
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     match p.workspace {
         // The project as the lower layer of an overlay: everything the sandbox writes lands in
         // the session's upper layer, never in the project (podman's `:O`; see `review`).
@@ -317,8 +323,10 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     let mut mounts: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
     // This binary: the self-check hook, and `ai-sandbox connect` (ssh through the gate); with
     // its loader's directory, so it runs inside any image.
-    if p.net == NetMode::Allow {
+    if p.net == NetMode::Allow || p.containers {
         mounts.push((f.self_exe.clone(), PathBuf::from(CONNECT_EXE), true));
+    }
+    if p.net == NetMode::Allow {
         if let Some(dir) = f.loader.as_ref().and_then(|l| l.parent()) {
             mounts.push((dir.to_path_buf(), PathBuf::from(HOST_LIB_DIR), true));
         }
@@ -333,6 +341,7 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         mounts.push((sock.clone(), PathBuf::from(SSH_AGENT_SOCK), false));
     }
     mounts.extend(super::gate_ca::mounts(p, f).into_iter().map(|(from, to)| (from, to, true)));
+    mounts.extend(super::engine::mounts(p, f).into_iter().map(|(from, to)| (from, to, true)));
     // Read-only at the same path: the agent's install tree (see `agent`), and the paths the host
     // trusts (see `guard`; podman mounts deeper paths last).
     for m in f.launchable.mounts.iter().chain(&f.protected.mounts) {

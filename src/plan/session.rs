@@ -98,6 +98,9 @@ pub struct Facts {
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
     pub(crate) loader: Option<PathBuf>,
+    /// `containers = on`: the inner engine's seccomp profile (see `engine::seccomp_profile`),
+    /// made from the host's default at launch.
+    pub(crate) engine_seccomp: Option<String>,
 }
 
 /// The never-allowed destination the hook's self-check must find refused: a listener of the
@@ -158,6 +161,14 @@ impl Facts {
     /// The host's roots and the gate's CA, for everything else that reads a bundle.
     pub(crate) fn ca_bundle_file(&self) -> PathBuf {
         self.session_dir.join("ca-bundle.pem")
+    }
+    /// The inner engine's configuration (see `engine`), mounted read-only inside.
+    pub(crate) fn engine_dir(&self) -> PathBuf {
+        self.session_dir.join("engine")
+    }
+    /// The outer container's seccomp profile with `containers = on` (read by podman on the host).
+    pub(crate) fn engine_seccomp_file(&self) -> PathBuf {
+        self.session_dir.join("engine-seccomp.json")
     }
     /// The sandbox's /etc/ssh/ssh_config (see `podman::ssh_config`).
     pub(crate) fn ssh_config_file(&self) -> PathBuf {

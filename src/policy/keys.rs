@@ -40,6 +40,7 @@ pub enum Name {
     Ask,
     Net,
     Workspace,
+    Containers,
 }
 
 impl Name {
@@ -68,6 +69,7 @@ impl Name {
         Name::Ask,
         Name::Net,
         Name::Workspace,
+        Name::Containers,
     ];
 
     /// How the config spells it.
@@ -96,6 +98,7 @@ impl Name {
             Name::Ask => "ask",
             Name::Net => "net",
             Name::Workspace => "workspace",
+            Name::Containers => "containers",
         }
     }
 }
@@ -409,6 +412,25 @@ pub const KEYS: &[Key] = &[
             kube: Export::LeftOut("a Pod works on its own volume; there is no host project to review"),
         },
     },
+    Key {
+        name: Name::Containers,
+        repeats: false,
+        shell: false,
+        doc: "off (default) or on: the sandbox gets its own rootless podman (a Docker-compatible socket at DOCKER_HOST), whose containers stay in the sandbox's network namespace, under the same policy",
+        example: "on",
+        widens: Widens::When(|v| {
+            (v == "on").then(|| {
+                "gives the sandbox its own container engine: a seccomp profile that also allows chroot and sethostname, \
+                 /proc and /sys unmasked, /dev/net/tun (its containers still leave through this policy)"
+                    .into()
+            })
+        }),
+        export: Exports {
+            kube: Export::LeftOut(
+                "a Pod gets no nested container engine; the cluster runs the containers a suite needs",
+            ),
+        },
+    },
 ];
 
 /// The key called `name`.
@@ -645,6 +667,7 @@ mod tests {
             ("net", "full"),
             ("pids", "100000"),
             ("tmp_size", "64g"),
+            ("containers", "on"),
         ];
         for k in KEYS {
             match (&k.widens, widening.iter().find(|(n, _)| *n == k.name.as_str())) {

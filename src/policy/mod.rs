@@ -108,6 +108,8 @@ pub struct Inputs {
     pub learn: bool,
     /// `--review`: the project through a copy-on-write overlay (`workspace = review`).
     pub review: bool,
+    /// `--containers`: the sandbox's own container engine (`containers = on`).
+    pub containers: bool,
 }
 
 /// How the sandbox sees the project (`workspace =`, `--review`): `Direct` writes it; `Review`
@@ -172,6 +174,8 @@ pub struct Policy {
     pub(crate) learn: bool,
     /// The project written directly, or through a review overlay (see `Workspace`).
     pub(crate) workspace: Workspace,
+    /// `containers = on`: the sandbox runs its own rootless podman (see `plan::engine`).
+    pub(crate) containers: bool,
 }
 
 impl Policy {
@@ -320,6 +324,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let budgets = budget_lines(config, (net, gate), &hosts, &mut c);
     let limits = limits_of(config, &mut c);
     let workspace = workspace(config, inputs, &mut c);
+    let containers = containers(config, inputs, &image, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
@@ -364,6 +369,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         splices: Vec::new(),
         learn: inputs.learn,
         workspace,
+        containers,
     };
     p.splices = forwards::splices(&p);
     bindings(&p, &mut c);
@@ -374,6 +380,30 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
 }
 
 /// `workspace = direct|review`, or `--review` (which wins: it only narrows).
+/// `containers = on|off`, `--containers`. The inner engine is the host's podman, seen through the
+/// host's /usr: a named image brings no engine of its own that this one has configured.
+fn containers(config: &Config, inputs: &Inputs, image: &Image, c: &mut Collector) -> bool {
+    let (on, at) = match config.one(Name::Containers) {
+        _ if inputs.containers => (true, Origin::Flag("--containers")),
+        None => return false,
+        Some(("off", _)) => return false,
+        Some(("on", at)) => (true, at),
+        Some((v, at)) => {
+            c.bad(at, format!("unknown containers value `{v}`"), "use `on` or `off`");
+            return false;
+        }
+    };
+    if let Image::Named(n) = image {
+        c.bad(
+            at,
+            format!("containers = on needs `image = host` (the inner engine is the host's podman), and the image is {n}"),
+            "drop `image =` (or use `image = host`), or turn containers off",
+        );
+        return false;
+    }
+    on
+}
+
 fn workspace(config: &Config, inputs: &Inputs, c: &mut Collector) -> Workspace {
     if inputs.review {
         return Workspace::Review;

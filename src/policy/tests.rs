@@ -385,3 +385,17 @@ fn a_rule_needs_its_host_allowed_and_the_gate_and_makes_the_sandbox_trust_the_ga
     // Without rules or bound secrets, nothing is terminated.
     assert!(!policy("allow = api.test\n", Inputs::default()).unwrap().terminates());
 }
+
+#[test]
+fn containers_is_on_or_off_and_needs_the_hosts_image() {
+    assert!(policy("containers = on\n", Inputs::default()).unwrap().containers);
+    assert!(!policy("containers = off\n", Inputs::default()).unwrap().containers);
+    assert!(!policy("", Inputs::default()).unwrap().containers);
+    assert!(policy("", Inputs { containers: true, ..Inputs::default() }).unwrap().containers);
+    let bad = policy("containers = yes\n", Inputs::default()).unwrap_err();
+    assert!(bad[0].message.contains("unknown containers value `yes`"), "{bad:?}");
+    let named =
+        policy("image = localhost/dev\n", Inputs { containers: true, ..Inputs::default() }).unwrap_err();
+    assert!(named[0].message.contains("needs `image = host`"), "{named:?}");
+    assert!(matches!(named[0].origin, crate::error::Origin::Flag("--containers")), "{named:?}");
+}
