@@ -17,6 +17,16 @@ use std::process::{Command, Stdio};
 /// The service's output, beside its socket (the agent's terminal is the command's).
 const SERVICE_LOG: &str = "service.log";
 
+/// The service under a shell that holds the socket (fd 3) and starts it again if it ends: podman
+/// 5.4 sometimes fails to take an activated socket when another podman is making its user
+/// namespace at the same moment ("unexpected fd received from systemd"; measured: 3 starts in 10
+/// beside a concurrent `podman info`), and a second start joins the namespace that one made.
+/// systemd's socket activation wants LISTEN_PID to be the service's own pid: the inner shell's
+/// `$$`, kept through `exec`. Connections made meanwhile wait in the socket's queue.
+const SUPERVISE: &str = "n=0; while [ $n -lt 5 ]; do \
+    sh -c 'LISTEN_PID=$$ LISTEN_FDS=1 exec podman system service --time=0'; \
+    n=$((n+1)); sleep 0.2; done";
+
 pub fn run(command: &[OsString]) -> anyhow::Result<i32> {
     let Some((program, args)) = command.split_first() else {
         anyhow::bail!("engine: no command given (ai-sandbox runs `engine -- CMD` inside the sandbox)");
@@ -47,13 +57,7 @@ fn start_service() -> anyhow::Result<()> {
         .with_context(|| format!("creating {RUN_DIR}/{SERVICE_LOG}"))?;
     let fd = listener.as_raw_fd();
     let mut service = Command::new("/bin/sh");
-    // systemd's socket activation: LISTEN_PID must be the service's own pid, which the shell
-    // knows as `$$` and keeps through `exec`.
-    service
-        .args(["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec podman system service --time=0"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    service.args(["-c", SUPERVISE]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: only async-signal-safe calls (dup2, fcntl, setpgid) between fork and exec.
     unsafe {
         service.pre_exec(move || {

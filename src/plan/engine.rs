@@ -18,7 +18,7 @@
 //! plans: the files, mounts, options and variables; `launch` writes the files.
 
 use super::session::Facts;
-use crate::policy::{NetMode, Policy};
+use crate::policy::Policy;
 use std::path::PathBuf;
 
 /// Inside: the engine's configuration, read-only (the agent cannot change what the launcher set;
@@ -197,13 +197,13 @@ fn containers_conf(p: &Policy, f: &Facts) -> String {
         text += &format!("volumes = {}\n", toml_list(&volumes));
     }
     text += "\n[engine]\nevents_logger = \"file\"\n";
-    if p.net != NetMode::None {
-        text += &format!(
-            "\n[network]\n# In a nested container, {0} is the sandbox's loopback (where the gate is).\npasta_options = {1}\n",
-            p.gate_addr,
-            toml_list(&["--map-host-loopback".into(), p.gate_addr.to_string()])
-        );
-    }
+    // With `--net none` too: the sandbox's loopback is where one nested container reaches
+    // another's published port, which an offline integration test needs.
+    text += &format!(
+        "\n[network]\n# In a nested container, {0} is the sandbox's loopback (the gate, published ports).\npasta_options = {1}\n",
+        p.gate_addr,
+        toml_list(&["--map-host-loopback".into(), p.gate_addr.to_string()])
+    );
     text
 }
 

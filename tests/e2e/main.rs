@@ -7,6 +7,7 @@ mod agents;
 mod budgets;
 mod clients;
 mod cluster;
+mod containers;
 mod docs;
 mod filelayer;
 mod gate;

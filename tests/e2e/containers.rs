@@ -1,0 +1,169 @@
+//! Containers inside the sandbox (`containers = on`): the sandbox's own rootless podman runs a
+//! container the test made from busybox, answers on the Docker-compatible socket, and what its
+//! containers send leaves through the sandbox's rules and gate. Each refusal beside the same
+//! thing allowed.
+
+use crate::harness::*;
+
+/// A busybox image for the engine inside: /bin/busybox and its applets, as a tarball the
+/// sandbox imports (`podman import`), made here from the host's static busybox (no registry).
+fn busybox_image(p: &Project) {
+    let root = p.path("bb-root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("/bin/busybox (busybox-static)");
+    for applet in ["sh", "httpd", "wget", "echo", "cat", "sleep", "nc"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    let tar = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(p.path("bb.tar"))
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::create_dir_all(p.path("www")).unwrap();
+    std::fs::write(p.path("www/index.html"), "NESTED-WEB\n").unwrap();
+    chown_user(&p.dir);
+}
+
+/// Imports the image and serves www/ from a nested container on the sandbox's 127.0.0.1:8080.
+const SERVE: &str = "podman import -q bb.tar localhost/bb >/dev/null && \
+    podman run -d -q --name web -p 8080:80 -v \"$PWD/www:/www:ro\" localhost/bb httpd -f -p 80 -h /www >/dev/null; \
+    for i in $(seq 50); do curl -s --noproxy '*' -o /dev/null http://127.0.0.1:8080/ && break; sleep 0.1; done";
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_policy() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("nested");
+    busybox_image(&p);
+    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let t = std::process::id();
+    let script = format!(
+        "set +e; {SERVE}; \
+         echo \"web=$(curl -sS --noproxy '*' http://127.0.0.1:8080/)\"; \
+         echo \"api=$(curl -sS --noproxy '*' --unix-socket \"${{DOCKER_HOST#unix://}}\" http://d/v1.41/containers/json 2>&1)\"; cat /tmp/ai-sandbox-engine/service.log >&2; \
+         echo \"allowed=$(podman run --rm localhost/bb wget -qO- -T 10 http://allowed.test/ 2>&1)\"; \
+         echo \"denied=$(podman run --rm localhost/bb wget -qO- -T 10 http://denied.test/ 2>&1)\"; \
+         echo \"direct=$(podman run --rm localhost/bb wget -Y off -qO- -T 10 http://{v4}/ 2>&1)\"; \
+         echo \"c2c=$(podman run --rm localhost/bb wget -Y off -qO- -T 10 http://100.64.0.1:8080/ 2>&1)\"; \
+         podman run -d -q --name keep-{t} localhost/bb sleep 86{t} >/dev/null; echo left=$?; \
+         echo \"alive=$(ps -eo args | grep -c '^sleep 86{t}')\"",
+        v4 = th.v4
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    r.ok();
+    let out = &r.stdout;
+    let line = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
+    // Positive controls: the nested server answers on the sandbox's loopback and on the socket
+    // DOCKER_HOST names; a nested container reaches an allowed host through the gate and
+    // another container's published port.
+    assert_eq!(line("web"), "NESTED-WEB", "{out}\n{}", r.stderr);
+    assert!(
+        line("api").contains("\"Names\":[\"/web\"]"),
+        "the Docker API lists the container: {out}\n{}",
+        r.stderr
+    );
+    assert_eq!(line("allowed"), "TESTHOST-HTTP", "{out}\n{}", r.stderr);
+    assert_eq!(line("c2c"), "NESTED-WEB", "{out}");
+    assert_eq!(line("left"), "0", "{out}");
+    assert_eq!(line("alive"), "1", "the container left running runs inside the sandbox: {out}");
+    // Refusals: a name not allowed (the gate's 403), the allowed host's address reached around
+    // the gate (the sandbox's rules), both said by the launcher.
+    assert!(line("denied").contains("403"), "{out}");
+    assert!(!line("direct").contains("TESTHOST"), "{out}");
+    assert!(r.stderr.contains("denied.test"), "the gate's refusal is said: {}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("refused a direct connection to {}:80", th.v4)),
+        "the rules' refusal is said: {}",
+        r.stderr
+    );
+    assert!(gate_log().lines().any(|l| l.contains("\"host\":\"denied.test\"") && l.contains("\"deny\"")));
+    // Nothing of the inner engine outlives the sandbox: the container left running is gone with
+    // it (its sleep, and conmon, which names it), and the host's podman never saw it.
+    let marker = format!("86{t}");
+    let name = format!("keep-{t}");
+    assert!(
+        wait_for(10, || command_lines_containing(&[&marker, &name]).is_empty()),
+        "a nested container outlived the sandbox: {:?}",
+        command_lines_containing(&[&marker, &name])
+    );
+    assert!(containers_of(&p).is_empty(), "{:?}", containers_of(&p));
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn with_net_none_nested_containers_reach_each_other_and_nothing_leaves() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("nestednone");
+    busybox_image(&p);
+    p.config("containers = on\nnet = none\n");
+    let script = format!(
+        "set +e; {SERVE}; \
+         echo \"c2c=$(podman run --rm localhost/bb wget -qO- -T 10 http://100.64.0.1:8080/ 2>&1)\"; \
+         echo \"out=$(podman run --rm localhost/bb wget -qO- -T 5 http://{v4}/ 2>&1)\"",
+        v4 = th.v4
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    r.ok();
+    let out = &r.stdout;
+    assert!(out.contains("c2c=NESTED-WEB"), "one nested container reaches another: {out}\n{}", r.stderr);
+    assert!(out.contains("out=wget: ") && !out.contains("TESTHOST"), "{out}");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn each_project_keeps_its_own_images_and_a_sandbox_without_containers_has_no_engine() {
+    let _g = GATE.read().unwrap();
+    let (a, b) = (Project::new("engine-a"), Project::new("engine-b"));
+    busybox_image(&a);
+    a.config("containers = on\nnet = none\n");
+    b.config("containers = on\nnet = none\n");
+    let made = sandbox(
+        &a,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "podman import -q bb.tar localhost/only-a >/dev/null && podman create -q --name made-in-a localhost/only-a true >/dev/null && echo made",
+        ],
+        &[],
+    );
+    assert!(made.ok().stdout.contains("made"), "{}", made.stderr);
+    let list = "podman images --format '{{.Repository}}'; podman ps -a --format '{{.Names}}'";
+    // Control: A's next session still has its image and container (its storage persists).
+    let again = sandbox(&a, &["--", "sh", "-c", list], &[]);
+    assert!(
+        again.ok().stdout.contains("localhost/only-a") && again.stdout.contains("made-in-a"),
+        "{}",
+        again.stdout
+    );
+    let other = sandbox(&b, &["--", "sh", "-c", list], &[]);
+    assert!(
+        !other.ok().stdout.contains("only-a") && !other.stdout.contains("made-in-a"),
+        "another project's sandbox sees A's: {}",
+        other.stdout
+    );
+    // Without `containers = on`: no socket, no DOCKER_HOST, and podman cannot start a container.
+    let plain = Project::new("engine-off");
+    busybox_image(&plain);
+    plain.config("net = none\n");
+    let r = sandbox(
+        &plain,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo \"host=${DOCKER_HOST:-none}\"; ls /tmp/ai-sandbox-engine 2>&1; podman import -q bb.tar localhost/x >/dev/null 2>&1 && podman run --rm localhost/x true >/dev/null 2>&1; echo run=$?",
+        ],
+        &[],
+    );
+    let out = &r.ok().stdout;
+    assert!(out.contains("host=none") && out.contains("No such file"), "{out}");
+    assert!(!out.contains("run=0"), "{out}");
+}
