@@ -116,6 +116,12 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.env.iter().any(|(k, _)| k == "DOCKER_HOST") {
         v.push(("DOCKER_HOST".into(), format!("unix://{SOCKET}")));
     }
+    // Testcontainers' reaper (Ryuk) would be an image pulled from Docker Hub with the socket
+    // mounted into it; its work, removing what a suite left running, is done by the sandbox's
+    // end (every container of the engine is in the sandbox's pid namespace).
+    if !p.env.iter().any(|(k, _)| k == "TESTCONTAINERS_RYUK_DISABLED") {
+        v.push(("TESTCONTAINERS_RYUK_DISABLED".into(), "true".into()));
+    }
     if !f.cgroup_v2 {
         // Said once per podman call otherwise; the sandbox's containers use no cgroups of their own.
         v.push(("PODMAN_IGNORE_CGROUPSV1_WARNING".into(), "1".into()));

@@ -167,3 +167,87 @@ fn each_project_keeps_its_own_images_and_a_sandbox_without_containers_has_no_eng
     assert!(out.contains("host=none") && out.contains("No such file"), "{out}");
     assert!(!out.contains("run=0"), "{out}");
 }
+
+/// The pinned Testcontainers and podman-compose (scripts/install-test-tools).
+const CONTAINERS_VENV: &str = "/opt/aisb-containers/bin";
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn testcontainers_starts_reaches_and_stops_a_container_through_docker_host() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("testcontainers");
+    busybox_image(&p);
+    p.config("containers = on\nnet = none\n");
+    std::fs::write(
+        p.path("tc.py"),
+        "import os, time, urllib.request\n\
+         from testcontainers.core.container import DockerContainer\n\
+         c = DockerContainer('localhost/bb').with_command('httpd -f -p 80 -h /www').with_exposed_ports(80)\n\
+         c = c.with_volume_mapping(os.getcwd() + '/www', '/www', 'ro')\n\
+         with c:\n\
+         \x20   url = f'http://{c.get_container_host_ip()}:{c.get_exposed_port(80)}/'\n\
+         \x20   opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n\
+         \x20   for _ in range(50):\n\
+         \x20       try:\n\
+         \x20           print('tc=' + opener.open(url, timeout=5).read().decode().strip()); break\n\
+         \x20       except OSError as e:\n\
+         \x20           err = e; time.sleep(0.1)\n\
+         \x20   else:\n\
+         \x20       print('tc-error', err)\n\
+         \x20   print('id=' + c.get_wrapped_container().id)\n",
+    )
+    .unwrap();
+    chown_user(&p.dir);
+    let script = format!(
+        "podman import -q bb.tar localhost/bb >/dev/null; {CONTAINERS_VENV}/python tc.py; \
+         echo \"after=$(podman ps -a -q --no-trunc | tr '\\n' ' ')\""
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let out = &r.ok().stdout;
+    assert!(out.contains("tc=NESTED-WEB"), "Testcontainers reached its container: {out}\n{}", r.stderr);
+    let id = out.lines().find_map(|l| l.strip_prefix("id=")).expect("the container's id");
+    let after = out.lines().find_map(|l| l.strip_prefix("after=")).unwrap_or("");
+    assert!(id.len() == 64 && !after.contains(id), "the container was stopped and removed: {out}");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gate() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("compose");
+    busybox_image(&p);
+    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let fetch = |url: &str, proxy: &str| {
+        format!(
+            "sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do wget {proxy} -qO- -T 5 {url} && exit 0; sleep 0.3; done; exit 1'"
+        )
+    };
+    std::fs::write(
+        p.path("compose.yaml"),
+        format!(
+            "services:\n  web:\n    image: localhost/bb\n    command: httpd -f -p 80 -h /www\n    volumes: [\"./www:/www:ro\"]\n\
+             \x20 client:\n    image: localhost/bb\n    command: {}\n    depends_on: [web]\n\
+             \x20 out:\n    image: localhost/bb\n    command: {}\n  refused:\n    image: localhost/bb\n    command: {}\n",
+            fetch("http://web/", "-Y off"),
+            fetch("http://allowed.test/", ""),
+            fetch("http://denied.test/", "")
+        ),
+    )
+    .unwrap();
+    chown_user(&p.dir);
+    let c = format!("{CONTAINERS_VENV}/podman-compose");
+    let script = format!(
+        "podman import -q bb.tar localhost/bb >/dev/null; {c} up -d web >/dev/null 2>&1; \
+         for s in client out refused; do echo \"$s=$({c} run --rm $s 2>&1 | tail -1)\"; done; \
+         {c} down -t 0 >/dev/null 2>&1; echo \"left=$(podman ps -a -q | wc -l)\""
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let out = &r.ok().stdout;
+    assert!(out.contains("client=NESTED-WEB"), "one service reaches another by name: {out}\n{}", r.stderr);
+    assert!(out.contains("out=TESTHOST-HTTP"), "a service reaches an allowed host: {out}\n{}", r.stderr);
+    let refused = out.lines().find_map(|l| l.strip_prefix("refused=")).unwrap_or("");
+    assert!(refused.contains("403") && !refused.contains("TESTHOST"), "{out}");
+    assert!(r.stderr.contains("denied.test"), "the refusal is said: {}", r.stderr);
+    assert!(out.contains("left=0"), "{out}");
+}
