@@ -1093,8 +1093,11 @@ fn containers_on_with_net_none_has_no_proxy_for_its_containers() {
     let mut h = host("", &[]);
     h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
     let out = dry_run(&mut h, &["--containers", "--net", "none", "--", "make", "test"]);
-    let conf = out.split("/engine/containers.conf (in /run/ai-sandbox/engine inside)").nth(1).expect("the engine's containers.conf is shown");
-    let conf = conf.split("\n# ").next().unwrap();
+    let conf = out
+        .split("/engine/containers.conf (in /run/ai-sandbox/engine inside)")
+        .nth(1)
+        .expect("the engine's containers.conf is shown");
+    let conf = conf.split("\n\n# /").next().unwrap();
     assert!(!conf.contains("PROXY") && conf.contains("pasta_options"), "{conf}");
     assert!(out.contains("DOCKER_HOST=unix:///tmp/ai-sandbox-engine/podman/podman.sock"), "{out}");
     // The control: without --containers, no engine is planned at all.
