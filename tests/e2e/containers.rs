@@ -11,7 +11,7 @@ fn busybox_image(p: &Project) {
     let root = p.path("bb-root");
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("/bin/busybox (busybox-static)");
-    for applet in ["sh", "httpd", "wget", "echo", "cat", "sleep", "nc"] {
+    for applet in ["sh", "httpd", "wget", "echo", "cat", "sleep", "nc", "ls"] {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
     }
     let tar = std::process::Command::new("tar")
@@ -250,4 +250,42 @@ fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gat
     assert!(refused.contains("403") && !refused.contains("TESTHOST"), "{out}");
     assert!(r.stderr.contains("denied.test"), "the refusal is said: {}", r.stderr);
     assert!(out.contains("left=0"), "{out}");
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_nested_container_cannot_change_the_sandboxs_rules_or_mount_what_the_sandbox_cannot_see() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let p = Project::new("nestedhostile");
+    busybox_image(&p);
+    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    // nft from the host's /usr, run by the host's loader (the image has no libc).
+    let nft = "/usr/lib64/ld-linux-x86-64.so.2 --library-path /usr/lib/x86_64-linux-gnu /usr/sbin/nft";
+    let script = format!(
+        "set +e; podman import -q bb.tar localhost/bb >/dev/null; \
+         podman run --rm --cap-add NET_ADMIN -v /usr:/usr:ro localhost/bb {nft} add table inet mine >/dev/null 2>&1; echo own=$?; \
+         podman run --rm --privileged --network host -v /usr:/usr:ro localhost/bb {nft} flush ruleset >/dev/null 2>&1; echo flush=$?; \
+         podman run --rm --privileged --network host -v /usr:/usr:ro localhost/bb {nft} delete table inet ai_sandbox >/dev/null 2>&1; echo delete=$?; \
+         echo \"direct=$(podman run --rm --network host localhost/bb wget -Y off -qO- -T 10 http://{v4}/ 2>&1)\"; \
+         echo \"allowed=$(curl -sS -m 10 http://allowed.test/)\"; \
+         echo \"usrlib=$(podman run --rm -v /usr/lib:/x localhost/bb ls /x 2>&1 | wc -l)\"; \
+         echo \"varlib=$(podman run --rm -v /var/lib:/x localhost/bb ls /x 2>&1 | tail -1)\"",
+        v4 = th.v4
+    );
+    let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
+    let out = &r.ok().stdout;
+    let line = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
+    // Control: in its own network namespace a nested container with NET_ADMIN runs nft.
+    assert_eq!(line("own"), "0", "{out}\n{}", r.stderr);
+    // In the sandbox's, even privileged, it cannot (that namespace belongs to the sandbox's user
+    // namespace, in which no process holds a capability): the rules hold after both tries.
+    assert_ne!(line("flush"), "0", "{out}");
+    assert_ne!(line("delete"), "0", "{out}");
+    assert!(!line("direct").contains("TESTHOST"), "{out}");
+    assert_eq!(line("allowed"), "TESTHOST-HTTP", "{out}\n{}", r.stderr);
+    // Mounts come from what the sandbox sees: its /usr/lib yes, the host's /var/lib (not in the
+    // sandbox's root) no.
+    assert!(line("usrlib").parse::<u32>().unwrap_or(0) > 10, "{out}");
+    assert!(line("varlib").contains("no such file or directory"), "{out}");
 }
