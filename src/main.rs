@@ -73,6 +73,9 @@ fn main() {
         Some(Sub::Login { cmd: ai_sandbox::cli::LoginCmd::Import { agent } }) => {
             setup::login_import(&mut host, agent)
         }
+        Some(Sub::Image { cmd: ai_sandbox::cli::ImageCmd::Share { image, project } }) => {
+            ai_sandbox::cli::image::share_cmd(&mut host, image, project.as_deref())
+        }
         Some(Sub::Gate { cmd }) => ai_sandbox::gate::commands::run(cmd),
         Some(Sub::Init { presets, force, project }) => {
             setup::init(&mut host, presets, *force, project.as_deref())

@@ -1123,3 +1123,26 @@ fn containers_on_needs_podmans_seccomp_profile() {
     h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
     assert!(dry_run(&mut h, &[]).contains("engine-seccomp.json"));
 }
+
+#[test]
+fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline() {
+    let mut h = host("", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    let cli = Cli::try_parse_from(["ai-sandbox", "image", "share", "localhost/pg:16"]).unwrap();
+    let Some(ai_sandbox::cli::Sub::Image { cmd: ai_sandbox::cli::ImageCmd::Share { image, project } }) = cli.sub
+    else {
+        panic!("parsed as image share")
+    };
+    assert_eq!(ai_sandbox::cli::image::share_cmd(&mut h, &image, project.as_deref()).unwrap(), 0);
+    // The image goes in through the launch's standard input, then the engine loads it offline.
+    assert!(matches!(&h.effects[0], Effect::FeedImage(i) if i == "localhost/pg:16"), "{:?}", h.effects);
+    let argv = launched(&h);
+    assert!(argv.contains("--network none") && argv.ends_with("engine -- podman load -q"), "{argv}");
+    assert!(h.stderr.contains("localhost/pg:16 is in this project's sandbox engine now"), "{}", h.stderr);
+    // An image the host does not have: nothing is fed or launched.
+    let mut h = host("", &[]);
+    h.missing_images.push("localhost/nope".into());
+    let err = ai_sandbox::cli::image::share_cmd(&mut h, "localhost/nope", None).unwrap_err();
+    assert!(format!("{err:#}").contains("there is no image `localhost/nope`"), "{err:#}");
+    assert!(h.effects.is_empty(), "{:?}", h.effects);
+}

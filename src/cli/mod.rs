@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod exec;
 pub mod export;
 mod facts;
+pub mod image;
 pub mod learn;
 pub mod logs;
 pub mod manpage;
@@ -357,6 +358,11 @@ pub enum Sub {
     /// Inside a sandbox: a raw TCP stream to HOST:PORT through the egress gate (ssh's
     /// ProxyCommand; `allow = HOST:22` lets git over SSH through). GIT_SSH_COMMAND uses it.
     Connect { host: String, port: u16 },
+    /// Images for the sandbox's own container engine (`containers = on`).
+    Image {
+        #[command(subcommand)]
+        cmd: ImageCmd,
+    },
     /// Agent logins shared by your sandboxes (`state = AGENT` in the config).
     Login {
         #[command(subcommand)]
@@ -432,6 +438,20 @@ pub enum Sub {
         /// The gate's port on the sandbox's loopback; it must answer.
         #[arg(long)]
         gate_port: Option<u16>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCmd {
+    /// Give one of your podman's images to this project's sandboxes: it is copied into the store
+    /// of their own engine (`containers = on`), which sees no other image of yours and pulls only
+    /// from registries the config allows.
+    Share {
+        /// The image, as `podman images` names it (e.g. docker.io/library/postgres:16).
+        image: String,
+        /// Project directory (default: nearest parent with .ai-sandbox/, else the git root, else cwd).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
     },
 }
 

@@ -37,6 +37,8 @@ pub enum Effect {
     Exec(Vec<String>),
     /// A login copied into the private store.
     Copy { from: PathBuf, to: PathBuf },
+    /// `podman save IMAGE` made the standard input (`image share`).
+    FeedImage(String),
 }
 
 /// The kinds of `Effect`, to name in `FakeHost::fails`.
@@ -54,6 +56,7 @@ pub enum Kind {
     Launch,
     Exec,
     Copy,
+    FeedImage,
 }
 
 impl Effect {
@@ -71,6 +74,7 @@ impl Effect {
             Effect::Launch(_) => Kind::Launch,
             Effect::Exec(_) => Kind::Exec,
             Effect::Copy { .. } => Kind::Copy,
+            Effect::FeedImage(_) => Kind::FeedImage,
         }
     }
 }
@@ -251,6 +255,10 @@ impl Ports for FakeHost {
     }
     fn live_sessions(&self, _runtime: &Path, _project: &Path) -> Vec<PathBuf> {
         self.live.clone()
+    }
+    fn stdin_from_image(&mut self, _podman: &Path, image: &str) -> anyhow::Result<super::ImageFeed> {
+        self.effect(Effect::FeedImage(image.to_string()))?;
+        Ok(Box::new(|| Ok(())))
     }
     fn image_present(&self, _podman: &Path, image: &str) -> anyhow::Result<bool> {
         Ok(!self.missing_images.iter().any(|m| m == image))

@@ -74,6 +74,9 @@ pub trait Os {
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>>;
 }
 
+/// Waits for what `Ports::stdin_from_image` started and says how it ended.
+pub type ImageFeed = Box<dyn FnOnce() -> anyhow::Result<()>>;
+
 /// What ai-sandbox does to the machine for a sandbox (the domain's ports): the gate, the relays,
 /// the launch, the guard, live changes, the private store. Each is one operation the pure stages
 /// planned; the real ones live in `launch`, `gate`, `live`, the fakes record them as `Effect`s.
@@ -97,6 +100,11 @@ pub trait Ports {
     fn probe_loopback(&mut self, port: u16, ask: &[u8]) -> Vec<u8>;
     /// Whether podman has `image` locally (`podman image exists`): ai-sandbox never pulls.
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool>;
+    /// Makes this process's standard input `podman save IMAGE` (a pipe), for a launch that
+    /// reads it (`image share`: the image goes into a sandbox through its stdin, never through a
+    /// file in a directory the agent writes). The call returned waits for podman and says how it
+    /// ended.
+    fn stdin_from_image(&mut self, podman: &Path, image: &str) -> anyhow::Result<ImageFeed>;
     /// Executes a Plan (side effects); returns the exit code to pass through.
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32>;
     /// Becomes `argv` (a `podman exec` into a running sandbox): its exit code and signals are
@@ -428,6 +436,38 @@ impl Ports for RealHost {
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).unwrap_or(0);
         buf[..n].to_vec()
+    }
+    fn stdin_from_image(&mut self, podman: &Path, image: &str) -> anyhow::Result<ImageFeed> {
+        use std::os::unix::io::AsRawFd;
+        let mut child = std::process::Command::new(podman)
+            .args(["save", "--", image])
+            .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                hinted(format!("running {} save: {e}", podman.display()), "run `ai-sandbox doctor`")
+            })?;
+        let out = child.stdout.take().expect("piped");
+        // SAFETY: dup2 onto this process's fd 0; both descriptors are open.
+        if unsafe { libc::dup2(out.as_raw_fd(), 0) } == -1 {
+            anyhow::bail!("making podman save the input: {}", std::io::Error::last_os_error());
+        }
+        drop(out);
+        let (podman, image) = (podman.display().to_string(), image.to_string());
+        Ok(Box::new(move || {
+            let status = child.wait()?;
+            match status.success() {
+                true => Ok(()),
+                false => Err(hinted(
+                    format!(
+                        "{podman} save {image} failed ({status}; its error is above): nothing was shared"
+                    ),
+                    "check the name with `podman images`",
+                )
+                .into()),
+            }
+        }))
     }
     fn image_present(&self, podman: &Path, image: &str) -> anyhow::Result<bool> {
         let out = std::process::Command::new(podman)

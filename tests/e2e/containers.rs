@@ -289,3 +289,42 @@ fn a_nested_container_cannot_change_the_sandboxs_rules_or_mount_what_the_sandbox
     assert!(line("usrlib").parse::<u32>().unwrap_or(0) > 10, "{out}");
     assert!(line("varlib").contains("no such file or directory"), "{out}");
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn image_share_gives_one_of_the_users_images_to_one_project_and_no_other() {
+    let _g = GATE.read().unwrap();
+    let t = std::process::id();
+    let (a, b) = (Project::new("share-a"), Project::new("share-b"));
+    busybox_image(&a);
+    a.config("containers = on\nnet = none\n");
+    b.config("containers = on\nnet = none\n");
+    let (shared, kept) = (format!("localhost/aisb-shared-{t}"), format!("localhost/aisb-kept-{t}"));
+    let tar = a.path("bb.tar").display().to_string();
+    for name in [&shared, &kept] {
+        as_user("podman", &["import", "-q", &tar, name]).ok();
+    }
+    let r = sandbox(&a, &["image", "share", &shared], &[]);
+    assert!(
+        r.ok().stderr.contains(&format!("{shared} is in this project's sandbox engine now")),
+        "{}",
+        r.stderr
+    );
+    let missing = sandbox(&a, &["image", "share", "localhost/aisb-no-such-image"], &[]);
+    assert!(missing.code != 0 && missing.stderr.contains("there is no image"), "{}", missing.stderr);
+    let list = "podman images --format '{{.Repository}}'";
+    let inside =
+        sandbox(&a, &["--", "sh", "-c", &format!("{list}; podman run --rm {shared} echo ran-shared")], &[]);
+    let out = &inside.ok().stdout;
+    assert!(
+        out.contains(&shared) && out.contains("ran-shared"),
+        "the shared image runs: {out}\n{}",
+        inside.stderr
+    );
+    assert!(!out.contains(&kept), "an image not shared is seen: {out}");
+    let other = sandbox(&b, &["--", "sh", "-c", list], &[]);
+    assert!(!other.ok().stdout.contains(&shared), "another project sees the share: {}", other.stdout);
+    for name in [&shared, &kept] {
+        as_user("podman", &["rmi", "-f", name]).ok();
+    }
+}
