@@ -1129,7 +1129,8 @@ fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline
     let mut h = host("", &[]);
     h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
     let cli = Cli::try_parse_from(["ai-sandbox", "image", "share", "localhost/pg:16"]).unwrap();
-    let Some(ai_sandbox::cli::Sub::Image { cmd: ai_sandbox::cli::ImageCmd::Share { image, project } }) = cli.sub
+    let Some(ai_sandbox::cli::Sub::Image { cmd: ai_sandbox::cli::ImageCmd::Share { image, project } }) =
+        cli.sub
     else {
         panic!("parsed as image share")
     };

@@ -328,3 +328,37 @@ fn image_share_gives_one_of_the_users_images_to_one_project_and_no_other() {
         as_user("podman", &["rmi", "-f", name]).ok();
     }
 }
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn the_engine_pulls_from_an_allowed_registry_through_the_gate_and_is_refused_another() {
+    let _g = GATE.read().unwrap();
+    let th = TestHost::new();
+    let dir = env().root.join(format!("registry-{}", th.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+    test_ca(&dir, &["registry.test"]);
+    let log = dir.join("requests.log");
+    let (cert, key) = (dir.join("leaf.pem"), dir.join("leaf.key"));
+    let args: Vec<&std::ffi::OsStr> =
+        vec![cert.as_os_str(), key.as_os_str(), "e2e/bb".as_ref(), "1".as_ref(), log.as_os_str()];
+    let mut server = python_on_443(&th.ns, &dir, "registry_server.py", &args, &[]);
+    let p = Project::new("pull");
+    p.config(&format!("containers = on\nallow = registry.test\nresolve = registry.test={}\n", th.v4));
+    let script = "set +e; \
+        podman pull -q --tls-verify=false registry.test/e2e/bb:1 >/dev/null 2>pull.err; echo pull=$?; \
+        echo \"ran=$(podman run --rm registry.test/e2e/bb:1 echo pulled-ok 2>&1)\"; \
+        echo \"other=$(podman pull --tls-verify=false --retry 0 other.test/e2e/bb:1 2>&1 | tail -1)\"";
+    let r = sandbox(&p, &["--", "sh", "-c", script], &[]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = &r.ok().stdout;
+    let requests = std::fs::read_to_string(&log).unwrap_or_default();
+    // Positive control: the allowed registry served the image, and it runs.
+    assert!(out.contains("pull=0") && out.contains("ran=pulled-ok"), "{out}\n{}\n{requests}", r.stderr);
+    assert!(requests.contains("GET registry.test /v2/e2e/bb/manifests/1"), "{requests}");
+    // Another registry: refused by the gate, with the line to add; nothing reached the server.
+    let other = out.lines().find_map(|l| l.strip_prefix("other=")).unwrap_or("");
+    assert!(other.contains("allow = other.test"), "{out}");
+    assert!(!requests.contains("other.test"), "{requests}");
+    assert!(r.stderr.contains("refused other.test"), "the refusal is said: {}", r.stderr);
+}
