@@ -29,6 +29,12 @@ pub(crate) const CONF_DIR: &str = "/run/ai-sandbox/engine";
 pub(crate) const RUN_DIR: &str = "/tmp/ai-sandbox-engine";
 /// The Docker-compatible socket (podman's rootless default under `XDG_RUNTIME_DIR`).
 pub(crate) const SOCKET: &str = "/tmp/ai-sandbox-engine/podman/podman.sock";
+/// The sandbox's loopback as a nested container reaches it (pasta's `--map-host-loopback`): where
+/// the gate is, and other nested containers' published ports.
+/// Not `gate_addr`: that stays what it is in the sandbox (the host's loopback, through the
+/// sandbox's rules), because a nested container's connection to it is, to the sandbox, pasta's
+/// own connection from the sandbox. Link-local, next to pasta's own 169.254.1.1 and .2.
+pub(crate) const SANDBOX_LOOPBACK: &str = "169.254.1.3";
 /// The host's file of podman's default seccomp profile (containers-common).
 pub(crate) const DEFAULT_SECCOMP: &str = "/usr/share/containers/seccomp.json";
 /// What the profile adds to podman's default: each still needs a capability, held only inside
@@ -160,18 +166,18 @@ fn toml_list(items: &[String]) -> String {
 
 /// The inner engine's containers.conf, read after the system's and the user's (podman's
 /// `CONTAINERS_CONF_OVERRIDE`): a nested container's loopback is its own, so the gate the
-/// sandbox reaches at 127.0.0.1 is `gate_addr` for it (pasta maps that to the sandbox's
-/// loopback, as the outer pasta maps it to the host's), and the proxy variables say so; the
-/// CA of terminated hosts is mounted where images look for it.
+/// sandbox reaches at 127.0.0.1 is `SANDBOX_LOOPBACK` for it, and the proxy variables say so;
+/// the CA of terminated hosts is mounted where images look for it.
 fn containers_conf(p: &Policy, f: &Facts) -> String {
     let mut env: Vec<String> = Vec::new();
     if p.gate {
-        let url = super::podman::gate_url(f, &p.gate_addr.to_string());
-        // `gate_addr` is the sandbox's loopback there: reached directly, as the sandbox reaches
-        // its own (the gate's port asks for the token; the host's ports are those spliced).
+        let url = super::podman::gate_url(f, SANDBOX_LOOPBACK);
+        // Reached directly, as the sandbox reaches its own loopback and the host's ports.
         let mut no_proxy = p.no_proxy.clone();
-        if !no_proxy.contains(&p.gate_addr.to_string()) {
-            no_proxy.push(p.gate_addr.to_string());
+        for direct in [SANDBOX_LOOPBACK, &p.gate_addr.to_string()] {
+            if !no_proxy.iter().any(|n| n == direct) {
+                no_proxy.push(direct.to_string());
+            }
         }
         let no_proxy = no_proxy.join(",");
         for (name, value) in
@@ -206,9 +212,8 @@ fn containers_conf(p: &Policy, f: &Facts) -> String {
     // With `--net none` too: the sandbox's loopback is where one nested container reaches
     // another's published port, which an offline integration test needs.
     text += &format!(
-        "\n[network]\n# In a nested container, {0} is the sandbox's loopback (the gate, published ports).\npasta_options = {1}\n",
-        p.gate_addr,
-        toml_list(&["--map-host-loopback".into(), p.gate_addr.to_string()])
+        "\n[network]\n# In a nested container, {SANDBOX_LOOPBACK} is the sandbox's loopback (the gate, published ports).\npasta_options = {}\n",
+        toml_list(&["--map-host-loopback".into(), SANDBOX_LOOPBACK.into()])
     );
     text
 }

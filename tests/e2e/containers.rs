@@ -41,7 +41,11 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
     let th = TestHost::new();
     let p = Project::new("nested");
     busybox_image(&p);
-    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let (db, other) = (Banner::start("HOST-DB\n"), Banner::start("HOST-OTHER\n"));
+    p.config(&format!(
+        "containers = on\nallow = allowed.test\nresolve = allowed.test={}\nallow = 100.64.0.1:{}\n",
+        th.v4, db.port
+    ));
     let t = std::process::id();
     let script = format!(
         "set +e; {SERVE}; \
@@ -50,15 +54,24 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
          echo \"allowed=$(podman run --rm localhost/bb wget -qO- -T 10 http://allowed.test/ 2>&1)\"; \
          echo \"denied=$(podman run --rm localhost/bb wget -qO- -T 10 http://denied.test/ 2>&1)\"; \
          echo \"direct=$(podman run --rm localhost/bb wget -Y off -qO- -T 10 http://{v4}/ 2>&1)\"; \
-         echo \"c2c=$(podman run --rm localhost/bb wget -Y off -qO- -T 10 http://100.64.0.1:8080/ 2>&1)\"; \
+         echo \"c2c=$(podman run --rm localhost/bb wget -Y off -qO- -T 10 http://169.254.1.3:8080/ 2>&1)\"; \
+         echo \"db=$(podman run --rm localhost/bb nc -w 5 100.64.0.1 {db} </dev/null 2>&1)\"; \
+         echo \"otherport=$(podman run --rm localhost/bb nc -w 5 100.64.0.1 {other} </dev/null 2>&1)\"; \
          podman run -d -q --name keep-{t} localhost/bb sleep 86{t} >/dev/null; echo left=$?; \
          echo \"alive=$(ps -eo args | grep -c '^sleep 86{t}')\"",
-        v4 = th.v4
+        v4 = th.v4,
+        db = db.port,
+        other = other.port
     );
     let r = sandbox(&p, &["--", "sh", "-c", &script], &[]);
     r.ok();
     let out = &r.stdout;
     let line = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap_or("").to_string();
+    // 100.64.0.1 means in a nested container what it means in the sandbox: the allowed host
+    // port answers, another port of the host's loopback is refused and never reached.
+    assert_eq!(line("db"), "HOST-DB", "{out}\n{}", r.stderr);
+    assert!(!line("otherport").contains("HOST-OTHER"), "{out}");
+    assert_eq!(other.hits.load(std::sync::atomic::Ordering::SeqCst), 0, "{out}");
     // Positive controls: the nested server answers on the sandbox's loopback and on the socket
     // DOCKER_HOST names; a nested container reaches an allowed host through the gate and
     // another container's published port.
@@ -105,7 +118,7 @@ fn with_net_none_nested_containers_reach_each_other_and_nothing_leaves() {
     p.config("containers = on\nnet = none\n");
     let script = format!(
         "set +e; {SERVE}; \
-         echo \"c2c=$(podman run --rm localhost/bb wget -qO- -T 10 http://100.64.0.1:8080/ 2>&1)\"; \
+         echo \"c2c=$(podman run --rm localhost/bb wget -qO- -T 10 http://169.254.1.3:8080/ 2>&1)\"; \
          echo \"out=$(podman run --rm localhost/bb wget -qO- -T 5 http://{v4}/ 2>&1)\"",
         v4 = th.v4
     );
