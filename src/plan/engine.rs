@@ -172,14 +172,9 @@ fn containers_conf(p: &Policy, f: &Facts) -> String {
     let mut env: Vec<String> = Vec::new();
     if p.gate {
         let url = super::podman::gate_url(f, SANDBOX_LOOPBACK);
-        // Reached directly, as the sandbox reaches its own loopback and the host's ports.
-        let mut no_proxy = p.no_proxy.clone();
-        for direct in [SANDBOX_LOOPBACK, &p.gate_addr.to_string()] {
-            if !no_proxy.iter().any(|n| n == direct) {
-                no_proxy.push(direct.to_string());
-            }
-        }
-        let no_proxy = no_proxy.join(",");
+        // The sandbox's own list (with `gate_addr` when a host port is allowed), and its
+        // loopback, reached directly as the sandbox reaches its own.
+        let no_proxy = format!("{},{SANDBOX_LOOPBACK}", p.no_proxy.join(","));
         for (name, value) in
             [("HTTP_PROXY", &url), ("HTTPS_PROXY", &url), ("ALL_PROXY", &url), ("NO_PROXY", &no_proxy)]
         {
