@@ -60,12 +60,38 @@ fn what_one_sandbox_writes_to_its_root_no_later_sandbox_sees_and_bin_sh_stays_th
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn every_writable_directory_inside_is_the_project_the_home_or_a_tmpfs_of_the_session() {
     let _g = GATE.read().unwrap();
-    let p = Project::new("writable");
+    writable_directories_are_the_sessions_own(&Project::new("writable"), &[]);
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn with_its_own_container_engine_too_every_writable_directory_is_the_sessions_own() {
+    let _g = GATE.read().unwrap();
+    let p = Project::new("writable-engine");
+    // A container run first, so the engine's storage and run state exist when the walk looks.
+    std::fs::create_dir_all(p.path("bb/bin")).unwrap();
+    std::fs::copy("/bin/busybox", p.path("bb/bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", p.path("bb/bin/true")).unwrap();
+    chown_user(&p.dir);
     let r = sandbox(
         &p,
-        &["--", "sh", "-c", "find / -xdev -writable -type d 2>/dev/null; echo ---; cat /proc/self/mountinfo"],
+        &[
+            "--containers",
+            "--",
+            "sh",
+            "-c",
+            "tar -C bb -cf /tmp/bb.tar . && podman import -q /tmp/bb.tar localhost/bb >/dev/null && podman run --rm localhost/bb true && echo ran",
+        ],
         &[],
     );
+    assert!(r.ok().stdout.contains("ran"), "{}", r.stderr);
+    writable_directories_are_the_sessions_own(&p, &["--containers"]);
+}
+
+fn writable_directories_are_the_sessions_own(p: &Project, flags: &[&str]) {
+    let walk = "find / -xdev -writable -type d 2>/dev/null; echo ---; cat /proc/self/mountinfo";
+    let args: Vec<&str> = flags.iter().copied().chain(["--", "sh", "-c", walk]).collect();
+    let r = sandbox(p, &args, &[]);
     r.ok();
     let (found, mounts) = r.stdout.split_once("---\n").expect("both parts");
     // mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPER
@@ -82,7 +108,10 @@ fn every_writable_directory_inside_is_the_project_the_home_or_a_tmpfs_of_the_ses
     // /var/tmp here, a file system of its own that -xdev does not enter).
     assert!(found.contains(&home.as_str()) && found.contains(&"/tmp"), "{found:?}");
     for dir in &found {
-        let own = *dir == project || dir.starts_with(&format!("{project}/")) || *dir == home;
+        let own = *dir == project
+            || dir.starts_with(&format!("{project}/"))
+            || *dir == home
+            || dir.starts_with(&format!("{home}/"));
         let session_fs = matches!(fstype(dir).as_deref(), Some("tmpfs" | "mqueue" | "devpts"));
         assert!(
             own || session_fs,
