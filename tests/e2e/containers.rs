@@ -95,7 +95,14 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
         "the rules' refusal is said: {}",
         r.stderr
     );
-    assert!(gate_log().lines().any(|l| l.contains("\"host\":\"denied.test\"") && l.contains("\"deny\"")));
+    let log = gate_log();
+    assert!(
+        log.lines().any(|l| l.contains("\"host\":\"denied.test\"") && l.contains("\"decision\":\"deny\""))
+    );
+    // The allowed request is in the gate's log too, as the sandbox's own would be.
+    assert!(
+        log.lines().any(|l| l.contains("\"host\":\"allowed.test\"") && l.contains("\"decision\":\"allow\""))
+    );
     // Nothing of the inner engine outlives the sandbox: the container left running is gone with
     // it (its sleep, and conmon, which names it), and the host's podman never saw it.
     let marker = format!("86{t}");
@@ -374,4 +381,45 @@ fn the_engine_pulls_from_an_allowed_registry_through_the_gate_and_is_refused_ano
     assert!(other.contains("allow = other.test"), "{out}");
     assert!(!requests.contains("other.test"), "{requests}");
     assert!(r.stderr.contains("refused other.test"), "the refusal is said: {}", r.stderr);
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_nested_container_uses_a_bound_key_through_the_gate_and_trusts_its_ca() {
+    let _g = GATE.read().unwrap();
+    let up = crate::keys::Upstream::start("unused");
+    let p = Project::new("nestedkeys");
+    busybox_image(&p);
+    // Both hosts terminated (each has a key of its own), so a placeholder sent to the wrong one
+    // is seen and refused.
+    let mut config = String::from(
+        "containers = on\nsecret = API_KEY for api.bound.test\nsecret = OTHER_KEY for api2.bound.test\n",
+    );
+    for n in ["api.bound.test", "api2.bound.test"] {
+        config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
+    }
+    config += &format!("upstream_ca = {}\n", up.dir.join("ca.pem").display());
+    p.config(&config);
+    let key = "sk-nested-REAL-3e9a41";
+    // The host's curl, run by the host's loader (the image has no libc); no -k: it must trust
+    // the gate's CA from the variables and the bundle the engine mounts.
+    let curl = "podman run --rm -e API_KEY -v /usr:/usr:ro localhost/bb \
+        /usr/lib64/ld-linux-x86-64.so.2 --library-path /usr/lib/x86_64-linux-gnu /usr/bin/curl -sS -m 20";
+    let script = format!(
+        "podman import -q bb.tar localhost/bb >/dev/null; \
+         echo \"auth=$({curl} -H \"Authorization: Bearer $API_KEY\" https://api.bound.test/auth 2>&1)\"; \
+         echo \"leak=$({curl} -o /dev/null -w '%{{http_code}}' -H \"X-Leak: $API_KEY\" https://api2.bound.test/leak 2>&1)\""
+    );
+    let r =
+        sandbox(&p, &["--", "sh", "-c", &script], &[("API_KEY", key), ("OTHER_KEY", "other-nested-7c1d")]);
+    let out = &r.ok().stdout;
+    let reqs = up.requests();
+    let auth: Vec<_> = reqs.iter().filter(|q| q["target"] == "/auth").collect();
+    // Positive control: the bound host answered the nested client, and got the real key.
+    assert!(out.contains("auth=ok api.bound.test"), "{out}\n{}", r.stderr);
+    assert_eq!(auth[0]["headers"]["authorization"], format!("Bearer {key}"), "{reqs:?}");
+    // The placeholder sent to another host: refused by the gate, never at the server.
+    assert!(out.contains("leak=403"), "{out}");
+    assert!(!reqs.iter().any(|q| q["target"] == "/leak"), "{reqs:?}");
+    assert!(!out.contains(key), "{out}");
 }
