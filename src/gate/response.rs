@@ -203,7 +203,7 @@ impl GrpcChecked {
             };
             let seen = [self.tail.as_slice(), &plain].concat();
             if self.scrub.whole(&seen).is_some() {
-                let names: Vec<String> = self.scrub.replaced().into_iter().map(|(n, _)| n).collect();
+                let names: Vec<String> = self.scrub.names();
                 if let Some(f) = self.on_found.take() {
                     f(&self.scrub);
                 }

@@ -159,6 +159,11 @@ impl Scrubber {
         }
         out
     }
+
+    /// The names of the secrets whose values were found (for a refusal that names them).
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.replaced().into_iter().map(|(n, _)| n).collect()
+    }
 }
 
 /// The base64 token of a `Basic` credential value (any case, leading spaces), with its padding:
@@ -261,7 +266,12 @@ mod tests {
         assert_eq!(&s.push(Bytes::from_static(b"data: sk-re"))[..], b"data: ");
         assert_eq!(&s.push(Bytes::from_static(b"ally"))[..], b"sk-really");
         assert_eq!(&s.finish()[..], b"");
-        assert!(s.replaced().is_empty());
+        assert!(s.replaced().is_empty() && s.names().is_empty());
+        // The names of what was found, once each however many times.
+        let mut s = Scrubber::new(masks());
+        s.push(Bytes::from_static(b"sk-real/1+x and sk-real/1+x"));
+        s.finish();
+        assert_eq!(s.names(), ["API_KEY"]);
         // What is held at the end is not lost.
         let (out, _) = run(&[b"tail sk-real/"]);
         assert_eq!(out, b"tail sk-real/");

@@ -633,7 +633,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
             let (method, path) = (method.clone(), logged.clone());
             move |s: &Scrubber| {
-                let names: Vec<String> = s.replaced().into_iter().map(|(n, _)| n).collect();
+                let names: Vec<String> = s.names();
                 let d = Denial {
                     status: 502,
                     reason: format!(

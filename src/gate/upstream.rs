@@ -42,14 +42,6 @@ pub(crate) async fn dial_tls(
     }
 }
 
-/// What the server chose by ALPN (none: HTTP/1.1).
-pub(crate) fn proto_of(tls: &Tls) -> Proto {
-    match tls.get_ref().1.alpn_protocol() {
-        Some(p) if p == super::proto::H2 => Proto::H2,
-        _ => Proto::H1,
-    }
-}
-
 /// One client connection to the upstream, of the version its TLS chose.
 pub(crate) enum Sender {
     H1(http1::SendRequest<Out>),
@@ -58,7 +50,8 @@ pub(crate) enum Sender {
 
 impl Sender {
     pub(crate) async fn handshake(tls: Tls) -> Result<Sender, String> {
-        let proto = proto_of(&tls);
+        // What the server chose by ALPN (none: HTTP/1.1); nothing offered is assumed here.
+        let proto = super::proto::chosen(tls.get_ref().1.alpn_protocol(), &[]);
         let io = TokioIo::new(tls);
         Ok(match proto {
             Proto::H1 => {

@@ -57,7 +57,7 @@ impl WsWatch {
         // The values may be long and spelled three bytes a character: a wider seam.
         let to_client = pump(&mut br, &mut aw, &mut down, (16 << 10, None), |seen| {
             scrub.whole(seen).map(|_| {
-                let names: Vec<String> = scrub.replaced().into_iter().map(|(n, _)| n).collect();
+                let names: Vec<String> = scrub.names();
                 Denial {
                     status: 502,
                     reason: format!(
