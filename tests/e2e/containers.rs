@@ -29,6 +29,19 @@ fn busybox_image(p: &Project) {
     chown_user(&p.dir);
 }
 
+/// A project with `containers = on`, the busybox image, and `allowed.test` allowed (the test
+/// host's address pinned), plus `extra` lines.
+fn nested_project(name: &str, th: &TestHost, extra: &str) -> Project {
+    let p = Project::new(name);
+    busybox_image(&p);
+    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n{extra}", th.v4));
+    p
+}
+
+/// The host's loader and libraries, for a host program in a nested container (the image has no
+/// libc): `{HOST_LD} /usr/bin/curl …` with `-v /usr:/usr:ro`.
+const HOST_LD: &str = "/usr/lib64/ld-linux-x86-64.so.2 --library-path /usr/lib/x86_64-linux-gnu";
+
 /// Imports the image and serves www/ from a nested container on the sandbox's 127.0.0.1:8080.
 const SERVE: &str = "podman import -q bb.tar localhost/bb >/dev/null && \
     podman run -d -q --name web -p 8080:80 -v \"$PWD/www:/www:ro\" localhost/bb httpd -f -p 80 -h /www >/dev/null; \
@@ -39,13 +52,8 @@ const SERVE: &str = "podman import -q bb.tar localhost/bb >/dev/null && \
 fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_policy() {
     let _g = GATE.read().unwrap();
     let th = TestHost::new();
-    let p = Project::new("nested");
-    busybox_image(&p);
     let (db, other) = (Banner::start("HOST-DB\n"), Banner::start("HOST-OTHER\n"));
-    p.config(&format!(
-        "containers = on\nallow = allowed.test\nresolve = allowed.test={}\nallow = 100.64.0.1:{}\n",
-        th.v4, db.port
-    ));
+    let p = nested_project("nested", &th, &format!("allow = 100.64.0.1:{}\n", db.port));
     let t = std::process::id();
     let script = format!(
         "set +e; {SERVE}; \
@@ -235,9 +243,7 @@ fn testcontainers_starts_reaches_and_stops_a_container_through_docker_host() {
 fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gate() {
     let _g = GATE.read().unwrap();
     let th = TestHost::new();
-    let p = Project::new("compose");
-    busybox_image(&p);
-    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
+    let p = nested_project("compose", &th, "");
     let fetch = |url: &str, proxy: &str| {
         format!(
             "sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do wget {proxy} -qO- -T 5 {url} && exit 0; sleep 0.3; done; exit 1'"
@@ -277,11 +283,8 @@ fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gat
 fn a_nested_container_cannot_change_the_sandboxs_rules_or_mount_what_the_sandbox_cannot_see() {
     let _g = GATE.read().unwrap();
     let th = TestHost::new();
-    let p = Project::new("nestedhostile");
-    busybox_image(&p);
-    p.config(&format!("containers = on\nallow = allowed.test\nresolve = allowed.test={}\n", th.v4));
-    // nft from the host's /usr, run by the host's loader (the image has no libc).
-    let nft = "/usr/lib64/ld-linux-x86-64.so.2 --library-path /usr/lib/x86_64-linux-gnu /usr/sbin/nft";
+    let p = nested_project("nestedhostile", &th, "");
+    let nft = format!("{HOST_LD} /usr/sbin/nft");
     let script = format!(
         "set +e; podman import -q bb.tar localhost/bb >/dev/null; \
          podman run --rm --cap-add NET_ADMIN -v /usr:/usr:ro localhost/bb {nft} add table inet mine >/dev/null 2>&1; echo own=$?; \
@@ -403,8 +406,8 @@ fn a_nested_container_uses_a_bound_key_through_the_gate_and_trusts_its_ca() {
     let key = "sk-nested-REAL-3e9a41";
     // The host's curl, run by the host's loader (the image has no libc); no -k: it must trust
     // the gate's CA from the variables and the bundle the engine mounts.
-    let curl = "podman run --rm -e API_KEY -v /usr:/usr:ro localhost/bb \
-        /usr/lib64/ld-linux-x86-64.so.2 --library-path /usr/lib/x86_64-linux-gnu /usr/bin/curl -sS -m 20";
+    let curl =
+        format!("podman run --rm -e API_KEY -v /usr:/usr:ro localhost/bb {HOST_LD} /usr/bin/curl -sS -m 20");
     let script = format!(
         "podman import -q bb.tar localhost/bb >/dev/null; \
          echo \"auth=$({curl} -H \"Authorization: Bearer $API_KEY\" https://api.bound.test/auth 2>&1)\"; \
