@@ -66,7 +66,10 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
          echo \"db=$(podman run --rm localhost/bb nc -w 5 100.64.0.1 {db} </dev/null 2>&1)\"; \
          echo \"otherport=$(podman run --rm localhost/bb nc -w 5 100.64.0.1 {other} </dev/null 2>&1)\"; \
          podman run -d -q --name keep-{t} localhost/bb sleep 86{t} >/dev/null; echo left=$?; \
-         echo \"alive=$(ps -eo args | grep -c '^sleep 86{t}')\"",
+         echo \"alive=$(ps -eo args | grep -c '^sleep 86{t}')\"; \
+         tok=${{HTTP_PROXY#http://aisb:}}; echo \"${{tok%@*}}\" > /tmp/tok; \
+         echo \"tokenargs=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -cFf /tmp/tok)\"; \
+         echo \"tokenenv=$(podman exec keep-{t} sh -c 'echo $HTTP_PROXY' | grep -cFf /tmp/tok)\"",
         v4 = th.v4,
         db = db.port,
         other = other.port
@@ -93,6 +96,10 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
     assert_eq!(line("c2c"), "NESTED-WEB", "{out}");
     assert_eq!(line("left"), "0", "{out}");
     assert_eq!(line("alive"), "1", "the container left running runs inside the sandbox: {out}");
+    // The session token reaches a nested container's environment (its proxy variables), and no
+    // command line of any process in the sandbox, the engine's and the nested ones included.
+    assert_eq!(line("tokenenv"), "1", "{out}");
+    assert_eq!(line("tokenargs"), "0", "{out}");
     // Refusals: a name not allowed (the gate's 403), the allowed host's address reached around
     // the gate (the sandbox's rules), both said by the launcher.
     assert!(line("denied").contains("403"), "{out}");
