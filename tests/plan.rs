@@ -1147,3 +1147,24 @@ fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline
     assert!(format!("{err:#}").contains("there is no image `localhost/nope`"), "{err:#}");
     assert!(h.effects.is_empty(), "{:?}", h.effects);
 }
+
+#[test]
+fn containers_on_leaves_docker_host_and_the_reaper_to_a_user_who_sets_them() {
+    let mut h = host("containers = on\nenv = DOCKER_HOST=tcp://127.0.0.1:2375\n", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    let out = dry_run(&mut h, &["-e", "TESTCONTAINERS_RYUK_DISABLED=false", "--", "true"]);
+    let env: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("DOCKER_HOST=") || l.starts_with("TESTCONTAINERS_")).collect();
+    assert_eq!(env, ["DOCKER_HOST=tcp://127.0.0.1:2375", "TESTCONTAINERS_RYUK_DISABLED=false"], "{out}");
+    // The control: unset by the user, both are ai-sandbox's.
+    let mut h = host("containers = on\n", &[]);
+    h.files.push(("/usr/share/containers/seccomp.json".into(), SECCOMP.into()));
+    let out = dry_run(&mut h, &["--", "true"]);
+    let env: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("DOCKER_HOST=") || l.starts_with("TESTCONTAINERS_")).collect();
+    assert_eq!(
+        env,
+        ["DOCKER_HOST=unix:///tmp/ai-sandbox-engine/podman/podman.sock", "TESTCONTAINERS_RYUK_DISABLED=true"],
+        "{out}"
+    );
+}

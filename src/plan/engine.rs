@@ -17,6 +17,7 @@
 //! seen by another's); its run state, socket included, on the session's /tmp. This module only
 //! plans: the files, mounts, options and variables; `launch` writes the files.
 
+use super::podman::user_sets;
 use super::session::Facts;
 use crate::policy::Policy;
 use std::path::PathBuf;
@@ -119,13 +120,13 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         ("CONTAINERS_STORAGE_CONF".to_string(), format!("{CONF_DIR}/storage.conf")),
         ("XDG_RUNTIME_DIR".to_string(), RUN_DIR.to_string()),
     ];
-    if !p.env.iter().any(|(k, _)| k == "DOCKER_HOST") {
+    if !user_sets(p, "DOCKER_HOST") {
         v.push(("DOCKER_HOST".into(), format!("unix://{SOCKET}")));
     }
     // Testcontainers' reaper (Ryuk) would be an image pulled from Docker Hub with the socket
     // mounted into it; its work, removing what a suite left running, is done by the sandbox's
     // end (every container of the engine is in the sandbox's pid namespace).
-    if !p.env.iter().any(|(k, _)| k == "TESTCONTAINERS_RYUK_DISABLED") {
+    if !user_sets(p, "TESTCONTAINERS_RYUK_DISABLED") {
         v.push(("TESTCONTAINERS_RYUK_DISABLED".into(), "true".into()));
     }
     if !f.cgroup_v2 {
@@ -136,7 +137,7 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 }
 
 /// The command's prefix inside: `ai-sandbox engine --` opens the socket, starts the API service
-/// on it and runs the command (see `cli::engine`).
+/// on it and runs the command (see `launch::engine`).
 pub(crate) fn command_prefix(p: &Policy) -> Vec<String> {
     match p.containers {
         true => vec![super::podman::CONNECT_EXE.into(), "engine".into(), "--".into()],

@@ -38,7 +38,7 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 }
 
 /// Whether the user's `env` lines or `-e` flags set `name` (then ai-sandbox does not).
-fn user_sets(p: &Policy, name: &str) -> bool {
+pub(crate) fn user_sets(p: &Policy, name: &str) -> bool {
     p.env.iter().any(|(k, _)| k == name)
 }
 
