@@ -17,7 +17,6 @@
 //! seen by another's); its run state, socket included, on the session's /tmp. This module only
 //! plans: the files, mounts, options and variables; `launch` writes the files.
 
-use super::podman::user_sets;
 use super::session::Facts;
 use crate::policy::Policy;
 use std::path::PathBuf;
@@ -120,13 +119,13 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         ("CONTAINERS_STORAGE_CONF".to_string(), format!("{CONF_DIR}/storage.conf")),
         ("XDG_RUNTIME_DIR".to_string(), RUN_DIR.to_string()),
     ];
-    if !user_sets(p, "DOCKER_HOST") {
+    if !p.user_sets("DOCKER_HOST") {
         v.push(("DOCKER_HOST".into(), format!("unix://{SOCKET}")));
     }
     // Testcontainers' reaper (Ryuk) would be an image pulled from Docker Hub with the socket
     // mounted into it; its work, removing what a suite left running, is done by the sandbox's
     // end (every container of the engine is in the sandbox's pid namespace).
-    if !user_sets(p, "TESTCONTAINERS_RYUK_DISABLED") {
+    if !p.user_sets("TESTCONTAINERS_RYUK_DISABLED") {
         v.push(("TESTCONTAINERS_RYUK_DISABLED".into(), "true".into()));
     }
     if !f.cgroup_v2 {
@@ -134,15 +133,6 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         v.push(("PODMAN_IGNORE_CGROUPSV1_WARNING".into(), "1".into()));
     }
     v
-}
-
-/// The command's prefix inside: `ai-sandbox engine --` opens the socket, starts the API service
-/// on it and runs the command (see `launch::engine`).
-pub(crate) fn command_prefix(p: &Policy) -> Vec<String> {
-    match p.containers {
-        true => vec![super::podman::CONNECT_EXE.into(), "engine".into(), "--".into()],
-        false => Vec::new(),
-    }
 }
 
 /// A TOML basic string.
@@ -172,7 +162,7 @@ fn toml_list(items: &[String]) -> String {
 fn containers_conf(p: &Policy, f: &Facts) -> String {
     let mut env: Vec<String> = Vec::new();
     if p.gate {
-        let url = super::podman::gate_url(f, SANDBOX_LOOPBACK);
+        let url = f.gate_url(SANDBOX_LOOPBACK);
         // The sandbox's own list (with `gate_addr` when a host port is allowed), and its
         // loopback, reached directly as the sandbox reaches its own.
         let no_proxy = format!("{},{SANDBOX_LOOPBACK}", p.no_proxy.join(","));

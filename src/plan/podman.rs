@@ -13,11 +13,7 @@ use std::path::PathBuf;
 /// The gate as the sandbox reaches it: on its own loopback, where pasta forwards the gate's port
 /// to the host's loopback on the spliced path (`-T`). Through `gate_addr` every byte the sandbox
 /// sends crawls through pasta's tap path (measured: 0.04 Gbit/s against 11 spliced).
-/// `host` is where the client reaches it: 127.0.0.1 in the sandbox, `gate_addr` in a container
-/// the sandbox's own engine started (see `engine`).
-pub(crate) fn gate_url(f: &Facts, host: &str) -> String {
-    format!("http://aisb:{}@{host}:{}", f.token, f.gate_port)
-}
+const GATE_HOST: &str = "127.0.0.1";
 
 /// Variables pointing clients at the gate, set in both cases because clients disagree
 /// (curl reads only lowercase `http_proxy`; others only uppercase).
@@ -25,7 +21,7 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = gate_url(f, "127.0.0.1");
+    let url = f.gate_url(GATE_HOST);
     let no_proxy = p.no_proxy.join(",");
     let mut out = Vec::new();
     for (name, value) in
@@ -35,11 +31,6 @@ fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         out.push((name.to_ascii_lowercase(), value.clone()));
     }
     out
-}
-
-/// Whether the user's `env` lines or `-e` flags set `name` (then ai-sandbox does not).
-pub(crate) fn user_sets(p: &Policy, name: &str) -> bool {
-    p.env.iter().any(|(k, _)| k == name)
 }
 
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
@@ -79,11 +70,11 @@ fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = gate_url(f, "127.0.0.1");
+    let url = f.gate_url(GATE_HOST);
     let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
     // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
     // config files with such an owner (it would not run at all).
-    if !user_sets(p, "GIT_SSH_COMMAND") {
+    if !p.user_sets("GIT_SSH_COMMAND") {
         v.push((
             "GIT_SSH_COMMAND".into(),
             format!("ssh -F none -o ProxyCommand='{CONNECT_EXE} connect %h %p'"),
@@ -101,7 +92,7 @@ pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:
 /// `pip install --user` and pipx put programs; last, so it never shadows the host's tools). An
 /// image keeps its own PATH, but for the interpreter.
 fn interpreter_path(p: &Policy, f: &Facts) -> Option<(String, String)> {
-    if user_sets(p, "PATH") {
+    if p.user_sets("PATH") {
         return None;
     }
     let prefix = f.launchable.path_prefix.as_ref().map(|d| format!("{}:", d.display()));
@@ -119,7 +110,7 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     p.agent_state
         .iter()
         .filter_map(|s| s.var.as_ref())
-        .filter(|(k, _)| !user_sets(p, k))
+        .filter(|(k, _)| !p.user_sets(k))
         .map(|(k, rel)| (k.to_string(), format!("{}/{rel}", f.home.display())))
         .collect()
 }
@@ -183,7 +174,11 @@ pub(crate) fn argv(p: &Policy, f: &Facts) -> Vec<String> {
     if let Some(init) = &f.init {
         a.extend([init.display().to_string(), "-g".into(), "--".into()]);
     }
-    a.extend(super::engine::command_prefix(p));
+    // `containers = on`: `ai-sandbox engine --` opens the engine's socket, starts its API service
+    // on it and runs the command (see `launch::engine`).
+    if p.containers {
+        a.extend([CONNECT_EXE.to_string(), "engine".into(), "--".into()]);
+    }
     match &p.command {
         Command::Argv(argv) => {
             let mut argv = argv.clone();

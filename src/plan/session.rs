@@ -118,6 +118,11 @@ pub(crate) enum Probe {
 }
 
 impl Facts {
+    /// The gate's URL with this session's token, as a client reaches it at `host`: 127.0.0.1 in
+    /// the sandbox, the sandbox's loopback's address in a container of its own engine (`engine`).
+    pub(crate) fn gate_url(&self, host: &str) -> String {
+        format!("http://aisb:{}@{host}:{}", self.token, self.gate_port)
+    }
     pub(crate) fn hooks_dir(&self) -> PathBuf {
         self.session_dir.join("hooks")
     }

@@ -179,6 +179,11 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether the user's `env` lines or `-e` flags set `name` (then ai-sandbox does not).
+    pub(crate) fn user_sets(&self, name: &str) -> bool {
+        self.env.iter().any(|(k, _)| k == name)
+    }
+
     /// Whether the gate opens TLS for some host (a bound secret's, or one with rules): then the
     /// sandbox trusts the gate's CA.
     pub(crate) fn terminates(&self) -> bool {
