@@ -222,32 +222,36 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         state.log(Entry { hint: &hint, ..denied(&session.id, &req.host, 403, &reason) });
         return respond_with(&mut client, 403, &decide::reason_phrase(&hint), &format!("{hint}\n")).await;
     }
-    let mut outcome = decide_and_dial(&session.policy(), &req).await;
+    let mut policy = session.policy();
+    let mut outcome = decide(&policy, &req);
     if let Err(d) = &outcome
         && d.askable
+        && let Some(asked) = ask(&state, &session, &req, d).await
     {
-        outcome = match ask(&state, &session, &req, d).await {
-            Some(policy) => decide_and_dial(&policy, &req).await,
-            None => outcome,
-        };
+        policy = asked;
+        outcome = decide(&policy, &req);
     }
+    // A refusal of the policy's, or of the dial's: counted, logged, answered.
+    let refuse = |d: &Denial| {
+        session.denied.fetch_add(1, Ordering::Relaxed);
+        state.log(Entry {
+            hint: &d.hint,
+            allow: d.allow.as_deref(),
+            path: d.path.as_deref(),
+            ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
+        });
+        (d.status, decide::reason_phrase(&d.hint), format!("{}\n", d.hint))
+    };
     match outcome {
         Err(d) => {
-            session.denied.fetch_add(1, Ordering::Relaxed);
-            state.log(Entry {
-                hint: &d.hint,
-                allow: d.allow.as_deref(),
-                path: d.path.as_deref(),
-                ..denied(&session.id, &req.host, d.status, &d.reason)
-            });
-            let reason = decide::reason_phrase(&d.hint);
-            respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
+            let (status, reason, body) = refuse(&d);
+            respond_with(&mut client, status, &reason, &body).await;
         }
-        Ok(d) => {
+        Ok(decided) => {
             // Only the bytes after the head are kept; the head buffer is freed now.
             let leftover = buf[req.head_len..].to_vec();
             drop(buf);
-            let Dialled { target, upstream, rule, learned } = d;
+            let Decided { target, rule, learned } = decided;
             // A budgeted host: nothing more once it is spent (a forwarded request's whole
             // length is known, so it goes whole or not at all).
             let mut budget = match &target {
@@ -298,6 +302,14 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 let reason = decide::reason_phrase(&d.hint);
                 return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
             }
+            // Dialled only now: a host whose budget is spent gets no connection at all.
+            let upstream = match dial(&policy, &req, &target).await {
+                Ok(up) => up,
+                Err(d) => {
+                    let (status, reason, body) = refuse(&d);
+                    return respond_with(&mut client, status, &reason, &body).await;
+                }
+            };
             let result = match req.kind {
                 Kind::Connect => {
                     let t = tunnel(
@@ -406,10 +418,9 @@ fn relayed<'a>(
     }
 }
 
-/// A destination that passed every check, dialled.
-struct Dialled {
+/// A destination the policy allows, not yet dialled (the address checks come with the dial).
+struct Decided {
     target: Target,
-    upstream: TcpStream,
     /// The rule that let a plain HTTP request through (a host with rules).
     rule: Option<decide::RuleMatch>,
     /// Relayed only because the session is a learning run (`decide::learns`): logged as learned,
@@ -417,17 +428,17 @@ struct Dialled {
     learned: bool,
 }
 
-/// Normalise → allowlist (with the never-classes of IP literals; a learning run's unlisted
-/// hostname goes on as learned) → resolve → address classes → dial. Every refusal comes from
-/// `decide`.
-async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Result<Dialled, Denial> {
+/// What the policy says of a request, before anything is dialled: normalise → allowlist (with
+/// the never-classes of IP literals; a learning run's unlisted hostname goes on as learned) →
+/// rules. Then a spent budget is refused, and only then `dial` resolves, checks the address
+/// classes and connects. Every refusal comes from `decide`.
+fn decide(policy: &SessionPolicy, req: &request::Request) -> Result<Decided, Denial> {
     let target = decide::normalise(&req.host)?;
     let learned = match decide::check_target(policy, &target, req.port) {
         Ok(()) => false,
         Err(d) if decide::learns(policy, &target, req.port, &d) => true,
         Err(d) => return Err(d),
     };
-    let dialled = |target, upstream, rule| Dialled { target, upstream, rule, learned };
     let rule = match (&target, req.kind) {
         (_, Kind::Connect) => decide::unreadable(policy, &target, req.port, &TLS_PORTS).map(|()| None)?,
         (Target::Name(n), Kind::Forward) => match decide::check_request(policy, n, &req.method, &req.path)? {
@@ -442,6 +453,12 @@ async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Resu
         },
         (Target::Ip(_), Kind::Forward) => None,
     };
+    Ok(Decided { target, rule, learned })
+}
+
+/// Opens the connection a decided request goes to: the address checks (each resolved address
+/// as the policy allows it), then exactly the addresses checked.
+async fn dial(policy: &SessionPolicy, req: &request::Request, target: &Target) -> Result<TcpStream, Denial> {
     let d = |status, reason: String, hint: &str| Denial {
         status,
         reason,
@@ -450,14 +467,14 @@ async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Resu
         askable: false,
         path: None,
     };
-    let addrs: Vec<IpAddr> = match &target {
+    let addrs: Vec<IpAddr> = match target {
         // gate_addr on an allowed port is the host's loopback (checked in `check_target`).
         Target::Ip(ip) if decide::host_loopback(policy, *ip, req.port) => {
             let local = SocketAddr::from(([127, 0, 0, 1], req.port));
             return match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(local)).await {
                 Ok(Ok(up)) => {
                     let _ = up.set_nodelay(true);
-                    Ok(dialled(target, up, rule))
+                    Ok(up)
                 }
                 _ => Err(d(
                     502,
@@ -504,7 +521,7 @@ async fn decide_and_dial(policy: &SessionPolicy, req: &request::Request) -> Resu
             tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(SocketAddr::new(ip, req.port))).await
         {
             let _ = up.set_nodelay(true);
-            return Ok(dialled(target, up, rule));
+            return Ok(up);
         }
     }
     Err(d(
