@@ -215,7 +215,7 @@ fn preflight(host: &mut dyn Host, policy: &Policy, facts: &Facts) -> anyhow::Res
 /// an image (its files are not the host's).
 fn cannot_run(host: &dyn Host, p: &Policy, f: &Facts) -> Option<(i32, String)> {
     let crate::policy::Command::Argv(argv) = &p.command else { return None };
-    if p.image != crate::policy::Image::Host || p.env.iter().any(|(k, _)| k == "PATH") {
+    if p.image != crate::policy::Image::Host || p.user_sets("PATH") {
         return None;
     }
     if let Some(why) = &f.launchable.unreachable {

@@ -119,7 +119,7 @@ pub(super) fn agent_env(p: &Policy, o: &Options, from_secret: impl Fn(&str) -> E
         )
         .collect();
     if terminates(p) {
-        for v in VARS.iter().filter(|v| !p.env.iter().any(|(k, _)| k == *v)) {
+        for v in VARS.iter().filter(|v| !p.user_sets(v)) {
             let file = if *v == "NODE_EXTRA_CA_CERTS" {
                 format!("{AGENT_CA_DIR}/ca.pem")
             } else {

@@ -73,7 +73,7 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         return Vec::new();
     }
     VARS.iter()
-        .filter(|v| !p.env.iter().any(|(k, _)| k == *v))
+        .filter(|v| !p.user_sets(v))
         .map(|v| (v.to_string(), if *v == "NODE_EXTRA_CA_CERTS" { GATE_CA } else { BUNDLE }.to_string()))
         .collect()
 }
