@@ -160,22 +160,14 @@ fn toml_list(items: &[String]) -> String {
 /// sandbox reaches at 127.0.0.1 is `SANDBOX_LOOPBACK` for it, and the proxy variables say so;
 /// the CA of terminated hosts is mounted where images look for it.
 fn containers_conf(p: &Policy, f: &Facts) -> String {
-    let mut env: Vec<String> = Vec::new();
-    if p.gate {
-        let url = f.gate_url(SANDBOX_LOOPBACK);
-        // The sandbox's own list (with `gate_addr` when a host port is allowed), and its
-        // loopback, reached directly as the sandbox reaches its own.
-        let no_proxy = format!("{},{SANDBOX_LOOPBACK}", p.no_proxy.join(","));
-        for (name, value) in
-            [("HTTP_PROXY", &url), ("HTTPS_PROXY", &url), ("ALL_PROXY", &url), ("NO_PROXY", &no_proxy)]
-        {
-            env.push(format!("{name}={value}"));
-            env.push(format!("{}={value}", name.to_ascii_lowercase()));
-        }
-        env.push(format!("grpc_proxy={url}"));
-        env.push("NODE_USE_ENV_PROXY=1".into());
-    }
-    env.extend(super::gate_ca::env(p, f).into_iter().map(|(k, v)| format!("{k}={v}")));
+    // The sandbox's own NO_PROXY (with `gate_addr` when a host port is allowed), and its
+    // loopback, reached directly as the sandbox reaches its own.
+    let gate = match p.gate {
+        true => f.gate_env(SANDBOX_LOOPBACK, &format!("{},{SANDBOX_LOOPBACK}", p.no_proxy.join(","))),
+        false => Vec::new(),
+    };
+    let env: Vec<String> =
+        gate.into_iter().chain(super::gate_ca::env(p, f)).map(|(k, v)| format!("{k}={v}")).collect();
     let mut volumes: Vec<String> = Vec::new();
     if f.gate_ca.is_some() {
         use super::gate_ca::{BUNDLE, GATE_CA, OTHER_BUNDLES, SYSTEM_BUNDLE};

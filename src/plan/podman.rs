@@ -15,24 +15,6 @@ use std::path::PathBuf;
 /// sends crawls through pasta's tap path (measured: 0.04 Gbit/s against 11 spliced).
 const GATE_HOST: &str = "127.0.0.1";
 
-/// Variables pointing clients at the gate, set in both cases because clients disagree
-/// (curl reads only lowercase `http_proxy`; others only uppercase).
-fn proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
-    if !p.gate {
-        return Vec::new();
-    }
-    let url = f.gate_url(GATE_HOST);
-    let no_proxy = p.no_proxy.join(",");
-    let mut out = Vec::new();
-    for (name, value) in
-        [("HTTP_PROXY", &url), ("HTTPS_PROXY", &url), ("ALL_PROXY", &url), ("NO_PROXY", &no_proxy)]
-    {
-        out.push((name.to_string(), value.clone()));
-        out.push((name.to_ascii_lowercase(), value.clone()));
-    }
-    out
-}
-
 /// Where this binary is mounted inside (read-only) when the gate is in use: ssh's ProxyCommand.
 pub(crate) const CONNECT_EXE: &str = "/run/ai-sandbox/ai-sandbox";
 /// Where the directory of this program's loader (the host's) is mounted inside, read-only, so
@@ -63,15 +45,13 @@ pub(crate) fn ssh_config(p: &Policy, f: &Facts) -> Option<String> {
 /// Where `--ssh-agent` mounts the user's agent socket inside (SSH_AUTH_SOCK points there).
 pub(crate) const SSH_AGENT_SOCK: &str = "/run/ai-sandbox/ssh-agent.sock";
 
-/// Variables that make common runtimes honour the gate, beyond the `*_proxy` family: Node's
-/// built-in fetch (Node 24 and later read the proxy variables only with this), gRPC, and git
-/// over SSH (`ai-sandbox connect` as ssh's ProxyCommand), unless the user set it.
-fn runtime_proxy_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+/// Variables that point clients at the gate (see `Facts::gate_env`), and git over SSH
+/// (`ai-sandbox connect` as ssh's ProxyCommand) unless the user set it.
+fn gate_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
     if !p.gate {
         return Vec::new();
     }
-    let url = f.gate_url(GATE_HOST);
-    let mut v = vec![("NODE_USE_ENV_PROXY".into(), "1".into()), ("grpc_proxy".into(), url)];
+    let mut v = f.gate_env(GATE_HOST, &p.no_proxy.join(","));
     // `-F none`: inside, the host's /etc/ssh files belong to an unmapped root, and ssh refuses
     // config files with such an owner (it would not run at all).
     if !p.user_sets("GIT_SSH_COMMAND") {
@@ -119,9 +99,8 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
 pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
-    let all: Vec<(String, String)> = proxy_env(p, f)
+    let all: Vec<(String, String)> = gate_env(p, f)
         .into_iter()
-        .chain(runtime_proxy_env(p, f))
         .chain(p.env.iter().cloned())
         .chain(f.secrets.iter().cloned())
         .chain(super::gate_ca::env(p, f))

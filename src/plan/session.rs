@@ -123,6 +123,22 @@ impl Facts {
     pub(crate) fn gate_url(&self, host: &str) -> String {
         format!("http://aisb:{}@{host}:{}", self.token, self.gate_port)
     }
+    /// The variables that point clients at the gate reached at `host`: the `*_proxy` family in
+    /// both cases (curl reads only lowercase `http_proxy`; others only uppercase), then Node's
+    /// built-in fetch (Node 24 and later read the proxy variables only with it) and gRPC.
+    pub(crate) fn gate_env(&self, host: &str, no_proxy: &str) -> Vec<(String, String)> {
+        let url = self.gate_url(host);
+        let mut out = Vec::new();
+        for (name, value) in
+            [("HTTP_PROXY", url.as_str()), ("HTTPS_PROXY", &url), ("ALL_PROXY", &url), ("NO_PROXY", no_proxy)]
+        {
+            out.push((name.to_string(), value.to_string()));
+            out.push((name.to_ascii_lowercase(), value.to_string()));
+        }
+        out.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        out.push(("grpc_proxy".into(), url));
+        out
+    }
     pub(crate) fn hooks_dir(&self) -> PathBuf {
         self.session_dir.join("hooks")
     }
