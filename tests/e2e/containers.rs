@@ -7,11 +7,11 @@ use crate::harness::*;
 
 /// A busybox image for the engine inside: /bin/busybox and its applets, as a tarball the
 /// sandbox imports (`podman import`), made here from the host's static busybox (no registry).
-fn busybox_image(p: &Project) {
+pub(crate) fn busybox_image(p: &Project) {
     let root = p.path("bb-root");
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("/bin/busybox (busybox-static)");
-    for applet in ["sh", "httpd", "wget", "echo", "cat", "sleep", "nc", "ls"] {
+    for applet in ["sh", "httpd", "wget", "echo", "cat", "sleep", "nc", "ls", "true"] {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
     }
     let tar = std::process::Command::new("tar")

@@ -69,21 +69,10 @@ fn with_its_own_container_engine_too_every_writable_directory_is_the_sessions_ow
     let _g = GATE.read().unwrap();
     let p = Project::new("writable-engine");
     // A container run first, so the engine's storage and run state exist when the walk looks.
-    std::fs::create_dir_all(p.path("bb/bin")).unwrap();
-    std::fs::copy("/bin/busybox", p.path("bb/bin/busybox")).unwrap();
-    std::os::unix::fs::symlink("busybox", p.path("bb/bin/true")).unwrap();
-    chown_user(&p.dir);
-    let r = sandbox(
-        &p,
-        &[
-            "--containers",
-            "--",
-            "sh",
-            "-c",
-            "tar -C bb -cf /tmp/bb.tar . && podman import -q /tmp/bb.tar localhost/bb >/dev/null && podman run --rm localhost/bb true && echo ran",
-        ],
-        &[],
-    );
+    crate::containers::busybox_image(&p);
+    let run =
+        "podman import -q bb.tar localhost/bb >/dev/null && podman run --rm localhost/bb true && echo ran";
+    let r = sandbox(&p, &["--containers", "--", "sh", "-c", run], &[]);
     assert!(r.ok().stdout.contains("ran"), "{}", r.stderr);
     writable_directories_are_the_sessions_own(&p, &["--containers"]);
 }
