@@ -76,6 +76,23 @@ fn no_gate_ruleset_round_trips() {
 }
 
 #[test]
+fn address_budgets_are_quotas_whose_rules_come_before_established_connections() {
+    let cfg = "allow = 192.0.2.0/24:443\nallow = 198.51.100.7:5432\nallow = [2001:db8::/32]:443\n\
+               budget = 192.0.2.0/24 1m\nbudget = 198.51.100.7 6g\nbudget = 2001:db8::1 900k\n";
+    let rs = ruleset_for(cfg, Inputs::default());
+    let listed = round_trip(&rs);
+    // Over 4 GiB: the size is not cut to 32 bits on the way (6g = 6442450944 bytes).
+    assert!(listed.contains("quota budget_1 {\n\t\tover 6144 mbytes\n\t}"), "{listed}");
+    let at = |needle: &str| listed.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{listed}"));
+    let budget = at("ip daddr 192.0.2.0/24 tcp flags ! rst quota name \"budget_0\" add @refused_v4");
+    assert!(at("oif \"lo\" accept") < budget, "a reset sent back to the sandbox is not counted");
+    assert!(at("tcp dport 18081 accept") < budget, "the gate's traffic is not counted");
+    assert!(budget < at("ct state established,related accept"), "every packet counts, not the first");
+    assert!(listed.contains("ip6 daddr 2001:db8::1 tcp flags ! rst quota name \"budget_2\""), "{listed}");
+    insta::assert_snapshot!(listed);
+}
+
+#[test]
 fn ten_thousand_entries_load_as_set_elements_with_a_constant_rule_count() {
     let small = ruleset_for("allow = 10.0.0.1:443\n", Inputs::default());
     let cfg: String = (0..10_000u32)

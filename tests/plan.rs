@@ -523,6 +523,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
             age: 3,
             command: vec!["sh".into(), "-c".into(), "sleep 9".into()],
         }],
+        net_budgets: Vec::new(),
     }];
     h.stdout.clear();
     sessions::ps_cmd(&mut h, false).unwrap();
@@ -973,6 +974,7 @@ fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
         }),
         path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),
         execs: Vec::new(),
+        net_budgets: Vec::new(),
     }
 }
 

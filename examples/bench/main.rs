@@ -293,10 +293,12 @@ fn budget(args: &[String]) {
     let bytes: u64 = need(args, "--bytes").parse().unwrap();
     let target = need(args, "--target");
     let host = need(args, "--host");
-    let budgeted = ai_sandbox::contract::SessionPolicy {
-        budgets: vec![ai_sandbox::policy::budget::parse(&format!("{host} {}", bytes * 100)).unwrap()],
-        ..session_policy(args)
+    let Ok(ai_sandbox::policy::budget::Line::Host(line)) =
+        ai_sandbox::policy::budget::parse(&format!("{host} {}", bytes * 100))
+    else {
+        panic!("--host {host}: not a host for a budget line")
     };
+    let budgeted = ai_sandbox::contract::SessionPolicy { budgets: vec![line], ..session_policy(args) };
     let (_leases, tokens, port) = sessions_with(args, &[session_policy(args), budgeted]);
     let gate: SocketAddr = ([127, 0, 0, 1], port).into();
     let named = format!("{host}:{}", target.rsplit(':').next().unwrap());

@@ -31,7 +31,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
     let mut inputs = Inputs { net: Some(policy::NetMode::Allow), ..Inputs::default() };
     let (budget_items, items_left): (Vec<&String>, Vec<&String>) =
         items.iter().partition(|i| crate::policy::budget::item(i).is_some());
-    let mut budgets = Vec::new();
+    let (mut budgets, mut net_budgets) = (Vec::new(), Vec::new());
     for item in &budget_items {
         if deny {
             return Err(hinted(
@@ -41,7 +41,10 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
             .into());
         }
         let value = crate::policy::budget::item(item).unwrap_or_default();
-        budgets.push(crate::policy::budget::parse(value).map_err(|(msg, hint)| hinted(msg, hint))?);
+        match crate::policy::budget::parse(value).map_err(|(msg, hint)| hinted(msg, hint))? {
+            crate::policy::budget::Line::Host(b) => budgets.push(b),
+            crate::policy::budget::Line::Net(b) => net_budgets.push(b),
+        }
     }
     let (rule_items, entries): (Vec<&String>, Vec<&String>) =
         items_left.into_iter().partition(|i| crate::policy::rule::item(i).is_some());
@@ -66,7 +69,7 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
         policy::build(loc.project.clone(), &config::Config::default(), &inputs).map_err(|diagnostics| {
             Rejected { config_path: loc.display.clone(), diagnostics, outcome: NOT_STARTED }
         })?;
-    let change = crate::live::Change { allow: p.allow, rules, budgets };
+    let change = crate::live::Change { allow: p.allow, rules, budgets, net_budgets };
     let (key, done) = match verb {
         Verb::Allow => ("allow", "allowed"),
         Verb::Deny => ("deny", "denied"),
@@ -170,15 +173,15 @@ pub(super) fn add_lines(
     Ok(())
 }
 
-/// The config text with `budget = b`: the line for the same host replaced (a comment after it
-/// goes with it; the policy allows one line per host), else added at the end.
-fn with_budget(text: &str, b: &crate::policy::budget::Budget) -> String {
+/// The config text with `budget = b`: the line for the same host or network replaced (a comment
+/// after it goes with it; the policy allows one line for each), else added at the end.
+fn with_budget(text: &str, b: &crate::policy::budget::Line) -> String {
     let line = format!("budget = {b}");
     let same = |l: &str| {
         let v = l.split_once(" #").map_or(l, |(v, _)| v);
         crate::policy::budget::item(v)
             .and_then(|v| crate::policy::budget::parse(v).ok())
-            .is_some_and(|x| x.host == b.host)
+            .is_some_and(|x| x.same_target(b))
     };
     let mut out = String::new();
     let mut replaced = false;
@@ -207,5 +210,12 @@ mod tests {
             "allow = a.test\nbudget = a.test 2m\nbudget = * 5m\n# budget = a.test 9m\n"
         );
         assert_eq!(super::with_budget("allow = a.test\n", &b), "allow = a.test\nbudget = a.test 2m\n");
+        let net = crate::policy::budget::parse("192.0.2.0/24 3m").unwrap();
+        let text = "allow = 192.0.2.0/24:22\nbudget = 192.0.2.0/24 1m\nbudget = 192.0.2.7 1m\n";
+        assert_eq!(
+            super::with_budget(text, &net),
+            "allow = 192.0.2.0/24:22\nbudget = 192.0.2.0/24 3m\nbudget = 192.0.2.7 1m\n",
+            "an address line is replaced by the line for the same network only"
+        );
     }
 }

@@ -195,6 +195,7 @@ mod tests {
             addr: "198.51.100.6".parse().unwrap(),
             port: 7000,
             denied_by: None,
+            over_budget: None,
         };
         assert_eq!(
             direct_line("s1", &d, "/p/c", Format::Text),

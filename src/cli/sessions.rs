@@ -80,7 +80,12 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                 refused: counts.map(|c| c.denied),
                 execs: r.execs.clone(),
                 review: reviews.iter().any(|w| w.id() == r.session).then_some("running"),
-                budgets: counts.map(|c| c.budgets.clone()).unwrap_or_default(),
+                budgets: counts
+                    .map(|c| c.budgets.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(r.net_budgets.iter().cloned())
+                    .collect(),
             }
         })
         .collect();

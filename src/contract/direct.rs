@@ -32,6 +32,10 @@ pub struct Direct {
     /// then no "add allow" is advised, the deny line is named.
     #[serde(default)]
     pub(crate) denied_by: Option<String>,
+    /// The `budget = ADDRESS` line whose quota was spent when it was refused: then the line to
+    /// raise is named, not an allow line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) over_budget: Option<crate::policy::budget::NetBudget>,
 }
 
 impl Direct {
@@ -46,8 +50,22 @@ impl Direct {
             a => a.to_string(),
         }
     }
+    /// The raised budget line for a refusal past a budget (twice the size, as the gate offers).
+    pub(crate) fn raise(&self) -> Option<String> {
+        let b = self.over_budget.as_ref()?;
+        Some(format!("budget = {} {}", b.net, crate::policy::limits::show_size(b.bytes.saturating_mul(2))))
+    }
+
     /// What would allow it, in the words of a gate hint.
     pub(crate) fn fix(&self, config_path: &str) -> String {
+        if let (Proto::Tcp, Some(b)) = (self.proto, &self.over_budget) {
+            return format!(
+                "over budget: {} was sent its budget of {} from this session (budget = {b}); to send more: ai-sandbox allow '{}' (the running sandbox, and {config_path})",
+                b.net,
+                crate::policy::limits::show_size(b.bytes),
+                self.raise().unwrap_or_default()
+            );
+        }
         match (self.proto, &self.denied_by) {
             (Proto::Tcp, Some(line)) => format!("refused by \"deny = {line}\" in {config_path}"),
             (Proto::Tcp, None) => format!("add \"allow = {}\" to {config_path}", self.dest()),

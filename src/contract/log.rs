@@ -75,7 +75,10 @@ impl Event {
         config_path: &str,
         time: String,
     ) -> Event {
-        let allow = (d.proto == super::direct::Proto::Tcp && d.denied_by.is_none()).then(|| d.dest());
+        let allow = match d.raise() {
+            Some(raised) => Some(raised),
+            None => (d.proto == super::direct::Proto::Tcp && d.denied_by.is_none()).then(|| d.dest()),
+        };
         Event {
             time,
             session: session.to_string(),
@@ -85,7 +88,12 @@ impl Event {
             port: d.port,
             decision: Decision::Deny,
             status: 0,
-            reason: "a direct connection the sandbox's nftables rules refused".into(),
+            reason: if d.over_budget.is_some() {
+                "over budget: a direct connection past its budget, reset by the sandbox's nftables rules"
+                    .into()
+            } else {
+                "a direct connection the sandbox's nftables rules refused".into()
+            },
             hint: d.fix(config_path),
             allow,
             path: None,

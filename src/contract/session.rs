@@ -38,6 +38,10 @@ pub struct SessionPolicy {
     /// the previous version ignores them, so registration must hear `budgets` said back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<crate::policy::budget::Budget>,
+    /// `budget = ADDRESS SIZE` lines: counted by the sandbox's rules, not the gate (which
+    /// ignores them); here for `ps` and a live change of their size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub net_budgets: Vec<crate::policy::budget::NetBudget>,
 }
 
 /// An empty allowlist with the defaults of a config that says nothing (the gate's ports, the
@@ -55,6 +59,7 @@ impl Default for SessionPolicy {
             rules: Vec::new(),
             learn: false,
             budgets: Vec::new(),
+            net_budgets: Vec::new(),
         }
     }
 }
@@ -72,6 +77,7 @@ impl SessionPolicy {
             rules: p.rules.clone(),
             learn: p.learn,
             budgets: p.budgets.clone(),
+            net_budgets: p.net_budgets.clone(),
         }
     }
 }

@@ -146,7 +146,7 @@ mod tests {
     use super::*;
 
     fn lines(ls: &[&str]) -> Vec<Budget> {
-        ls.iter().map(|l| budget::parse(l).unwrap()).collect()
+        ls.iter().map(|l| budget::host_line(l)).collect()
     }
 
     #[test]

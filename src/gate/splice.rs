@@ -277,7 +277,7 @@ mod tests {
         for (limit, pieces) in
             [(3_500_000u64, vec![4 << 20]), (100, vec![60, 60]), (2 << 20, vec![1 << 20, 1 << 20])]
         {
-            let budgets = [crate::policy::budget::parse(&format!("up.test {limit}")).unwrap()];
+            let budgets = [crate::policy::budget::host_line(&format!("up.test {limit}"))];
             let spent = crate::gate::budget::Spent::default();
             let allowance = spent.allowance(&budgets, "up.test").unwrap();
             let (mut client, client_end) = pair().await;

@@ -253,6 +253,7 @@ mod tests {
             addr: "198.51.100.6".parse().unwrap(),
             port: 7000,
             denied_by: None,
+            over_budget: None,
         };
         let line = t.observe_direct(&d, "2026-11-29T16:30:01Z", "/p/c").unwrap();
         assert_eq!(
@@ -268,6 +269,7 @@ mod tests {
             addr: "fd00::1".parse().unwrap(),
             port: 9,
             denied_by: None,
+            over_budget: None,
         };
         assert!(t.observe_direct(&u, "2026-11-29T16:30:02Z", "/p/c").unwrap().contains("[fd00::1] (udp):9"));
         assert_eq!(

@@ -37,7 +37,15 @@ pub(crate) fn running(runtime: &Path) -> Vec<Running> {
         let record = fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok());
         let session = e.file_name().to_string_lossy().into_owned();
         let execs = execs(&e.path());
-        out.push(Running { session, pid, age, record, path, execs });
+        // Counted inside the sandbox, by its rules: read there (an nft run, ~7 ms, only for a
+        // sandbox with such lines).
+        let net_budgets = match record.as_ref().map(|r| &r.policy.net_budgets) {
+            Some(budgets) if !budgets.is_empty() => nft_in(&e.path(), &QUOTAS, None)
+                .map(|json| crate::live::net_budget_use(budgets, &json))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        out.push(Running { session, pid, age, record, path, execs, net_budgets });
     }
     out.sort_by(|a, b| b.age.cmp(&a.age).then(a.session.cmp(&b.session)));
     out
@@ -156,6 +164,9 @@ fn nft_script(session_dir: &Path, script: &str) -> anyhow::Result<()> {
     nft_in(session_dir, &["-f", "-"], Some(script)).map(|_| ())
 }
 
+/// `nft` arguments that list the sandbox's quotas (its `budget = ADDRESS` lines).
+const QUOTAS: [&str; 6] = ["-j", "list", "quotas", "table", "inet", crate::plan::ruleset::TABLE];
+
 /// What the rules of a running sandbox have refused so far (see `ruleset::REFUSED_V4`).
 pub(crate) fn refused(session_dir: &Path) -> anyhow::Result<Vec<crate::live::Direct>> {
     refused_with(session_dir, |args| nft_in(session_dir, args, None))
@@ -166,29 +177,49 @@ fn refused_with(
     nft: impl Fn(&[&str]) -> anyhow::Result<String> + Sync,
 ) -> anyhow::Result<Vec<crate::live::Direct>> {
     let mut out = Vec::new();
-    // Both sets at once, each its own nft: the launcher waits for this last read before it says
-    // its summary and exits (one after the other was ~10 ms of every launch).
-    let sets = [crate::plan::ruleset::REFUSED_V4, crate::plan::ruleset::REFUSED_V6];
-    let lists: Vec<anyhow::Result<String>> = std::thread::scope(|s| {
+    let record = fs::read_to_string(session_dir.join(crate::plan::session::LIVE_FILE))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Record>(&text).ok());
+    let budgets = record.as_ref().map_or(&[][..], |r| &r.policy.net_budgets[..]);
+    // Both sets (and the quotas, when there are any) at once, each its own nft: the launcher
+    // waits for this last read before it says its summary and exits (one after the other was
+    // ~10 ms of every launch).
+    let table = crate::plan::ruleset::TABLE;
+    let mut reads: Vec<Vec<&str>> = [crate::plan::ruleset::REFUSED_V4, crate::plan::ruleset::REFUSED_V6]
+        .iter()
+        .map(|set| vec!["-j", "list", "set", "inet", table, set])
+        .collect();
+    if !budgets.is_empty() {
+        reads.push(QUOTAS.to_vec());
+    }
+    let mut lists: Vec<anyhow::Result<String>> = std::thread::scope(|s| {
         let nft = &nft;
-        let running: Vec<_> = sets
-            .iter()
-            .map(|set| s.spawn(move || nft(&["-j", "list", "set", "inet", crate::plan::ruleset::TABLE, set])))
-            .collect();
+        let running: Vec<_> = reads.iter().map(|args| s.spawn(move || nft(args))).collect();
         running
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("reading a set failed"))))
             .collect()
     });
+    let quotas = if budgets.is_empty() { None } else { lists.pop() };
     for json in lists {
         out.extend(crate::live::parse_refused(&json?));
     }
-    // Which were refused by a deny entry (as the sandbox's live record has them now).
-    if let Ok(text) = fs::read_to_string(session_dir.join(crate::plan::session::LIVE_FILE))
-        && let Ok(record) = serde_json::from_str::<Record>(&text)
-    {
+    // Which were refused by a deny entry (as the sandbox's live record has them now), and which
+    // past a spent budget.
+    let spent: Vec<&crate::policy::budget::NetBudget> = match quotas {
+        Some(json) => {
+            let used = crate::live::net_budget_use(budgets, &json?);
+            budgets
+                .iter()
+                .filter(|b| used.iter().any(|u| u.key == b.net.to_string() && u.sent >= b.bytes))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    if let Some(record) = &record {
         for d in out.iter_mut().filter(|d| d.proto == crate::live::Proto::Tcp) {
             d.denied_by = crate::gate::decide::deny_net(&record.policy, d.addr, d.port);
+            d.over_budget = spent.iter().find(|b| b.net.contains(d.addr)).map(|b| (*b).clone());
         }
     }
     // The self-check's own probe, refused before the command started: not the agent's.
@@ -228,18 +259,17 @@ pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::R
         return Ok(());
     }
     let session_dir = record.parent().context("the record has no session directory")?;
-    nft_script(
-        session_dir,
-        &crate::plan::ruleset::set_script(&new.policy.allow.nets, &new.policy.allow.deny_nets),
-    )?;
+    // The sets and the quotas' sizes, in one transaction.
+    let rules = |r: &Record| {
+        crate::plan::ruleset::set_script(&r.policy.allow.nets, &r.policy.allow.deny_nets)
+            + &crate::plan::ruleset::quota_script(&r.policy.net_budgets)
+    };
+    nft_script(session_dir, &rules(&new))?;
     if new.gate
         && let Err(e) = gate_update(runtime, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
-        let undo = nft_script(
-            session_dir,
-            &crate::plan::ruleset::set_script(&old.policy.allow.nets, &old.policy.allow.deny_nets),
-        );
+        let undo = nft_script(session_dir, &rules(&old));
         return Err(e.context(match undo {
             Ok(()) => "nothing was changed".to_string(),
             Err(u) => format!("and restoring the sandbox's rules failed too: {u:#}"),

@@ -30,6 +30,9 @@ pub struct Running {
     /// Commands `ai-sandbox exec` runs in it now.
     #[serde(default)]
     pub execs: Vec<Exec>,
+    /// What its rules counted against each `budget = ADDRESS` line (the gate counts the others).
+    #[serde(default)]
+    pub net_budgets: Vec<crate::contract::session::BudgetUse>,
 }
 
 /// A command `ai-sandbox exec` runs in a sandbox (see `contract::execd`).
@@ -75,8 +78,43 @@ pub(crate) fn parse_refused(json: &str) -> Vec<Direct> {
             ) else {
                 continue;
             };
-            out.push(Direct { proto, addr, port, denied_by: None });
+            out.push(Direct { proto, addr, port, denied_by: None, over_budget: None });
         }
+    }
+    out
+}
+
+/// What each `budget = ADDRESS` line counted, from `nft -j list quotas` of the sandbox's table:
+/// the line's network, the bytes its quota counted (at most its size: the kernel counts the
+/// packet that crossed it), its size. A line without its quota in the listing is left out.
+/// Read as plain JSON: nftables' schema type holds 32-bit counts.
+pub(crate) fn net_budget_use(
+    budgets: &[crate::policy::budget::NetBudget],
+    json: &str,
+) -> Vec<crate::contract::session::BudgetUse> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(json) else { return Vec::new() };
+    let quotas: Vec<&serde_json::Value> = doc
+        .get("nftables")
+        .and_then(|o| o.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o.get("quota"))
+        .collect();
+    let mut out = Vec::new();
+    for (i, b) in budgets.iter().enumerate() {
+        let name = crate::plan::ruleset::quota_name(i);
+        let Some(used) = quotas
+            .iter()
+            .find(|q| q.get("name").and_then(|n| n.as_str()) == Some(&name))
+            .map(|q| q.get("used").and_then(|u| u.as_u64()).unwrap_or(0))
+        else {
+            continue;
+        };
+        out.push(crate::contract::session::BudgetUse {
+            key: b.net.to_string(),
+            sent: used.min(b.bytes),
+            budget: b.bytes,
+        });
     }
     out
 }
@@ -92,6 +130,9 @@ pub struct Change {
     /// `budget =` lines (`ai-sandbox allow 'budget = HOST SIZE'`): each replaces the session's
     /// line for its host; what was sent stays counted.
     pub(crate) budgets: Vec<crate::policy::budget::Budget>,
+    /// `budget = ADDRESS SIZE` lines: each replaces the size of the session's line for that
+    /// network (its quota in the rules keeps what was counted).
+    pub(crate) net_budgets: Vec<crate::policy::budget::NetBudget>,
 }
 
 impl Change {
@@ -113,6 +154,7 @@ impl Change {
             }
         }
         let budgets = self.budgets.iter().map(|b| format!("budget = {b}"));
+        let budgets = budgets.chain(self.net_budgets.iter().map(|b| format!("budget = {b}")));
         hosts.chain(nets).chain(rules).chain(budgets).collect::<Vec<_>>().join(", ")
     }
 }
@@ -162,6 +204,17 @@ pub(crate) fn merged(r: &Record, c: &Change) -> Result<Record, String> {
             ));
         }
         crate::policy::budget::set(&mut out.policy.budgets, b);
+    }
+    for b in &c.net_budgets {
+        // The rules count a network in the quota made for its line at start: a line the
+        // session did not start with has no quota (and no rule) to change.
+        if !out.policy.net_budgets.iter().any(|x| x.net == b.net) {
+            return Err(format!(
+                "`budget = {b}`: session {} was started without a budget line for {}, so its rules have nothing that counts it; add the line to the config and restart it",
+                r.session, b.net
+            ));
+        }
+        crate::policy::budget::set_net(&mut out.policy.net_budgets, b);
     }
     add_missing(&mut out.policy.allow.nets, &c.allow.nets);
     add_missing(&mut out.policy.allow.deny_hosts, &c.allow.deny_hosts);
@@ -213,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_budget_change_replaces_the_sessions_line_for_its_host() {
-        let b = |l: &str| crate::policy::budget::parse(l).unwrap();
+        let b = |l: &str| crate::policy::budget::host_line(l);
         let mut r = rec(true);
         r.policy.budgets = vec![b("a.test 1m"), b("* 5m")];
         let c = Change { budgets: vec![b("a.test 3m")], ..Change::default() };
@@ -224,6 +277,48 @@ mod tests {
         let far = Change { budgets: vec![b("z.test 1m")], ..Change::default() };
         assert!(merged(&r, &far).unwrap_err().contains("z.test is not allowed"));
         assert!(merged(&rec(false), &c).unwrap_err().contains("without the gate"));
+    }
+
+    #[test]
+    fn an_address_budget_change_resizes_its_line_and_its_count_is_read_from_nft() {
+        let n = |l: &str| match crate::policy::budget::parse(l) {
+            Ok(crate::policy::budget::Line::Net(b)) => b,
+            other => panic!("{other:?}"),
+        };
+        let mut r = rec(false);
+        r.policy.net_budgets = vec![n("10.0.0.1 1m"), n("10.9.0.0/16 4g")];
+        let c = Change { net_budgets: vec![n("10.0.0.1 3m")], ..Change::default() };
+        let out = merged(&r, &c).expect("counted by the rules: no gate needed");
+        let shown: Vec<String> = out.policy.net_budgets.iter().map(|x| x.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.1 3m", "10.9.0.0/16 4g"], "in place: its quota keeps its name");
+        assert_eq!(c.summary(), "budget = 10.0.0.1 3m");
+        let new = Change { net_budgets: vec![n("10.0.0.2 1m")], ..Change::default() };
+        assert!(merged(&r, &new).unwrap_err().contains("started without a budget line for 10.0.0.2"));
+        // As nft lists them: sizes over 4 GiB, a count clamped at the size, another table's.
+        let json = r#"{"nftables": [{"metainfo": {"version": "1.1.3"}}, {"quota": {"family": "inet", "name": "budget_1", "table": "ai_sandbox", "handle": 3, "bytes": 4294967296, "used": 4294967296, "inv": true}}, {"quota": {"family": "inet", "name": "budget_0", "table": "ai_sandbox", "handle": 2, "bytes": 1048576, "used": 921600, "inv": true}}]}"#;
+        let used = net_budget_use(&r.policy.net_budgets, json);
+        let shown: Vec<String> = used.iter().map(|u| format!("{} {}", u.key, u.against())).collect();
+        assert_eq!(shown, ["10.0.0.1 900k of 1m (88%)", "10.9.0.0/16 4g of 4g (100%)"]);
+        assert!(net_budget_use(&r.policy.net_budgets, "not json").is_empty());
+        assert_eq!(net_budget_use(&r.policy.net_budgets[..1], json).len(), 1, "only the lines asked about");
+        // A refusal past a spent budget names the line to raise, not an allow line.
+        let d = Direct {
+            proto: Proto::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 443,
+            denied_by: None,
+            over_budget: Some(n("10.0.0.1 1m")),
+        };
+        assert_eq!(d.raise().as_deref(), Some("budget = 10.0.0.1 2m"));
+        let fix = d.fix("/p/.ai-sandbox/config");
+        assert!(fix.starts_with("over budget: 10.0.0.1 was sent its budget of 1m"), "{fix}");
+        assert!(
+            fix.contains("ai-sandbox allow 'budget = 10.0.0.1 2m'") && !fix.contains("allow = "),
+            "{fix}"
+        );
+        let e = crate::contract::log::Event::direct(&d, "s", "/p", "/p/.ai-sandbox/config", "t".into());
+        assert_eq!(e.allow.as_deref(), Some("budget = 10.0.0.1 2m"), "what a watcher is offered");
+        assert!(e.reason.starts_with("over budget"), "{}", e.reason);
     }
 
     #[test]
@@ -267,8 +362,13 @@ mod tests {
 
     #[test]
     fn a_refusal_by_a_deny_entry_names_it_and_never_advises_an_allow() {
-        let mut d =
-            Direct { proto: Proto::Tcp, addr: "100.64.0.1".parse().unwrap(), port: 9090, denied_by: None };
+        let mut d = Direct {
+            proto: Proto::Tcp,
+            addr: "100.64.0.1".parse().unwrap(),
+            port: 9090,
+            denied_by: None,
+            over_budget: None,
+        };
         assert_eq!(d.fix("c"), "add \"allow = 100.64.0.1:9090\" to c");
         let mut p = rec(true).policy;
         p.allow.deny_nets =

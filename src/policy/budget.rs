@@ -2,10 +2,12 @@
 //! session. An allowed host that accepts uploads (a registry, a paste service, an API with a
 //! large request body) otherwise carries anything at line rate; a budget caps it, and the gate
 //! refuses past it (docs/adr/0066). `budget = * BYTES` is the default for every host without a
-//! line of its own, each host counted apart. Pure: the line's reading and which line a host
-//! falls under; the gate counts.
+//! line of its own, each host counted apart. `budget = ADDRESS[/LEN] BYTES` caps what leaves to
+//! an IP entry, which never passes the gate: the sandbox's own rules count it, in an nftables
+//! quota (docs/adr/0068). Pure: the line's reading and which line a host falls under; the gate
+//! and the rules count.
 
-use super::allow::{self, Allow, HostPattern, Ports};
+use super::allow::{self, Allow, HostPattern, IpNet, Ports};
 use super::limits::{parse_size, show_size};
 
 /// One `budget` line, read.
@@ -26,14 +28,57 @@ impl std::fmt::Display for Budget {
     }
 }
 
+/// A budget for an address or a network (`budget = 192.0.2.10 1m`): what the sandbox may send
+/// to it in one session, IP headers included, counted by the sandbox's rules (its addresses
+/// share one count, as a wildcard's hosts do).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NetBudget {
+    pub net: IpNet,
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for NetBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.net, show_size(self.bytes))
+    }
+}
+
+/// A `budget` line: for names (the gate counts) or for addresses (the rules count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    Host(Budget),
+    Net(NetBudget),
+}
+
+impl Line {
+    /// Whether both lines are for the same host or network (one line each: a later one
+    /// replaces it).
+    pub(crate) fn same_target(&self, other: &Line) -> bool {
+        match (self, other) {
+            (Line::Host(a), Line::Host(b)) => a.host == b.host,
+            (Line::Net(a), Line::Net(b)) => a.net == b.net,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Line::Host(b) => b.fmt(f),
+            Line::Net(b) => b.fmt(f),
+        }
+    }
+}
+
 /// A line that does not read: what is wrong, and what to write.
 pub type Bad = (String, String);
 
 const EXAMPLE: &str =
     "e.g. `budget = registry.npmjs.org 50m` (k, m, g: KiB, MiB, GiB), or `budget = * 200m` for every host";
 
-/// Reads `HOST BYTES`.
-pub fn parse(v: &str) -> Result<Budget, Bad> {
+/// Reads `HOST BYTES` or `ADDRESS[/LEN] BYTES`.
+pub fn parse(v: &str) -> Result<Line, Bad> {
     let words: Vec<&str> = v.split_whitespace().collect();
     let [host, bytes] = words[..] else {
         return Err((format!("`budget = {v}` is not HOST BYTES"), EXAMPLE.into()));
@@ -48,21 +93,39 @@ pub fn parse(v: &str) -> Result<Budget, Bad> {
         return Err((format!("`budget = {v}`: `{bytes}` is not a size"), EXAMPLE.into()));
     };
     if host == "*" {
-        return Ok(Budget { host: None, bytes: n });
+        return Ok(Line::Host(Budget { host: None, bytes: n }));
     }
+    let every_port = |what: String| {
+        Err((
+            format!("`budget = {v}`: a budget counts what is sent to it on every port"),
+            format!("write it alone: `budget = {what} {bytes}`"),
+        ))
+    };
     match allow::parse(host) {
-        Ok(Allow::Host(pattern, None)) => Ok(Budget { host: Some(pattern), bytes: n }),
-        Ok(Allow::Host(pattern, Some(_))) => Err((
-            format!("`budget = {v}`: a budget counts a host on every port"),
-            format!("write the host alone: `budget = {pattern} {bytes}`"),
-        )),
-        Ok(Allow::Net(..)) => Err((
-            format!(
-                "`budget = {v}`: budgets count what goes through the gate, which sees hostnames; an address is not counted"
-            ),
-            "name the host the sandbox reaches by name".into(),
-        )),
+        Ok(Allow::Host(pattern, None)) => Ok(Line::Host(Budget { host: Some(pattern), bytes: n })),
+        Ok(Allow::Host(pattern, Some(_))) => every_port(pattern.to_string()),
+        Ok(Allow::Net(net, None)) => Ok(Line::Net(NetBudget { net, bytes: n })),
+        Ok(Allow::Net(net, Some(_))) => every_port(net.to_string()),
         Err(b) => Err((format!("`budget = {v}`: {}", b.reason), b.hint)),
+    }
+}
+
+/// Whether two networks share an address (a budget line per address: overlapping lines would
+/// count one packet twice).
+pub(crate) fn overlap(a: &IpNet, b: &IpNet) -> bool {
+    a.contains_net(b) || b.contains_net(a)
+}
+
+/// Whether an address line is ever reached: an allow entry shares an address with it.
+pub(crate) fn net_reached(b: &NetBudget, nets: &[(IpNet, Ports)]) -> bool {
+    nets.iter().any(|(n, _)| overlap(n, &b.net))
+}
+
+/// `budgets` with `b` in it: it replaces the line for the same network, or is added.
+pub(crate) fn set_net(budgets: &mut Vec<NetBudget>, b: &NetBudget) {
+    match budgets.iter_mut().find(|x| x.net == b.net) {
+        Some(x) => *x = b.clone(),
+        None => budgets.push(b.clone()),
     }
 }
 
@@ -112,21 +175,30 @@ pub fn of<'a>(budgets: &'a [Budget], host: &str) -> Option<(&'a Budget, String)>
     budgets.iter().find(|b| b.host.is_none()).map(|b| (b, format!("* {host}")))
 }
 
+/// A host's line, for tests: `parse` of a line that must be one.
+#[cfg(test)]
+pub(crate) fn host_line(v: &str) -> Budget {
+    match parse(v) {
+        Ok(Line::Host(b)) => b,
+        other => panic!("`{v}` is not a host's budget line: {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_budget_line_reads_host_and_size_and_says_what_is_wrong_otherwise() {
-        let b = parse("registry.npmjs.org 50m").unwrap();
+        let b = host_line("registry.npmjs.org 50m");
         assert_eq!(b.host, Some(HostPattern::Exact("registry.npmjs.org".into())));
         assert_eq!(b.bytes, 50 << 20);
         assert_eq!(b.to_string(), "registry.npmjs.org 50m");
-        assert_eq!(parse("*.example.com 1g").unwrap().host, Some(HostPattern::Suffix("example.com".into())));
-        let all = parse("* 900k").unwrap();
+        assert_eq!(host_line("*.example.com 1g").host, Some(HostPattern::Suffix("example.com".into())));
+        let all = host_line("* 900k");
         assert_eq!((all.host.clone(), all.bytes), (None, 900 << 10));
         assert_eq!(all.to_string(), "* 900k");
-        assert_eq!(parse("Example.COM 1000").unwrap().bytes, 1000);
+        assert_eq!(host_line("Example.COM 1000").bytes, 1000);
         for (bad, says) in [
             ("example.com", "not HOST BYTES"),
             ("example.com 1m extra", "not HOST BYTES"),
@@ -134,7 +206,8 @@ mod tests {
             ("example.com 0", "not a size"),
             ("example.com 1m/day", "a period"),
             ("example.com:443 1m", "every port"),
-            ("192.0.2.1 1m", "an address is not counted"),
+            ("192.0.2.1:22 1m", "every port"),
+            ("192.0.2.1/24 1m", "host bits"),
             ("https://example.com 1m", "URL"),
         ] {
             let (msg, hint) = parse(bad).unwrap_err();
@@ -144,10 +217,41 @@ mod tests {
     }
 
     #[test]
+    fn an_address_line_reads_its_network_and_overlaps_and_reaches_by_address() {
+        let Ok(Line::Net(one)) = parse("192.0.2.10 1m") else { panic!("an address line") };
+        assert_eq!((one.net.to_string(), one.bytes), ("192.0.2.10".into(), 1 << 20));
+        assert_eq!(one.to_string(), "192.0.2.10 1m");
+        let Ok(Line::Net(net)) = parse("192.0.2.0/24 5g") else { panic!("a network line") };
+        assert_eq!(net.to_string(), "192.0.2.0/24 5g");
+        let Ok(Line::Net(v6)) = parse("2001:db8::/32 10k") else { panic!("an IPv6 line") };
+        assert!(!v6.net.is_v4());
+        assert!(overlap(&one.net, &net.net) && overlap(&net.net, &one.net), "inside, either way round");
+        let Ok(Line::Net(other)) = parse("198.51.100.1 1m") else { panic!() };
+        assert!(!overlap(&one.net, &other.net) && !overlap(&v6.net, &one.net));
+        let entry = |e: &str| match allow::parse(e) {
+            Ok(Allow::Net(n, p)) => (n, p.unwrap_or(Ports::ALL)),
+            _ => panic!("{e}"),
+        };
+        assert!(net_reached(&one, &[entry("192.0.2.0/28:22")]), "an entry's network holds it");
+        assert!(net_reached(&net, &[entry("192.0.2.10:443")]), "it holds an entry");
+        assert!(!net_reached(&other, &[entry("192.0.2.10:443")]));
+        let a = Line::Net(one.clone());
+        assert!(a.same_target(&parse("192.0.2.10 9m").unwrap()));
+        assert!(!a.same_target(&Line::Net(net.clone())) && !a.same_target(&parse("* 1m").unwrap()));
+        let mut lines = vec![one.clone(), net.clone()];
+        set_net(&mut lines, &NetBudget { net: one.net, bytes: 7 });
+        set_net(&mut lines, &other);
+        assert_eq!(
+            lines.iter().map(|b| b.bytes).collect::<Vec<_>>(),
+            [7, 5 << 30, 1 << 20],
+            "replaced in place"
+        );
+    }
+
+    #[test]
     fn a_host_falls_under_its_own_line_then_the_longest_wildcard_then_the_default() {
-        let lines: Vec<Budget> = ["* 10m", "*.example.com 2m", "*.api.example.com 3m", "up.example.com 1m"]
-            .map(|l| parse(l).unwrap())
-            .into();
+        let lines: Vec<Budget> =
+            ["* 10m", "*.example.com 2m", "*.api.example.com 3m", "up.example.com 1m"].map(host_line).into();
         let of = |h: &str| of(&lines, h).map(|(b, key)| (b.bytes >> 20, key));
         assert_eq!(of("up.example.com"), Some((1, "up.example.com".into())), "its own line");
         assert_eq!(of("v1.api.example.com"), Some((3, "*.api.example.com".into())), "the longest wildcard");
@@ -165,9 +269,9 @@ mod tests {
         assert_eq!(item("a.test"), None);
         assert_eq!(item("rule = a.test GET /"), None);
         assert_eq!(item("budgets = a.test 2m"), None);
-        let mut lines = vec![parse("a.test 1m").unwrap(), parse("* 5m").unwrap()];
-        set(&mut lines, &parse("a.test 2m").unwrap());
-        set(&mut lines, &parse("b.test 3m").unwrap());
+        let mut lines = vec![host_line("a.test 1m"), host_line("* 5m")];
+        set(&mut lines, &host_line("a.test 2m"));
+        set(&mut lines, &host_line("b.test 3m"));
         let shown: Vec<String> = lines.iter().map(|b| b.to_string()).collect();
         assert_eq!(shown, ["a.test 2m", "* 5m", "b.test 3m"]);
     }
@@ -176,11 +280,11 @@ mod tests {
     fn a_line_for_a_host_that_is_not_allowed_is_never_reached() {
         let hosts =
             [(HostPattern::Exact("a.test".into()), None), (HostPattern::Suffix("b.test".into()), None)];
-        assert!(reached(&parse("a.test 1m").unwrap(), &hosts));
-        assert!(reached(&parse("x.b.test 1m").unwrap(), &hosts));
-        assert!(reached(&parse("*.b.test 1m").unwrap(), &hosts));
-        assert!(reached(&parse("* 1m").unwrap(), &hosts));
-        assert!(!reached(&parse("c.test 1m").unwrap(), &hosts));
-        assert!(!reached(&parse("*.a.test 1m").unwrap(), &hosts));
+        assert!(reached(&host_line("a.test 1m"), &hosts));
+        assert!(reached(&host_line("x.b.test 1m"), &hosts));
+        assert!(reached(&host_line("*.b.test 1m"), &hosts));
+        assert!(reached(&host_line("* 1m"), &hosts));
+        assert!(!reached(&host_line("c.test 1m"), &hosts));
+        assert!(!reached(&host_line("*.a.test 1m"), &hosts));
     }
 }

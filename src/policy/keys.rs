@@ -230,12 +230,12 @@ pub const KEYS: &[Key] = &[
         name: Name::Budget,
         repeats: true,
         shell: false,
-        doc: "HOST BYTES, or * BYTES for every host without a line: what a session may send to the host through the gate; past it the gate refuses",
+        doc: "HOST BYTES, or ADDRESS[/LEN] BYTES, or * BYTES for every host without a line: what a session may send to it (the gate counts hosts, the sandbox's rules count addresses); past it nothing more is sent",
         example: "api.github.com 50m",
         widens: Widens::WhenDropped("removed: what the sandbox sends to that host is no longer capped"),
         export: Exports {
             kube: Export::LeftOut(
-                "the cluster's gate does not count bytes yet: a budget holds on this machine only",
+                "neither the cluster's gate nor its network policies count bytes yet: a budget holds on this machine only",
             ),
         },
     },

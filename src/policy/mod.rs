@@ -162,6 +162,8 @@ pub struct Policy {
     pub(crate) rules: Vec<rule::Rule>,
     /// `budget =` lines: what a session may send to a host through the gate (see `budget`).
     pub(crate) budgets: Vec<budget::Budget>,
+    /// `budget = ADDRESS SIZE` lines: what it may send to an IP entry, counted by its rules.
+    pub(crate) net_budgets: Vec<budget::NetBudget>,
     /// `--ssh-agent`: the user's ssh-agent socket is mounted in (a command-line choice only,
     /// never a config key: a cloned repository must not be able to ask for the user's keys).
     pub(crate) ssh_agent: bool,
@@ -326,7 +328,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let agent_state = agent_state::states(config, &mut c);
     let upstream_ca = upstream_ca(config, &project, &mut c);
     let rules = rule_lines(config, (net, gate), &hosts, &mut c);
-    let budgets = budget_lines(config, (net, gate), &hosts, &mut c);
+    let (budgets, net_budgets) = budget_lines(config, (net, gate), &hosts, &nets, &mut c);
     let limits = limits_of(config, &mut c);
     let workspace = workspace(config, inputs, &mut c);
     let containers = containers(config, inputs, &image, &mut c);
@@ -344,6 +346,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         ask,
         rules,
         budgets,
+        net_budgets,
         publish,
         gate_addr,
         gate_port,
@@ -376,6 +379,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         workspace,
         containers,
     };
+    p.notices.extend(uncounted_nets(&p.budgets, &p.net_budgets, &p.allow.nets));
     p.splices = forwards::splices(&p);
     bindings(&p, &mut c);
     if !c.0.is_empty() {
@@ -553,20 +557,54 @@ fn rule_lines(
     out
 }
 
-/// `budget =` lines, read. Counted by the gate: without one (`--no-gate`) nothing counts, so
-/// the line is refused; under `--net full` (no policy) and `--net none` (no egress) it has
-/// nothing to count. A host's line must name a host the gate lets through.
+/// `budget =` lines, read. A host's line is counted by the gate: without one (`--no-gate`)
+/// nothing counts, so the line is refused; it must name a host the gate lets through. An
+/// address's line is counted by the sandbox's rules, with or without the gate; it must share an
+/// address with an IP entry, and with no other address line (a packet is counted once). Under
+/// `--net full` (no policy) and `--net none` (no egress) there is nothing to count.
 fn budget_lines(
     config: &Config,
     (net, gate): (NetMode, bool),
     hosts: &[(HostPattern, Option<Ports>)],
+    nets: &[(IpNet, Ports)],
     c: &mut Collector,
-) -> Vec<budget::Budget> {
-    let mut out = Vec::new();
+) -> (Vec<budget::Budget>, Vec<budget::NetBudget>) {
+    let (mut out, mut out_nets) = (Vec::new(), Vec::<budget::NetBudget>::new());
     let mut seen = Vec::new();
+    let mut seen_nets: Vec<IpNet> = Vec::new();
     for (v, at) in config.all(Name::Budget) {
         let b = match budget::parse(v) {
-            Ok(b) => b,
+            Ok(budget::Line::Host(b)) => b,
+            Ok(budget::Line::Net(b)) => {
+                if let Some(other) = seen_nets.iter().find(|n| budget::overlap(n, &b.net)) {
+                    c.bad(
+                        at,
+                        format!("`budget = {v}`: {} shares addresses with the budget line for {other}", b.net),
+                        "keep one budget line per address (a network's line counts all its addresses together)",
+                    );
+                    continue;
+                }
+                seen_nets.push(b.net);
+                if net != NetMode::Allow {
+                    continue;
+                }
+                if budget::net_reached(&b, nets) {
+                    out_nets.push(b);
+                } else {
+                    c.bad(
+                        at,
+                        format!(
+                            "`budget = {v}`: no IP entry reaches {}, so the budget is never reached",
+                            b.net
+                        ),
+                        format!(
+                            "add `allow = {}:PORT` (a budget caps what an allowed address is sent)",
+                            b.net
+                        ),
+                    );
+                }
+                continue;
+            }
             Err((msg, hint)) => {
                 c.bad(at, msg, hint);
                 continue;
@@ -598,7 +636,29 @@ fn budget_lines(
             out.push(b);
         }
     }
-    out
+    (out, out_nets)
+}
+
+/// `budget = *` with IP entries that no address line counts: said, since `*` is counted by the
+/// gate, per hostname, and connections to an IP entry never pass the gate.
+fn uncounted_nets(
+    budgets: &[budget::Budget],
+    net_budgets: &[budget::NetBudget],
+    nets: &[(IpNet, Ports)],
+) -> Option<String> {
+    let all = budgets.iter().find(|b| b.host.is_none())?;
+    let mut left: Vec<String> = Vec::new();
+    for (n, _) in nets.iter().filter(|(n, _)| !net_budgets.iter().any(|b| b.net.contains_net(n))) {
+        if !left.contains(&n.to_string()) {
+            left.push(n.to_string());
+        }
+    }
+    let first = left.first()?;
+    Some(format!(
+        "`budget = {all}` counts hostnames (the gate counts them); the IP entries {} are not counted: give each a line of its own (`budget = {first} {}`)",
+        left.join(", "),
+        limits::show_size(all.bytes)
+    ))
 }
 
 /// `protect = PATH`: a path inside the project, relative, without `..`.

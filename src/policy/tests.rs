@@ -342,6 +342,48 @@ fn a_budget_needs_its_host_allowed_and_the_gate_and_one_line_per_host() {
 }
 
 #[test]
+fn an_address_budget_needs_an_ip_entry_and_no_overlap_and_counts_without_the_gate() {
+    let cfg = "allow = 192.0.2.0/24:443\nallow = 198.51.100.7:22\nbudget = 192.0.2.10 1m\nbudget = 198.51.100.0/24 2m\n";
+    let no_gate = Inputs { no_gate: true, ..Inputs::default() };
+    let ok = policy(cfg, no_gate.clone()).unwrap();
+    let shown: Vec<String> = ok.net_budgets.iter().map(|b| b.to_string()).collect();
+    assert_eq!(shown, ["192.0.2.10 1m", "198.51.100.0/24 2m"], "the rules count them: no gate needed");
+    assert!(ok.budgets.is_empty() && ok.notices.is_empty(), "{:?}", ok.notices);
+    let errs = policy("allow = 192.0.2.1:443\nbudget = 203.0.113.5 1m\n", Inputs::default()).unwrap_err();
+    assert_eq!(errs[0].origin, crate::error::Origin::Config(2));
+    assert!(errs[0].message.contains("no IP entry reaches 203.0.113.5"), "{:?}", errs[0]);
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("add `allow = 203.0.113.5:PORT` (a budget caps what an allowed address is sent)")
+    );
+    let errs =
+        policy("allow = 192.0.2.0/24:443\nbudget = 192.0.2.0/24 1m\nbudget = 192.0.2.10 1m\n", no_gate)
+            .unwrap_err();
+    assert_eq!(errs[0].origin, crate::error::Origin::Config(3));
+    assert!(
+        errs[0].message.contains("shares addresses with the budget line for 192.0.2.0/24"),
+        "{:?}",
+        errs[0]
+    );
+    // `*` counts hostnames: the IP entries without a line of their own are named.
+    let p = policy(
+        "allow = a.test\nallow = 192.0.2.0/24:443\nallow = 198.51.100.7:22\nallow = 198.51.100.7:80\nbudget = * 5m\nbudget = 192.0.2.0/24 1m\n",
+        Inputs::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        p.notices,
+        [
+            "`budget = * 5m` counts hostnames (the gate counts them); the IP entries 198.51.100.7 are not counted: give each a line of its own (`budget = 198.51.100.7 5m`)"
+        ]
+    );
+    for net in [NetMode::Full, NetMode::None] {
+        let p = policy("budget = 192.0.2.1 1m\n", Inputs { net: Some(net), ..Inputs::default() }).unwrap();
+        assert!(p.net_budgets.is_empty(), "{net:?}");
+    }
+}
+
+#[test]
 fn a_rule_needs_its_host_allowed_and_the_gate_and_makes_the_sandbox_trust_the_gates_ca() {
     let ok = policy("allow = api.test\nrule = api.test GET /x\n", Inputs::default()).unwrap();
     assert_eq!(ok.rules.len(), 1);

@@ -8,6 +8,13 @@
 //! IP/CIDR entries are elements of two concatenated interval sets (address . port), so
 //! 10,000 entries still cost two rules and one lookup each.
 //!
+//! `budget = ADDRESS SIZE` lines are named quotas (`budget_0`, … in the lines' order), each
+//! with one rule just after the gate's accept: a TCP packet to its network counts against it,
+//! and once it is spent the rule resets the connection. They come before `ct state established`
+//! (every packet of an open connection counts, not only its first) and after `oif "lo"` (the
+//! reset the kernel sends back to the sandbox's own address must not be counted and refused
+//! again) and the gate (what goes through the gate is never counted here).
+//!
 //! The output chain runs at priority `mangle` (-150), before NAT (`dstnat`, -100, where the
 //! kernel runs every nat chain whatever its own priority): it decides on the address the
 //! sandbox asked for. That matters for spliced destinations (`splice`), whose connections the
@@ -21,7 +28,7 @@ mod rules;
 use crate::policy::allow::{IpNet, Ports};
 use crate::policy::netset::{Box2, disjoint};
 use crate::policy::{NetMode, PASTA_DNS, Policy};
-use nftables::expr::{Expression, MetaKey, NamedExpression, Prefix};
+use nftables::expr::{Expression, MetaKey, NamedExpression};
 use nftables::schema::{
     Chain, NfListObject, NfObject, Nftables, Rule, Set, SetFlag, SetType, SetTypeValue, Table,
 };
@@ -69,6 +76,21 @@ pub struct Ruleset {
     /// empty, and their chains absent, when nothing is spliced.
     pub nat_output: Vec<RuleSpec>,
     pub nat_postrouting: Vec<RuleSpec>,
+    /// `budget = ADDRESS SIZE` lines: a named quota each (`quota_name`), in the lines' order.
+    pub quotas: Vec<QuotaSpec>,
+}
+
+/// A named quota: what the sandbox may send to a network before its rule resets connections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaSpec {
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
+}
+
+/// The quota of the `i`th `budget = ADDRESS` line (stable while the sandbox runs: a live change
+/// replaces a line's size in place, never its position).
+pub(crate) fn quota_name(i: usize) -> String {
+    format!("budget_{i}")
 }
 
 /// One base chain as nft declares it.
@@ -97,8 +119,7 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
     if let Some(listeners) = crate::policy::forwards::listener_range(splices) {
         output.push(make_splice_guard(listeners));
     }
-    output.extend([make_iface_accept("oif", MetaKey::Oif), make_established()]);
-    output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
+    output.push(make_iface_accept("oif", MetaKey::Oif));
     if p.gate {
         // ip daddr GATE_ADDR tcp dport GATE_PORT accept
         output.push(make_dest_accept(p.gate_addr, "tcp", gate_port));
@@ -107,6 +128,14 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         output.push(make_dest_accept(PASTA_DNS, "udp", 53));
         output.push(make_dest_accept(PASTA_DNS, "tcp", 53));
     }
+    let quotas: Vec<QuotaSpec> = (p.net_budgets.iter().enumerate())
+        .map(|(i, b)| QuotaSpec { name: quota_name(i), bytes: b.bytes })
+        .collect();
+    for (b, q) in p.net_budgets.iter().zip(&quotas) {
+        output.push(make_budget(b.net, &q.name));
+    }
+    output.push(make_established());
+    output.push(make_icmpv6_nd(&["nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit"]));
     output.push(make_set_deny(true));
     output.push(make_set_deny(false));
     output.push(make_set_accept(true));
@@ -134,6 +163,7 @@ pub fn build(p: &Policy, gate_port: u16) -> Option<Ruleset> {
         input,
         nat_output: splices.iter().map(|sp| make_splice_dnat(sp.to, sp.ns)).collect(),
         nat_postrouting: if splices.is_empty() { Vec::new() } else { vec![make_splice_snat()] },
+        quotas,
     })
 }
 
@@ -160,17 +190,18 @@ pub(crate) fn set_script(nets: &[(IpNet, Ports)], deny: &[(IpNet, Ports)]) -> St
     t
 }
 
+/// An nft script that sets the size of the running sandbox's quotas to `budgets` (a live
+/// change): an existing quota takes the new size and keeps what it has counted.
+pub(crate) fn quota_script(budgets: &[crate::policy::budget::NetBudget]) -> String {
+    budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("add quota inet {TABLE} {} {{ over {} bytes }}\n", quota_name(i), b.bytes))
+        .collect()
+}
+
 fn element(b: &Box2) -> Expression<'static> {
-    let addr = if b.net.len == IpNet::max_len(&b.net.addr) {
-        s(b.net.addr.to_string())
-    } else {
-        Expression::Named(NamedExpression::Prefix(Prefix {
-            addr: Box::new(s(b.net.addr.to_string())),
-            len: u32::from(b.net.len),
-        }))
-    };
-    let port = ports_expr(b.ports);
-    Expression::Named(NamedExpression::Concat(vec![addr, port]))
+    Expression::Named(NamedExpression::Concat(vec![net_expr(&b.net), ports_expr(b.ports)]))
 }
 
 impl Ruleset {
@@ -221,13 +252,28 @@ impl Ruleset {
         Nftables { objects: objs.into_iter().map(NfObject::ListObject).collect::<Vec<_>>().into() }
     }
 
+    /// The JSON document as text. Quotas are put in here, after the sets and before the
+    /// chains whose rules name them: the nftables crate's quota object holds a 32-bit size, and a
+    /// budget may be larger than 4 GiB.
     pub fn to_json_string(&self) -> String {
-        serde_json::to_string_pretty(&self.to_json()).expect("nftables schema serialises")
+        let mut doc = serde_json::to_value(self.to_json()).expect("nftables schema serialises");
+        if let Some(objs) = doc.get_mut("nftables").and_then(|o| o.as_array_mut()) {
+            let at = objs.iter().position(|o| o.get("chain").is_some()).unwrap_or(objs.len());
+            let quotas = self.quotas.iter().map(|q| {
+                serde_json::json!({"quota": {"family": "inet", "table": TABLE, "name": q.name, "bytes": q.bytes, "inv": true}})
+            });
+            objs.splice(at..at, quotas);
+        }
+        serde_json::to_string_pretty(&doc).expect("a JSON value serialises")
     }
 
     /// The same ruleset as nft text (loadable with `nft -f`).
     pub fn to_text(&self) -> String {
         let mut t = format!("table inet {TABLE} {{\n");
+        // Quotas first, where nft lists them.
+        for q in &self.quotas {
+            t += &format!("\tquota {} {{\n\t\tover {} bytes\n\t}}\n\n", q.name, q.bytes);
+        }
         for set in &self.sets {
             let addr = if set.v4 { "ipv4_addr" } else { "ipv6_addr" };
             t += &if set.record {

@@ -3,9 +3,14 @@
 //! both and compares the listings).
 
 use super::{DENY_V4, DENY_V6, REFUSED_V4, REFUSED_V6, RuleSpec, SET_V4, SET_V6};
-use crate::policy::allow::Ports;
-use nftables::expr::{CT, Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField, Range, SetItem};
-use nftables::stmt::{Accept, Match, NAT, NATFamily, Operator, Reject, RejectType, Statement};
+use crate::policy::allow::{IpNet, Ports};
+use nftables::expr::{
+    BinaryOperation, CT, Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField, Prefix, Range,
+    SetItem,
+};
+use nftables::stmt::{
+    Accept, Match, NAT, NATFamily, Operator, QuotaOrQuotaRef, Reject, RejectType, Statement,
+};
 use nftables::types::RejectCode;
 use std::borrow::Cow;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -69,6 +74,36 @@ pub(super) fn make_dest_accept(addr: Ipv4Addr, proto: &str, port: u16) -> RuleSp
             eq(payload("ip", "daddr"), s(addr.to_string())),
             eq(payload(proto, "dport"), Expression::Number(u32::from(port))),
             accept(),
+        ],
+    }
+}
+
+/// `ip daddr 192.0.2.0/24 tcp flags & rst == 0 quota name "budget_0" add @refused_v4 { … }
+/// reject with tcp reset` (or ip6): what the sandbox sends to a `budget = ADDRESS` line's
+/// network over TCP (the only transport its IP entries allow) counts against its quota; once it
+/// is over, each packet is recorded as refused and resets its connection (the data is not sent,
+/// and the client hears it at once rather than retrying into silence). A reset going out is not
+/// counted and passes: it carries no data, and it is how the far end (pasta, then the server)
+/// learns that a connection cut here is gone.
+pub(super) fn make_budget(net: IpNet, quota: &str) -> RuleSpec {
+    let fam = if net.is_v4() { "ip" } else { "ip6" };
+    let (record_text, record) = record(net.is_v4());
+    RuleSpec {
+        text: format!(
+            "{fam} daddr {net} tcp flags & rst == 0 quota name \"{quota}\" {record_text} reject with tcp reset"
+        ),
+        expr: vec![
+            eq(payload(fam, "daddr"), net_expr(&net)),
+            eq(
+                Expression::BinaryOperation(Box::new(BinaryOperation::AND(
+                    payload("tcp", "flags"),
+                    s("rst"),
+                ))),
+                Expression::Number(0),
+            ),
+            Statement::Quota(QuotaOrQuotaRef::QuotaRef(quota.to_string().into())),
+            record,
+            tcp_reset(),
         ],
     }
 }
@@ -163,6 +198,18 @@ pub(super) fn make_port_accept(port: u16) -> RuleSpec {
 
 fn tcp_reset() -> Statement<'static> {
     Statement::Reject(Some(Reject::new(Some(RejectType::TCPReset), None)))
+}
+
+/// An address, or a network as its prefix.
+pub(super) fn net_expr(net: &IpNet) -> Expression<'static> {
+    if net.len == IpNet::max_len(&net.addr) {
+        s(net.addr.to_string())
+    } else {
+        Expression::Named(NamedExpression::Prefix(Prefix {
+            addr: Box::new(s(net.addr.to_string())),
+            len: u32::from(net.len),
+        }))
+    }
 }
 
 pub(super) fn ports_expr(r: Ports) -> Expression<'static> {
