@@ -39,7 +39,7 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
         &[
             "allow = generativelanguage.googleapis.com",
             "# allow = play.googleapis.com                      # usage statistics",
-            "# secret = GEMINI_API_KEY                          # an API key from your environment",
+            "# secret = GEMINI_API_KEY for generativelanguage.googleapis.com # an API key the agent never holds (it sees a placeholder)",
             "# env = GEMINI_CLI_TRUST_WORKSPACE=true            # `gemini -p` runs only in a folder it trusts",
             "state = ~/.gemini/oauth_creds.json                 # the Google login follows you across projects (settings stay per project)",
             "cmd = gemini",

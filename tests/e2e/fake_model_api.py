@@ -4,7 +4,9 @@
 It speaks just enough of two APIs for a real agent CLI to finish one turn with one tool call:
 - Anthropic Messages (`POST /v1/messages`, JSON or SSE): Claude Code;
 - OpenAI Responses (`POST /v1/responses` over SSE, and the same over a WebSocket upgrade of
-  `GET /v1/responses`): Codex.
+  `GET /v1/responses`): Codex;
+- Gemini (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`, `:generateContent`,
+  `:countTokens`, the key in `x-goog-api-key`): Gemini CLI.
 The first request that offers a shell tool gets a call of that tool running the command in
 FAKE_MODEL_COMMAND; the request that carries the tool's output gets a final text reply
 "FAKE-MODEL-DONE". Anything else gets a short text reply (titles, warm-ups) or a 404.
@@ -30,7 +32,7 @@ LOG = os.environ["FAKE_MODEL_LOG"]
 with open(os.environ["FAKE_MODEL_KEY_FILE"]) as f:
     KEY = f.read().strip()
 LOCK = threading.Lock()
-SHELL_TOOLS = ("Bash", "shell", "shell_command", "exec_command", "local_shell")
+SHELL_TOOLS = ("Bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
 
 
 def log(**fields):
@@ -46,6 +48,8 @@ def shell_call(name):
         return {"command": ["bash", "-lc", COMMAND]}
     if name == "exec_command":
         return {"cmd": COMMAND}
+    if name == "run_shell_command":
+        return {"command": COMMAND, "description": "write the file the test asked for"}
     return {"command": COMMAND}
 
 
@@ -54,7 +58,9 @@ def tool_names(tools, items=()):
     sent as an `additional_tools` input item."""
     out = []
     for t in tools or []:
-        if t.get("type") == "namespace":
+        if "functionDeclarations" in t:  # Gemini
+            out += [f.get("name", "?") for f in t["functionDeclarations"]]
+        elif t.get("type") == "namespace":
             out += tool_names(t.get("tools"))
         else:
             out.append(t.get("name") or t.get("type") or (t.get("function") or {}).get("name") or "?")
@@ -77,7 +83,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def credential_ok(self):
         auth = self.headers.get("Authorization", "")
-        return self.headers.get("x-api-key") == KEY or auth == "Bearer " + KEY
+        return (self.headers.get("x-api-key") == KEY or auth == "Bearer " + KEY
+                or self.headers.get("x-goog-api-key") == KEY)
 
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -134,6 +141,8 @@ class Handler(BaseHTTPRequestHandler):
         if path.endswith("/responses"):
             events = self.openai_events(req, "sse")
             return self.sse(events)
+        if "/models/" in path and ":" in path:
+            return self.gemini(path, req)
         log(method="POST", path=path, auth_ok=self.credential_ok())
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
 
@@ -213,6 +222,42 @@ class Handler(BaseHTTPRequestHandler):
             {"type": "response.completed", "response": {"id": rid, "usage": usage, "output": [item]}},
         ]
         return events
+
+    # --- Gemini ---------------------------------------------------------------------------------
+    def gemini(self, path, req):
+        method = path.rsplit(":", 1)[1]
+        tools = tool_names(req.get("tools"))
+        parts = [p for c in req.get("contents") or [] for p in c.get("parts") or []]
+        done = any(isinstance(p, dict) and "functionResponse" in p for p in parts)
+        call = None if done else next((t for t in tools if t == "run_shell_command"), None)
+        answer = next((json.dumps(p["functionResponse"])[:600] for p in parts if "functionResponse" in p), None)
+        log(method="POST", path=path, api="gemini", stream=method == "streamGenerateContent",
+            auth_ok=self.credential_ok(), tools=tools, tool_output=done, called=call, answer=answer)
+        if not self.credential_ok():
+            return self.send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                             "message": "API key not valid. Please pass a valid API key."}})
+        if method == "countTokens":
+            return self.send(200, {"totalTokens": 10})
+        if call:
+            part = {"functionCall": {"name": call, "args": shell_call(call)}}
+        elif (req.get("generationConfig") or {}).get("responseMimeType") == "application/json":
+            # The CLI's own questions (which model, who speaks next): a plain JSON answer.
+            part = {"text": json.dumps({"reasoning": "e2e", "next_speaker": "user", "model_choice": "flash",
+                                        "complexity_reasoning": "e2e", "complexity_score": 1})}
+        else:
+            part = {"text": "FAKE-MODEL-DONE" if done else "ok"}
+        resp = {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+                "modelVersion": path.split("/models/")[1].split(":")[0]}
+        if method != "streamGenerateContent":
+            return self.send(200, resp)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        data = f"data: {json.dumps(resp)}\r\n\r\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        self.wfile.flush()
 
     def websocket(self):
         key = self.headers.get("Sec-WebSocket-Key", "")

@@ -22,6 +22,10 @@ struct ModelApi {
     th: TestHost,
 }
 
+/// The API hostnames the fake serves (its certificate names them; each project pins them to it).
+const API_HOSTS: [&str; 4] =
+    ["api.anthropic.com", "api.openai.com", "chatgpt.com", "generativelanguage.googleapis.com"];
+
 impl ModelApi {
     /// `command`: what the fake model asks the agent's shell tool to run; `key`: the API key it
     /// accepts (passed in a file, never on its command line).
@@ -29,7 +33,7 @@ impl ModelApi {
         let th = TestHost::new();
         let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
-        test_ca(&dir, &["api.anthropic.com", "api.openai.com", "chatgpt.com"]);
+        test_ca(&dir, &API_HOSTS);
         std::fs::write(dir.join("key"), key).unwrap();
         let log = dir.join("requests.jsonl");
         std::fs::write(&log, "").unwrap();
@@ -62,7 +66,7 @@ impl ModelApi {
         }
         std::fs::copy(&self.ca, p.path("e2e-ca.pem")).unwrap();
         chown_user(&p.path("e2e-ca.pem"));
-        for host in ["api.anthropic.com", "api.openai.com", "chatgpt.com"] {
+        for host in API_HOSTS {
             text += &format!("resolve = {host}={}\n", self.th.v4);
         }
         text += &format!("env = {ca_var}={}\n", p.path("e2e-ca.pem").display());
@@ -87,7 +91,7 @@ impl ModelApi {
         let p = Project::new(&format!("{preset}-bound"));
         sandbox(&p, &["init", "--preset", preset], &[]).ok();
         let mut text = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
-        for h in ["api.anthropic.com", "api.openai.com", "chatgpt.com"] {
+        for h in API_HOSTS {
             text += &format!("resolve = {h}={}\n", self.th.v4);
         }
         // The preset's own line, uncommented, as a user would.
@@ -116,7 +120,7 @@ fn held_only_a_placeholder(p: &Project, key: &str) {
 /// PATH with the test user's npm prefix, where scripts/install-agents put the CLIs.
 fn agent_path() -> String {
     let bin = env().home.join(".npm-global/bin");
-    for agent in ["claude", "codex"] {
+    for agent in ["claude", "codex", "gemini"] {
         assert!(
             bin.join(agent).exists(),
             "{} missing: run scripts/install-agents",
@@ -127,11 +131,12 @@ fn agent_path() -> String {
 }
 
 /// What the fake model has the agent run: write a file in the project, say so, then wait for
-/// the test (which meanwhile scans every command line for the key) to write `done`.
+/// the test (which meanwhile scans every command line for the key) to write `done`. No command
+/// substitution: Gemini CLI's shell tool refuses any `$(…)`.
 fn tool_command(agent: &str) -> String {
     format!(
         "echo written-by-{agent} > agent-wrote.txt && touch agent-running && \
-         for i in $(seq 600); do [ -e done ] && break; sleep 0.1; done"
+         timeout 60 sh -c 'until [ -e done ]; do sleep 0.1; done'"
     )
 }
 
@@ -297,5 +302,25 @@ fn codex_with_a_bound_key_never_holds_it() {
     assert!(
         api.requests().iter().any(ws),
         "the tool call went over the WebSocket, through the gate's relay:\n{all}"
+    );
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn gemini_cli_with_a_bound_key_never_holds_it() {
+    let key = format!("AIza-e2e-gemini-{}-b0a11d", std::process::id());
+    let api = ModelApi::start("gemini-bound", &bound_tool_command("gemini", "GEMINI_API_KEY"), &key);
+    let p = api.project_bound("gemini", "GEMINI_API_KEY", "generativelanguage.googleapis.com");
+    // `gemini -p` runs only in a folder it trusts: the preset's commented line, taken as a user would.
+    let cfg = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+    let trust = "env = GEMINI_CLI_TRUST_WORKSPACE=true";
+    assert!(cfg.contains(&format!("# {trust}")), "{cfg}");
+    p.config(&cfg.replace(&format!("# {trust}"), trust));
+    let args = ["--", "gemini", "-p", "Write the file.", "--yolo"];
+    let all = one_turn(&api, &p, "gemini", &args, ("GEMINI_API_KEY", &key));
+    held_only_a_placeholder(&p, &key);
+    assert!(
+        api.requests().iter().any(|r| r["api"] == "gemini" && r["stream"] == true && r["auth_ok"] == true),
+        "Gemini CLI's streamed request arrived with the real key:\n{all}"
     );
 }
