@@ -89,8 +89,7 @@ pub(crate) fn classify(ip: IpAddr) -> Option<Class> {
 pub(crate) fn reached_by(net: &IpNet) -> Vec<Class> {
     let mut out = Vec::new();
     for (r, c) in ranges() {
-        let overlap = r.is_v4() == net.is_v4() && (r.contains_net(net) || net.contains_net(&r));
-        if overlap && !out.contains(&c) {
+        if r.overlaps(net) && !out.contains(&c) {
             out.push(c);
         }
     }

@@ -66,6 +66,11 @@ impl IpNet {
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         self.contains_net(&IpNet::host(ip))
     }
+    /// True when the two share an address: one holds the other (networks never partly overlap;
+    /// different families never do).
+    pub(crate) fn overlaps(&self, other: &IpNet) -> bool {
+        self.contains_net(other) || other.contains_net(self)
+    }
 }
 
 impl fmt::Display for IpNet {
@@ -392,7 +397,7 @@ fn net_entry(addr: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Bad
         ));
     }
     let loopback = IpNet::masked("127.0.0.0".parse().unwrap(), 8);
-    if loopback.contains_net(&net) || net.contains_net(&loopback) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
+    if loopback.overlaps(&net) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
         return Err(bad(
             format!("`{whole}`: inside the sandbox, loopback is the sandbox itself (always allowed)"),
             "to reach a service on the host's 127.0.0.1:PORT, allow `100.64.0.1:PORT` (gate_addr)",

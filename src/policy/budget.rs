@@ -110,15 +110,9 @@ pub fn parse(v: &str) -> Result<Line, Bad> {
     }
 }
 
-/// Whether two networks share an address (a budget line per address: overlapping lines would
-/// count one packet twice).
-pub(crate) fn overlap(a: &IpNet, b: &IpNet) -> bool {
-    a.contains_net(b) || b.contains_net(a)
-}
-
 /// Whether an address line is ever reached: an allow entry shares an address with it.
 pub(crate) fn net_reached(b: &NetBudget, nets: &[(IpNet, Ports)]) -> bool {
-    nets.iter().any(|(n, _)| overlap(n, &b.net))
+    nets.iter().any(|(n, _)| n.overlaps(&b.net))
 }
 
 /// `budgets` with `b` in it: it replaces the line for the same network, or is added.
@@ -225,9 +219,9 @@ mod tests {
         assert_eq!(net.to_string(), "192.0.2.0/24 5g");
         let Ok(Line::Net(v6)) = parse("2001:db8::/32 10k") else { panic!("an IPv6 line") };
         assert!(!v6.net.is_v4());
-        assert!(overlap(&one.net, &net.net) && overlap(&net.net, &one.net), "inside, either way round");
+        assert!(one.net.overlaps(&net.net) && net.net.overlaps(&one.net), "inside, either way round");
         let Ok(Line::Net(other)) = parse("198.51.100.1 1m") else { panic!() };
-        assert!(!overlap(&one.net, &other.net) && !overlap(&v6.net, &one.net));
+        assert!(!one.net.overlaps(&other.net) && !v6.net.overlaps(&one.net), "apart, and across families");
         let entry = |e: &str| match allow::parse(e) {
             Ok(Allow::Net(n, p)) => (n, p.unwrap_or(Ports::ALL)),
             _ => panic!("{e}"),

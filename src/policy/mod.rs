@@ -576,7 +576,7 @@ fn budget_lines(
         let b = match budget::parse(v) {
             Ok(budget::Line::Host(b)) => b,
             Ok(budget::Line::Net(b)) => {
-                if let Some(other) = seen_nets.iter().find(|n| budget::overlap(n, &b.net)) {
+                if let Some(other) = seen_nets.iter().find(|n| n.overlaps(&b.net)) {
                     c.bad(
                         at,
                         format!("`budget = {v}`: {} shares addresses with the budget line for {other}", b.net),
