@@ -100,7 +100,7 @@ impl Allowance {
         // The line it falls under, raised; for the default (`*`), a line of the host's own.
         let pattern = self.line.split_once(' ').map_or("*", |(p, _)| p);
         let named = if pattern == "*" { host.as_str() } else { pattern };
-        let raised = format!("budget = {named} {}", show_size(self.limit.saturating_mul(2)));
+        let raised = budget::raised(named, self.limit);
         Denial {
             status: 403,
             reason: format!(

@@ -123,6 +123,12 @@ pub(crate) fn set_net(budgets: &mut Vec<NetBudget>, b: &NetBudget) {
     }
 }
 
+/// The line a refusal past a budget offers: the same host or network at twice the size (the
+/// gate's refusals, the rules' and `watch` all offer this one).
+pub(crate) fn raised(target: impl std::fmt::Display, bytes: u64) -> String {
+    format!("budget = {target} {}", show_size(bytes.saturating_mul(2)))
+}
+
 /// The budget in an `ai-sandbox allow` item: `budget = HOST SIZE`.
 pub fn item(i: &str) -> Option<&str> {
     let rest = i.trim().strip_prefix("budget")?;
