@@ -117,6 +117,10 @@ pub struct Reply {
     /// version ignores them and would let everything through).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     budgets: bool,
+    /// To a registration with a budget over a period: this gate keeps the project's count
+    /// across sessions (one of an older version would count each session anew).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    periods: bool,
 }
 
 /// A registration's reply.
@@ -132,6 +136,8 @@ pub struct Registered {
     pub push_refs: bool,
     /// The gate counts this session's budgets (it has `budget` lines).
     pub budgets: bool,
+    /// The gate counts this session's budgets with a period across the project's sessions.
+    pub periods: bool,
 }
 
 /// A status request's reply.
@@ -149,8 +155,8 @@ impl Reply {
     }
     /// `Register`: the session is the gate's until this connection closes.
     pub fn registered(pid: u32, r: Registered) -> Reply {
-        let Registered { port, ca, learning, push_refs, budgets } = r;
-        Reply { ca, learning, push_refs, budgets, ..Reply::done(port, pid) }
+        let Registered { port, ca, learning, push_refs, budgets, periods } = r;
+        Reply { ca, learning, push_refs, budgets, periods, ..Reply::done(port, pid) }
     }
     /// `Status`.
     pub fn status(port: u16, pid: u32, sessions: Vec<SessionStatus>) -> Reply {
@@ -182,6 +188,7 @@ impl Reply {
             learning: self.learning,
             push_refs: self.push_refs,
             budgets: self.budgets,
+            periods: self.periods,
         }
     }
 
@@ -234,6 +241,7 @@ mod tests {
             learning: false,
             push_refs: false,
             budgets: false,
+            periods: false,
         };
         assert_eq!(ok.as_registered(), was);
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
@@ -248,6 +256,7 @@ mod tests {
             Registered { learning: true, ..was.clone() },
             Registered { push_refs: true, ..was.clone() },
             Registered { budgets: true, ..was.clone() },
+            Registered { periods: true, ..was.clone() },
         ] {
             assert_eq!(said(r.clone()), r);
         }

@@ -53,7 +53,7 @@ impl Direct {
     /// The raised budget line for a refusal past a budget (twice the size, as the gate offers).
     pub(crate) fn raise(&self) -> Option<String> {
         let b = self.over_budget.as_ref()?;
-        Some(crate::policy::budget::raised(b.net, b.bytes))
+        Some(crate::policy::budget::raised(b.net, b.bytes, None))
     }
 
     /// What would allow it, in the words of a gate hint.

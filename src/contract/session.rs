@@ -8,6 +8,9 @@ use crate::policy::rule::Rule;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
 
+/// The name of the project's counts of budgets with a period, in its state directory.
+pub const BUDGET_COUNTS: &str = "budgets.json";
+
 /// What a session registered: its allowlist and where its config lives (for hints).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionPolicy {
@@ -42,6 +45,10 @@ pub struct SessionPolicy {
     /// ignores them); here for `ps` and a live change of their size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub net_budgets: Vec<crate::policy::budget::NetBudget>,
+    /// Where the gate keeps the project's counts of budgets with a period (`budgets.json` in
+    /// its state directory, out of every sandbox's reach): they outlive the session and the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_counts: Option<std::path::PathBuf>,
 }
 
 /// An empty allowlist with the defaults of a config that says nothing (the gate's ports, the
@@ -60,13 +67,15 @@ impl Default for SessionPolicy {
             learn: false,
             budgets: Vec::new(),
             net_budgets: Vec::new(),
+            budget_counts: None,
         }
     }
 }
 
 impl SessionPolicy {
-    /// The allowlist the gate (and a live change) works from, as the launch's policy has it.
-    pub(crate) fn of(p: &crate::policy::Policy) -> SessionPolicy {
+    /// The allowlist the gate (and a live change) works from, as the launch's policy has it;
+    /// the project's counts kept in `state_dir` (none: a gate of the cluster's, with no state).
+    pub(crate) fn of(p: &crate::policy::Policy, state_dir: Option<&std::path::Path>) -> SessionPolicy {
         SessionPolicy {
             allow: p.allow.clone(),
             gate_ports: p.gate_ports.clone(),
@@ -78,6 +87,7 @@ impl SessionPolicy {
             learn: p.learn,
             budgets: p.budgets.clone(),
             net_budgets: p.net_budgets.clone(),
+            budget_counts: state_dir.map(|d| d.join(BUDGET_COUNTS)),
         }
     }
 }
@@ -151,13 +161,17 @@ pub struct BudgetUse {
     pub(crate) key: String,
     pub(crate) sent: u64,
     pub(crate) budget: u64,
+    /// A line with a period: `sent` is the project's count in the window now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) period: Option<crate::policy::budget::Period>,
 }
 
 impl BudgetUse {
-    /// `1.5m of 2m (75%)`: what `ps` and `gate status` show.
+    /// `1.5m of 2m (75%)`, `1.5m of 2m today (75%)`: what `ps` and `gate status` show.
     pub fn against(&self) -> String {
         let pct = (self.sent as f64 * 100.0 / self.budget.max(1) as f64).round();
-        format!("{} of {} ({pct}%)", human(self.sent), human(self.budget))
+        let when = self.period.map_or(String::new(), |p| format!(" {}", p.this()));
+        format!("{} of {}{when} ({pct}%)", human(self.sent), human(self.budget))
     }
 }
 
@@ -178,12 +192,14 @@ mod tests {
 
     #[test]
     fn a_budgets_use_reads_in_the_configs_units() {
-        let u = |sent, budget| BudgetUse { key: "k".into(), sent, budget }.against();
+        let u = |sent, budget| BudgetUse { key: "k".into(), sent, budget, period: None }.against();
         assert_eq!(u(3 << 19, 2 << 20), "1.5m of 2m (75%)");
         assert_eq!(u(900 << 10, 1 << 20), "900k of 1m (88%)");
         assert_eq!(u(12, 1000), "12 of 1000 (1%)");
         assert_eq!(u(1 << 30, 1 << 30), "1g of 1g (100%)");
         assert_eq!(u(0, 0), "0 of 0 (0%)");
+        let day = BudgetUse { period: Some(crate::policy::budget::Period::Day), ..BudgetUse::default() };
+        assert_eq!(BudgetUse { sent: 1 << 20, budget: 4 << 20, ..day }.against(), "1m of 4m today (25%)");
     }
 
     #[test]

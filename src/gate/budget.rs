@@ -7,46 +7,72 @@
 //! refusal logged, so the host never receives a byte past the budget (docs/adr/0066).
 
 use super::decide::Denial;
+use super::periods::Counts;
 use crate::contract::session::BudgetUse;
-use crate::policy::budget::{self, Budget};
+use crate::policy::budget::{self, Budget, Period};
 use crate::policy::limits::show_size;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A session's counts, one per budget key (`budget::of`): they outlive a change of the lines'
-/// sizes, so raising a budget lets more through without forgetting what was sent.
+/// sizes, so raising a budget lets more through without forgetting what was sent. A line with a
+/// period is counted in the project's counts (`periods`), not here; its keys are kept here for
+/// `uses`.
 #[derive(Default)]
-pub(crate) struct Spent(Mutex<HashMap<String, Arc<AtomicU64>>>);
+pub(crate) struct Spent {
+    session: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    periodic: Mutex<BTreeSet<String>>,
+}
 
 impl Spent {
-    /// The allowance for `host` under `budgets`, or `None` when no line covers it.
-    pub(crate) fn allowance(&self, budgets: &[Budget], host: &str) -> Option<Allowance> {
+    /// The allowance for `host` under `budgets`, or `None` when no line covers it. A line with
+    /// a period takes from the project's count in `periods` (`None` there: registration let a
+    /// period through without its counts, and nothing is allowed).
+    pub(crate) fn allowance(
+        &self,
+        budgets: &[Budget],
+        host: &str,
+        periods: Option<&Counts>,
+        now: u64,
+    ) -> Option<Allowance> {
         let (b, key) = budget::of(budgets, host)?;
-        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let used = counts.entry(key.clone()).or_default().clone();
-        Some(Allowance { limit: b.bytes, used, host: host.to_string(), line: b.to_string() })
+        let used = match (b.period, periods) {
+            (None, _) => {
+                self.session.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone()
+            }
+            (Some(p), Some(c)) => {
+                let used = c.count(&key, p, now);
+                self.periodic.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+                used
+            }
+            (Some(_), None) => Arc::new(AtomicU64::new(u64::MAX)),
+        };
+        let period = b.period.map(|p| (p, p.window(now)));
+        Some(Allowance { limit: b.bytes, used, host: host.to_string(), line: b.to_string(), period })
     }
 
-    /// Each count so far: (key, bytes), sorted by key.
-    pub(crate) fn counts(&self) -> Vec<(String, u64)> {
-        let counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<(String, u64)> =
-            counts.iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect();
-        out.sort();
-        out
-    }
-
-    /// Each count against the budget its line gives now (`gate status`, `ps`).
-    pub(crate) fn uses(&self, budgets: &[Budget]) -> Vec<BudgetUse> {
-        self.counts()
-            .into_iter()
-            .filter_map(|(key, sent)| {
+    /// Each count against the budget its line gives now (`gate status`, `ps`), sorted by key:
+    /// a line with a period shows the project's count in the window of `now`.
+    pub(crate) fn uses(&self, budgets: &[Budget], periods: Option<&Counts>, now: u64) -> Vec<BudgetUse> {
+        let session: Vec<(String, u64)> = {
+            let m = self.session.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter().map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed))).collect()
+        };
+        let mut keys: BTreeSet<String> = self.periodic.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        keys.extend(session.iter().map(|(k, _)| k.clone()));
+        keys.into_iter()
+            .filter_map(|key| {
                 let host = key.strip_prefix("* ").unwrap_or(&key);
                 // A wildcard's key is the pattern: a name under it finds the same line.
                 let probe = host.strip_prefix("*.").map_or(host.to_string(), |s| format!("x.{s}"));
                 let (b, _) = budget::of(budgets, &probe)?;
-                Some(BudgetUse { key, sent, budget: b.bytes })
+                let sent = match (b.period, periods) {
+                    (Some(p), Some(c)) => c.count(&key, p, now).load(Ordering::Relaxed),
+                    (Some(_), None) => return None,
+                    (None, _) => session.iter().find(|(k, _)| *k == key).map_or(0, |(_, n)| *n),
+                };
+                Some(BudgetUse { key, sent, budget: b.bytes, period: b.period })
             })
             .collect()
     }
@@ -60,6 +86,8 @@ pub(crate) struct Allowance {
     host: String,
     /// The line it falls under, as the config would write it.
     line: String,
+    /// A line with a period: the window counted in.
+    period: Option<(Period, u64)>,
 }
 
 impl Allowance {
@@ -100,18 +128,28 @@ impl Allowance {
         // The line it falls under, raised; for the default (`*`), a line of the host's own.
         let pattern = self.line.split_once(' ').map_or("*", |(p, _)| p);
         let named = if pattern == "*" { host.as_str() } else { pattern };
-        let raised = budget::raised(named, self.limit);
+        let raised = budget::raised(named, self.limit, self.period.map(|(p, _)| p));
+        let (when, whose) = match self.period {
+            None => (String::new(), "from this session".to_string()),
+            Some((p, w)) => (
+                format!(" {}", p.this()),
+                format!(
+                    "{} from the project's sessions (it counts anew at {})",
+                    p.this(),
+                    super::log::rfc3339(p.end(w))
+                ),
+            ),
+        };
+        let size = show_size(self.limit);
         Denial {
             status: 403,
             reason: format!(
-                "over budget: {host} was sent {} of {} (budget = {}); the rest was not sent",
+                "over budget: {host} was sent {} of {size}{when} (budget = {}); the rest was not sent",
                 show_size(used),
-                show_size(self.limit),
                 self.line
             ),
             hint: format!(
-                "blocked by ai-sandbox: {host} has had its budget of {} from this session; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})",
-                show_size(self.limit)
+                "blocked by ai-sandbox: {host} has had its budget of {size} {whose}; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})"
             ),
             // A watcher may be asked (`ask = SECONDS`), and offered the raised line.
             allow: Some(raised),
@@ -153,7 +191,7 @@ mod tests {
     fn an_allowance_gives_what_is_left_and_never_more() {
         let spent = Spent::default();
         let b = lines(&["up.test 1000", "* 10"]);
-        let a = spent.allowance(&b, "up.test").unwrap();
+        let a = spent.allowance(&b, "up.test", None, 0).unwrap();
         assert_eq!(a.take(600), 600);
         assert_eq!(a.take(600), 400, "part: what is left");
         assert_eq!(a.take(1), 0);
@@ -164,21 +202,27 @@ mod tests {
         assert!(a.take_all(100));
         assert_eq!(a.left(), 0);
         // Another connection to the same host shares the count; another host has its own.
-        assert_eq!(spent.allowance(&b, "up.test").unwrap().left(), 0);
-        let other = spent.allowance(&b, "other.test").unwrap();
+        assert_eq!(spent.allowance(&b, "up.test", None, 0).unwrap().left(), 0);
+        let other = spent.allowance(&b, "other.test", None, 0).unwrap();
         assert_eq!(other.take(20), 10, "the default line, per host");
-        assert_eq!(spent.allowance(&b, "third.test").unwrap().left(), 10);
-        assert!(spent.allowance(&lines(&["up.test 1k"]), "other.test").is_none(), "no line: not counted");
+        assert_eq!(spent.allowance(&b, "third.test", None, 0).unwrap().left(), 10);
+        assert!(
+            spent.allowance(&lines(&["up.test 1k"]), "other.test", None, 0).is_none(),
+            "no line: not counted"
+        );
+        let all = lines(&["up.test 1k", "* 10"]);
+        let counted: Vec<(String, u64)> =
+            spent.uses(&all, None, 0).into_iter().map(|u| (u.key, u.sent)).collect();
         assert_eq!(
-            spent.counts(),
+            counted,
             [("* other.test".to_string(), 10), ("* third.test".into(), 0), ("up.test".into(), 1000)]
         );
         // A raised budget keeps what was sent.
-        let raised = spent.allowance(&lines(&["up.test 1500"]), "up.test").unwrap();
+        let raised = spent.allowance(&lines(&["up.test 1500"]), "up.test", None, 0).unwrap();
         assert_eq!(raised.left(), 500);
         let now = lines(&["up.test 1500", "* 10"]);
         let uses: Vec<(String, u64, u64)> =
-            spent.uses(&now).into_iter().map(|u| (u.key, u.sent, u.budget)).collect();
+            spent.uses(&now, None, 0).into_iter().map(|u| (u.key, u.sent, u.budget)).collect();
         assert_eq!(
             uses,
             [
@@ -188,17 +232,17 @@ mod tests {
             ]
         );
         let wild = Spent::default();
-        wild.allowance(&lines(&["*.w.test 5"]), "a.w.test").unwrap().take(3);
+        wild.allowance(&lines(&["*.w.test 5"]), "a.w.test", None, 0).unwrap().take(3);
         assert_eq!(
-            wild.uses(&lines(&["*.w.test 5"])),
-            [BudgetUse { key: "*.w.test".into(), sent: 3, budget: 5 }]
+            wild.uses(&lines(&["*.w.test 5"]), None, 0),
+            [BudgetUse { key: "*.w.test".into(), sent: 3, budget: 5, period: None }]
         );
     }
 
     #[test]
     fn a_refusal_says_what_was_sent_of_what_and_the_line_to_raise() {
         let spent = Spent::default();
-        let a = spent.allowance(&lines(&["*.up.test 1m"]), "a.up.test").unwrap();
+        let a = spent.allowance(&lines(&["*.up.test 1m"]), "a.up.test", None, 0).unwrap();
         a.take(2 << 20);
         let d = a.denial(".ai-sandbox/config");
         assert_eq!(d.status, 403);
@@ -207,10 +251,49 @@ mod tests {
         assert!(d.hint.contains(".ai-sandbox/config"), "{}", d.hint);
         assert_eq!(d.allow.as_deref(), Some("budget = *.up.test 2m"), "what a watcher's answer adds");
         assert!(d.askable);
-        let all = spent.allowance(&lines(&["* 1k"]), "b.test").unwrap();
+        let all = spent.allowance(&lines(&["* 1k"]), "b.test", None, 0).unwrap();
         assert!(all.denial("c").hint.contains("'budget = b.test 2k'"), "{}", all.denial("c").hint);
         assert!(is_over(&over()));
         assert_eq!(over().to_string(), "over budget", "what a cut relay's error says");
         assert!(!is_over(&std::io::Error::other("else")));
+    }
+
+    #[test]
+    fn a_line_with_a_period_takes_from_the_projects_count_shared_by_its_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let counts = crate::gate::periods::Periods::default();
+        let c = counts.open(&dir.path().join("budgets.json")).unwrap();
+        let b = lines(&["up.test 1000/day", "* 10"]);
+        // 2026-12-03T10:20:00Z.
+        let t = 1_796_293_200;
+        let (one, two) = (Spent::default(), Spent::default());
+        assert_eq!(one.allowance(&b, "up.test", Some(&c), t).unwrap().take(600), 600);
+        let a = two.allowance(&b, "up.test", Some(&c), t).unwrap();
+        assert_eq!(a.take(600), 400, "the other session's bytes count");
+        assert_eq!(
+            two.allowance(&b, "other.test", Some(&c), t).unwrap().take(20),
+            10,
+            "a line without: per session"
+        );
+        let uses: Vec<String> =
+            two.uses(&b, Some(&c), t).iter().map(|u| format!("{} {}", u.key, u.against())).collect();
+        assert_eq!(uses, ["* other.test 10 of 10 (100%)", "up.test 1000 of 1000 today (100%)"]);
+        let d = a.denial(".ai-sandbox/config");
+        assert!(
+            d.reason.contains("up.test was sent 1000 of 1000 today (budget = up.test 1000/day)"),
+            "{}",
+            d.reason
+        );
+        assert!(
+            d.hint.contains("today from the project's sessions (it counts anew at 2026-12-04T00:00:00Z)"),
+            "{}",
+            d.hint
+        );
+        assert_eq!(d.allow.as_deref(), Some("budget = up.test 2000/day"));
+        // The next day counts from nothing.
+        assert_eq!(one.allowance(&b, "up.test", Some(&c), t + 86400).unwrap().left(), 1000);
+        // A period without the project's counts (never registered so): nothing goes.
+        assert_eq!(one.allowance(&b, "up.test", None, t).unwrap().take(1), 0);
+        assert!(one.uses(&b, None, t).iter().all(|u| u.period.is_none()), "not shown as counted");
     }
 }

@@ -28,6 +28,7 @@ pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod log;
 pub(crate) mod ocsf;
+pub(crate) mod periods;
 pub(crate) mod proto;
 pub mod push;
 pub mod request;

@@ -111,6 +111,15 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
             }
         }
     });
+    // The counts of budgets with a period reach their files once a second.
+    let st = state.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let s = st.clone();
+            let _ = tokio::task::spawn_blocking(move || s.periods.merge_all()).await;
+        }
+    });
     let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
     loop {
         tokio::select! {
@@ -127,6 +136,7 @@ async fn run(dir: PathBuf, port_from: u16, idle_exit: Duration) -> anyhow::Resul
             },
         }
     }
+    state.periods.merge_all();
     // Closed: no registration is accepted any more. Remove the socket so the next launcher
     // starts the next gate, which takes the lock as soon as this process returns. Only our own.
     if std::fs::metadata(&sock).is_ok_and(|m| (m.dev(), m.ino()) == ours) {

@@ -279,7 +279,7 @@ mod tests {
         {
             let budgets = [crate::policy::budget::host_line(&format!("up.test {limit}"))];
             let spent = crate::gate::budget::Spent::default();
-            let allowance = spent.allowance(&budgets, "up.test").unwrap();
+            let allowance = spent.allowance(&budgets, "up.test", None, 0).unwrap();
             let (mut client, client_end) = pair().await;
             let (upstream_end, mut server) = pair().await;
             let a = allowance.clone();

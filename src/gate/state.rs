@@ -33,6 +33,9 @@ pub(crate) struct Session {
     upstream_ca: Option<String>,
     /// What the session sent to each budgeted host (`budget`).
     pub(crate) spent: super::budget::Spent,
+    /// The project's counts of budgets with a period, shared with its other sessions: opened
+    /// when a policy (at registration, or a live change) first has such a line.
+    counts: RwLock<Option<Arc<super::periods::Counts>>>,
 }
 
 impl Session {
@@ -52,6 +55,7 @@ impl Session {
             upstream: OnceLock::new(),
             upstream_ca: None,
             spent: Default::default(),
+            counts: RwLock::new(None),
         }
     }
 
@@ -61,7 +65,16 @@ impl Session {
         if policy.budgets.is_empty() {
             return None;
         }
-        self.spent.allowance(&policy.budgets, host)
+        self.spent.allowance(&policy.budgets, host, self.counts().as_deref(), super::periods::now())
+    }
+
+    pub(crate) fn counts(&self) -> Option<Arc<super::periods::Counts>> {
+        self.counts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What the session's budgets have used (`gate status`, `ps`).
+    fn budget_uses(&self) -> Vec<crate::contract::session::BudgetUse> {
+        self.spent.uses(&self.policy().budgets, self.counts().as_deref(), super::periods::now())
     }
 
     /// With bound secrets: the gate opens TLS to their hosts (see `terminate`).
@@ -120,6 +133,8 @@ pub(crate) struct State {
     pub(crate) asks: super::ask::Asks,
     /// The CA for terminated hosts, made on first use (in memory only).
     ca: OnceLock<Result<Arc<Ca>, String>>,
+    /// The projects' counts of budgets with a period (kept in their state directories).
+    pub(crate) periods: super::periods::Periods,
 }
 
 impl State {
@@ -132,6 +147,7 @@ impl State {
             stop: tokio::sync::Notify::new(),
             asks: Default::default(),
             ca: OnceLock::new(),
+            periods: Default::default(),
         }
     }
 
@@ -156,6 +172,21 @@ impl State {
         r.all.push(s);
         r.changed = Instant::now();
         true
+    }
+
+    /// Opens the project's counts for `s` when `policy` has a budget with a period (at
+    /// registration, and before a live change takes effect): a session is never counted per
+    /// session for a line that says a period.
+    pub(crate) fn open_counts(&self, s: &Session, policy: &SessionPolicy) -> Result<(), String> {
+        if !policy.budgets.iter().any(|b| b.period.is_some()) || s.counts().is_some() {
+            return Ok(());
+        }
+        let Some(file) = &policy.budget_counts else {
+            return Err("a budget with a period (`SIZE/day`) needs the project's state directory to keep its count in, and this session named none; nothing was started".into());
+        };
+        let c = self.periods.open(file)?;
+        *s.counts.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        Ok(())
     }
 
     /// A registered session by id.
@@ -205,7 +236,7 @@ impl State {
                 active: s.active.load(Ordering::Relaxed) as u64,
                 bytes_up: s.up.load(Ordering::Relaxed),
                 bytes_down: s.down.load(Ordering::Relaxed),
-                budgets: s.spent.uses(&s.policy().budgets),
+                budgets: s.budget_uses(),
             })
             .collect()
     }

@@ -390,7 +390,7 @@ impl Ports for RealHost {
             session: facts.session_id.clone(),
             project: policy.project.display().to_string(),
             token: facts.token.clone(),
-            policy: crate::contract::SessionPolicy::of(policy),
+            policy: crate::contract::SessionPolicy::of(policy, Some(&facts.state_dir)),
             secrets: facts.bound.clone(),
             upstream_ca: facts.upstream_ca.clone(),
         };

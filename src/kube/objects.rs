@@ -263,8 +263,16 @@ fn agent_policy(p: &Policy, o: &Options) -> NetworkPolicy {
 }
 
 pub(super) fn gate_config(p: &Policy, o: &Options) -> ConfigMap {
-    let mut policy = crate::contract::SessionPolicy::of(p);
+    let mut policy = crate::contract::SessionPolicy::of(p, None);
     policy.config_path = ".ai-sandbox/config".into();
+    // Left out, as the export's output says (`budget`): the cluster's gate would count them
+    // from its own start, not a session's, and nothing counts an address there.
+    policy.budgets.clear();
+    policy.net_budgets.clear();
+    // Left out too: the host's loopback mapping (`gate_addr`) has no cluster meaning, and no
+    // one watches a cluster's gate to answer (`ask`).
+    policy.gate_addr = crate::policy::DEFAULT_GATE_ADDR;
+    policy.ask = None;
     let file = PolicyFile {
         sessions: vec![SessionEntry {
             id: "agent".into(),

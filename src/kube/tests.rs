@@ -189,6 +189,7 @@ fn each_key_does_in_the_export_what_its_row_says() {
     // The host the rule example names, so that every example is valid on its own line 2.
     let base = "allow = api.github.com\n";
     let plain = export_of(base, Some("img")).unwrap();
+    let objects = |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
     for k in KEYS {
         let line = format!("{} = {}", k.name, k.example);
         let cfg = format!("{base}{line}\n");
@@ -200,8 +201,6 @@ fn each_key_does_in_the_export_what_its_row_says() {
             // not read would leave them as they were).
             Export::Carried | Export::Checked(_) => {
                 let out = got.unwrap_or_else(|e| panic!("`{line}` is carried, yet refused: {e:?}"));
-                let objects =
-                    |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
                 assert!(
                     objects(&out) != objects(&plain),
                     "`{line}` is marked carried, yet the objects do not change"
@@ -210,6 +209,11 @@ fn each_key_does_in_the_export_what_its_row_says() {
             Export::LeftOut(why) => {
                 let out = got.unwrap_or_else(|e| panic!("`{line}` is left out, yet refused: {e:?}"));
                 assert!(out.contains(&format!("# left out: `{line}` (line 2): {why}")), "{out}");
+                // Said to be left out, and so it is: the objects are those of the config without it.
+                assert!(
+                    objects(&out) == objects(&plain),
+                    "`{line}` is said to be left out, yet the objects change"
+                );
             }
             Export::Refused(..) => {
                 let errs = got.expect_err(&line);

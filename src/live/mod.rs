@@ -114,6 +114,7 @@ pub(crate) fn net_budget_use(
             key: b.net.to_string(),
             sent: used.min(b.bytes),
             budget: b.bytes,
+            period: None,
         });
     }
     out

@@ -187,7 +187,7 @@ fn live_record(p: &Policy, f: &Facts) -> crate::contract::Record {
         net: p.net,
         gate: p.gate,
         tls: f.gate_ca.is_some(),
-        policy: crate::contract::SessionPolicy::of(p),
+        policy: crate::contract::SessionPolicy::of(p, Some(&f.state_dir)),
     }
 }
 

@@ -15,16 +15,96 @@ use super::limits::{parse_size, show_size};
 pub struct Budget {
     /// `None`: `*`, every host without a line of its own (each counted apart).
     pub host: Option<HostPattern>,
-    /// What the session may send to it, in bytes.
+    /// What may be sent to it, in bytes: in one session, or in each `period`.
     pub bytes: u64,
+    /// `SIZE/day`: counted over every session of the project, anew each window (ADR 0069).
+    /// A gate of the previous version would count it per session, so registration must hear
+    /// `periods` said back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
+}
+
+impl Budget {
+    /// `1m`, or `1m/day`: the size as the line writes it.
+    pub(crate) fn size(&self) -> String {
+        per(self.bytes, self.period)
+    }
+}
+
+fn per(bytes: u64, period: Option<Period>) -> String {
+    match period {
+        Some(p) => format!("{}/{}", show_size(bytes), p.word()),
+        None => show_size(bytes),
+    }
 }
 
 impl std::fmt::Display for Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.host {
-            Some(h) => write!(f, "{h} {}", show_size(self.bytes)),
-            None => write!(f, "* {}", show_size(self.bytes)),
+            Some(h) => write!(f, "{h} {}", self.size()),
+            None => write!(f, "* {}", self.size()),
         }
+    }
+}
+
+/// A budget's window: fixed in UTC (the hour, the day from 00:00, the week from Monday
+/// 00:00), the same for every session and every gate, so a count is kept by its window's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Period {
+    fn read(w: &str) -> Option<Period> {
+        match w {
+            "hour" => Some(Period::Hour),
+            "day" => Some(Period::Day),
+            "week" => Some(Period::Week),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Period::Hour => "hour",
+            Period::Day => "day",
+            Period::Week => "week",
+        }
+    }
+
+    /// `today`, `this hour`, `this week`: the window a count is for, in words.
+    pub(crate) fn this(self) -> &'static str {
+        match self {
+            Period::Hour => "this hour",
+            Period::Day => "today",
+            Period::Week => "this week",
+        }
+    }
+
+    fn secs(self) -> u64 {
+        match self {
+            Period::Hour => 3600,
+            Period::Day => 86400,
+            Period::Week => 7 * 86400,
+        }
+    }
+
+    /// Weeks start on Monday: the epoch was a Thursday, 3 days after one.
+    fn shift(self) -> u64 {
+        if self == Period::Week { 3 * 86400 } else { 0 }
+    }
+
+    /// The window `unix_secs` falls in.
+    pub(crate) fn window(self, unix_secs: u64) -> u64 {
+        (unix_secs + self.shift()) / self.secs()
+    }
+
+    /// When window `w` ends (the next one starts), in seconds since the epoch.
+    pub(crate) fn end(self, w: u64) -> u64 {
+        ((w + 1) * self.secs()).saturating_sub(self.shift())
     }
 }
 
@@ -74,8 +154,7 @@ impl std::fmt::Display for Line {
 /// A line that does not read: what is wrong, and what to write.
 pub type Bad = (String, String);
 
-const EXAMPLE: &str =
-    "e.g. `budget = registry.npmjs.org 50m` (k, m, g: KiB, MiB, GiB), or `budget = * 200m` for every host";
+const EXAMPLE: &str = "e.g. `budget = registry.npmjs.org 50m` (k, m, g: KiB, MiB, GiB), `budget = * 200m` for every host, or `budget = api.example.com 20m/day` for every session of a day";
 
 /// Reads `HOST BYTES` or `ADDRESS[/LEN] BYTES`.
 pub fn parse(v: &str) -> Result<Line, Bad> {
@@ -83,17 +162,25 @@ pub fn parse(v: &str) -> Result<Line, Bad> {
     let [host, bytes] = words[..] else {
         return Err((format!("`budget = {v}` is not HOST BYTES"), EXAMPLE.into()));
     };
-    if let Some((size, period)) = bytes.split_once('/') {
-        return Err((
-            format!("`budget = {v}`: a period (`/{period}`) is not counted yet; a budget counts one session"),
-            format!("write `budget = {host} {size}` (each session of the project gets it anew)"),
-        ));
-    }
-    let Some(n) = parse_size(bytes) else {
-        return Err((format!("`budget = {v}`: `{bytes}` is not a size"), EXAMPLE.into()));
+    let (size, period) = match bytes.split_once('/') {
+        None => (bytes, None),
+        Some((size, word)) => match Period::read(word) {
+            Some(p) => (size, Some(p)),
+            None => {
+                return Err((
+                    format!("`budget = {v}`: `/{word}` is not a period"),
+                    format!(
+                        "write `{size}/hour`, `{size}/day` or `{size}/week` (windows in UTC, shared by the project's sessions), or `{size}` alone for each session"
+                    ),
+                ));
+            }
+        },
+    };
+    let Some(n) = parse_size(size) else {
+        return Err((format!("`budget = {v}`: `{size}` is not a size"), EXAMPLE.into()));
     };
     if host == "*" {
-        return Ok(Line::Host(Budget { host: None, bytes: n }));
+        return Ok(Line::Host(Budget { host: None, bytes: n, period }));
     }
     let every_port = |what: String| {
         Err((
@@ -102,8 +189,14 @@ pub fn parse(v: &str) -> Result<Line, Bad> {
         ))
     };
     match allow::parse(host) {
-        Ok(Allow::Host(pattern, None)) => Ok(Line::Host(Budget { host: Some(pattern), bytes: n })),
+        Ok(Allow::Host(pattern, None)) => Ok(Line::Host(Budget { host: Some(pattern), bytes: n, period })),
         Ok(Allow::Host(pattern, Some(_))) => every_port(pattern.to_string()),
+        Ok(Allow::Net(net, None)) if period.is_some() => Err((
+            format!(
+                "`budget = {v}`: an address's budget is counted by the sandbox's own rules, for one session; a period is counted by the gate, for names only"
+            ),
+            format!("write `budget = {net} {size}` (each session gets it anew), or reach the host by name"),
+        )),
         Ok(Allow::Net(net, None)) => Ok(Line::Net(NetBudget { net, bytes: n })),
         Ok(Allow::Net(net, Some(_))) => every_port(net.to_string()),
         Err(b) => Err((format!("`budget = {v}`: {}", b.reason), b.hint)),
@@ -123,10 +216,10 @@ pub(crate) fn set_net(budgets: &mut Vec<NetBudget>, b: &NetBudget) {
     }
 }
 
-/// The line a refusal past a budget offers: the same host or network at twice the size (the
-/// gate's refusals, the rules' and `watch` all offer this one).
-pub(crate) fn raised(target: impl std::fmt::Display, bytes: u64) -> String {
-    format!("budget = {target} {}", show_size(bytes.saturating_mul(2)))
+/// The line a refusal past a budget offers: the same host or network at twice the size, over
+/// the same period (the gate's refusals, the rules' and `watch` all offer this one).
+pub(crate) fn raised(target: impl std::fmt::Display, bytes: u64, period: Option<Period>) -> String {
+    format!("budget = {target} {}", per(bytes.saturating_mul(2), period))
 }
 
 /// The budget in an `ai-sandbox allow` item: `budget = HOST SIZE`.
@@ -199,12 +292,22 @@ mod tests {
         assert_eq!((all.host.clone(), all.bytes), (None, 900 << 10));
         assert_eq!(all.to_string(), "* 900k");
         assert_eq!(host_line("Example.COM 1000").bytes, 1000);
+        for (line, period) in
+            [("a.test 5m/hour", Period::Hour), ("* 1g/day", Period::Day), ("*.a.test 2k/week", Period::Week)]
+        {
+            let b = host_line(line);
+            assert_eq!(b.period, Some(period), "{line}");
+            assert_eq!(b.to_string(), line, "written back as read");
+        }
+        assert_eq!(host_line("a.test 5m").period, None, "one session");
         for (bad, says) in [
             ("example.com", "not HOST BYTES"),
             ("example.com 1m extra", "not HOST BYTES"),
             ("example.com lots", "not a size"),
             ("example.com 0", "not a size"),
-            ("example.com 1m/day", "a period"),
+            ("example.com 1m/month", "`/month` is not a period"),
+            ("example.com x/day", "`x` is not a size"),
+            ("192.0.2.1 1m/hour", "for names only"),
             ("example.com:443 1m", "every port"),
             ("192.0.2.1:22 1m", "every port"),
             ("192.0.2.1/24 1m", "host bits"),
@@ -214,6 +317,29 @@ mod tests {
             assert!(msg.contains(says), "{bad}: {msg}");
             assert!(!hint.is_empty(), "{bad}: a hint");
         }
+    }
+
+    #[test]
+    fn a_period_is_a_fixed_utc_window_the_same_for_every_session() {
+        // 2026-12-03T10:20:00Z, a Thursday.
+        let t = 1_796_293_200;
+        let day = Period::Day.window(t);
+        assert_eq!(Period::Day.end(day), 1_796_342_400, "the next midnight, UTC");
+        assert_eq!(Period::Day.window(Period::Day.end(day) - 1), day);
+        assert_eq!(Period::Day.window(Period::Day.end(day)), day + 1);
+        let hour = Period::Hour.window(t);
+        assert_eq!(Period::Hour.end(hour), t + 40 * 60, "the next full hour");
+        // Weeks run from Monday 00:00 UTC: the next is 2026-12-07.
+        let week = Period::Week.window(t);
+        assert_eq!(Period::Week.end(week), 1_796_601_600);
+        assert_eq!(Period::Week.window(Period::Week.end(week) - 1), week);
+        assert_eq!(Period::Week.window(1_796_601_600 - 7 * 86400), week, "from the Monday before");
+        assert_eq!(raised("a.test", 1 << 20, Some(Period::Day)), "budget = a.test 2m/day");
+        assert_eq!(raised("192.0.2.1", 1 << 20, None), "budget = 192.0.2.1 2m");
+        assert_eq!(
+            (Period::Hour.this(), Period::Day.this(), Period::Week.this()),
+            ("this hour", "today", "this week")
+        );
     }
 
     #[test]

@@ -230,7 +230,7 @@ pub const KEYS: &[Key] = &[
         name: Name::Budget,
         repeats: true,
         shell: false,
-        doc: "HOST BYTES, or ADDRESS[/LEN] BYTES, or * BYTES for every host without a line: what a session may send to it (the gate counts hosts, the sandbox's rules count addresses); past it nothing more is sent",
+        doc: "HOST BYTES, or ADDRESS[/LEN] BYTES, or * BYTES for every host without a line: what a session may send to it (the gate counts hosts, the sandbox's rules count addresses); past it nothing more is sent. HOST BYTES/day (or /hour, /week): one count for all of the project's sessions in that window",
         example: "api.github.com 50m",
         widens: Widens::WhenDropped("removed: what the sandbox sends to that host is no longer capped"),
         export: Exports {

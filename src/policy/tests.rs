@@ -328,8 +328,15 @@ fn a_budget_needs_its_host_allowed_and_the_gate_and_one_line_per_host() {
         policy("allow = a.test\nbudget = a.test 1m\nbudget = a.test 2m\n", Inputs::default()).unwrap_err();
     assert_eq!(errs[0].origin, crate::error::Origin::Config(3));
     assert!(errs[0].message.contains("a second budget for a.test"), "{:?}", errs[0]);
-    let errs = policy("allow = a.test\nbudget = a.test 1m/day\n", Inputs::default()).unwrap_err();
-    assert!(errs[0].message.contains("a period"), "{:?}", errs[0]);
+    let daily =
+        policy("allow = a.test\nbudget = a.test 1m/day\nbudget = * 5m/week\n", Inputs::default()).unwrap();
+    let shown: Vec<String> = daily.budgets.iter().map(|b| b.to_string()).collect();
+    assert_eq!(shown, ["a.test 1m/day", "* 5m/week"]);
+    let errs = policy("allow = a.test\nbudget = a.test 1m/month\n", Inputs::default()).unwrap_err();
+    assert!(errs[0].message.contains("`/month` is not a period"), "{:?}", errs[0]);
+    assert!(errs[0].hint.as_deref().unwrap_or("").contains("`1m/day`"), "{:?}", errs[0]);
+    let errs = policy("allow = 192.0.2.1\nbudget = 192.0.2.1 1m/day\n", Inputs::default()).unwrap_err();
+    assert!(errs[0].message.contains("a period is counted by the gate, for names only"), "{:?}", errs[0]);
     let no_gate = Inputs { no_gate: true, ..Inputs::default() };
     let errs = policy("allow = 192.0.2.1\nbudget = * 1m\n", no_gate).unwrap_err();
     assert!(errs[0].message.contains("--no-gate leaves no gate"), "{:?}", errs[0]);

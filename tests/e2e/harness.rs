@@ -173,6 +173,12 @@ pub fn sandbox(p: &Project, args: &[&str], vars: &[(&str, &str)]) -> Run {
     Run::from(user_command(&p.dir, &env().bin, args, vars).output().unwrap())
 }
 
+/// What an `ai-sandbox` command run as the test user in `p` printed on stdout (`ps`, `gate logs`).
+pub fn user_stdout(p: &Project, args: &[&str], vars: &[(&str, &str)]) -> String {
+    let out = user_command(&p.dir, &env().bin, args, vars).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A sandbox running in the background. Its command must end when the project's `done` file
 /// appears (see UNTIL_DONE); dropping this (also when a test panics) writes that file and
 /// waits, so a failed test never leaves a sandbox behind.
@@ -710,4 +716,26 @@ pub fn interpreter_on_443(
 /// A JSON-lines file (a test server's request log), one value per line.
 pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A runtime dir of the test user's own (AISB_RUNTIME_DIR): a gate and sessions apart from the
+/// shared ones.
+pub fn private_runtime(name: &str) -> String {
+    let rt = env().root.join(name);
+    std::fs::create_dir_all(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    chown_user(&rt);
+    rt.display().to_string()
+}
+
+/// The pid of the gate `ai-sandbox gate status` reports with these variables.
+pub fn gate_pid_of(p: &Project, vars: &[(&str, &str)]) -> Option<i64> {
+    let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], vars).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()["pid"].as_i64()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn exited(pid: i32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }

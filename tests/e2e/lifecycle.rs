@@ -170,16 +170,6 @@ fn a_gate_started_by_a_launcher_exits_on_sigterm() {
     assert!(wait_for(10, || exited(pid)), "the gate ignored SIGTERM ({blocked})");
 }
 
-/// A runtime dir of the test user's own (AISB_RUNTIME_DIR): a gate and sessions apart from the
-/// shared ones.
-fn private_runtime(name: &str) -> String {
-    let rt = env().root.join(name);
-    std::fs::create_dir_all(&rt).unwrap();
-    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    chown_user(&rt);
-    rt.display().to_string()
-}
-
 /// Found by an A/B bench that removed and re-made its runtime dir under a running gate: when the
 /// first gate exited it removed the socket path, which by then belonged to the second gate, and
 /// every launch failed ("the egress gate did not start") until that one exited too.
@@ -213,16 +203,4 @@ fn an_exiting_gate_leaves_a_later_gates_socket_alone() {
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
     }
-}
-
-/// The pid of the gate `ai-sandbox gate status` reports with these variables.
-fn gate_pid_of(p: &Project, vars: &[(&str, &str)]) -> Option<i64> {
-    let r = user_command(&p.dir, &env().bin, &["gate", "status", "--json"], vars).output().unwrap();
-    serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap_or_default()["pid"].as_i64()
-}
-
-/// Whether process `pid` is gone (or a zombie nobody reaped yet).
-fn exited(pid: i32) -> bool {
-    !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }

@@ -3,6 +3,7 @@
 //! ask one question each.
 
 use super::{Refusal, Registered, Reply, Request, socket_path};
+use crate::contract::SessionPolicy;
 use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
@@ -132,6 +133,35 @@ impl Lease {
     }
 }
 
+/// Refuses a registration the running gate said it would not honour in full: a gate of an
+/// older version ignores what it does not know, and would let through what the policy limits.
+fn older_gate(policy: &SessionPolicy, said: &Registered) -> anyhow::Result<()> {
+    let needs = [
+        (
+            !policy.budgets.is_empty() && !said.budgets,
+            "does not count budgets (it would let everything through)",
+        ),
+        (
+            policy.budgets.iter().any(|b| b.period.is_some()) && !said.periods,
+            "does not keep a budget's count over a period (it would give each session the budget anew)",
+        ),
+        (
+            policy.rules.iter().any(|r| !r.refs.is_empty()) && !said.push_refs,
+            "does not limit a push by ref (it would let every push of such a rule through)",
+        ),
+        (policy.learn && !said.learning, "cannot learn (it would refuse what a learning run records)"),
+    ];
+    let Some((_, what)) = needs.iter().find(|(missing, _)| *missing) else { return Ok(()) };
+    let again = if policy.learn { "run `ai-sandbox learn` again" } else { "start again" };
+    Err(crate::error::hinted(
+        format!("the running egress gate is of an older version of ai-sandbox and {what}; nothing was started"),
+        format!(
+            "{again} once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)"
+        ),
+    )
+    .into())
+}
+
 /// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs or
 /// the running one is closing, and registers the session.
 pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> anyhow::Result<Lease> {
@@ -143,31 +173,11 @@ pub fn register(dir: &Path, self_exe: &Path, port_from: u16, req: &Request) -> a
         match UnixStream::connect(socket_path(dir)) {
             Ok(mut stream) => match send(&mut stream, req) {
                 Ok((reply, listener)) => {
-                    let Registered { port, ca, learning, push_refs, budgets } = reply.as_registered();
-                    if matches!(req, Request::Register { policy, .. } if !policy.budgets.is_empty())
-                        && !budgets
-                    {
-                        return Err(crate::error::hinted(
-                            "the running egress gate is of an older version of ai-sandbox and does not count budgets (it would let everything through); nothing was started",
-                            "start again once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)",
-                        )
-                        .into());
+                    let said = reply.as_registered();
+                    if let Request::Register { policy, .. } = req {
+                        older_gate(policy, &said)?;
                     }
-                    let limits = matches!(req, Request::Register { policy, .. } if policy.rules.iter().any(|r| !r.refs.is_empty()));
-                    if limits && !push_refs {
-                        return Err(crate::error::hinted(
-                            "the running egress gate is of an older version of ai-sandbox and does not limit a push by ref (it would let every push of such a rule through); nothing was started",
-                            "start again once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)",
-                        )
-                        .into());
-                    }
-                    if matches!(req, Request::Register { policy, .. } if policy.learn) && !learning {
-                        return Err(crate::error::hinted(
-                            "the running egress gate is of an older version of ai-sandbox and cannot learn (it would refuse what a learning run records); nothing was started",
-                            "run `ai-sandbox learn` again once your other sandboxes have ended (the old gate exits when idle), or stop it now with `ai-sandbox gate stop` (their hostnames are then refused until they restart)",
-                        )
-                        .into());
-                    }
+                    let Registered { port, ca, .. } = said;
                     return Ok(Lease { port, ca, stream, listener });
                 }
                 Err(Failed::Going(why)) => last_err = why,

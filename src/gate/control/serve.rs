@@ -86,12 +86,17 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             let learning = policy.learn;
             let push_refs = policy.rules.iter().any(|r| !r.refs.is_empty());
             let budgets = !policy.budgets.is_empty();
+            let periods = policy.budgets.iter().any(|b| b.period.is_some());
+            let counted = policy.clone();
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
                 Ok(s) => Arc::new(s),
                 Err(e) => return reply(s, &Reply::refused(Refusal::Session(format!("{e}"))), None).await,
             };
+            if let Err(e) = state.open_counts(&sess, &counted) {
+                return reply(s, &Reply::refused(Refusal::Session(e)), None).await;
+            }
             let ca = match bound.then(|| state.ca()).transpose() {
                 Ok(ca) => ca.map(|c| c.pem.clone()),
                 Err(e) => return reply(s, &Reply::refused(Refusal::Session(e)), None).await,
@@ -99,18 +104,28 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             if !state.register(sess.clone()) {
                 return reply(s, &Reply::refused(Refusal::Closing), None).await;
             }
-            let said = Registered { port, ca, learning, push_refs, budgets };
+            let said = Registered { port, ca, learning, push_refs, budgets, periods };
             reply(s, &Reply::registered(pid, said), Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
             while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
             state.unregister(&sess);
+            // What it sent over a period is on file before the next session of the project asks.
+            if let Some(c) = sess.counts() {
+                let merged = tokio::task::spawn_blocking(move || c.merge(crate::gate::periods::now())).await;
+                if let Ok(Err(e)) = merged {
+                    eprintln!("gate: {e}");
+                }
+            }
         }
         Ok(Request::Update { session, policy }) => match state.session(&session) {
-            Some(sess) => {
-                sess.set_policy(policy);
-                reply(s, &Reply::done(port, pid), None).await
-            }
+            Some(sess) => match state.open_counts(&sess, &policy) {
+                Ok(()) => {
+                    sess.set_policy(policy);
+                    reply(s, &Reply::done(port, pid), None).await
+                }
+                Err(e) => reply(s, &Reply::refused(Refusal::Session(e)), None).await,
+            },
             None => reply(s, &Reply::refused(Refusal::NoSession(session)), None).await,
         },
         Ok(Request::Watch) => {
