@@ -6,10 +6,15 @@ It speaks just enough of two APIs for a real agent CLI to finish one turn with o
 - OpenAI Responses (`POST /v1/responses` over SSE, and the same over a WebSocket upgrade of
   `GET /v1/responses`): Codex;
 - Gemini (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`, `:generateContent`,
-  `:countTokens`, the key in `x-goog-api-key`): Gemini CLI.
+  `:countTokens`, the key in `x-goog-api-key`): Gemini CLI;
+- OpenAI Chat Completions (`POST /v1/chat/completions`, JSON or SSE): aider, which has no shell
+  tool: its reply is the text in FAKE_MODEL_CHAT (an edit, in aider's own format), and, when
+  FAKE_MODEL_HOLD names a file, the streamed reply waits (up to 60 s) for that file before it
+  ends, so the test can look at the running agent.
 The first request that offers a shell tool gets a call of that tool running the command in
-FAKE_MODEL_COMMAND; the request that carries the tool's output gets a final text reply
-"FAKE-MODEL-DONE". Anything else gets a short text reply (titles, warm-ups) or a 404.
+FAKE_MODEL_COMMAND (opencode's `bash` as Claude Code's `Bash`); the request that carries the
+tool's output gets a final text reply "FAKE-MODEL-DONE". Anything else gets a short text reply
+(titles, warm-ups) or a 404.
 
 Every request is logged as one JSON line to the file named by FAKE_MODEL_LOG, with whether its
 credential matched the key in the file FAKE_MODEL_KEY_FILE (the key never goes on a command
@@ -32,7 +37,9 @@ LOG = os.environ["FAKE_MODEL_LOG"]
 with open(os.environ["FAKE_MODEL_KEY_FILE"]) as f:
     KEY = f.read().strip()
 LOCK = threading.Lock()
-SHELL_TOOLS = ("Bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
+CHAT = os.environ.get("FAKE_MODEL_CHAT", "FAKE-MODEL-DONE")
+HOLD = os.environ.get("FAKE_MODEL_HOLD")
+SHELL_TOOLS = ("Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
 
 
 def log(**fields):
@@ -42,7 +49,7 @@ def log(**fields):
 
 def shell_call(name):
     """The arguments of a call of the named shell tool, in that tool's own shape."""
-    if name == "Bash":
+    if name in ("Bash", "bash"):
         return {"command": COMMAND, "description": "write the file the test asked for"}
     if name == "shell":
         return {"command": ["bash", "-lc", COMMAND]}
@@ -143,6 +150,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.sse(events)
         if "/models/" in path and ":" in path:
             return self.gemini(path, req)
+        if path.endswith("/chat/completions"):
+            return self.chat(req)
         log(method="POST", path=path, auth_ok=self.credential_ok())
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
 
@@ -150,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
     def anthropic(self, req):
         tools = tool_names(req.get("tools"))
         done = has_tool_output(req.get("messages"))
-        call = None if done else next((t for t in tools if t == "Bash"), None)
+        call = None if done else next((t for t in tools if t in ("Bash", "bash")), None)
         log(method="POST", path="/v1/messages", api="anthropic", auth_ok=self.credential_ok(),
             stream=bool(req.get("stream")), tools=tools, tool_output=done, called=call)
         if not self.credential_ok():
@@ -181,6 +190,45 @@ class Handler(BaseHTTPRequestHandler):
              "usage": {"output_tokens": 5}},
             {"type": "message_stop"},
         ])
+
+    # --- OpenAI Chat Completions (aider) -------------------------------------------------------
+    def chat(self, req):
+        stream = bool(req.get("stream"))
+        log(method="POST", path="/v1/chat/completions", api="openai-chat", auth_ok=self.credential_ok(),
+            stream=stream, model=req.get("model"))
+        if not self.credential_ok():
+            return self.send(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                             "code": "invalid_api_key"}})
+        base = {"id": "chatcmpl-e2e", "created": 1, "model": req.get("model", "m")}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if not stream:
+            return self.send(200, dict(base, object="chat.completion", usage=usage, choices=[
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": CHAT}}]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(obj):
+            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def delta(d, finish=None):
+            return dict(base, object="chat.completion.chunk",
+                        choices=[{"index": 0, "delta": d, "finish_reason": finish}])
+
+        chunk(delta({"role": "assistant", "content": ""}))
+        if HOLD:
+            for _ in range(600):
+                if os.path.exists(HOLD):
+                    break
+                threading.Event().wait(0.1)
+        chunk(delta({"content": CHAT}))
+        chunk(delta({}, "stop"))
+        chunk(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     # --- OpenAI Responses ---------------------------------------------------------------------
     def openai_events(self, req, transport):

@@ -1,5 +1,6 @@
-//! The real agent CLIs (Claude Code and Codex from npm, pinned in scripts/install-agents, in the
-//! test user's own npm prefix) run inside a sandbox made from their `ai-sandbox init` preset,
+//! The real agent CLIs (Claude Code, Codex, Gemini CLI and opencode from npm, pinned in
+//! scripts/install-agents, in the test user's own npm prefix; aider from PyPI in a venv of its
+//! own) run inside a sandbox made from their `ai-sandbox init` preset,
 //! against a fake model API served over TLS in a test namespace under the real API hostnames
 //! (the config's `resolve =` pins them there: nothing leaves the machine). Each test checks:
 //! the reply arrives; the agent's shell tool writes a project file as the user; the API key
@@ -30,6 +31,11 @@ impl ModelApi {
     /// `command`: what the fake model asks the agent's shell tool to run; `key`: the API key it
     /// accepts (passed in a file, never on its command line).
     fn start(name: &str, command: &str, key: &str) -> ModelApi {
+        ModelApi::start_with(name, command, key, &[])
+    }
+
+    /// `start`, with more of the fake's variables (`FAKE_MODEL_CHAT`, `FAKE_MODEL_HOLD`).
+    fn start_with(name: &str, command: &str, key: &str, more: &[(&str, &std::ffi::OsStr)]) -> ModelApi {
         let th = TestHost::new();
         let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
@@ -39,11 +45,12 @@ impl ModelApi {
         std::fs::write(&log, "").unwrap();
         let (cert, key, key_file) = (dir.join("leaf.pem"), dir.join("leaf.key"), dir.join("key"));
         let args = [cert.as_os_str(), key.as_os_str(), "443".as_ref()];
-        let vars = [
+        let mut vars = vec![
             ("FAKE_MODEL_COMMAND", command.as_ref()),
             ("FAKE_MODEL_LOG", log.as_os_str()),
             ("FAKE_MODEL_KEY_FILE", key_file.as_os_str()),
         ];
+        vars.extend_from_slice(more);
         let server = python_on_443(&th.ns, &dir, "fake_model_api.py", &args, &vars);
         ModelApi { server, log, ca: dir.join("ca.pem"), th }
     }
@@ -117,17 +124,17 @@ fn held_only_a_placeholder(p: &Project, key: &str) {
     assert!(seen.starts_with("aisb_placeholder_") && !seen.contains(key), "the agent's env held: {seen}");
 }
 
-/// PATH with the test user's npm prefix, where scripts/install-agents put the CLIs.
+/// Where scripts/install-agents puts aider (a venv of its own, readable by the test user).
+const AIDER_BIN: &str = "/opt/aisb-aider/bin";
+
+/// PATH with the test user's npm prefix and aider's venv, where scripts/install-agents put the CLIs.
 fn agent_path() -> String {
     let bin = env().home.join(".npm-global/bin");
-    for agent in ["claude", "codex", "gemini"] {
-        assert!(
-            bin.join(agent).exists(),
-            "{} missing: run scripts/install-agents",
-            bin.join(agent).display()
-        );
+    let aider = std::path::Path::new(AIDER_BIN).join("aider");
+    for agent in ["claude", "codex", "gemini", "opencode"].map(|a| bin.join(a)).into_iter().chain([aider]) {
+        assert!(agent.exists(), "{} missing: run scripts/install-agents", agent.display());
     }
-    format!("{}:{}:/usr/local/bin:/usr/bin:/bin", env().root.join("bin").display(), bin.display())
+    format!("{}:{}:{AIDER_BIN}:/usr/local/bin:/usr/bin:/bin", env().root.join("bin").display(), bin.display())
 }
 
 /// What the fake model has the agent run: write a file in the project, say so, then wait for
@@ -143,27 +150,44 @@ fn tool_command(agent: &str) -> String {
 /// Runs the agent with its key to the end of its turn; checks the reply, the file its shell
 /// tool wrote, the key's path (the fake API saw it; no command line did), and the gate's log.
 fn one_turn(api: &ModelApi, p: &Project, agent: &str, args: &[&str], key: (&str, &str)) -> String {
-    let path = agent_path();
-    let child = spawn_sandbox_with_secret_env(p, args, &[key, ("PATH", &path)]);
-    let started = wait_for(120, || p.path("agent-running").exists());
-    let leaks = command_lines_containing(&[key.1]);
-    std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let all = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nrequests:\n{:#?}", api.requests());
-    assert!(started, "the agent's shell tool never ran:\n{all}");
-    assert!(out.status.success(), "{all}");
-    assert!(leaks.is_empty(), "the API key on a command line: {leaks:?}");
-    assert!(stdout.contains("FAKE-MODEL-DONE"), "the model's final reply:\n{all}");
-    let wrote = p.path("agent-wrote.txt");
-    assert_eq!(std::fs::read_to_string(&wrote).unwrap(), format!("written-by-{agent}\n"));
-    assert_eq!(std::fs::metadata(&wrote).unwrap().uid(), env().uid, "written as the user");
+    let running = || p.path("agent-running").exists();
+    let all = turn(api, p, agent, args, key, &running, &|| std::fs::write(p.path("done"), "").unwrap());
     let reqs = api.requests();
     assert!(
         reqs.iter().any(|r| r["auth_ok"] == true && r["called"].is_string()),
         "the fake API got the key with the request it answered with a tool call:\n{all}"
     );
     assert!(reqs.iter().any(|r| r["auth_ok"] == true && r["tool_output"] == true), "{all}");
+    all
+}
+
+/// One turn of the agent: started, it is `running` until the test scans every command line for
+/// the key and then lets it `go` on; it ends well, with the model's final reply on stdout and
+/// `agent-wrote.txt` written by the agent as the user; the key is not in the gate's log.
+fn turn(
+    api: &ModelApi,
+    p: &Project,
+    agent: &str,
+    args: &[&str],
+    key: (&str, &str),
+    running: &dyn Fn() -> bool,
+    go: &dyn Fn(),
+) -> String {
+    let path = agent_path();
+    let child = spawn_sandbox_with_secret_env(p, args, &[key, ("PATH", &path)]);
+    let started = wait_for(120, running);
+    let leaks = command_lines_containing(&[key.1]);
+    go();
+    let out = child.wait_with_output();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nrequests:\n{:#?}", api.requests());
+    assert!(started, "the agent never got as far as its tool or its model's reply:\n{all}");
+    assert!(out.status.success(), "{all}");
+    assert!(leaks.is_empty(), "the API key on a command line: {leaks:?}");
+    assert!(stdout.contains("FAKE-MODEL-DONE"), "the model's final reply:\n{all}");
+    let wrote = p.path("agent-wrote.txt");
+    assert_eq!(std::fs::read_to_string(&wrote).unwrap(), format!("written-by-{agent}\n"), "{all}");
+    assert_eq!(std::fs::metadata(&wrote).unwrap().uid(), env().uid, "written as the user");
     assert!(!gate_log().contains(key.1), "the key in the gate's log");
     all
 }
@@ -322,5 +346,51 @@ fn gemini_cli_with_a_bound_key_never_holds_it() {
     assert!(
         api.requests().iter().any(|r| r["api"] == "gemini" && r["stream"] == true && r["auth_ok"] == true),
         "Gemini CLI's streamed request arrived with the real key:\n{all}"
+    );
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn opencode_with_a_bound_key_never_holds_it() {
+    let key = format!("sk-ant-e2e-{}-0c0de1", std::process::id());
+    let api = ModelApi::start("opencode-bound", &bound_tool_command("opencode", "ANTHROPIC_API_KEY"), &key);
+    let p = api.project_bound("opencode", "ANTHROPIC_API_KEY", "api.anthropic.com");
+    let args = ["--", "opencode", "run", "--model", "anthropic/claude-sonnet-4-5", "Write the file."];
+    let all = one_turn(&api, &p, "opencode", &args, ("ANTHROPIC_API_KEY", &key));
+    held_only_a_placeholder(&p, &key);
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r["api"] == "anthropic" && r["called"] == "bash" && r["auth_ok"] == true),
+        "opencode's request arrived with the real key and got the bash call:\n{all}"
+    );
+}
+
+/// aider has no shell tool: the fake model's reply is an edit in aider's `whole` format, which
+/// aider applies as the user; the streamed reply is held until the test has scanned the command
+/// lines (aider is mid-request then). Its environment is read by the sandbox's command before
+/// aider starts.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn aider_with_a_bound_key_never_holds_it() {
+    let key = format!("sk-e2e-aider-{}-a1d3r0", std::process::id());
+    let hold = env().root.join(format!("aider-hold-{}", std::process::id()));
+    let _ = std::fs::remove_file(&hold);
+    let reply = "agent-wrote.txt\n```\nwritten-by-aider\n```\n\nFAKE-MODEL-DONE\n";
+    let more = [("FAKE_MODEL_CHAT", reply.as_ref()), ("FAKE_MODEL_HOLD", hold.as_os_str())];
+    let api = ModelApi::start_with("aider-bound", "true", &key, &more);
+    let p = api.project_bound("aider", "OPENAI_API_KEY", "api.openai.com");
+    let aider = "printenv OPENAI_API_KEY > env-seen.txt; exec /opt/aisb-aider/bin/aider --model gpt-4o --edit-format whole \
+        --yes-always --no-git --analytics-disable --no-show-model-warnings --message 'Write the file.'";
+    let asked = || api.requests().iter().any(|r| r["api"] == "openai-chat");
+    let all = turn(&api, &p, "aider", &["--", "sh", "-c", aider], ("OPENAI_API_KEY", &key), &asked, &|| {
+        std::fs::write(&hold, "").unwrap()
+    });
+    held_only_a_placeholder(&p, &key);
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r["api"] == "openai-chat" && r["stream"] == true && r["auth_ok"] == true),
+        "aider's streamed request arrived with the real key:\n{all}"
     );
 }
