@@ -182,7 +182,7 @@ impl State {
             return Ok(());
         }
         let Some(file) = &policy.budget_counts else {
-            return Err("a budget with a period (`SIZE/day`) needs the project's state directory to keep its count in, and this session named none; nothing was started".into());
+            return Err("a budget with a period (`SIZE/day`) keeps its count in the project's state directory, and this session named none (its launcher is of an older version): start the sandbox again".into());
         };
         let c = self.periods.open(file)?;
         *s.counts.write().unwrap_or_else(|e| e.into_inner()) = Some(c);
@@ -327,5 +327,52 @@ impl<'a> Entry<'a> {
         reason: &'a str,
     ) -> Entry<'a> {
         Entry { kind: log::Decision::Deny, status, ..Entry::allowed(session, method, host, port, reason) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::budget::host_line;
+
+    fn state(dir: &std::path::Path) -> State {
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        State::new(0, OwnedFd::from(sock), Log::open(&dir.join("gate.log")).unwrap())
+    }
+
+    #[test]
+    fn a_period_opens_the_projects_counts_shared_by_its_sessions_or_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = state(dir.path());
+        let file = dir.path().join("p").join("budgets.json");
+        let daily = SessionPolicy {
+            budgets: vec![host_line("a.test 1k/day")],
+            budget_counts: Some(file.clone()),
+            ..SessionPolicy::default()
+        };
+        let new = |p: &SessionPolicy| Session::new("s".into(), "/p".into(), "t".into(), p.clone());
+        let (one, two) = (new(&daily), new(&daily));
+        st.open_counts(&one, &daily).unwrap();
+        st.open_counts(&two, &daily).unwrap();
+        assert!(Arc::ptr_eq(&one.counts().unwrap(), &two.counts().unwrap()), "one count per project");
+        assert_eq!(one.allowance("a.test").unwrap().take(600), 600);
+        assert_eq!(two.allowance("a.test").unwrap().take(600), 424, "the other session's bytes count");
+        // No period: nothing opened. A period without a file (an older launcher's): refused.
+        let plain = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
+        let three = new(&plain);
+        st.open_counts(&three, &plain).unwrap();
+        assert!(three.counts().is_none());
+        let nameless = SessionPolicy { budget_counts: None, ..daily.clone() };
+        let e = st.open_counts(&three, &nameless).unwrap_err();
+        assert!(e.contains("named none") && e.contains("start the sandbox again"), "{e}");
+        // A live change to a period opens them then.
+        st.open_counts(&three, &daily).unwrap();
+        assert!(Arc::ptr_eq(&three.counts().unwrap(), &one.counts().unwrap()));
+        // A file that does not read refuses the session.
+        let bad = dir.path().join("q").join("budgets.json");
+        std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+        std::fs::write(&bad, "nope").unwrap();
+        let e = st.open_counts(&new(&daily), &SessionPolicy { budget_counts: Some(bad), ..daily.clone() });
+        assert!(e.unwrap_err().contains("do not read"));
     }
 }

@@ -654,8 +654,10 @@ fn uncounted_nets(
         }
     }
     let first = left.first()?;
+    // An address's line counts one session, whatever the period of `*`.
+    let per = if all.period.is_some() { ", for each session" } else { "" };
     Some(format!(
-        "`budget = {all}` counts hostnames (the gate counts them); the IP entries {} are not counted: give each a line of its own (`budget = {first} {}`)",
+        "`budget = {all}` counts hostnames (the gate counts them); the IP entries {} are not counted: give each a line of its own (`budget = {first} {}`{per})",
         left.join(", "),
         limits::show_size(all.bytes)
     ))

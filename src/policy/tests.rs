@@ -384,6 +384,13 @@ fn an_address_budget_needs_an_ip_entry_and_no_overlap_and_counts_without_the_gat
             "`budget = * 5m` counts hostnames (the gate counts them); the IP entries 198.51.100.7 are not counted: give each a line of its own (`budget = 198.51.100.7 5m`)"
         ]
     );
+    let daily =
+        policy("allow = a.test\nallow = 198.51.100.7:22\nbudget = * 5m/day\n", Inputs::default()).unwrap();
+    assert!(
+        daily.notices[0].ends_with("(`budget = 198.51.100.7 5m`, for each session)"),
+        "{:?}",
+        daily.notices
+    );
     for net in [NetMode::Full, NetMode::None] {
         let p = policy("budget = 192.0.2.1 1m\n", Inputs { net: Some(net), ..Inputs::default() }).unwrap();
         assert!(p.net_budgets.is_empty(), "{net:?}");

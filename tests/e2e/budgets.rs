@@ -254,6 +254,8 @@ fn an_address_budget_is_counted_by_the_rules_and_cut_there() {
 /// are cut at the budget (the server got no byte past 1 MiB over both) and the host's next
 /// CONNECT is refused; another host without a line takes the same 200 KiB (the control). `ps`
 /// shows the day's count; the launcher and the gate's log say it with the day's raised line.
+/// Raised live (`ai-sandbox allow 'budget = other.test 2m/day'`), the next 200 KiB go whole,
+/// counted on top of the day's.
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_budget_over_a_day_is_the_projects_across_sessions_and_gates() {
@@ -290,12 +292,20 @@ fn a_budget_over_a_day_is_the_projects_across_sessions_and_gates() {
          {curl} -w 'second %{{http_code}}\\n' --data-binary @b https://other.test/day2 2>&1\n\
          {curl} -w 'third %{{http_connect}}\\n' https://other.test/day3 2>&1\n\
          {curl} -w 'free %{{http_code}}\\n' --data-binary @b https://api2.bound.test/dayfree 2>&1\n\
-         }} > out\ntouch ready\n{UNTIL_DONE}"
+         }} > out\ntouch ready\n\
+         for i in $(seq 600); do [ -e go ] && break; sleep 0.1; done\n\
+         {curl} -w 'fourth %{{http_code}}\\n' --data-binary @b https://other.test/day4 >> out 2>&1\n\
+         touch ready2\n{UNTIL_DONE}"
     );
     let child = spawn_sandbox_with_secret_env(&p, &["--", "sh", "-c", &second], &vars);
     assert!(wait_for(60, || p.path("ready").exists()), "the second session's uploads did not finish");
     let ps = user_stdout(&p, &["ps"], &vars);
     let log = user_stdout(&p, &["gate", "logs", "--json"], &vars);
+    // Raised for the day while it runs: the next 200 KiB go, counted on top of the day's 1 MiB.
+    let raised = user_stdout(&p, &["allow", "--session-only", "budget = other.test 2m/day"], &vars);
+    std::fs::write(p.path("go"), "").unwrap();
+    assert!(wait_for(60, || p.path("ready2").exists()), "the upload after the raise did not finish");
+    let ps2 = user_stdout(&p, &["ps"], &vars);
     std::fs::write(p.path("done"), "").unwrap();
     let ended = child.wait_with_output();
     let stderr = String::from_utf8_lossy(&ended.stderr).into_owned();
@@ -321,6 +331,10 @@ fn a_budget_over_a_day_is_the_projects_across_sessions_and_gates() {
     );
     assert!(log.contains("budget = other.test 2m/day"), "the line to raise it: {log}");
     assert!(stderr.contains("today from the project's sessions"), "{stderr}");
+    assert!(raised.contains("allowed budget = other.test 2m/day in the running sandbox"), "{raised}");
+    assert!(out.contains("fourth 200"), "{out}");
+    assert_eq!(length("/day4"), Some(204800), "{reqs:?}");
+    assert!(ps2.contains("budget other.test: sent 1.2m of 2m today"), "{ps2}");
     if let Some(pid) = gate_pid_of(&p, &vars) {
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
