@@ -205,16 +205,17 @@ fn refused_with(
         out.extend(crate::live::parse_refused(&json?));
     }
     // Which were refused by a deny entry (as the sandbox's live record has them now), and which
-    // past a spent budget.
+    // past a spent budget. A quota listing that fails leaves the refusals said, just not marked
+    // as over budget (the sets' own reads above decide whether anything is said at all).
     let spent: Vec<&crate::policy::budget::NetBudget> = match quotas {
-        Some(json) => {
-            let used = crate::live::net_budget_use(budgets, &json?);
+        Some(Ok(json)) => {
+            let used = crate::live::net_budget_use(budgets, &json);
             budgets
                 .iter()
                 .filter(|b| used.iter().any(|u| u.key == b.net.to_string() && u.sent >= b.bytes))
                 .collect()
         }
-        None => Vec::new(),
+        Some(Err(_)) | None => Vec::new(),
     };
     if let Some(record) = &record {
         for d in out.iter_mut().filter(|d| d.proto == crate::live::Proto::Tcp) {
@@ -279,4 +280,55 @@ pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::R
     file.rewind()?;
     file.write_all(serde_json::to_string(&new)?.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launcher's read of a sandbox's refusals, with `nft` answering from fixed listings:
+    /// a refusal to a spent network is marked over budget; a quota listing that fails leaves the
+    /// refusals said, unmarked.
+    #[test]
+    fn refusals_are_read_with_the_quotas_and_said_even_when_the_quotas_do_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = match crate::policy::budget::parse("10.0.0.0/24 1m") {
+            Ok(crate::policy::budget::Line::Net(b)) => b,
+            other => panic!("{other:?}"),
+        };
+        let record = Record {
+            session: "s1".into(),
+            container: "aisb-s1".into(),
+            project: "/p".into(),
+            net: crate::policy::NetMode::Allow,
+            gate: false,
+            tls: false,
+            policy: crate::contract::SessionPolicy {
+                net_budgets: vec![budget],
+                ..crate::contract::SessionPolicy::default()
+            },
+        };
+        let live = dir.path().join(crate::plan::session::LIVE_FILE);
+        fs::write(&live, serde_json::to_string(&record).unwrap()).unwrap();
+        let v4 = r#"{"nftables": [{"set": {"family": "inet", "name": "refused_v4", "table": "aisb", "type": ["ipv4_addr", "inet_proto", "inet_service"], "handle": 1, "elem": [{"concat": ["10.0.0.7", "tcp", 443]}, {"concat": ["192.0.2.1", "tcp", 80]}]}}]}"#;
+        let v6 = r#"{"nftables": [{"set": {"family": "inet", "name": "refused_v6", "table": "aisb", "type": ["ipv6_addr", "inet_proto", "inet_service"], "handle": 2}}]}"#;
+        let spent = r#"{"nftables": [{"quota": {"family": "inet", "name": "budget_0", "table": "aisb", "bytes": 1048576, "used": 1048576, "inv": true}}]}"#;
+        let read = |quotas: Result<&'static str, &'static str>| {
+            refused_with(dir.path(), |args| match args.get(2).copied() {
+                Some("set") if args.contains(&crate::plan::ruleset::REFUSED_V4) => Ok(v4.to_string()),
+                Some("set") => Ok(v6.to_string()),
+                _ => quotas.map(str::to_string).map_err(|e| anyhow::anyhow!(e)),
+            })
+            .unwrap()
+        };
+        let over = |out: &[crate::live::Direct]| -> Vec<(String, bool)> {
+            out.iter().map(|d| (d.addr.to_string(), d.over_budget.is_some())).collect()
+        };
+        assert_eq!(over(&read(Ok(spent))), [("10.0.0.7".to_string(), true), ("192.0.2.1".into(), false)]);
+        assert_eq!(
+            over(&read(Err("nft: quotas not listed"))),
+            [("10.0.0.7".to_string(), false), ("192.0.2.1".into(), false)],
+            "said, unmarked"
+        );
+    }
 }
