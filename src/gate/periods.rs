@@ -233,6 +233,23 @@ mod tests {
     }
 
     #[test]
+    fn every_projects_counts_reach_their_files_in_one_merge_at_the_clocks_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let periods = Periods::default();
+        let (a, b) = (dir.path().join("a").join(FILE), dir.path().join("b").join(FILE));
+        let t = now();
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        assert!(t.abs_diff(wall) <= 2 && t > 1_700_000_000, "the clock's seconds: {t}");
+        periods.open(&a).unwrap().count("a.test", Period::Day, t).fetch_add(5, Ordering::AcqRel);
+        periods.open(&b).unwrap().count("b.test", Period::Week, t).fetch_add(7, Ordering::AcqRel);
+        periods.merge_all();
+        let read = |f: &Path, key: &str, p: Period| {
+            Counts::load(f).unwrap().count(key, p, t).load(Ordering::Acquire)
+        };
+        assert_eq!((read(&a, "a.test", Period::Day), read(&b, "b.test", Period::Week)), (5, 7));
+    }
+
+    #[test]
     fn a_new_window_counts_from_nothing_and_the_past_leaves_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(FILE);
@@ -244,13 +261,52 @@ mod tests {
         a.merge(t).unwrap();
         let next = t + 1;
         assert_eq!(a.count("up.test", Period::Day, next).load(Ordering::Acquire), 0, "the next day");
+        a.count("up.test", Period::Day, next).fetch_add(3, Ordering::AcqRel);
         assert_eq!(a.count("other.test", Period::Week, next).load(Ordering::Acquire), 9, "the same week");
         a.merge(next).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(!text.contains("500"), "the past day's count is dropped: {text}");
         assert!(text.contains("other.test"), "{text}");
+        let back = Counts::load(&file).unwrap();
+        assert_eq!(
+            back.count("up.test", Period::Day, next).load(Ordering::Acquire),
+            3,
+            "the new day's, on file"
+        );
         // The clock set back finds the later window kept, not a fresh one.
         assert_eq!(a.count("other.test", Period::Week, t - 8 * DAY).load(Ordering::Acquire), 9);
+    }
+
+    #[test]
+    fn counts_of_one_host_over_two_periods_are_apart_and_a_later_window_on_file_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(FILE);
+        let t = 20_000 * DAY + 5;
+        let a = Counts::load(&file).unwrap();
+        a.count("up.test", Period::Day, t).fetch_add(11, Ordering::AcqRel);
+        a.count("up.test", Period::Hour, t).fetch_add(22, Ordering::AcqRel);
+        a.count("other.test", Period::Day, t).fetch_add(33, Ordering::AcqRel);
+        a.merge(t).unwrap();
+        // Nothing new: the file is left as it is (each write is a new file renamed over it).
+        let inode = || std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
+        let first = inode();
+        a.merge(t).unwrap();
+        assert_eq!(inode(), first, "rewritten with nothing new");
+        let back = Counts::load(&file).unwrap();
+        let got = |k: &str, p: Period| back.count(k, p, t).load(Ordering::Acquire);
+        assert_eq!(
+            (got("up.test", Period::Day), got("up.test", Period::Hour), got("other.test", Period::Day)),
+            (11, 22, 33)
+        );
+        // Another gate already in the next day (this one's clock read just before midnight): its
+        // count is kept, not overwritten by this gate's older window.
+        let b = Counts::load(&file).unwrap();
+        b.count("up.test", Period::Day, t + DAY).fetch_add(7, Ordering::AcqRel);
+        b.merge(t + DAY).unwrap();
+        a.count("up.test", Period::Day, t).fetch_add(1, Ordering::AcqRel);
+        a.merge(t).unwrap();
+        let later = Counts::load(&file).unwrap();
+        assert_eq!(later.count("up.test", Period::Day, t + DAY).load(Ordering::Acquire), 7);
     }
 
     #[test]
@@ -269,5 +325,10 @@ mod tests {
         std::fs::write(&file, "{not json").unwrap();
         assert!(c.merge(7200).is_err());
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "{not json", "left as it was");
+        // A file that cannot be read at all is not a count of 0 either.
+        let odd = dir.path().join("odd");
+        std::fs::create_dir(&odd).unwrap();
+        let e = Counts::load(&odd).err().unwrap();
+        assert!(e.starts_with("budget counts: reading"), "{e}");
     }
 }
