@@ -87,14 +87,13 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             let push_refs = policy.rules.iter().any(|r| !r.refs.is_empty());
             let budgets = !policy.budgets.is_empty();
             let periods = policy.budgets.iter().any(|b| b.period.is_some());
-            let counted = policy.clone();
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
                 Ok(s) => Arc::new(s),
                 Err(e) => return reply(s, &Reply::refused(Refusal::Session(format!("{e}"))), None).await,
             };
-            if let Err(e) = state.open_counts(&sess, &counted) {
+            if let Err(e) = state.open_counts(&sess, &sess.policy()) {
                 return reply(s, &Reply::refused(Refusal::Session(e)), None).await;
             }
             let ca = match bound.then(|| state.ca()).transpose() {
