@@ -366,8 +366,8 @@ fn opencode_with_a_bound_key_never_holds_it() {
     );
 }
 
-/// aider has no shell tool: the fake model's reply is an edit in aider's `whole` format, which
-/// aider applies as the user; the streamed reply is held until the test has scanned the command
+/// aider's model does not call tools: the fake model's reply is an edit in aider's `whole`
+/// format, which aider applies as the user; the streamed reply is held until the test has scanned the command
 /// lines (aider is mid-request then). Its environment is read by the sandbox's command before
 /// aider starts.
 #[test]
