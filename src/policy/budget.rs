@@ -58,13 +58,11 @@ pub enum Period {
 }
 
 impl Period {
+    const ALL: [Period; 3] = [Period::Hour, Period::Day, Period::Week];
+
+    /// The period a line's word names (`word`'s inverse: one table of words).
     fn read(w: &str) -> Option<Period> {
-        match w {
-            "hour" => Some(Period::Hour),
-            "day" => Some(Period::Day),
-            "week" => Some(Period::Week),
-            _ => None,
-        }
+        Period::ALL.into_iter().find(|p| p.word() == w)
     }
 
     pub(crate) fn word(self) -> &'static str {
