@@ -36,8 +36,7 @@ touch ready2
 fn a_budget_lets_its_bytes_through_and_not_one_more() {
     let up = Upstream::start("");
     let p = Project::new("budgets");
-    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
-    chown_user(&p.path("e2e-ca.pem"));
+    up.ca_into(&p);
     let mut config = String::new();
     for n in ["other.test", "api2.bound.test", "api.bound.test"] {
         config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
@@ -119,8 +118,7 @@ fn a_watcher_raises_a_spent_budget_for_a_held_connection() {
     let _g = GATE.write().unwrap_or_else(|e| e.into_inner());
     let up = Upstream::start("");
     let p = Project::new("budget-ask");
-    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
-    chown_user(&p.path("e2e-ca.pem"));
+    up.ca_into(&p);
     let config = format!(
         "allow = other.test\nresolve = other.test={}\nbudget = other.test 100k\nask = 60\n",
         up.th.v4
@@ -178,7 +176,6 @@ touch ready2
 fn an_address_budget_is_counted_by_the_rules_and_cut_there() {
     let (up, free) = (Upstream::start(""), Upstream::start(""));
     let p = Project::new("budget-addr");
-    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
     let mut ca = std::fs::read(up.dir.join("ca.pem")).unwrap();
     ca.extend(std::fs::read(free.dir.join("ca.pem")).unwrap());
     std::fs::write(p.path("e2e-ca.pem"), ca).unwrap();
@@ -261,8 +258,7 @@ fn an_address_budget_is_counted_by_the_rules_and_cut_there() {
 fn a_budget_over_a_day_is_the_projects_across_sessions_and_gates() {
     let up = Upstream::start("");
     let p = Project::new("budget-day");
-    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
-    chown_user(&p.path("e2e-ca.pem"));
+    up.ca_into(&p);
     let mut config = String::new();
     for n in ["other.test", "api2.bound.test"] {
         config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);

@@ -23,6 +23,13 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
+    /// Puts the upstream's CA into the project as `e2e-ca.pem`, the user's (what curl inside
+    /// trusts for a blind tunnel to it).
+    pub(crate) fn ca_into(&self, p: &Project) {
+        std::fs::copy(self.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
+        chown_user(&p.path("e2e-ca.pem"));
+    }
+
     /// `git_token`: the one token its git server takes (kept in a file, off command lines);
     /// empty: it asks for none.
     pub(crate) fn start(git_token: &str) -> Upstream {
@@ -121,8 +128,7 @@ touch ready
 fn a_bound_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     let up = Upstream::start("git-token-unused-here");
     let p = Project::new("keys");
-    std::fs::copy(up.dir.join("ca.pem"), p.path("e2e-ca.pem")).unwrap();
-    chown_user(&p.path("e2e-ca.pem"));
+    up.ca_into(&p);
     let mut config = String::new();
     for n in NAMES.iter().chain(&["wrong.test"]) {
         config += &format!("allow = {n}\nresolve = {n}={}\n", up.th.v4);
