@@ -65,6 +65,18 @@ pub fn env() -> &'static Env {
         for p in [&root, &root.join("bin"), &root.join("projects"), &bin, &probe, &answer, &failing] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
+        // A gate left by an earlier run serves this run's launchers unless stopped (it speaks
+        // the same protocol), so a changed gate would go untested: found when a change to the
+        // gate made no test fail until the old gate was gone.
+        let _ = Command::new("pkill").args(["-KILL", "-u", &user, "-f", "ai-sandbox gate serve"]).status();
+        let gone = wait_for(10, || {
+            !Command::new("pgrep")
+                .args(["-u", &user, "-f", "ai-sandbox gate serve"])
+                .status()
+                .unwrap()
+                .success()
+        });
+        assert!(gone, "a gate of {user} from an earlier run did not stop");
         let run_dir = PathBuf::from(format!("/run/user/{}", pw.uid));
         if !run_dir.exists() {
             std::fs::create_dir_all(&run_dir).unwrap();

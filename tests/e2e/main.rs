@@ -12,6 +12,7 @@ mod docs;
 mod filelayer;
 mod gate;
 mod gate_limits;
+mod h2_front;
 mod harness;
 mod hostile;
 mod isolation;

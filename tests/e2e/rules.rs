@@ -281,7 +281,31 @@ fn git_fetch_only_refuses_a_push_with_the_fix_in_gits_output_and_git_push_opens_
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_push_limited_by_ref_updates_the_agents_branches_only() {
     let up = Upstream::start("");
-    let p = Project::new("rules-refs");
+    push_limited_by_ref(&up, "rules-refs", "https://git.rules.test/git/proj.git");
+}
+
+/// The same push over HTTP/2 all the way: git (libcurl offers h2) to the gate, the gate to an
+/// upstream that takes only h2 (`h2_front`). The check reads the command list from the
+/// request's HTTP/2 DATA frames as it does from an HTTP/1.1 body: the agent's branch arrives,
+/// the rest is refused in git's own output, and every request the server saw came as HTTP/2.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_push_limited_by_ref_is_checked_over_http2_too() {
+    let up = Upstream::start("");
+    let seen = crate::h2_front::start(&up.th, &up.dir, "git.rules.test");
+    push_limited_by_ref(&up, "rules-refs-h2", "https://git.rules.test:8443/git/proj.git");
+    let seen = seen.lines();
+    assert!(!seen.is_empty() && seen.iter().all(|l| l.starts_with("HTTP/2.0 ")), "{seen:?}");
+    // Only the agent's push reached the server; the refused ones were answered by the gate.
+    let pushes = seen.iter().filter(|l| l.ends_with(" /git/proj.git/git-receive-pack")).count();
+    assert_eq!(pushes, 1, "{seen:?}");
+}
+
+/// Pushes from a clone of `origin` (the agent's branch, main, a deletion, a tag) in a sandbox
+/// whose rule limits pushes to `refs/heads/agent/*`, and checks what git said and what the
+/// server's refs are after.
+fn push_limited_by_ref(up: &Upstream, project: &str, origin: &str) {
+    let p = Project::new(project);
     p.config(&format!(
         "allow = git.rules.test\nresolve = git.rules.test={}\nrule = git.rules.test git-fetch\n\
          rule = git.rules.test git-push /git/proj.git refs/heads/agent/*\nupstream_ca = {}\n",
@@ -290,7 +314,7 @@ fn a_push_limited_by_ref_updates_the_agents_branches_only() {
     ));
     let commit = "git -c user.name=dev -c user.email=dev@test commit -qm";
     let script = format!(
-        "{{ git clone -q https://git.rules.test/git/proj.git c && cd c && echo x > f && git add f && {commit} 'agent work'; \
+        "{{ git clone -q {origin} c && cd c && echo x > f && git add f && {commit} 'agent work'; \
          git push -q origin HEAD:refs/heads/agent/x 2> ../e-agent; echo \"agent rc=$?\"; \
          git push -q origin HEAD:main 2> ../e-main; echo \"main rc=$?\"; \
          git push -q origin --delete agent/x 2> ../e-delete; echo \"delete rc=$?\"; \
