@@ -6,8 +6,10 @@
 //! Through the terminated host: N downloads of BYTES at once as N streams of one HTTP/2
 //! connection, against the same N downloads over N HTTP/1.1 connections, alternated RUNS times
 //! (`--runs`); then M unary calls one after the other on one HTTP/2 connection, terminated and
-//! through the tunnel, alternated call by call.
-//! Prints `h2 streams h2|h1 MB_PER_S` (the median run) and `h2 unary terminated|tunnel P50 P99` (ms).
+//! through the tunnel, alternated call by call, with the same calls through two bare relays
+//! (`floor`: what terminating costs before the gate does anything).
+//! Prints `h2 streams h2|h1 MB_PER_S` (the median run) and
+//! `h2 unary terminated|tunnel|bare-relay|bare-h2 P50 P99` (ms).
 
 use super::{arg, need, pct};
 use http_body_util::{BodyExt, Full};
@@ -80,7 +82,7 @@ async fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
     }
 }
 
-type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+pub(super) type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// A TLS stream to `host` through the gate's CONNECT, offering `alpn`, trusting `roots` (PEM).
 async fn open(gate: SocketAddr, token: &str, host: &str, roots: &str, alpn: &[u8]) -> Tls {
@@ -96,6 +98,11 @@ async fn open(gate: SocketAddr, token: &str, host: &str, roots: &str, alpn: &[u8
         head.push(tcp.read_u8().await.expect("the gate's answer"));
     }
     assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    tls(tcp, host, roots, alpn).await
+}
+
+/// TLS to `host` over `tcp`, offering `alpn`, trusting `roots` (PEM).
+pub(super) async fn tls(tcp: TcpStream, host: &str, roots: &str, alpn: &[u8]) -> Tls {
     let mut store = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(roots.as_bytes()) {
@@ -216,7 +223,17 @@ pub(crate) fn run(args: &[String]) {
             tokio::spawn(conn);
             senders.push(s);
         }
-        let mut times = [Vec::with_capacity(calls), Vec::with_capacity(calls)];
+        for kind in [super::floor::Upstream::Hyper, super::floor::Upstream::H2] {
+            let (bare, bare_ca) = super::floor::start(kind, &host, (addr, PORT).into(), &ca_pem);
+            let tcp = TcpStream::connect(bare).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let tls = tls(tcp, &host, &bare_ca, b"h2").await;
+            let (s, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+            tokio::spawn(conn);
+            senders.push(s);
+        }
+        let mut times: Vec<Vec<f64>> = (0..senders.len()).map(|_| Vec::with_capacity(calls)).collect();
         for _ in 0..calls {
             for (i, s) in senders.iter_mut().enumerate() {
                 let req = Request::post(format!("https://{host}/bench.Svc/Unary"))
@@ -233,7 +250,7 @@ pub(crate) fn run(args: &[String]) {
                 times[i].push(t.elapsed().as_secs_f64() * 1e3);
             }
         }
-        for (i, name) in ["terminated", "tunnel"].iter().enumerate() {
+        for (i, name) in ["terminated", "tunnel", "bare-relay", "bare-h2"].iter().enumerate() {
             println!("h2 unary {name} {:.3} {:.3}", pct(&mut times[i], 0.5), pct(&mut times[i], 0.99));
         }
         drop((tunnel, terminated));

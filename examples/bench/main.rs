@@ -21,8 +21,10 @@
 //!                                         streams of one connection beside N HTTP/1.1
 //!                                         connections; M gRPC-shaped unary calls beside the
 //!                                         same through a blind tunnel (see `h2`)
-//!   bench budget GATE --target A --bytes N   uploads through a tunnel whose host has a
-//!                                         budget beside the same without one (Gbit/s)
+//!   bench budget GATE --target A --bytes N [--runs R]   uploads through a tunnel whose
+//!                                         host has a budget beside the same without one
+//!                                         (Gbit/s, and the gate's CPU ns per MiB)
+//!   bench h2 also prints two floors: the same unary calls through bare relays (see `floor`)
 //!   bench push-check                      the gate's check of a push limited by ref (reading
 //!                                         git's command list, matching each ref), for 1 and
 //!                                         600 refs: median microseconds
@@ -30,6 +32,7 @@
 //! (NAME:P pinned to IP), registered with the user's gate like a launcher does; relay and
 //! connect take `--proxy ADDR --token-file F` instead to measure a cluster-mode gate.
 
+mod floor;
 mod h2;
 mod terminate;
 
@@ -286,11 +289,13 @@ fn relay(args: &[String]) {
     }
 }
 
-/// `bench budget GATE --target A --bytes N`: uploads of N bytes through a tunnel of a session
-/// whose host has a budget (larger than everything sent) and of one without, alternated five
-/// times: the median Gbit/s of each. The budget's cost is the ratio.
+/// `bench budget GATE --target A --bytes N [--runs R]`: uploads of N bytes through a tunnel of
+/// a session whose host has a budget (larger than everything sent) and of one without,
+/// alternated R times (5 unless said), each first in every other round: the median Gbit/s of
+/// each, and the median of the gate's CPU time per MiB. The budget's cost is the ratio.
 fn budget(args: &[String]) {
     let bytes: u64 = need(args, "--bytes").parse().unwrap();
+    let runs: usize = arg(args, "--runs").map_or(5, |v| v.parse().unwrap());
     let target = need(args, "--target");
     let host = need(args, "--host");
     let Ok(ai_sandbox::policy::budget::Line::Host(line)) =
@@ -318,13 +323,29 @@ fn budget(args: &[String]) {
         assert!(reply.starts_with("HTTP/1.1 200"), "the upload's answer: {reply}");
         bytes as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9
     };
-    let mut g: [Vec<f64>; 2] = Default::default();
-    for _ in 0..5 {
-        g[0].push(run(&tokens[0]));
-        g[1].push(run(&tokens[1]));
+    // The gate's own CPU time over each upload (all its threads, in ns): what the budget's
+    // accounting adds, without the wall clock's noise from where the kernel runs whom.
+    let pid = gate_pid();
+    let cpu_ns = || -> u64 {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the gate's threads");
+        let on_cpu = |t: std::fs::DirEntry| {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        };
+        tasks.flatten().filter_map(on_cpu).sum()
+    };
+    let (mut g, mut cpu): ([Vec<f64>; 2], [Vec<f64>; 2]) = Default::default();
+    for r in 0..runs {
+        // Each goes first in every other round, so that neither has the warmer start.
+        for i in [r % 2, 1 - r % 2] {
+            let before = cpu_ns();
+            g[i].push(run(&tokens[i]));
+            cpu[i].push((cpu_ns() - before) as f64 / (bytes as f64 / (1 << 20) as f64));
+        }
     }
-    for (name, v) in ["plain", "budgeted"].iter().zip(g.iter_mut()) {
-        println!("budget {name} {:.2}", pct(v, 0.5));
+    for (i, name) in ["plain", "budgeted"].iter().enumerate() {
+        println!("budget {name} {:.2}", pct(&mut g[i], 0.5));
+        println!("budget-cpu {name} {:.0}", pct(&mut cpu[i], 0.5));
     }
 }
 
