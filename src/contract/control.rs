@@ -123,7 +123,8 @@ pub struct Reply {
     periods: bool,
 }
 
-/// A registration's reply.
+/// A registration's reply, and (its flags only) a live change's: what the gate honours of the
+/// session's policy, said back because a gate of an older version ignores what it does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
     /// The gate's port (the sandbox's proxy).
@@ -140,6 +141,20 @@ pub struct Registered {
     pub periods: bool,
 }
 
+impl Registered {
+    /// What this version's gate says back to `policy`: each limit it holds that the policy has.
+    pub fn honouring(port: u16, ca: Option<String>, policy: &SessionPolicy) -> Registered {
+        Registered {
+            port,
+            ca,
+            learning: policy.learn,
+            push_refs: policy.rules.iter().any(|r| !r.refs.is_empty()),
+            budgets: !policy.budgets.is_empty(),
+            periods: policy.budgets.iter().any(|b| b.period.is_some()),
+        }
+    }
+}
+
 /// A status request's reply.
 #[derive(Debug, Clone)]
 pub struct GateStatus {
@@ -149,7 +164,12 @@ pub struct GateStatus {
 }
 
 impl Reply {
-    /// `Update`, `Watch`, `Stop`: done.
+    /// `Update`: done, saying back what the gate honours of the new policy (as a registration
+    /// does; a gate of an older version says nothing, which the launcher reads as not honoured).
+    pub fn updated(pid: u32, policy: &SessionPolicy, port: u16) -> Reply {
+        Reply::registered(pid, Registered::honouring(port, None, policy))
+    }
+    /// `Watch`, `Stop`: done.
     pub fn done(port: u16, pid: u32) -> Reply {
         Reply { ok: true, port, pid, ..Reply::default() }
     }

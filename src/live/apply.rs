@@ -231,15 +231,34 @@ fn refused_with(
     Ok(out)
 }
 
-fn gate_update(runtime: &Path, r: &Record) -> anyhow::Result<()> {
-    let req = Request::Update { session: r.session.clone(), policy: r.policy.clone() };
-    match control::call(runtime, &req)? {
-        Some(reply) => match reply.refusal() {
-            None => Ok(()),
-            Some(why) => bail!("the gate refused the change: {why}"),
-        },
+/// Sends the session's new policy to the gate. A gate that does not say back a limit the change
+/// adds (one of an older version, which would hold the change without it) gets the old policy
+/// back, and the change is refused.
+fn gate_update(runtime: &Path, old: &Record, new: &Record) -> anyhow::Result<()> {
+    let update = |r: &Record| Request::Update { session: r.session.clone(), policy: r.policy.clone() };
+    let reply = match control::call(runtime, &update(new))? {
+        Some(reply) => reply,
         None => bail!("the gate is not running"),
+    };
+    if let Some(why) = reply.refusal() {
+        bail!("the gate refused the change: {why}");
     }
+    let Some(what) = control::unheld_change(&old.policy, &new.policy, &reply.as_registered()) else {
+        return Ok(());
+    };
+    let restored = match control::call(runtime, &update(old)) {
+        Ok(Some(r)) => match r.refusal() {
+            None => String::new(),
+            Some(why) => format!(" (and it refused the policy before the change back: {why})"),
+        },
+        Ok(None) => " (and it stopped before the policy before the change could go back)".into(),
+        Err(e) => format!(" (and giving it back the policy before the change failed: {e:#})"),
+    };
+    Err(crate::error::hinted(
+        format!("the running egress gate is of an older version of ai-sandbox and {what}{restored}"),
+        "put the line in the config and start the sandbox again once your other sandboxes have ended (the old gate exits when idle)".to_string(),
+    )
+    .into())
 }
 
 /// See `Host::live_allow`.
@@ -267,7 +286,7 @@ pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::R
     };
     nft_script(session_dir, &rules(&new))?;
     if new.gate
-        && let Err(e) = gate_update(runtime, &new)
+        && let Err(e) = gate_update(runtime, &old, &new)
     {
         // Put the rules back as they were: a change lands at both layers or at neither.
         let undo = nft_script(session_dir, &rules(&old));
@@ -285,6 +304,70 @@ pub(crate) fn allow(runtime: &Path, record: &Path, change: &Change) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gate on `dir`'s control socket that answers each request with `answer(request)`;
+    /// returns the requests it read once `n` have come.
+    fn fake_gate(
+        dir: &Path,
+        n: usize,
+        answer: fn(&Request) -> crate::contract::control::Reply,
+    ) -> std::thread::JoinHandle<Vec<Request>> {
+        use std::io::BufRead;
+        let listener = std::os::unix::net::UnixListener::bind(control::socket_path(dir)).unwrap();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for s in listener.incoming().take(n) {
+                let mut s = s.unwrap();
+                let mut line = String::new();
+                std::io::BufReader::new(&s).read_line(&mut line).unwrap();
+                let req: Request = serde_json::from_str(&line).unwrap();
+                s.write_all(format!("{}\n", serde_json::to_string(&answer(&req)).unwrap()).as_bytes())
+                    .unwrap();
+                got.push(req);
+            }
+            got
+        })
+    }
+
+    /// A live change that adds a limit the gate does not say it holds (an older gate's plain
+    /// `ok`) is refused, and the gate gets the policy before the change back; a gate that says
+    /// it holds the limit takes the change once.
+    #[test]
+    fn a_change_an_older_gate_would_hold_without_its_limit_is_refused_and_undone() {
+        use crate::contract::control::Reply;
+        let record = |budget: &str| Record {
+            session: "s1".into(),
+            container: "aisb-s1".into(),
+            project: "/p".into(),
+            net: crate::policy::NetMode::Allow,
+            gate: true,
+            tls: false,
+            policy: crate::contract::SessionPolicy {
+                budgets: vec![crate::policy::budget::host_line(budget)],
+                ..crate::contract::SessionPolicy::default()
+            },
+        };
+        let (old, new) = (record("a.test 1m"), record("a.test 1m/day"));
+        fn policy(r: &Request) -> crate::contract::SessionPolicy {
+            match r {
+                Request::Update { policy, .. } => policy.clone(),
+                other => panic!("{other:?}"),
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let older =
+            fake_gate(dir.path(), 2, |_| serde_json::from_str(r#"{"ok":true,"port":1,"pid":2}"#).unwrap());
+        let e = format!("{:#}", gate_update(dir.path(), &old, &new).unwrap_err());
+        assert!(e.contains("older version") && e.contains("over a period"), "{e}");
+        assert!(!e.contains("(and"), "the old policy went back: {e}");
+        let sent: Vec<_> = older.join().unwrap().iter().map(policy).collect();
+        assert_eq!(sent, [new.policy.clone(), old.policy.clone()], "the change, then the policy before it");
+        // The control: this version's gate says it holds the period.
+        let dir = tempfile::tempdir().unwrap();
+        let current = fake_gate(dir.path(), 1, |r| Reply::updated(2, &policy(r), 1));
+        gate_update(dir.path(), &old, &new).unwrap();
+        assert_eq!(current.join().unwrap().iter().map(policy).collect::<Vec<_>>(), std::slice::from_ref(&new.policy));
+    }
 
     /// The launcher's read of a sandbox's refusals, with `nft` answering from fixed listings:
     /// a refusal to a spent network is marked over budget; a quota listing that fails leaves the

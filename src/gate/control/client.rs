@@ -133,25 +133,33 @@ impl Lease {
     }
 }
 
-/// Refuses a registration the running gate said it would not honour in full: a gate of an
-/// older version ignores what it does not know, and would let through what the policy limits.
-fn older_gate(policy: &SessionPolicy, said: &Registered) -> anyhow::Result<()> {
-    let needs = [
+/// Each limit a gate must say it holds, with what a gate that ignores it would do. In the order
+/// of `Registered`'s flags.
+fn needs(policy: &SessionPolicy, said: &Registered) -> [(bool, bool, &'static str); 4] {
+    let this = Registered::honouring(0, None, policy);
+    [
+        (this.budgets, said.budgets, "does not count budgets (it would let everything through)"),
         (
-            !policy.budgets.is_empty() && !said.budgets,
-            "does not count budgets (it would let everything through)",
-        ),
-        (
-            policy.budgets.iter().any(|b| b.period.is_some()) && !said.periods,
+            this.periods,
+            said.periods,
             "does not keep a budget's count over a period (it would give each session the budget anew)",
         ),
         (
-            policy.rules.iter().any(|r| !r.refs.is_empty()) && !said.push_refs,
+            this.push_refs,
+            said.push_refs,
             "does not limit a push by ref (it would let every push of such a rule through)",
         ),
-        (policy.learn && !said.learning, "cannot learn (it would refuse what a learning run records)"),
-    ];
-    let Some((_, what)) = needs.iter().find(|(missing, _)| *missing) else { return Ok(()) };
+        (this.learning, said.learning, "cannot learn (it would refuse what a learning run records)"),
+    ]
+}
+
+/// Refuses a registration the running gate said it would not honour in full: a gate of an
+/// older version ignores what it does not know, and would let through what the policy limits.
+fn older_gate(policy: &SessionPolicy, said: &Registered) -> anyhow::Result<()> {
+    let Some((_, _, what)) = needs(policy, said).into_iter().find(|(needed, held, _)| *needed && !held)
+    else {
+        return Ok(());
+    };
     let again = if policy.learn { "run `ai-sandbox learn` again" } else { "start again" };
     Err(crate::error::hinted(
         format!("the running egress gate is of an older version of ai-sandbox and {what}; nothing was started"),
@@ -160,6 +168,22 @@ fn older_gate(policy: &SessionPolicy, said: &Registered) -> anyhow::Result<()> {
         ),
     )
     .into())
+}
+
+/// What a live change from `old` to `new` adds that the gate did not say it holds (`said`,
+/// its reply to the change): a limit the session had before was said at its registration; a
+/// new one must be said now, or a gate of an older version would hold the change without it.
+pub(crate) fn unheld_change(
+    old: &SessionPolicy,
+    new: &SessionPolicy,
+    said: &Registered,
+) -> Option<&'static str> {
+    let before = needs(old, said);
+    needs(new, said)
+        .into_iter()
+        .zip(before)
+        .find(|((needed, held, _), (had, _, _))| *needed && !held && !had)
+        .map(|((_, _, what), _)| what)
 }
 
 /// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs or
@@ -221,6 +245,38 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::policy::budget::host_line;
+
+    /// A live change must hear back each limit it adds; one the session had is not asked again
+    /// (its gate said it at registration). A gate of an older version says none.
+    #[test]
+    fn a_live_change_needs_the_gate_to_say_each_limit_it_adds() {
+        let older = Registered::honouring(0, None, &SessionPolicy::default());
+        let plain = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
+        let daily = SessionPolicy { budgets: vec![host_line("a.test 1k/day")], ..SessionPolicy::default() };
+        let pushes = {
+            let rules = crate::policy::rule::parse("git.test git-push /r.git refs/heads/agent/*").unwrap();
+            SessionPolicy { rules, ..plain.clone() }
+        };
+        // Added and not said: refused, with what the gate would do.
+        let what = unheld_change(&plain, &daily, &older).unwrap();
+        assert!(what.contains("over a period"), "{what}");
+        let what = unheld_change(&SessionPolicy::default(), &plain, &older).unwrap();
+        assert!(what.contains("does not count budgets"), "{what}");
+        let what = unheld_change(&plain, &pushes, &older).unwrap();
+        assert!(what.contains("limit a push by ref"), "{what}");
+        // Said by this version's gate: the change holds.
+        for (old, new) in [(&plain, &daily), (&SessionPolicy::default(), &plain), (&plain, &pushes)] {
+            assert_eq!(unheld_change(old, new, &Registered::honouring(0, None, new)), None);
+        }
+        // Had before (said at registration): another change to the same session holds.
+        assert_eq!(unheld_change(&daily, &daily, &older), None);
+        assert_eq!(unheld_change(&pushes, &pushes, &older), None);
+        // Nothing added that a gate must hold: no flag needed.
+        assert_eq!(unheld_change(&SessionPolicy::default(), &SessionPolicy::default(), &older), None);
+    }
+
     #[test]
     fn a_gate_that_never_answers_does_not_hold_up_a_call() {
         let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,7 @@ mod client;
 mod serve;
 mod stand_in;
 
+pub(crate) use client::unheld_change;
 pub use client::{Lease, call, register};
 pub(crate) use serve::serve_conn;
 

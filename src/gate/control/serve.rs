@@ -83,10 +83,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             // The sandbox trusts the gate's CA when the gate opens TLS for it: a bound secret's
             // host, or a host with rules.
             let bound = !secrets.is_empty() || !policy.rules.is_empty();
-            let learning = policy.learn;
-            let push_refs = policy.rules.iter().any(|r| !r.refs.is_empty());
-            let budgets = !policy.budgets.is_empty();
-            let periods = policy.budgets.iter().any(|b| b.period.is_some());
+            let mut said = Registered::honouring(port, None, &policy);
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
@@ -103,7 +100,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             if !state.register(sess.clone()) {
                 return reply(s, &Reply::refused(Refusal::Closing), None).await;
             }
-            let said = Registered { port, ca, learning, push_refs, budgets, periods };
+            said.ca = ca;
             reply(s, &Reply::registered(pid, said), Some(&state.listener)).await;
             // The session lives as long as this connection.
             let mut sink = [0u8; 64];
@@ -120,8 +117,9 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
         Ok(Request::Update { session, policy }) => match state.session(&session) {
             Some(sess) => match state.open_counts(&sess, &policy) {
                 Ok(()) => {
+                    let said = Reply::updated(pid, &policy, port);
                     sess.set_policy(policy);
-                    reply(s, &Reply::done(port, pid), None).await
+                    reply(s, &said, None).await
                 }
                 Err(e) => reply(s, &Reply::refused(Refusal::Session(e)), None).await,
             },
@@ -182,5 +180,54 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             state.close();
         }
         Err(e) => reply(s, &Reply::refused(Refusal::BadRequest(e.to_string())), None).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::SessionPolicy;
+    use crate::policy::budget::host_line;
+
+    /// One request through `serve_conn`, its reply read back.
+    async fn ask(state: &Arc<State>, req: &Request) -> Reply {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+        let served = tokio::spawn(serve_conn(state.clone(), theirs));
+        let (rd, mut wr) = ours.into_split();
+        wr.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).await.unwrap();
+        let mut line = String::new();
+        tokio::io::BufReader::new(rd).read_line(&mut line).await.unwrap();
+        served.await.unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// A live change is answered with what the gate holds of the new policy, as a registration
+    /// is: the launcher refuses a change whose new limit a gate does not say (an older one).
+    #[tokio::test]
+    async fn a_live_change_is_answered_with_the_limits_the_gate_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let log = crate::gate::log::Log::open(&dir.path().join("gate.log")).unwrap();
+        let state = Arc::new(State::new(0, OwnedFd::from(sock), log));
+        let plain = SessionPolicy::default();
+        state.register(Arc::new(Session::new("s1".into(), "/p".into(), "t".into(), plain.clone())));
+        let update =
+            |policy: &SessionPolicy| Request::Update { session: "s1".into(), policy: policy.clone() };
+        // The control: nothing to hold, nothing said.
+        let said = ask(&state, &update(&plain)).await;
+        assert_eq!(said.refusal(), None);
+        assert_eq!(said.as_registered(), Registered::honouring(0, None, &plain));
+        let daily = SessionPolicy {
+            budgets: vec![host_line("a.test 1k/day")],
+            budget_counts: Some(dir.path().join("budgets.json")),
+            ..SessionPolicy::default()
+        };
+        let said = ask(&state, &update(&daily)).await.as_registered();
+        assert!(said.budgets && said.periods, "{said:?}");
+        assert_eq!(state.session("s1").unwrap().policy().budgets, daily.budgets, "the change held");
+        // A session the gate does not hold: refused, nothing said held.
+        let other = Request::Update { session: "s2".into(), policy: daily };
+        assert_eq!(ask(&state, &other).await.refusal(), Some(Refusal::NoSession("s2".into())));
     }
 }
