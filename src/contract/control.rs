@@ -272,6 +272,13 @@ mod tests {
                 .unwrap()
                 .as_registered()
         };
+        // What this version says of a policy: a push rule counts only with refs.
+        let rules = |line: &str| SessionPolicy {
+            rules: crate::policy::rule::parse(line).unwrap(),
+            ..SessionPolicy::default()
+        };
+        assert!(Registered::honouring(1, None, &rules("g.test git-push /r.git refs/heads/a/*")).push_refs);
+        assert!(!Registered::honouring(1, None, &rules("g.test git-push /r.git")).push_refs);
         for r in [
             Registered { learning: true, ..was.clone() },
             Registered { push_refs: true, ..was.clone() },

@@ -366,7 +366,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let current = fake_gate(dir.path(), 1, |r| Reply::updated(2, &policy(r), 1));
         gate_update(dir.path(), &old, &new).unwrap();
-        assert_eq!(current.join().unwrap().iter().map(policy).collect::<Vec<_>>(), std::slice::from_ref(&new.policy));
+        assert_eq!(
+            current.join().unwrap().iter().map(policy).collect::<Vec<_>>(),
+            std::slice::from_ref(&new.policy)
+        );
     }
 
     /// The launcher's read of a sandbox's refusals, with `nft` answering from fixed listings:

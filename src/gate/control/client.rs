@@ -277,6 +277,22 @@ mod tests {
         assert_eq!(unheld_change(&SessionPolicy::default(), &SessionPolicy::default(), &older), None);
     }
 
+    /// A registration the gate does not say it holds in full starts nothing; one it does, or
+    /// one with nothing to hold, goes ahead.
+    #[test]
+    fn a_registration_an_older_gate_would_hold_without_its_limits_starts_nothing() {
+        let older = Registered::honouring(0, None, &SessionPolicy::default());
+        let budgets = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
+        let e = format!("{:#}", older_gate(&budgets, &older).unwrap_err());
+        assert!(e.contains("older version") && e.contains("does not count budgets"), "{e}");
+        assert!(e.contains("nothing was started") && e.contains("start again"), "{e}");
+        older_gate(&budgets, &Registered::honouring(0, None, &budgets)).unwrap();
+        older_gate(&SessionPolicy::default(), &older).unwrap();
+        let learning = SessionPolicy { learn: true, ..SessionPolicy::default() };
+        let e = format!("{:#}", older_gate(&learning, &older).unwrap_err());
+        assert!(e.contains("cannot learn") && e.contains("run `ai-sandbox learn` again"), "{e}");
+    }
+
     #[test]
     fn a_gate_that_never_answers_does_not_hold_up_a_call() {
         let dir = tempfile::tempdir().unwrap();

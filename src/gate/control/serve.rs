@@ -198,8 +198,43 @@ mod tests {
         wr.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).await.unwrap();
         let mut line = String::new();
         tokio::io::BufReader::new(rd).read_line(&mut line).await.unwrap();
+        // Hung up: a registration's session ends with its connection.
+        drop(wr);
         served.await.unwrap();
         serde_json::from_str(&line).unwrap()
+    }
+
+    /// A registration is answered with the gate's CA when the gate opens TLS for the session (a
+    /// bound secret, or rules), and with the limits it holds.
+    #[tokio::test]
+    async fn a_registration_gets_the_ca_when_the_gate_opens_tls_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let log = crate::gate::log::Log::open(&dir.path().join("gate.log")).unwrap();
+        let state = Arc::new(State::new(0, OwnedFd::from(sock), log));
+        let register = |n: u8, policy: SessionPolicy, secrets| Request::Register {
+            session: format!("s{n}"),
+            project: "/p".into(),
+            token: format!("{n:032}"),
+            policy,
+            secrets,
+            upstream_ca: None,
+        };
+        let plain = ask(&state, &register(1, SessionPolicy::default(), vec![])).await;
+        assert_eq!(plain.refusal(), None);
+        assert_eq!(plain.as_registered().ca, None, "a blind tunnel needs no CA");
+        let rules = crate::policy::rule::parse("git.test git-push /r.git refs/heads/agent/*").unwrap();
+        let ruled =
+            ask(&state, &register(2, SessionPolicy { rules, ..SessionPolicy::default() }, vec![])).await;
+        let said = ruled.as_registered();
+        assert!(
+            said.ca.as_deref().is_some_and(|c| c.contains("BEGIN CERTIFICATE")) && said.push_refs,
+            "{said:?}"
+        );
+        let bound =
+            vec![crate::contract::session::Bound::new("K", "aisb_placeholder_k", "real", &["a.test"])];
+        let keyed = ask(&state, &register(3, SessionPolicy::default(), bound)).await;
+        assert!(keyed.as_registered().ca.is_some(), "{keyed:?}");
     }
 
     /// A live change is answered with what the gate holds of the new policy, as a registration
