@@ -45,18 +45,22 @@ pub(crate) use crate::contract::log::{Decision, Event, Layer};
 
 /// RFC 3339 UTC time of `secs` since the epoch (civil-from-days, no date crate needed).
 pub(crate) fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
+    let (y, m, d) = civil((secs / 86400) as i64);
     let rem = secs % 86400;
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
+pub(crate) fn civil(z: i64) -> (i32, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    ((yoe + era * 400 + i64::from(m <= 2)) as i32, m, d)
 }
 
 pub(crate) fn now() -> String {
@@ -117,5 +121,14 @@ mod tests {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(951782400), "2000-02-29T00:00:00Z");
         assert_eq!(super::rfc3339(1795945477), "2026-11-29T09:44:37Z");
+    }
+
+    #[test]
+    fn civil_dates_are_right_at_their_edges() {
+        assert_eq!(super::civil(0), (1970, 1, 1));
+        assert_eq!(super::civil(59), (1970, 3, 1));
+        assert_eq!(super::civil(11_016), (2000, 2, 29));
+        assert_eq!(super::civil(20_788), (2026, 12, 1));
+        assert_eq!(super::civil(-1), (1969, 12, 31));
     }
 }
