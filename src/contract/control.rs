@@ -166,7 +166,7 @@ pub struct GateStatus {
 impl Reply {
     /// `Update`: done, saying back what the gate honours of the new policy (as a registration
     /// does; a gate of an older version says nothing, which the launcher reads as not honoured).
-    pub fn updated(pid: u32, policy: &SessionPolicy, port: u16) -> Reply {
+    pub fn updated(port: u16, pid: u32, policy: &SessionPolicy) -> Reply {
         Reply::registered(pid, Registered::honouring(port, None, policy))
     }
     /// `Watch`, `Stop`: done.

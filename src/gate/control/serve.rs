@@ -117,7 +117,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
         Ok(Request::Update { session, policy }) => match state.session(&session) {
             Some(sess) => match state.open_counts(&sess, &policy) {
                 Ok(()) => {
-                    let said = Reply::updated(pid, &policy, port);
+                    let said = Reply::updated(port, pid, &policy);
                     sess.set_policy(policy);
                     reply(s, &said, None).await
                 }
