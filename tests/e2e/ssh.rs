@@ -112,8 +112,11 @@ fn the_users_ssh_agent_signs_inside_only_with_the_flag() {
     let vars = [("SSH_AUTH_SOCK", sock_s)];
     let with = sandbox(&p, &["--ssh-agent", "--", "sh", "-c", &script], &vars);
     let without = sandbox(&p, &["--", "sh", "-c", &script], &vars);
+    // `agent` is the `timeout` wrapping it: killing that leaves ssh-agent itself running (one
+    // was left by every run), so it is stopped by its socket too.
     let _ = agent.kill();
     let _ = agent.wait();
+    let _ = std::process::Command::new("pkill").args(["-f", &format!("ssh-agent -D -a {sock_s}")]).status();
     assert!(add.status.success(), "ssh-add: {}", String::from_utf8_lossy(&add.stderr));
     let all =
         format!("with:\n{}\n{}\nwithout:\n{}\n{}", with.stdout, with.stderr, without.stdout, without.stderr);
