@@ -7,7 +7,10 @@
 //! `Upstream::Hyper` sends upstream with hyper's client, as the gate does: a request's HEADERS
 //! leave in one write and its DATA in the next (hyper waits for the stream's send capacity,
 //! which h2 gives only once the stream is open). `Upstream::H2` sends with the h2 crate's
-//! client, queuing the DATA at once, so both leave in one write.
+//! client, queuing the DATA at once, so both leave in one write. `Upstream::Bytes` reads no
+//! HTTP/2 at all: it opens TLS on both sides and copies the decrypted bytes through, the frames
+//! as the client and server wrote them. That is the least any relay that terminates TLS can do,
+//! so it is the floor of every design, one that relays frame by frame included.
 
 use super::h2::tls;
 use http_body_util::BodyExt;
@@ -24,6 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub(super) enum Upstream {
     Hyper,
     H2,
+    Bytes,
 }
 
 /// Starts a bare relay to `upstream` (TLS to `host`, trusting `upstream_ca`) on 127.0.0.1.
@@ -49,7 +53,14 @@ pub(super) fn start(
                 let client = TokioIo::new(acceptor.accept(tcp).await.unwrap());
                 let up = TcpStream::connect(upstream).await.unwrap();
                 up.set_nodelay(true).unwrap();
-                let up = tls(up, &host, &upstream_ca, b"h2").await;
+                let mut up = tls(up, &host, &upstream_ca, b"h2").await;
+                if let Upstream::Bytes = kind {
+                    tokio::spawn(async move {
+                        let mut client = client.into_inner();
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                    });
+                    continue;
+                }
                 let server = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                 match kind {
                     Upstream::Hyper => {
@@ -64,6 +75,7 @@ pub(super) fn start(
                         });
                         tokio::spawn(server.serve_connection(client, svc));
                     }
+                    Upstream::Bytes => unreachable!("relayed above"),
                     Upstream::H2 => {
                         let (sender, conn) = h2::client::handshake(up).await.unwrap();
                         tokio::spawn(conn);

@@ -6,10 +6,10 @@
 //! Through the terminated host: N downloads of BYTES at once as N streams of one HTTP/2
 //! connection, against the same N downloads over N HTTP/1.1 connections, alternated RUNS times
 //! (`--runs`); then M unary calls one after the other on one HTTP/2 connection, terminated and
-//! through the tunnel, alternated call by call, with the same calls through two bare relays
+//! through the tunnel, alternated call by call, with the same calls through three bare relays
 //! (`floor`: what terminating costs before the gate does anything).
 //! Prints `h2 streams h2|h1 MB_PER_S` (the median run) and
-//! `h2 unary terminated|tunnel|bare-relay|bare-h2 P50 P99` (ms).
+//! `h2 unary terminated|tunnel|bare-relay|bare-h2|bare-tls P50 P99` (ms).
 
 use super::{arg, need, pct};
 use http_body_util::{BodyExt, Full};
@@ -223,7 +223,8 @@ pub(crate) fn run(args: &[String]) {
             tokio::spawn(conn);
             senders.push(s);
         }
-        for kind in [super::floor::Upstream::Hyper, super::floor::Upstream::H2] {
+        use super::floor::Upstream;
+        for kind in [Upstream::Hyper, Upstream::H2, Upstream::Bytes] {
             let (bare, bare_ca) = super::floor::start(kind, &host, (addr, PORT).into(), &ca_pem);
             let tcp = TcpStream::connect(bare).await.unwrap();
             tcp.set_nodelay(true).unwrap();
@@ -250,7 +251,7 @@ pub(crate) fn run(args: &[String]) {
                 times[i].push(t.elapsed().as_secs_f64() * 1e3);
             }
         }
-        for (i, name) in ["terminated", "tunnel", "bare-relay", "bare-h2"].iter().enumerate() {
+        for (i, name) in ["terminated", "tunnel", "bare-relay", "bare-h2", "bare-tls"].iter().enumerate() {
             println!("h2 unary {name} {:.3} {:.3}", pct(&mut times[i], 0.5), pct(&mut times[i], 0.99));
         }
         drop((tunnel, terminated));
