@@ -65,41 +65,7 @@ pub fn env() -> &'static Env {
         for p in [&root, &root.join("bin"), &root.join("projects"), &bin, &probe, &answer, &failing] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        // A gate left by an earlier run serves this run's launchers unless stopped (it speaks
-        // the same protocol), so a changed gate would go untested: found when a change to the
-        // gate made no test fail until the old gate was gone.
-        let _ = Command::new("pkill").args(["-KILL", "-u", &user, "-f", "ai-sandbox gate serve"]).status();
-        let gone = wait_for(10, || {
-            !Command::new("pgrep")
-                .args(["-u", &user, "-f", "ai-sandbox gate serve"])
-                .status()
-                .unwrap()
-                .success()
-        });
-        assert!(gone, "a gate of {user} from an earlier run did not stop");
-        // Test hosts of a run that was killed (their namespaces, servers and veths outlive it):
-        // their veths hold the addresses this run's test hosts take, and the gate would reach
-        // the dead ones (found: every CONNECT of the first test answered 502).
-        let out = |args: &[&str]| {
-            let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-            String::from_utf8_lossy(&o.stdout).into_owned()
-        };
-        // (This run's own, made before this first call to `env`, are kept: see `TestHost::new`.)
-        let pid = std::process::id() % 10000;
-        for ns in out(&["ip", "netns", "list"]).lines().filter_map(|l| l.split_whitespace().next()) {
-            if ns.starts_with("aisbe2e-") && !ns.starts_with(&format!("aisbe2e-{pid}-")) {
-                for pid in out(&["ip", "netns", "pids", ns]).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-                let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            }
-        }
-        for link in out(&["ip", "-o", "link", "show"]).lines().filter_map(|l| l.split(": ").nth(1)) {
-            let name = link.split('@').next().unwrap_or(link);
-            if name.starts_with("aisbh") && !name.starts_with(&format!("aisbh{pid}x")) {
-                let _ = Command::new("ip").args(["link", "del", name]).status();
-            }
-        }
+        clear_earlier_runs(&user);
         let run_dir = PathBuf::from(format!("/run/user/{}", pw.uid));
         if !run_dir.exists() {
             std::fs::create_dir_all(&run_dir).unwrap();
@@ -108,6 +74,42 @@ pub fn env() -> &'static Env {
         }
         Env { user, uid: pw.uid.as_raw(), home: pw.dir, root, bin, probe }
     })
+}
+
+/// What an earlier run (finished, or killed mid-way) left that would make this one test the
+/// wrong thing or fail: the test user's gates, and other runs' test hosts.
+fn clear_earlier_runs(user: &str) {
+    // A gate left by an earlier run serves this run's launchers unless stopped (it speaks
+    // the same protocol), so a changed gate would go untested: found when a change to the
+    // gate made no test fail until the old gate was gone.
+    let _ = Command::new("pkill").args(["-KILL", "-u", user, "-f", "ai-sandbox gate serve"]).status();
+    let gone = wait_for(10, || {
+        !Command::new("pgrep").args(["-u", user, "-f", "ai-sandbox gate serve"]).status().unwrap().success()
+    });
+    assert!(gone, "a gate of {user} from an earlier run did not stop");
+    // Test hosts of a run that was killed (their namespaces, servers and veths outlive it):
+    // their veths hold the addresses this run's test hosts take, and the gate would reach
+    // the dead ones (found: every CONNECT of the first test answered 502).
+    let out = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // (This run's own, made before this first call to `env`, are kept: see `TestHost::new`.)
+    let pid = std::process::id() % 10000;
+    for ns in out(&["ip", "netns", "list"]).lines().filter_map(|l| l.split_whitespace().next()) {
+        if ns.starts_with("aisbe2e-") && !ns.starts_with(&format!("aisbe2e-{pid}-")) {
+            for pid in out(&["ip", "netns", "pids", ns]).split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+    for link in out(&["ip", "-o", "link", "show"]).lines().filter_map(|l| l.split(": ").nth(1)) {
+        let name = link.split('@').next().unwrap_or(link);
+        if name.starts_with("aisbh") && !name.starts_with(&format!("aisbh{pid}x")) {
+            let _ = Command::new("ip").args(["link", "del", name]).status();
+        }
+    }
 }
 
 /// A project directory owned by the test user.
