@@ -54,13 +54,6 @@ pub(super) fn start(
                 let up = TcpStream::connect(upstream).await.unwrap();
                 up.set_nodelay(true).unwrap();
                 let mut up = tls(up, &host, &upstream_ca, b"h2").await;
-                if let Upstream::Bytes = kind {
-                    tokio::spawn(async move {
-                        let mut client = client.into_inner();
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
-                    });
-                    continue;
-                }
                 let server = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                 match kind {
                     Upstream::Hyper => {
@@ -75,7 +68,12 @@ pub(super) fn start(
                         });
                         tokio::spawn(server.serve_connection(client, svc));
                     }
-                    Upstream::Bytes => unreachable!("relayed above"),
+                    Upstream::Bytes => {
+                        tokio::spawn(async move {
+                            let mut client = client.into_inner();
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut up).await;
+                        });
+                    }
                     Upstream::H2 => {
                         let (sender, conn) = h2::client::handshake(up).await.unwrap();
                         tokio::spawn(conn);
