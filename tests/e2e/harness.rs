@@ -95,9 +95,9 @@ fn clear_earlier_runs(user: &str) {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     // (This run's own, made before this first call to `env`, are kept: see `TestHost::new`.)
-    let pid = std::process::id() % 10000;
+    let tag = run_tag();
     for ns in out(&["ip", "netns", "list"]).lines().filter_map(|l| l.split_whitespace().next()) {
-        if ns.starts_with("aisbe2e-") && !ns.starts_with(&format!("aisbe2e-{pid}-")) {
+        if ns.starts_with(HOST_NS) && !ns.starts_with(&format!("{HOST_NS}{tag}-")) {
             for pid in out(&["ip", "netns", "pids", ns]).split_whitespace() {
                 let _ = Command::new("kill").args(["-KILL", pid]).status();
             }
@@ -106,7 +106,7 @@ fn clear_earlier_runs(user: &str) {
     }
     for link in out(&["ip", "-o", "link", "show"]).lines().filter_map(|l| l.split(": ").nth(1)) {
         let name = link.split('@').next().unwrap_or(link);
-        if name.starts_with("aisbh") && !name.starts_with(&format!("aisbh{pid}x")) {
+        if name.starts_with(HOST_VETH) && !name.starts_with(&format!("{HOST_VETH}{tag}x")) {
             let _ = Command::new("ip").args(["link", "del", name]).status();
         }
     }
@@ -380,6 +380,16 @@ pub struct TestHost {
     pub udp_hits: Arc<AtomicUsize>,
 }
 
+/// Test hosts' names: namespace `aisbe2e-TAG-N`, host-side veth `aisbhTAGxN` (TAG: `run_tag`),
+/// by which `clear_earlier_runs` tells this run's from those an earlier run left.
+const HOST_NS: &str = "aisbe2e-";
+const HOST_VETH: &str = "aisbh";
+
+/// This run's part of its test hosts' names (short: a veth's name has at most 15 bytes).
+fn run_tag() -> u32 {
+    std::process::id() % 10000
+}
+
 fn sh(args: &[&str]) {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
@@ -390,9 +400,9 @@ impl TestHost {
         let n = HOSTS.fetch_add(1, Ordering::SeqCst);
         assert!(n < 60, "more than 60 test hosts in one run: give TestHost more address blocks");
         let n = n + 1;
-        let pid = std::process::id() % 10000;
-        let ns = format!("aisbe2e-{pid}-{n}");
-        let (veth, peer) = (format!("aisbh{pid}x{n}"), format!("aisbn{pid}x{n}"));
+        let tag = run_tag();
+        let ns = format!("{HOST_NS}{tag}-{n}");
+        let (veth, peer) = (format!("{HOST_VETH}{tag}x{n}"), format!("aisbn{tag}x{n}"));
         let (h4, v4) = (format!("198.51.100.{}", 4 * n + 1), format!("198.51.100.{}", 4 * n + 2));
         let (h6, v6) = (format!("fd99:a15b:0:{n}::1"), format!("fd99:a15b:0:{n}::2"));
         sh(&["ip", "netns", "add", &ns]);
