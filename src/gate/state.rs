@@ -331,19 +331,23 @@ impl<'a> Entry<'a> {
 }
 
 #[cfg(test)]
+impl State {
+    /// A gate's state for a unit test: a listener it never serves, its log in `dir`.
+    pub(crate) fn for_test(dir: &std::path::Path) -> State {
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        State::new(0, OwnedFd::from(sock), Log::open(&dir.join("gate.log")).unwrap())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::budget::host_line;
 
-    fn state(dir: &std::path::Path) -> State {
-        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        State::new(0, OwnedFd::from(sock), Log::open(&dir.join("gate.log")).unwrap())
-    }
-
     #[test]
     fn a_period_opens_the_projects_counts_shared_by_its_sessions_or_refuses() {
         let dir = tempfile::tempdir().unwrap();
-        let st = state(dir.path());
+        let st = State::for_test(dir.path());
         let file = dir.path().join("p").join("budgets.json");
         let daily = SessionPolicy {
             budgets: vec![host_line("a.test 1k/day")],

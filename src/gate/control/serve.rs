@@ -189,13 +189,6 @@ mod tests {
     use crate::contract::SessionPolicy;
     use crate::policy::budget::host_line;
 
-    /// A gate's state, its log in `dir`.
-    fn state(dir: &std::path::Path) -> Arc<State> {
-        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let log = crate::gate::log::Log::open(&dir.join("gate.log")).unwrap();
-        Arc::new(State::new(0, OwnedFd::from(sock), log))
-    }
-
     /// One request through `serve_conn`, its reply read back.
     async fn ask(state: &Arc<State>, req: &Request) -> Reply {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -216,7 +209,7 @@ mod tests {
     #[tokio::test]
     async fn a_registration_gets_the_ca_when_the_gate_opens_tls_for_it() {
         let dir = tempfile::tempdir().unwrap();
-        let state = state(dir.path());
+        let state = Arc::new(State::for_test(dir.path()));
         let register = |n: u8, policy: SessionPolicy, secrets| Request::Register {
             session: format!("s{n}"),
             project: "/p".into(),
@@ -247,7 +240,7 @@ mod tests {
     #[tokio::test]
     async fn a_live_change_is_answered_with_the_limits_the_gate_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let state = state(dir.path());
+        let state = Arc::new(State::for_test(dir.path()));
         let plain = SessionPolicy::default();
         state.register(Arc::new(Session::new("s1".into(), "/p".into(), "t".into(), plain.clone())));
         let update =
