@@ -250,8 +250,9 @@ pub(crate) trait Machine {
     fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()>;
     /// Verifies earlier sessions whose launcher and keeper both died.
     fn settle_leftovers(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
-    /// Records the protected paths and the repositories before the session.
-    fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<()>;
+    /// Records the protected paths and the repositories before the session; what it had to
+    /// change first, in words (a protected file with another name made a file of its own).
+    fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<Vec<String>>;
     /// Review mode: the session's upper layer and record, just before podman.
     fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()>;
     /// Review mode, after podman: what to say (waiting for review, or nothing changed).
@@ -287,9 +288,12 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     let recorded = m.settle_leftovers(g).and_then(|()| {
         m.snapshot(g, &plan.container).context("recording the protected paths before the session")
     });
-    if let Err(e) = recorded {
-        let _ = m.remove_session_dir(&plan.session_dir);
-        return Err(e);
+    match recorded {
+        Ok(notices) => notices.iter().for_each(|n| m.warn(n)),
+        Err(e) => {
+            let _ = m.remove_session_dir(&plan.session_dir);
+            return Err(e);
+        }
     }
     crate::sys::timing::mark("guard's record (the project walked)");
     if let Some(r) = &plan.review
@@ -366,9 +370,24 @@ impl Machine for Real {
     fn settle_leftovers(&mut self, g: &GuardSpec) -> anyhow::Result<()> {
         crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())
     }
-    fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<()> {
-        crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, container, g.review)?;
-        Ok(())
+    fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<Vec<String>> {
+        let m = crate::launch::guard::snapshot(
+            &g.project,
+            &g.paths,
+            &g.protected,
+            &g.store,
+            container,
+            g.review,
+        )?;
+        Ok(m.separated
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} had another name in the project or elsewhere (a hard link), which the sandbox could write where this path is read-only: it is now a file of its own (same content and mode; the other names keep theirs)",
+                    crate::sys::quote::path(&g.project.join(p))
+                )
+            })
+            .collect())
     }
     fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
         review::open(r)

@@ -78,8 +78,8 @@ impl Machine for Fake {
     fn settle_leftovers(&mut self, _: &GuardSpec) -> anyhow::Result<()> {
         self.call(Call::SettleLeftovers, "settle_leftovers")
     }
-    fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<()> {
-        self.call(Call::Snapshot, "snapshot")
+    fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<Vec<String>> {
+        self.call(Call::Snapshot, "snapshot").map(|()| Vec::new())
     }
     fn open_review(&mut self, _: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
         self.call(Call::OpenReview, "open_review")
