@@ -12,6 +12,8 @@ pub(crate) mod apply;
 pub(crate) mod callout;
 pub(crate) mod changes;
 pub(crate) mod git;
+#[cfg(test)]
+mod hostile;
 pub(crate) mod show;
 
 use crate::contract::review::{self, Review};
