@@ -23,6 +23,7 @@ mod newcomer;
 mod protocols;
 mod real_agents;
 mod review;
+mod review_hostile;
 mod rules;
 mod secrets;
 mod selfprotect;
