@@ -585,9 +585,33 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
         }
         crate::sys::timing::mark("the rules' refusals read a last time");
     }
+    if !status.success() {
+        for line in hook_reason(&plan.session_dir) {
+            say(&line);
+        }
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),
         (None, Some(sig)) => Ok(128 + sig),
         _ => bail!("podman ended with an unknown status: {status}"),
     }
+}
+
+/// What a hook printed when it refused to start the sandbox, as crun keeps it (see
+/// `plan::session::HOOKS_STDERR_FILE`): the lines to say (none when the hooks said nothing,
+/// as under runc, which puts the reason in podman's own error).
+fn hook_reason(session_dir: &Path) -> Vec<String> {
+    let file = session_dir.join(crate::plan::session::HOOKS_STDERR_FILE);
+    let Ok(tree) = crate::sys::untrusted::Tree::open(session_dir) else { return Vec::new() };
+    let Ok(bytes) = tree.read(Path::new(crate::plan::session::HOOKS_STDERR_FILE), 64 << 10) else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!("the sandbox was not started; its hook said ({}):", file.display())];
+    out.extend(lines.iter().map(|l| format!("  {}", crate::sys::quote::text(l))));
+    out
 }

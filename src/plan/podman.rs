@@ -266,6 +266,12 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     ]);
     a.extend(super::engine::options(p, f));
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    if p.net == NetMode::Allow {
+        // crun says only a failed hook's exit code; this is where it writes the hook's reason
+        // (runc ignores the annotation and says the reason itself).
+        let file = f.session_dir.join(session::HOOKS_STDERR_FILE);
+        push(&["--annotation", &format!("run.oci.hooks.stderr={}", file.display())]);
+    }
     match p.workspace {
         // The project as the lower layer of an overlay: everything the sandbox writes lands in
         // the session's upper layer, never in the project (podman's `:O`; see `review`).

@@ -21,6 +21,10 @@ pub(crate) const LIVE_FILE: &str = "live.json";
 /// The container's first process, as podman writes it (`--pidfile`): its namespaces are where
 /// a live change or a read of the refusal records goes.
 pub(crate) const CONTAINER_PID_FILE: &str = "container.pid";
+/// Where crun writes what the hooks (the ruleset's loader, the self-check) printed
+/// (`run.oci.hooks.stderr`): crun says only a hook's exit code, runc its stderr too, so the
+/// launcher prints this file's reason when the sandbox did not start.
+pub(crate) const HOOKS_STDERR_FILE: &str = "hooks.stderr";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub(crate) const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.

@@ -185,7 +185,11 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
     );
     let r = sandbox(&a, &["--", "sh", "-c", &hostile], &vars);
     r.ok();
-    assert!(r.stderr.contains("held what a login does not") && r.stderr.contains("tokens.mcp"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("held what a login does not") && r.stderr.contains("tokens.mcp"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stdout.contains(&format!("home={}/.codex", env().home.display())), "{}", r.stdout);
     let look = "cd \"$CODEX_HOME\" && cat auth.json; for f in config.toml AGENTS.md sessions; do [ -e $f ] && echo \"found $f\"; done; true";
     let rb = sandbox(&b, &["--", "sh", "-c", look], &vars);

@@ -43,8 +43,15 @@ fn a_hard_link_to_the_git_config_never_becomes_a_way_to_run_code_on_the_host() {
     std::fs::hard_link(p.path(".git/config"), p.path("notes")).unwrap();
     let r = sandbox(&p, &["--net", "none", "--", "sh", "-c", &plant], &[]);
     r.ok();
-    assert!(r.stderr.contains(".git/config had another name") && r.stderr.contains("a file of its own"), "{}", r.stderr);
-    assert!(!read(&p, ".git/config").contains("fsmonitor"), "the write through the second name reached the config");
+    assert!(
+        r.stderr.contains(".git/config had another name") && r.stderr.contains("a file of its own"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !read(&p, ".git/config").contains("fsmonitor"),
+        "the write through the second name reached the config"
+    );
     assert!(!r.stderr.contains("changed on the host during the session"), "{}", r.stderr);
     git_at(&p.dir, &["status"]).ok();
     assert!(std::fs::read_dir(&marks).unwrap().next().is_none(), "planted code ran on the host");
@@ -72,7 +79,11 @@ fn escapes_in_names_refs_and_subjects_never_reach_the_terminal_raw() {
     assert!(text.contains("the sandbox's feature at"), "control: the plain branch arrives: {text}");
     let a = sandbox(&p, &["apply", &id], &[]);
     a.ok();
-    assert!(!a.stderr.contains('\u{1b}') && !a.stderr.contains('\u{7}'), "raw escape in apply: {:?}", a.stderr);
+    assert!(
+        !a.stderr.contains('\u{1b}') && !a.stderr.contains('\u{7}'),
+        "raw escape in apply: {:?}",
+        a.stderr
+    );
     assert!(a.stderr.contains("subj\\e]0;owned\\x07"), "the subject is shown, escaped: {}", a.stderr);
     assert_eq!(read(&p, "my notes.txt"), "ok\n");
 }
@@ -142,10 +153,17 @@ fn what_a_type_change_or_a_deleted_repository_takes_with_it_is_shown_and_kept() 
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn world_writable_and_set_group_id_modes_are_called_out() {
     let p = repo("rv-modes");
-    let id = review(&p, "mkdir open sg && chmod 777 open && chmod 2755 sg && echo w > ww && chmod 666 ww && echo p > plain");
+    let id = review(
+        &p,
+        "mkdir open sg && chmod 777 open && chmod 2755 sg && echo w > ww && chmod 666 ww && echo p > plain",
+    );
     let d = sandbox(&p, &["diff", "--stat", &id], &[]);
     let text = &d.ok().stdout;
-    for want in ["  A open/\n      ! writable by every user", "  A sg/\n      ! set-user-ID or set-group-ID", "  A ww\n      ! writable by every user"] {
+    for want in [
+        "  A open/\n      ! writable by every user",
+        "  A sg/\n      ! set-user-ID or set-group-ID",
+        "  A ww\n      ! writable by every user",
+    ] {
         assert!(text.contains(want), "diff lacks {want:?}:\n{text}");
     }
     sandbox(&p, &["apply", &id], &[]).ok();
