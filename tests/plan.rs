@@ -1170,3 +1170,32 @@ fn containers_on_leaves_docker_host_and_the_reaper_to_a_user_who_sets_them() {
         "{out}"
     );
 }
+
+/// A host with no IPv4 default route (offline) gives pasta its local addresses explicitly, so the
+/// sandbox can reach the gate's address; a host with one (and a host whose routes were not read)
+/// leaves pasta to copy the host's.
+#[test]
+fn an_offline_host_gives_pasta_its_local_addresses() {
+    let network = |routes: Option<&str>| {
+        let mut h = host(DESIGN_CONFIG, &[]);
+        if let Some(r) = routes {
+            h.files.push(("/proc/net/route".into(), r.into()));
+        }
+        let argv = argv_of(&dry_run(&mut h, &[]));
+        argv[argv.iter().position(|a| a == "--network").unwrap() + 1].clone()
+    };
+    let header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+    let offline = format!("{header}wlan0\t0000A8C0\t00000000\t0001\t0\t0\t600\t00FFFFFF\t0\t0\t0\n");
+    let online = format!(
+        "{header}wlan0\t00000000\t0100A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n{}",
+        &offline[header.len()..]
+    );
+    assert!(
+        network(Some(&offline)).contains(",-a,169.254.2.1,-n,30,-g,169.254.2.2"),
+        "{}",
+        network(Some(&offline))
+    );
+    assert!(!network(Some(&online)).contains("169.254.2"), "{}", network(Some(&online)));
+    assert!(!network(None).contains("169.254.2"), "routes not read: nothing changes");
+    assert!(network(Some(header)).contains("-a,169.254.2.1"), "no route at all: offline too");
+}

@@ -164,6 +164,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             .then(|| crate::plan::podman::CATATONIT.iter().map(PathBuf::from).find(|c| host.exists(c)))
             .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
+        offline: crate::plan::podman::offline(host.read_file(Path::new("/proc/net/route"))?.as_deref()),
         engine_seccomp: engine_seccomp(host, p)?,
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {

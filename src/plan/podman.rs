@@ -120,6 +120,12 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
     match p.net {
         NetMode::Allow => {
             let mut opts = vec!["--map-host-loopback".to_string(), p.gate_addr.to_string()];
+            if f.offline {
+                // pasta's own addresses for a host with no interface (its "local mode"), given
+                // explicitly: with an address and no default route it would copy the address and
+                // no route, and the gate's address would be unreachable (docs/adr/0073).
+                opts.extend(LOCAL_MODE.iter().map(|s| s.to_string()));
+            }
             if p.gate {
                 opts.extend(["-T".to_string(), f.gate_port.to_string()]);
             }
@@ -136,6 +142,19 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
         NetMode::None => "none".into(),
         NetMode::Full => "pasta".into(),
     }
+}
+
+/// The sandbox's IPv4 address, netmask and gateway on a host with no default route: the link-local
+/// ones pasta assigns when the host has no interface at all.
+pub(crate) const LOCAL_MODE: &[&str] = &["-a", "169.254.2.1", "-n", "30", "-g", "169.254.2.2"];
+
+/// Whether `/proc/net/route`'s text has no default route (destination and mask 0); false when
+/// there is no text to tell (the file was not read), so that nothing changes then.
+pub(crate) fn offline(route: Option<&str>) -> bool {
+    let Some(text) = route else { return false };
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let default = rows.iter().any(|f| f.get(1) == Some(&"00000000") && f.get(7) == Some(&"00000000"));
+    !default
 }
 
 /// Where hosts keep catatonit, podman's init (Debian and Ubuntu, Fedora, others). With

@@ -99,6 +99,10 @@ pub struct Facts {
     /// Whether the host runs cgroup v2 (rootless podman enforces `--memory` and
     /// `--pids-limit` there only).
     pub(crate) cgroup_v2: bool,
+    /// The host has no IPv4 default route (an offline laptop; a network without a way out): given
+    /// an interface with an address, pasta would copy the address and no route, and the sandbox
+    /// could not reach the gate's address. Read from `/proc/net/route` (see `podman::offline`).
+    pub(crate) offline: bool,
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
     pub(crate) loader: Option<PathBuf>,

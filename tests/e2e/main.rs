@@ -20,6 +20,7 @@ mod keys;
 mod lifecycle;
 mod live;
 mod newcomer;
+mod offline;
 mod protocols;
 mod real_agents;
 mod review;
