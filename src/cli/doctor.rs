@@ -57,7 +57,7 @@ pub(crate) fn platform(p: &Platform) -> Vec<(&'static str, Result<String, String
     ));
     let runtime = match (p.runtime.as_str(), p.cgroup.as_str()) {
         ("crun", "v1") => Err("crun on cgroup v1: crun refuses hybrid hosts".into()),
-        (r, _) if r.is_empty() => Err("podman names no OCI runtime".into()),
+        ("", _) => Err("podman names no OCI runtime".into()),
         (r, _) => Ok(format!("{r}, cgroup manager {}", if p.manager.is_empty() { "?" } else { &p.manager })),
     };
     out.push((
