@@ -114,6 +114,11 @@ impl Masks {
             .as_ref()
     }
 
+    /// No spelling to look for (the host has no bound secret).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     fn longest(&self) -> usize {
         self.list.iter().map(|m| m.real.len()).max().unwrap_or(0)
     }

@@ -249,12 +249,27 @@ fn guarded(arg: &str) -> Option<&'static str> {
 }
 
 /// The one NO_PROXY: defaults, then the user's entries, then gate_addr when an allow entry
-/// reaches it on a port the gate does not relay (those clients must connect directly).
-pub(crate) fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Ports)]) -> Vec<String> {
+/// reaches it on a port the gate does not relay (those clients must connect directly), then each
+/// address or network with an address budget (counted on the direct path only: the gate does
+/// not relay it).
+pub(crate) fn compose_no_proxy(
+    user: &[String],
+    gate_addr: Ipv4Addr,
+    nets: &[(IpNet, Ports)],
+    budgeted: &[IpNet],
+) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
-    let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.as_str());
-    for item in NO_PROXY_DEFAULTS.iter().copied().chain(user.iter().map(String::as_str)).chain(extra) {
+    let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.clone());
+    let budgeted = budgeted.iter().map(|n| n.to_string());
+    let items = NO_PROXY_DEFAULTS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(user.iter().cloned())
+        .chain(extra)
+        .chain(budgeted);
+    for item in items {
+        let item = item.as_str();
         if !out.iter().any(|o| o.eq_ignore_ascii_case(item)) {
             out.push(item.to_string());
         }

@@ -336,7 +336,8 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     if !c.0.is_empty() {
         return Err(c.0);
     }
-    let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets);
+    let budgeted: Vec<IpNet> = net_budgets.iter().map(|b| b.net).collect();
+    let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets, &budgeted);
     let learning = inputs.learn.then(|| learning_notice(&gate_ports));
     let mut p = Policy {
         project,

@@ -152,6 +152,13 @@ fn no_proxy_is_composed_once_with_user_values_and_gate_addr() {
     // Positive control: an entry that does not reach gate_addr leaves it out.
     let p = policy("allow = 198.51.100.7:443\n", Inputs::default()).unwrap();
     assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1"]);
+    // An address budget is counted on the direct path only: its address or network too.
+    let p = policy(
+        "allow = 198.51.100.7:443\nallow = 203.0.113.0/24\nbudget = 198.51.100.7 1m\nbudget = 203.0.113.0/24 2m\n",
+        Inputs::default(),
+    )
+    .unwrap();
+    assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1", "198.51.100.7", "203.0.113.0/24"]);
 }
 
 #[test]

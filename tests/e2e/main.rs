@@ -7,6 +7,7 @@ mod agents;
 mod budgets;
 mod clients;
 mod cluster;
+mod comes_back;
 mod containers;
 mod docs;
 mod filelayer;
