@@ -114,11 +114,11 @@ impl Body for Scanned {
                 (_, Some(t)) => super::terminate::fields_size(t),
                 _ => 0,
             };
-            if let Some(a) = self.budget.as_ref().filter(|_| counted > 0) {
-                if !a.take_all(counted) {
-                    self.over.store(true, std::sync::atomic::Ordering::Release);
-                    return Poll::Ready(Some(Err("over the host's budget".into())));
-                }
+            if let Some(a) = self.budget.as_ref().filter(|_| counted > 0)
+                && !a.take_all(counted)
+            {
+                self.over.store(true, std::sync::atomic::Ordering::Release);
+                return Poll::Ready(Some(Err("over the host's budget".into())));
             }
             if self.skip > 0 {
                 self.skip -= 1;
