@@ -333,7 +333,7 @@ fn trust_checks_a_config_as_a_launch_would_and_names_what_widens() {
     ] {
         assert!(o.stdout.contains(want), "expected {want:?} in:\n{}", o.stdout);
     }
-    assert!(!o.stdout.contains("line 5"), "a plain name is not called out:\n{}", o.stdout);
+    assert!(o.stdout.contains("line 5: allow = github.com"), "a name the sandbox may reach:\n{}", o.stdout);
     assert_eq!(run_in(&dir, &home, &["trust", "--show"]).code, 0);
 }
 

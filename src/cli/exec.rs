@@ -53,9 +53,29 @@ fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> an
         running.iter().filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project)).collect();
     let hint = "`ai-sandbox ps` lists the running sandboxes";
     let chosen = match (session, mine.as_slice()) {
-        (Some(id), _) => mine.iter().find(|r| r.session == id).copied().ok_or_else(|| {
-            crate::error::hinted(format!("no running sandbox {id} of {shown}; nothing was run"), hint)
-        })?,
+        (Some(id), _) => match crate::sys::ids::named(mine.iter().map(|r| r.session.as_str()), id) {
+            crate::sys::ids::Named::One(one) => {
+                mine.iter().find(|r| r.session == one).copied().expect("named")
+            }
+            crate::sys::ids::Named::None => {
+                return Err(crate::error::hinted(
+                    format!("no running sandbox {id} of {shown}; nothing was run"),
+                    hint,
+                )
+                .into());
+            }
+            crate::sys::ids::Named::Several(ids) => {
+                return Err(crate::error::hinted(
+                    format!(
+                        "{id} starts the ids of {} running sandboxes of {shown} ({}); nothing was run",
+                        ids.len(),
+                        ids.join(", ")
+                    ),
+                    "pass more of the id",
+                )
+                .into());
+            }
+        },
         (None, []) => {
             return Err(crate::error::hinted(
                 format!("no sandbox of {shown} is running; nothing was run"),

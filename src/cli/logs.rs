@@ -103,8 +103,33 @@ fn new_direct(
     lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, format)).collect()
 }
 
+/// A session named by the start of its id: the whole id, among the sessions of the gate's log
+/// and the running sandboxes (a start that two share is refused, with both).
+fn whole_id(runtime: &std::path::Path, scope: &Scope) -> anyhow::Result<Option<Scope>> {
+    let Scope::Session(given) = scope else { return Ok(None) };
+    let text = std::fs::read_to_string(crate::gate::control::log_path(runtime)).unwrap_or_default();
+    let mut ids: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Event>(l).ok())
+        .map(|e| e.session)
+        .filter(|s| s.starts_with(given.as_str()))
+        .collect();
+    ids.extend(crate::live::apply::running(runtime).into_iter().map(|r| r.session));
+    match crate::sys::ids::named(ids.iter().map(String::as_str), given) {
+        crate::sys::ids::Named::One(one) => Ok(Some(Scope::Session(one.to_string()))),
+        crate::sys::ids::Named::None => Ok(None),
+        crate::sys::ids::Named::Several(all) => Err(crate::error::hinted(
+            format!("{given} starts the ids of {} sessions ({})", all.len(), all.join(", ")),
+            "pass more of the id",
+        )
+        .into()),
+    }
+}
+
 pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow::Result<i32> {
     let runtime = crate::sys::runtime::runtime_dir();
+    let whole = whole_id(&runtime, scope)?;
+    let scope = whole.as_ref().unwrap_or(scope);
     let mut known = false;
     let path = crate::gate::control::log_path(&runtime);
     let mut log = Follow::open(&path).ok();

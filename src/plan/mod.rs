@@ -479,7 +479,9 @@ pub(crate) fn render(plan: &Plan) -> String {
     for a in &plan.allowlist {
         out += &format!("#   {a}\n");
     }
-    out += "# podman command (one argument per line; paste into a shell)\n";
+    out += "# podman command (one argument per line, each quoted as a shell reads it back; it names the\n";
+    out += "# session's files, the env file, the hooks directory and the root, which a dry run does not\n";
+    out += "# write: it shows what runs, it does not run outside a launch)\n";
     let last = plan.argv.len().saturating_sub(1);
     for (i, a) in plan.argv.iter().enumerate() {
         let indent = if i == 0 { "" } else { "  " };

@@ -561,7 +561,10 @@ fn secret_widens(v: &str) -> Option<String> {
 fn allow_widens(v: &str) -> Option<String> {
     match parse(v).ok()? {
         Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
-        Allow::Host(..) => None,
+        Allow::Host(h, ports) => Some(match ports {
+            Some(p) => format!("lets the sandbox reach {h} through the gate, on port {p}"),
+            None => format!("lets the sandbox reach {h} through the gate, on the gate's ports"),
+        }),
         Allow::Net(n, ports) => {
             let mut why = Vec::new();
             let v4 = n.is_v4();

@@ -130,6 +130,10 @@ fn review_mode_leaves_the_project_alone_until_apply_brings_exactly_the_change() 
     let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
     let row = rows.as_array().unwrap().iter().find(|r| r["session"] == running_id.as_str());
     assert_eq!(row.map(|r| r["review"].clone()), Some(serde_json::json!("running")), "ps: {}", ps.stdout);
+    // The text says its mode is review, not its network's.
+    let text = sandbox(&p, &["ps"], &[]).ok().stdout.clone();
+    let line = text.lines().find(|l| l.starts_with(&running_id)).unwrap_or_default().to_string();
+    assert!(line.split_whitespace().nth(3) == Some("review"), "ps: {text}");
     release(&p);
     let out = s.wait_with_output();
     let stderr = err.lock().unwrap().clone();
