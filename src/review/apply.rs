@@ -113,14 +113,13 @@ pub(crate) fn links_leaving(
             .map(|(i, _)| (i.change.path.as_path(), &i.change))
             .collect();
         let after = |p: &Path| -> Option<PathBuf> {
-            let gone = p.ancestors().skip(1).any(|a| {
-                landing
-                    .get(a)
-                    .is_some_and(|c| c.what == What::Deleted || c.new.is_some_and(|n| n.kind != Kind::Dir))
-            });
+            // Below something that lands as no directory (deleted: nothing new), nothing is.
+            let gone = p
+                .ancestors()
+                .skip(1)
+                .any(|a| landing.get(a).is_some_and(|c| c.new.is_none_or(|n| n.kind != Kind::Dir)));
             match landing.get(p) {
                 _ if gone => None,
-                Some(c) if c.what == What::Deleted => None,
                 Some(c) => c.link.clone().filter(|_| c.new.is_some_and(|n| n.kind == Kind::Link)),
                 None => link_in_project(p),
             }
@@ -309,6 +308,15 @@ mod tests {
         c[1].conflict = Some("changed on the host".into());
         assert_eq!(decide(&c, &[], &none)[1], Verdict::WithDirectory("lib".into()));
         assert_eq!(decide(&c, &["lib".into()], &none)[1], Verdict::Land);
+        // A directory replaced by something that never lands (a fifo): what is below it stays,
+        // even named through the directory; named itself, a file below is deleted on its own.
+        let mut never = items.clone();
+        never[0].callouts = vec![Callout::Special(Kind::Fifo)];
+        assert_eq!(
+            decide(&never, &["lib".into()], &none)[..2],
+            [Verdict::Never, Verdict::WithDirectory("lib".into())]
+        );
+        assert_eq!(decide(&never, &["lib/a.rs".into()], &none)[1], Verdict::Land);
         // Applied before: what is below lands now.
         let done: HashSet<PathBuf> = [PathBuf::from("lib")].into();
         assert_eq!(decide(&items, &[], &done)[..2], [Verdict::Done, Verdict::Land]);
@@ -350,6 +358,20 @@ mod tests {
         let mut v = decide(&items, &[], &none);
         links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
         assert_eq!(v[1], Verdict::Land, "a/b is deleted: `..` of a/b is a");
+        // A file in place of a directory on the way: the project's link below it is gone too.
+        let mut file = item("a", vec![], None);
+        file.change = Change::new("a".into(), What::Changed, Some(stat(Kind::File)), Some(stat(Kind::Dir)));
+        let items = vec![file, link("z", "a/b/../..")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
+        assert_eq!(v[1], Verdict::Land, "a is a file: a/b is no link");
+        // ... and a directory on the way keeps it: through it, the same target leads out.
+        let mut dir = item("a", vec![], None);
+        dir.change = Change::new("a".into(), What::Changed, Some(stat(Kind::Dir)), Some(stat(Kind::Dir)));
+        let items = vec![dir, link("z", "a/b/../..")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
+        assert!(matches!(&v[1], Verdict::CalledOut(_)), "{v:?}");
         // Taking one out changes another: `x` lands only if it does not lead out through `y`.
         let items = vec![link("y", "/etc"), link("x", "y")];
         let mut v = decide(&items, &[], &none);
