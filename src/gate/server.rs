@@ -276,8 +276,10 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 Kind::Forward => a.take_all(need),
                 Kind::Connect => a.left() >= need,
             };
-            let mut over =
-                budget.as_ref().filter(|a| !fits(a)).map(|a| a.denial(&session.policy().config_path));
+            let mut over = budget.as_ref().filter(|a| !fits(a)).map(|a| match req.kind {
+                Kind::Forward => a.denial_of(&session.policy().config_path, need),
+                Kind::Connect => a.denial(&session.policy().config_path),
+            });
             // With a watcher asked (`ask = SECONDS`): once lets this connection through
             // uncounted; allowed means the watcher raised the line (a live change): the new one.
             if let Some(d) = &over {

@@ -534,11 +534,11 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if let Some(a) = &budget {
-        let head = head_size(&method, &target, &parts.headers);
-        if !a.take_all(head.saturating_add(declared.unwrap_or(0))) {
+        let wanted = head_size(&method, &target, &parts.headers).saturating_add(declared.unwrap_or(0));
+        if !a.take_all(wanted) {
             // The body is read and dropped here (never sent), so the client reads the refusal.
             drain(&ahead, &mut body).await;
-            return c.denied(&asked, &a.denial(&c.session.policy().config_path));
+            return c.denied(&asked, &a.denial_of(&c.session.policy().config_path, wanted));
         }
     }
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
