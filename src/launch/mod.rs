@@ -195,6 +195,13 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
         loop {
             let Some((sig, from_kernel)) = process::wait_for_signal(&set) else { continue };
             if LAUNCH_DONE.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(words) = process::take_last_words() {
+                    // (On a terminal `say` starts a line of its own; else after the open question.)
+                    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                        eprintln!();
+                    }
+                    say(&words);
+                }
                 std::process::exit(128 + sig as i32);
             }
             if PODMAN_ENDED.load(std::sync::atomic::Ordering::SeqCst) {

@@ -330,4 +330,19 @@ fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_ac
     assert_eq!(c.code, 130, "{}\n{}", c.stdout, c.stderr);
     assert!(!c.stdout.contains("NOT yet verified") && !c.stdout.contains("added to"), "{}", c.stdout);
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), cfg, "nothing added");
+    // ... and the proposal is not lost: what was not written, and the command that writes it.
+    assert!(
+        c.stdout.contains("interrupted; nothing was written; to add them: ai-sandbox allow b.learn.test"),
+        "{}",
+        c.stdout
+    );
+    // A name that does not resolve is said as not reached, never as "nothing was asked for".
+    let u = sandbox(&p, &["learn", "--", "sh", "-c", &format!("{code} http://nosuch.invalid/; true")], &[]);
+    let said = format!("{}{}", u.stdout, u.stderr);
+    assert!(
+        said.contains("could not be reached") && said.contains("nosuch.invalid (cannot resolve"),
+        "{said}"
+    );
+    assert!(!said.contains("nothing outside the allowlist was asked for"), "{said}");
+    assert!(!said.contains("allow = nosuch.invalid"), "proposed: {said}");
 }
