@@ -126,8 +126,9 @@ pub(crate) fn links_leaving(
         };
         let mut out = Vec::new();
         for (n, i) in items.iter().enumerate() {
+            // (A change carries a link's target only when it puts a link there.)
             let (Verdict::Land, Some(t)) = (&verdicts[n], &i.change.link) else { continue };
-            if named(&i.change.path, paths) || i.change.new.is_none_or(|s| s.kind != Kind::Link) {
+            if named(&i.change.path, paths) {
                 continue;
             }
             match resolve(&i.change.path, t, &after) {

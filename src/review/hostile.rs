@@ -222,7 +222,23 @@ fn review(g: &Ground) -> (String, Vec<show::Item>, Vec<Verdict>) {
     text += &super::git::Refused::lines(&branches.refused);
     let mut verdicts = apply::decide(&items, &[], &HashSet::new());
     apply::links_leaving(&items, &mut verdicts, &[], &|r| changes::project_link(&p, r));
-    apply::land(&items, &verdicts, &u, &p, &mut |_| Ok(())).unwrap();
+    let mut said = Vec::new();
+    let n = apply::land(&items, &verdicts, &u, &p, &mut |l| {
+        said.push(l.to_path_buf());
+        Ok(())
+    })
+    .unwrap();
+    let landing: Vec<PathBuf> = items
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, v)| **v == Verdict::Land)
+        .map(|(i, _)| i.change.path.clone())
+        .collect();
+    assert_eq!(
+        (n, &said),
+        (landing.len(), &landing),
+        "apply counts and records each path it lands, in order"
+    );
     (text, items, verdicts)
 }
 
@@ -246,6 +262,7 @@ proptest! {
             plant(&g, rel, what);
         }
         let (before, outside) = (contents(&g.project), contents(&g.outside));
+        let layer_had = contents(&g.upper);
         let (text, items, verdicts) = review(&g);
         let after = contents(&g.project);
         // Nothing raw printed.
@@ -275,6 +292,29 @@ proptest! {
                 holder || landed.iter().any(|l| k.starts_with(l)),
                 "{} changed, and no item that landed names it: {:?}\n{}", k.display(), landed, text
             );
+        }
+        // What landed is what `diff` showed: each file with the layer's bytes and mode, each
+        // link with its target, each directory a directory, each deletion gone (and below a
+        // deleted or replaced directory, nothing of the project's is left).
+        for (i, _) in items.iter().zip(&verdicts).filter(|(_, v)| **v == Verdict::Land) {
+            let c = &i.change;
+            let now = after.get(&c.path);
+            let gone_later = items.iter().zip(&verdicts).any(|(j, v)| {
+                *v == Verdict::Land && c.path.starts_with(&j.change.path) && j.change.path != c.path
+                    && j.change.new.is_none_or(|n| n.kind != crate::sys::untrusted::Kind::Dir)
+            });
+            match c.new.map(|n| n.kind) {
+                _ if gone_later => {}
+                None => prop_assert!(now.is_none(), "{} deleted, yet there", c.path.display()),
+                Some(crate::sys::untrusted::Kind::Dir) => {
+                    prop_assert!(now.is_some_and(|n| n.0 == b"<dir>"), "{} is no directory", c.path.display())
+                }
+                Some(crate::sys::untrusted::Kind::File | crate::sys::untrusted::Kind::Link) => {
+                    let shown = layer_had.get(&c.path).map(|l| (&l.0, l.2));
+                    prop_assert_eq!(now.map(|n| (&n.0, n.2)), shown, "{} as diff showed", c.path.display());
+                }
+                Some(_) => {}
+            }
         }
         // git's internals never land.
         for g_file in [".git/config", ".git/HEAD", "lib/.git/config", "lib/.git/HEAD"] {
