@@ -463,6 +463,45 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }
 
+/// `allow X` after `deny X`: the deny line is taken back in the config (the running sandbox keeps
+/// refusing X until it restarts, and is not told X is allowed); a wider deny line stays and
+/// nothing changes, said with the line.
+#[test]
+fn allow_takes_back_a_deny_line_that_names_it_and_never_pretends_past_a_wider_one() {
+    let mut h = host("allow = *.a.test\ndeny = x.a.test\ndeny = *.b.test\nallow = c.b.test:8080\n", &[]);
+    h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
+    let run = |h: &mut FakeHost, items: &[&str]| {
+        let cli = Cli::try_parse_from(["ai-sandbox", "allow"].iter().chain(items)).unwrap();
+        let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
+        change::change_cmd(h, args, change::Verb::Allow)
+    };
+    assert_eq!(run(&mut h, &["x.a.test", "y.test"]).unwrap(), 0);
+    assert!(h.stdout.contains("took back `deny = x.a.test` in the config"), "{}", h.stdout);
+    assert!(h.stdout.contains("a running one keeps refusing it until it restarts"), "{}", h.stdout);
+    assert!(
+        h.stdout.contains("allowed y.test in the running sandbox abc")
+            && !h.stdout.contains("allowed x.a.test"),
+        "{}",
+        h.stdout
+    );
+    let cfg = h.files.iter().rev().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap().1.clone();
+    assert_eq!(
+        cfg,
+        "allow = *.a.test\ndeny = *.b.test\nallow = c.b.test:8080\nallow = x.a.test\nallow = y.test\n"
+    );
+    // A wider deny line: it stays, and nothing changes anywhere.
+    let before = (h.effects.len(), cfg.clone());
+    let e = format!("{:#}", run(&mut h, &["d.b.test"]).unwrap_err());
+    assert!(
+        e.contains("d.b.test stays refused by `deny = *.b.test` (.ai-sandbox/config:2)")
+            && e.contains("nothing was changed"),
+        "{e}"
+    );
+    assert_eq!(h.effects.len(), before.0, "{:?}", &h.effects[before.0..]);
+    let after = h.files.iter().rev().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap().1.clone();
+    assert_eq!(after, before.1);
+}
+
 #[test]
 fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
     let mut h = host("", &[]);
