@@ -965,6 +965,26 @@ fn a_launch_stops_at_the_first_effect_that_fails_and_starts_nothing() {
     }
 }
 
+/// From a subdirectory of a repository, init writes where a launch there looks: the
+/// repository's root (said), unless `--project .` names the subdirectory.
+#[test]
+fn init_in_a_subdirectory_of_a_repository_writes_the_projects_config() {
+    let mut h = host("", &[]);
+    h.files.clear();
+    h.files.push(("/home/dev/app/.git/HEAD".into(), "ref: refs/heads/main\n".into()));
+    h.cwd = "/home/dev/app/src/deep".into();
+    assert_eq!(setup::init(&mut h, &[], false, None).unwrap(), 0);
+    assert!(h.files.iter().any(|(p, _)| p == Path::new("/home/dev/app/.ai-sandbox/config")), "{:?}", h.files);
+    assert!(h.stdout.contains("wrote /home/dev/app/.ai-sandbox/config (the project of /home/dev/app/src/deep: the repository's root"), "{}", h.stdout);
+    // The launch from there finds that config (the control: the same project both ways).
+    h.effects.clear();
+    let out = dry_run(&mut h, &[]);
+    assert!(!out.contains("there is no"), "{out}");
+    // Named, the subdirectory is a project of its own.
+    assert_eq!(setup::init(&mut h, &[], false, Some(Path::new("."))).unwrap(), 0);
+    assert!(h.files.iter().any(|(p, _)| p == Path::new("/home/dev/app/src/deep/.ai-sandbox/config")));
+}
+
 #[test]
 fn init_whose_write_fails_writes_nothing_else() {
     let mut h = host("", &[]);
