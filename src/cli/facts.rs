@@ -265,7 +265,11 @@ fn launchable(
         return Default::default();
     }
     let visible: Vec<PathBuf> = host_dirs.iter().cloned().chain([p.project.clone()]).collect();
-    crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
+    let mut l = crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home);
+    // A directory an install usually has (a script's `lib`) that this one lacks is not mounted:
+    // podman refuses to mount what does not exist.
+    l.mounts.retain(|m| host.exists(m));
+    l
 }
 
 /// What a launch passes for the `secret` lines.
@@ -354,4 +358,39 @@ fn resolve_secrets(
         }
     }
     Ok(Resolved { values, missing, bound })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FakeHost;
+
+    /// A script in `~/.local/bin` is mounted with its install's `lib` only when there is one
+    /// (podman refuses a mount of what does not exist: `statfs ~/.local/lib`).
+    #[test]
+    fn an_agents_install_dirs_are_mounted_only_where_they_exist() {
+        let mut h = FakeHost { cwd: "/home/u/p".into(), ..FakeHost::default() };
+        h.vars.push(("HOME".into(), "/home/u".into()));
+        let script = PathBuf::from("/home/u/.local/bin/agent");
+        h.programs.push((
+            "agent".into(),
+            crate::plan::agent::Found {
+                path: script.clone(),
+                target: script.clone(),
+                interpreter: Some(("/usr/bin/node".into(), "/usr/bin/node".into())),
+            },
+        ));
+        h.files.push((script, "#!/usr/bin/env node\n".into()));
+        let (cfg, _) = crate::policy::keys::read("cmd = agent\n");
+        let p = crate::policy::build("/home/u/p".into(), &cfg, &crate::policy::Inputs::default()).unwrap();
+        let l = launchable(&h, &p, &[PathBuf::from("/usr")], Path::new("/home/u"));
+        assert_eq!(l.mounts, [PathBuf::from("/home/u/.local/bin")], "{l:?}");
+        h.files.push(("/home/u/.local/lib/node_modules/x".into(), String::new()));
+        let l = launchable(&h, &p, &[PathBuf::from("/usr")], Path::new("/home/u"));
+        assert_eq!(
+            l.mounts,
+            [PathBuf::from("/home/u/.local/bin"), PathBuf::from("/home/u/.local/lib")],
+            "{l:?}"
+        );
+    }
 }
