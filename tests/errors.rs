@@ -517,3 +517,15 @@ fn presets_are_completed_split_at_commas_and_a_near_miss_is_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_git_identity_line_that_is_no_identity_is_refused_with_the_form() {
+    refused(
+        Some("git_identity = somebody\n"),
+        &[],
+        &[
+            ".ai-sandbox/config:1: `git_identity = somebody` is not `host`, `off` or `Name <email>`",
+            "Agent <agent@example.com>",
+        ],
+    );
+}

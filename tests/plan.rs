@@ -1258,3 +1258,49 @@ fn an_offline_host_gives_pasta_its_local_addresses() {
     assert!(!network(None).contains("169.254.2"), "routes not read: nothing changes");
     assert!(network(Some(header)).contains("-a,169.254.2.1"), "no route at all: offline too");
 }
+
+/// The host's git identity (user.name and user.email only) authors commits inside, as git's
+/// variables in the env file, said at launch; `git_identity = off` and `Name <email>` say
+/// otherwise; a variable the user set wins.
+#[test]
+fn commits_inside_are_authored_by_the_users_git_identity_unless_the_config_says_otherwise() {
+    let env_of = |config: &str, identity: Option<(&str, &str)>| {
+        let mut h = host(config, &[]);
+        h.git_identity = identity.map(|(n, e)| (n.to_string(), e.to_string()));
+        let out = dry_run(&mut h, &[]);
+        let env = out.split("(mode 0600").nth(1).unwrap_or_default().to_string();
+        (out, env)
+    };
+    let (out, env) = env_of("", Some(("Dev One", "dev@example.com")));
+    for v in [
+        "GIT_AUTHOR_NAME=Dev One\n",
+        "GIT_AUTHOR_EMAIL=dev@example.com\n",
+        "GIT_COMMITTER_NAME=Dev One\n",
+        "GIT_COMMITTER_EMAIL=dev@example.com\n",
+    ] {
+        assert!(env.contains(v), "{v:?}: {env}");
+    }
+    assert!(
+        out.contains(
+            "# note: git commits inside are authored by Dev One <dev@example.com> (your git config's"
+        ),
+        "{out}"
+    );
+    let (out, env) = env_of("git_identity = off\n", Some(("Dev One", "dev@example.com")));
+    assert!(!env.contains("GIT_AUTHOR") && !out.contains("authored by"), "{out}");
+    let (_, env) = env_of("git_identity = Agent <agent@example.com>\n", None);
+    assert!(
+        env.contains("GIT_AUTHOR_NAME=Agent\n") && env.contains("GIT_COMMITTER_EMAIL=agent@example.com\n"),
+        "{env}"
+    );
+    let (_, env) = env_of("env = GIT_AUTHOR_NAME=Mine\n", Some(("Dev One", "dev@example.com")));
+    assert!(
+        env.contains("GIT_AUTHOR_NAME=Mine\n")
+            && !env.contains("GIT_AUTHOR_NAME=Dev One")
+            && env.contains("GIT_COMMITTER_NAME=Dev One"),
+        "{env}"
+    );
+    // No identity on the host: nothing set, nothing said.
+    let (out, env) = env_of("", None);
+    assert!(!env.contains("GIT_AUTHOR") && !out.contains("authored by"), "{out}");
+}

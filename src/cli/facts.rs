@@ -165,6 +165,11 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
         offline: crate::plan::podman::offline(host.read_file(Path::new("/proc/net/route"))?.as_deref()),
+        git_identity: match &p.git_identity {
+            crate::policy::GitIdentity::Host => host.git_identity(),
+            crate::policy::GitIdentity::Off => None,
+            crate::policy::GitIdentity::Given { name, email } => Some((name.clone(), email.clone())),
+        },
         engine_seccomp: engine_seccomp(host, p)?,
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {

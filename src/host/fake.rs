@@ -100,6 +100,8 @@ pub struct FakeHost {
     pub answers: Vec<bool>,
     /// Programs on PATH that are not in /usr/bin (every other name is).
     pub programs: Vec<(String, crate::plan::agent::Found)>,
+    /// The user's git identity (`Host::git_identity`).
+    pub git_identity: Option<(String, String)>,
     /// Live records of running sandboxes (`live_sessions` returns them all).
     pub live: Vec<PathBuf>,
     /// What `running` returns.
@@ -225,6 +227,9 @@ impl Os for FakeHost {
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
         self.effect(Effect::Lock(path.to_path_buf()))?;
         Ok(Box::new(()))
+    }
+    fn git_identity(&self) -> Option<(String, String)> {
+        self.git_identity.clone()
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;

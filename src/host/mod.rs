@@ -63,6 +63,9 @@ pub trait Os {
     fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// The user's git identity: `user.name` and `user.email` of their git config (global, as git
+    /// reads it for them), when both are set.
+    fn git_identity(&self) -> Option<(String, String)>;
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
@@ -312,6 +315,18 @@ impl Os for RealHost {
             None => return None,
         };
         std::fs::canonicalize(interp).ok()
+    }
+    fn git_identity(&self) -> Option<(String, String)> {
+        let get = |key: &str| {
+            let out = std::process::Command::new("git")
+                .args(["config", "--global", "--get", key])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let v = String::from_utf8(out.stdout).ok()?.trim().to_string();
+            (out.status.success() && !v.is_empty()).then_some(v)
+        };
+        Some((get("user.name")?, get("user.email")?))
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         use std::io::Write;

@@ -361,6 +361,15 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     n.extend(f.launchable.notice.iter().cloned());
+    if let Some((name, email)) = &f.git_identity {
+        let from = match p.git_identity {
+            crate::policy::GitIdentity::Given { .. } => "the config's git_identity line",
+            _ => {
+                "your git config's user.name and user.email, nothing else of it; `git_identity = off` to not"
+            }
+        };
+        n.push(format!("git commits inside are authored by {name} <{email}> ({from})"));
+    }
     if p.workspace == crate::policy::Workspace::Review {
         n.push(format!(
             "review mode: the project is not written; what the sandbox changes goes to {} (`ai-sandbox diff {}` afterwards)",

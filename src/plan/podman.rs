@@ -95,6 +95,23 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Who commits made inside are authored by (`git_identity`): git's author and committer
+/// variables, each unless the user set it. Variables, not a file in the sandbox HOME: nothing of
+/// the host's git config but the two values crosses, and the agent's own config there stays its.
+fn git_identity(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+    let Some((name, email)) = &f.git_identity else { return Vec::new() };
+    [
+        ("GIT_AUTHOR_NAME", name),
+        ("GIT_AUTHOR_EMAIL", email),
+        ("GIT_COMMITTER_NAME", name),
+        ("GIT_COMMITTER_EMAIL", email),
+    ]
+    .into_iter()
+    .filter(|(k, _)| !p.user_sets(k))
+    .map(|(k, v)| (k.to_string(), v.clone()))
+    .collect()
+}
+
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
@@ -106,6 +123,7 @@ pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(super::gate_ca::env(p, f))
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
+        .chain(git_identity(p, f))
         .chain(super::engine::env(p, f))
         .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
         .collect();

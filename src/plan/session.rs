@@ -103,6 +103,9 @@ pub struct Facts {
     /// an interface with an address, pasta would copy the address and no route, and the sandbox
     /// could not reach the gate's address. Read from `/proc/net/route` (see `podman::offline`).
     pub(crate) offline: bool,
+    /// Who commits made inside are authored by (name, email): the host's git config's, the
+    /// config's `git_identity` line's, or none.
+    pub(crate) git_identity: Option<(String, String)>,
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
     pub(crate) loader: Option<PathBuf>,

@@ -41,6 +41,7 @@ pub enum Name {
     Net,
     Workspace,
     Containers,
+    GitIdentity,
 }
 
 impl Name {
@@ -70,6 +71,7 @@ impl Name {
         Name::Net,
         Name::Workspace,
         Name::Containers,
+        Name::GitIdentity,
     ];
 
     /// How the config spells it.
@@ -99,6 +101,7 @@ impl Name {
             Name::Net => "net",
             Name::Workspace => "workspace",
             Name::Containers => "containers",
+            Name::GitIdentity => "git_identity",
         }
     }
 }
@@ -429,6 +432,17 @@ pub const KEYS: &[Key] = &[
             kube: Export::LeftOut(
                 "a Pod gets no nested container engine; the cluster runs the containers a suite needs",
             ),
+        },
+    },
+    Key {
+        name: Name::GitIdentity,
+        repeats: false,
+        shell: false,
+        doc: "the author of git commits made inside: host (default: your git config's user.name and user.email, nothing else of it), off, or `Name <email>`",
+        example: "Agent <agent@example.com>",
+        widens: Widens::Never,
+        export: Exports {
+            kube: Export::LeftOut("a Pod's commits are authored as its image and environment say"),
         },
     },
 ];
