@@ -529,3 +529,41 @@ fn a_git_identity_line_that_is_no_identity_is_refused_with_the_form() {
         ],
     );
 }
+
+/// The approval prompt needs a terminal to answer on (stdin) and one to show it (stderr): a piped
+/// stdout (`ai-sandbox | tee log`) still gets the question.
+#[test]
+fn the_approval_prompt_is_asked_with_stdout_piped() {
+    use std::io::{Read, Write};
+    let (_t, dir, home) = project(Some("allow = github.com\n"));
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let tty = std::fs::File::from(pty.slave);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .stdin(tty.try_clone().unwrap())
+        .stderr(tty.try_clone().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(tty);
+    let mut master = std::fs::File::from(pty.master);
+    let mut shown = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&shown).contains("[y/N]") {
+        let n = master.read(&mut buf).unwrap_or(0);
+        assert!(n > 0, "no question: {}", String::from_utf8_lossy(&shown));
+        shown.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        String::from_utf8_lossy(&shown).contains("Approve this config"),
+        "{}",
+        String::from_utf8_lossy(&shown)
+    );
+    master.write_all(b"n\r").unwrap();
+    assert_ne!(child.wait().unwrap().code(), Some(0), "not approved: nothing started");
+}

@@ -259,7 +259,7 @@ pub(super) fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Resul
         _ => {}
     }
     let explained = approval::explain(&a.status, &text, &l.display);
-    if host.stdio_is_tty() {
+    if host.can_ask() {
         host.eprint(&explained);
         if host.confirm("Approve this config for this project and start? [y/N] ")? {
             host.write_file(&a.path, &text)?;

@@ -62,7 +62,7 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         );
     }
     host.eprint(&said);
-    if !host.stdio_is_tty() {
+    if !host.can_ask() {
         let all: Vec<&str> = groups.iter().flat_map(|g| g.names.iter().map(String::as_str)).collect();
         host.eprint(&format!(
             "ai-sandbox: learn: nothing was written (no terminal to ask on); to add them: ai-sandbox allow {}\n",

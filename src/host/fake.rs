@@ -185,6 +185,9 @@ impl Os for FakeHost {
     fn stdio_is_tty(&self) -> bool {
         self.tty
     }
+    fn can_ask(&self) -> bool {
+        self.tty
+    }
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
         Ok("ab".repeat(n))
     }

@@ -43,6 +43,9 @@ pub trait Os {
     /// This process's id (kept across exec(2): `ai-sandbox exec` records it as podman's).
     fn own_pid(&self) -> u32;
     fn stdio_is_tty(&self) -> bool;
+    /// Whether a question can be asked: stdin is a terminal to answer on, and stderr one to show
+    /// it (stdout may be a pipe: `ai-sandbox | tee log` still asks).
+    fn can_ask(&self) -> bool;
     /// `n` random bytes as lowercase hex.
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
     fn print(&mut self, text: &str);
@@ -256,6 +259,9 @@ impl Os for RealHost {
     }
     fn stdio_is_tty(&self) -> bool {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+    }
+    fn can_ask(&self) -> bool {
+        std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
     }
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
         let mut buf = vec![0u8; n];
