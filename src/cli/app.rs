@@ -98,6 +98,7 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         learn: args.learn,
         review: args.review,
         containers: args.containers,
+        home: host.env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from),
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {

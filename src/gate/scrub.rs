@@ -395,8 +395,10 @@ mod tests {
             before in proptest::collection::vec(proptest::num::u8::ANY, 0..5),
             after in proptest::collection::vec(proptest::num::u8::ANY, 0..5),
             form in 0usize..7,
-            prefix in "[ -~]{0,12}",
-            suffix in "[ -~]{0,12}",
+            // (No `%` around the encoding: it would join the first escape and change what the
+            // body as sent decodes to, which the control below checks.)
+            prefix in "[ -$&-~]{0,12}",
+            suffix in "[ -$&-~]{0,12}",
             cuts in proptest::collection::vec(0usize..300, 0..6),
         ) {
             use base64::engine::general_purpose::{STANDARD, URL_SAFE};

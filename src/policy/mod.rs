@@ -110,6 +110,9 @@ pub struct Inputs {
     pub review: bool,
     /// `--containers`: the sandbox's own container engine (`containers = on`).
     pub containers: bool,
+    /// The user's HOME (from the environment): an extra argument that mounts it, or a directory
+    /// above it, read-write is refused.
+    pub home: Option<PathBuf>,
 }
 
 /// How the sandbox sees the project (`workspace =`, `--review`): `Direct` writes it; `Review`
