@@ -545,6 +545,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         net: ai_sandbox::policy::NetMode::Allow,
         gate: false,
         tls: false,
+        host_image: true,
         policy: ai_sandbox::contract::SessionPolicy {
             gate_ports: vec![],
             config_path: String::new(),
@@ -1029,6 +1030,7 @@ fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
             net: ai_sandbox::policy::NetMode::Allow,
             gate: true,
             tls: false,
+            host_image: true,
             policy: Default::default(),
         }),
         path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),

@@ -516,7 +516,13 @@ impl Ports for RealHost {
     }
     fn exec(&mut self, argv: &[String]) -> anyhow::Result<i32> {
         use std::os::unix::process::CommandExt;
-        let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+        // podman's warning on cgroup v1 hosts, every run, is nothing the user can act on here.
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        if std::env::var_os("PODMAN_IGNORE_CGROUPSV1_WARNING").is_none_or(|v| v.is_empty()) {
+            cmd.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
+        }
+        let e = cmd.exec();
         Err(crate::error::hinted(format!("starting {}: {e}", argv[0]), "run `ai-sandbox doctor`").into())
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {

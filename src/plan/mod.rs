@@ -188,6 +188,7 @@ fn live_record(p: &Policy, f: &Facts) -> crate::contract::Record {
         gate: p.gate,
         tls: f.gate_ca.is_some(),
         policy: crate::contract::SessionPolicy::of(p, Some(&f.state_dir)),
+        host_image: p.image == crate::policy::Image::Host,
     }
 }
 

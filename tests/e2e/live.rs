@@ -300,6 +300,14 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
     assert_eq!(short.code, 0, "a shortened id: {}", short.stderr);
     let none = sandbox(&p, &["exec", "--session", "zzzz", "--", "true"], &[]);
     assert!(none.code != 0 && none.stderr.contains("no running sandbox zzzz"), "{}", none.stderr);
+    // A command the sandbox does not have: said in words, 127 (not runc's "exec failed"); no
+    // podman warning about the host's cgroups either.
+    let missing = sandbox(&p, &["exec", "--", "nosuchcmd", "x"], &[("PODMAN_IGNORE_CGROUPSV1_WARNING", "")]);
+    assert_eq!(missing.code, 127, "{}", missing.stderr);
+    assert!(missing.stderr.contains("`nosuchcmd` is not a command in the sandbox"), "{}", missing.stderr);
+    assert!(!missing.stderr.contains("runc") && !missing.stderr.contains("cgroups"), "{}", missing.stderr);
+    let args = sandbox(&p, &["exec", "--", "sh", "-c", "echo \"$0|$1\"", "a b", "$HOME;x"], &[]);
+    assert_eq!(args.ok().stdout.trim(), "a b|$HOME;x", "the words reach the command as given");
     // `ps` lists a command exec runs, under its sandbox, while it runs, and not after.
     let marker = p.path("exec-started");
     let script = "touch exec-started; until [ -e exec-stop ]; do sleep 0.1; done # ps-lists-me";
