@@ -82,6 +82,8 @@ fn user_no_proxy_is_merged() {
 fn aisb_extra_args_follow_config_extra_args() {
     let mut h =
         host("extra_args = --memory 2g\n", &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")]);
+    // A cgroup v2 host, where podman enforces both (on v1 they are left out: below).
+    h.files.push(("/sys/fs/cgroup/cgroup.controllers".into(), "memory pids\n".into()));
     let out = dry_run(&mut h, &["--", "true"]);
     let args = argv_of(&out);
     let pos = |a: &str| args.iter().position(|x| x == a).unwrap_or_else(|| panic!("{a} missing"));
@@ -89,6 +91,20 @@ fn aisb_extra_args_follow_config_extra_args() {
     assert!(pos("2g") < pos("/cache:/cache:ro"), "config before AISB_EXTRA_ARGS");
     assert!(pos("512") < pos("--rootfs"), "all options before the rootfs positional");
     insta::assert_snapshot!(out);
+    // cgroup v1: left out (podman would ignore them and warn on every run), and said.
+    h.files.retain(|(p, _)| !p.starts_with("/sys/fs/cgroup"));
+    h.stdout.clear();
+    let v1 = dry_run(&mut h, &["--", "true"]);
+    let args = argv_of(&v1);
+    assert!(
+        !args.iter().any(|a| a == "--memory" || a == "2g" || a == "512")
+            && args.iter().any(|a| a == "/cache:/cache:ro"),
+        "{v1}"
+    );
+    assert!(
+        v1.contains("extra_args `--memory 2g --pids-limit 512`: left out, not enforced on this host"),
+        "{v1}"
+    );
 }
 
 #[test]
@@ -292,13 +308,13 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
     h.files.push((
         "/home/dev/app/.ai-sandbox/config".into(),
-        "allow = github.com\nextra_args = -v /home/dev:/realhome\n".into(),
+        "allow = github.com\nextra_args = -v /srv/data:/data\n".into(),
     ));
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     let err = app::run(&mut h, &cli.run).unwrap_err().to_string();
-    assert!(err.contains("+extra_args = -v /home/dev:/realhome"), "the diff: {err}");
+    assert!(err.contains("+extra_args = -v /srv/data:/data"), "the diff: {err}");
     assert!(
-        err.contains("! line 2: extra_args = -v /home/dev:/realhome") && err.contains("mounts a host path"),
+        err.contains("! line 2: extra_args = -v /srv/data:/data") && err.contains("mounts a host path"),
         "{err}"
     );
     assert!(err.contains("nothing was started") && err.contains("ai-sandbox trust"), "{err}");
@@ -311,7 +327,7 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     assert!(h.stdout.contains("approved .ai-sandbox/config for /home/dev/app"), "{}", h.stdout);
     let code = app::run(&mut h, &cli.run).unwrap();
     assert_eq!(code, 0);
-    assert!(launched(&h).contains("/home/dev:/realhome"), "{:?}", h.effects);
+    assert!(launched(&h).contains("/srv/data:/data"), "{:?}", h.effects);
 }
 
 #[test]

@@ -378,6 +378,13 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             f.session_id
         ));
     }
+    let (_, ignored) = podman::split_cgroup_v2_only(&p.extra_args, f.cgroup_v2);
+    if !ignored.is_empty() {
+        n.push(format!(
+            "extra_args `{}`: left out, not enforced on this host (rootless podman limits resources on cgroup v2 only; this host runs cgroup v1, and podman would only warn)",
+            ignored.join(" ")
+        ));
+    }
     if let (Some(m), false) = (p.limits.memory, f.cgroup_v2) {
         n.push(format!(
             "memory = {}: not enforced on this host (rootless podman can limit memory on cgroup v2 only; this host runs cgroup v1). \

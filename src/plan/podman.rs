@@ -67,6 +67,46 @@ fn gate_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// config), unless the user sets one.
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The resource flags rootless podman ignores on cgroup v1 (and warns about on every run).
+const CGROUP_V2_ONLY: &[&str] =
+    &["--memory", "--memory-swap", "--memory-reservation", "--cpus", "--cpu-shares", "--pids-limit"];
+
+/// `extra_args` as podman gets them: on a cgroup v1 host, the limits podman would ignore (with
+/// its warning) are left out, and the plan says so (`ignored_extra_args`).
+fn extra_args(p: &Policy, f: &Facts) -> Vec<String> {
+    let (kept, _) = split_cgroup_v2_only(&p.extra_args, f.cgroup_v2);
+    kept
+}
+
+/// `args` without the cgroup-v2-only limits when `cgroup_v2` is false, and those left out.
+pub(crate) fn split_cgroup_v2_only(args: &[String], cgroup_v2: bool) -> (Vec<String>, Vec<String>) {
+    if cgroup_v2 {
+        return (args.to_vec(), Vec::new());
+    }
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        // `--memory=1g`, `-m1g`: the value in the word; `--memory 1g`, `-m 1g`: the next word.
+        let (name, in_word) = a.split_once('=').map_or((a.as_str(), false), |(n, _)| (n, true));
+        let short_in_word = a.len() > 2 && a.starts_with("-m") && !a.starts_with("--");
+        if CGROUP_V2_ONLY.contains(&name) || name == "-m" || short_in_word {
+            dropped.push(a.clone());
+            if !in_word
+                && !short_in_word
+                && let Some(v) = args.get(i + 1)
+            {
+                dropped.push(v.clone());
+                i += 1;
+            }
+        } else {
+            kept.push(a.clone());
+        }
+        i += 1;
+    }
+    (kept, dropped)
+}
+
 /// The sandbox's PATH (`image = host`), unless the user set PATH themselves: the agent's
 /// interpreter first (nvm's node, say), and the sandbox HOME's `~/.local/bin` last (where
 /// `pip install --user` and pipx put programs; last, so it never shadows the host's tools). An
@@ -394,10 +434,27 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     if matches!(p.image, Image::Named(_)) {
         push(&["--pull=never"]);
     }
-    a.extend(p.extra_args.iter().cloned());
+    a.extend(extra_args(p, f));
     match &p.image {
         Image::Host => a.extend(["--rootfs".to_string(), f.root_dir().display().to_string()]),
         Image::Named(n) => a.push(n.clone()),
     }
     a
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::split_cgroup_v2_only;
+
+    #[test]
+    fn limits_podman_ignores_on_cgroup_v1_are_left_out_there_and_kept_on_v2() {
+        let args: Vec<String> =
+            ["-v", "/d:/d:ro", "--memory", "1g", "--cpus=2", "-m512m", "-m", "2g", "-e", "A=1"]
+                .map(String::from)
+                .to_vec();
+        let (kept, dropped) = split_cgroup_v2_only(&args, false);
+        assert_eq!(kept, ["-v", "/d:/d:ro", "-e", "A=1"]);
+        assert_eq!(dropped, ["--memory", "1g", "--cpus=2", "-m512m", "-m", "2g"]);
+        assert_eq!(split_cgroup_v2_only(&args, true), (args.clone(), Vec::new()));
+    }
 }
