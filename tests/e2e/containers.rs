@@ -341,6 +341,8 @@ fn image_share_gives_one_of_the_users_images_to_one_project_and_no_other() {
         "{}",
         r.stderr
     );
+    // A load that worked says nothing of the inner engine's own notes.
+    assert!(!r.stderr.contains("level=") && !r.stderr.contains("WARN"), "{}", r.stderr);
     let missing = sandbox(&a, &["image", "share", "localhost/aisb-no-such-image"], &[]);
     assert!(missing.code != 0 && missing.stderr.contains("there is no image"), "{}", missing.stderr);
     let list = "podman images --format '{{.Repository}}'";
