@@ -34,8 +34,12 @@ fn gate_line(e: &Event, format: Format) -> String {
     }
     let fix = e.fix();
     if e.layer == Layer::Rules {
-        // A direct connection the rules refused (`direct_line` prints one read live the same way).
-        return format!("rules deny session={} {} {}:{}  → {fix}", e.session, e.method, e.host, e.port);
+        // A direct connection the rules refused (`direct_line` prints one read live the same way),
+        // with its time as the gate's lines have theirs (when it was read, for a live one).
+        return format!(
+            "{} rules deny session={} {} {}:{}  → {fix}",
+            e.time, e.session, e.method, e.host, e.port
+        );
     }
     if e.decision.refused() && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
 }
@@ -222,9 +226,15 @@ mod tests {
             denied_by: None,
             over_budget: None,
         };
+        let live = direct_line("s1", &d, "/p/c", Format::Text);
+        let (time, rest) = live.split_once(' ').unwrap();
         assert_eq!(
-            direct_line("s1", &d, "/p/c", Format::Text),
+            rest,
             "rules deny session=s1 tcp 198.51.100.6:7000  → add \"allow = 198.51.100.6:7000\" to /p/c"
+        );
+        assert!(
+            time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+            "a time, as the gate's lines have: {live}"
         );
         let v: serde_json::Value =
             serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
@@ -232,7 +242,9 @@ mod tests {
         // The same refusal handed to the gate by the launcher and read back from its log: the
         // same line, the same layer, and the same key as the one read from the sandbox.
         let logged = Event::direct(&d, "s1", "/p", "/p/c", "2026-12-02T10:00:00Z".into());
-        assert_eq!(gate_line(&logged, Format::Text), direct_line("s1", &d, "/p/c", Format::Text));
+        let same = |l: String| l.split_once(' ').map(|(_, r)| r.to_string()).unwrap_or_default();
+        assert_eq!(same(gate_line(&logged, Format::Text)), same(direct_line("s1", &d, "/p/c", Format::Text)));
+        assert!(gate_line(&logged, Format::Text).starts_with("2026-12-02T10:00:00Z rules deny"));
         let v: serde_json::Value = serde_json::from_str(&gate_line(&logged, Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["allow"].as_str()), (Some("rules"), Some("198.51.100.6:7000")));
         assert_eq!(
