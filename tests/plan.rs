@@ -1322,3 +1322,27 @@ fn commits_inside_are_authored_by_the_users_git_identity_unless_the_config_says_
     let (out, env) = env_of("", None);
     assert!(!env.contains("GIT_AUTHOR") && !out.contains("authored by"), "{out}");
 }
+
+/// A full runtime directory stops a launch before anything starts (no gate, no session files),
+/// naming the directory and what to do; a dry run still plans.
+#[test]
+fn a_full_runtime_directory_starts_nothing_and_says_which_and_why() {
+    let mut h = host("allow = a.test\n", &[]);
+    h.free = Some(1000);
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let e = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(
+        e.contains("the runtime directory /run/user/1000/ai-sandbox has 1000 bytes free")
+            && e.contains("nothing was started"),
+        "{e}"
+    );
+    assert!(e.contains("du -sh /run/user/1000/ai-sandbox/*"), "{e}");
+    assert!(
+        !h.effects.iter().any(|x| matches!(x.kind(), Kind::Launch | Kind::RegisterGate)),
+        "{:?}",
+        h.effects
+    );
+    // Control: with room, the same launch goes ahead.
+    h.free = Some(1 << 30);
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
+}

@@ -102,6 +102,8 @@ pub struct FakeHost {
     pub programs: Vec<(String, crate::plan::agent::Found)>,
     /// The user's git identity (`Host::git_identity`).
     pub git_identity: Option<(String, String)>,
+    /// Bytes free where `Host::free_space` is asked (None: unknown).
+    pub free: Option<u64>,
     /// Live records of running sandboxes (`live_sessions` returns them all).
     pub live: Vec<PathBuf>,
     /// What `running` returns.
@@ -233,6 +235,9 @@ impl Os for FakeHost {
     }
     fn git_identity(&self) -> Option<(String, String)> {
         self.git_identity.clone()
+    }
+    fn free_space(&self, _: &Path) -> Option<u64> {
+        self.free
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;

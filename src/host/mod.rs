@@ -66,6 +66,9 @@ pub trait Os {
     fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// Bytes free to this user on the filesystem of `dir`, or of its nearest existing ancestor
+    /// (None when none can be read).
+    fn free_space(&self, dir: &Path) -> Option<u64>;
     /// The user's git identity: `user.name` and `user.email` of their git config (global, as git
     /// reads it for them), when both are set.
     fn git_identity(&self) -> Option<(String, String)>;
@@ -321,6 +324,11 @@ impl Os for RealHost {
             None => return None,
         };
         std::fs::canonicalize(interp).ok()
+    }
+    fn free_space(&self, dir: &Path) -> Option<u64> {
+        // The directory may not exist yet (a first launch): its nearest ancestor's filesystem.
+        let st = dir.ancestors().find_map(|d| nix::sys::statvfs::statvfs(d).ok())?;
+        Some(u64::from(st.blocks_available()).saturating_mul(st.fragment_size()))
     }
     fn git_identity(&self) -> Option<(String, String)> {
         let get = |key: &str| {
