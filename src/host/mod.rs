@@ -328,7 +328,7 @@ impl Os for RealHost {
     fn free_space(&self, dir: &Path) -> Option<u64> {
         // The directory may not exist yet (a first launch): its nearest ancestor's filesystem.
         let st = dir.ancestors().find_map(|d| nix::sys::statvfs::statvfs(d).ok())?;
-        Some(u64::from(st.blocks_available()).saturating_mul(st.fragment_size()))
+        Some(st.blocks_available().saturating_mul(st.fragment_size()))
     }
     fn git_identity(&self) -> Option<(String, String)> {
         let get = |key: &str| {
