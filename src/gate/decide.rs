@@ -319,6 +319,9 @@ fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
                     "blocked by ai-sandbox: loopback addresses are not reachable through the gate (to reach the host's 127.0.0.1:PORT, allow {}:PORT: it is reached directly)",
                     crate::policy::DEFAULT_GATE_ADDR
                 ),
+                a if a == IpAddr::V4(crate::policy::addr::NESTED_SANDBOX_ADDR) => format!(
+                    "blocked by ai-sandbox: {a} is the sandbox itself, as its containers reach it (the gate, published ports): a client there connects to it directly (it is in their NO_PROXY; one that ignores NO_PROXY sent it to the proxy)"
+                ),
                 _ => format!("blocked by ai-sandbox: {what} addresses are not reachable through the gate"),
             },
         )

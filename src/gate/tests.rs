@@ -324,6 +324,17 @@ fn address_classes_table() {
         wide.allow.nets.push((IpNet::host(a.parse().unwrap()), Ports::one(443)));
     }
     let refused = |a: &str, port| decide::check_address(&wide, a.parse().unwrap(), port).unwrap_err();
+    // The sandbox itself, as its containers reach it: said as that, with why it came here.
+    let own = refused("169.254.1.3", 18081);
+    assert!(
+        own.hint.contains("169.254.1.3 is the sandbox itself") && own.hint.contains("NO_PROXY"),
+        "{}",
+        own.hint
+    );
+    assert!(
+        !refused("169.254.1.2", 443).hint.contains("the sandbox itself"),
+        "pasta's host alias is another thing"
+    );
     let metadata = refused("169.254.169.254", 80);
     assert!(
         metadata.reason.contains("the cloud metadata service, which the gate never dials"),
