@@ -196,6 +196,12 @@ impl Allowance {
     }
 }
 
+/// What header fields count against a budget: each as an HTTP/1.1 line (`name: value\r\n`): a
+/// request's head (`terminate`) and its trailers (`request_body::Scanned`).
+pub(crate) fn fields_size(headers: &hyper::HeaderMap) -> u64 {
+    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
+}
+
 /// The error a relay ends with when the budget cut it (`is_over` tells it apart).
 #[derive(Debug)]
 pub(crate) struct OverBudget;

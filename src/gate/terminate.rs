@@ -385,13 +385,7 @@ async fn drain(ahead: &Ahead, body: &mut Incoming) {
 /// What a request's head counts against a budget: its method, target and headers as HTTP/1.1
 /// would write them (HTTP/2 compresses them; the count stays the same for both).
 fn head_size(method: &str, target: &str, headers: &hyper::HeaderMap) -> u64 {
-    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1) as u64 + fields_size(headers)
-}
-
-/// What header fields count against a budget: each as an HTTP/1.1 line (`name: value\r\n`);
-/// a request's trailers count the same way (`request_body::Scanned`).
-pub(crate) fn fields_size(headers: &hyper::HeaderMap) -> u64 {
-    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
+    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1) as u64 + super::budget::fields_size(headers)
 }
 
 /// The request's target must be this connection's host: the Host header, and an absolute-form

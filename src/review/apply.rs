@@ -15,8 +15,9 @@
 //! replaced directory that does not land. If a selected item conflicts (the host changed it
 //! after the session started) and was not named, nothing lands.
 
-use super::callout::{Callout, Leads, resolve};
+use super::callout::Callout;
 use super::changes::What;
+use super::links::{Leads, resolve};
 use super::show::Item;
 use crate::sys::untrusted::{Kind, Tree};
 use std::collections::{HashMap, HashSet};

@@ -11,7 +11,7 @@
 //! Both trees are read through `sys::untrusted` (never a link followed, a fifo opened, a file
 //! read without bound): the upper layer is the sandbox's, and so is every name in it.
 
-use super::callout::{Leads, resolve};
+use super::links::{Leads, resolve};
 use crate::sys::untrusted::{Kind, Stat, Tree};
 use std::collections::HashMap;
 use std::ffi::OsString;

@@ -7,8 +7,8 @@
 //! made leads out of the project, git's internals never land, and nothing raw is printed.
 
 use super::apply::{self, Verdict};
-use super::callout::{Leads, resolve};
 use super::changes::{self, testing};
+use super::links::{Leads, resolve};
 use super::show;
 use crate::sys::untrusted::Tree;
 use proptest::prelude::*;

@@ -14,6 +14,7 @@ pub(crate) mod changes;
 pub(crate) mod git;
 #[cfg(test)]
 mod hostile;
+pub(crate) mod links;
 pub(crate) mod show;
 
 use crate::contract::review::{self, Review};
