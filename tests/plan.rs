@@ -1217,7 +1217,12 @@ fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline
     // The image goes in through the launch's standard input, then the engine loads it offline.
     assert!(matches!(&h.effects[0], Effect::FeedImage(i) if i == "localhost/pg:16"), "{:?}", h.effects);
     let argv = launched(&h);
-    assert!(argv.contains("--network none") && argv.ends_with("engine -- podman load -q"), "{argv}");
+    assert!(
+        argv.contains("--network none")
+            && argv.contains("engine -- /bin/sh -c ")
+            && argv.contains("podman load -q"),
+        "{argv}"
+    );
     assert!(h.stderr.contains("localhost/pg:16 is in this project's sandbox engine now"), "{}", h.stderr);
     // An image the host does not have: nothing is fed or launched.
     let mut h = host("", &[]);

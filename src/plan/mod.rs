@@ -371,6 +371,14 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         };
         n.push(format!("git commits inside are authored by {name} <{email}> ({from})"));
     }
+    if p.containers {
+        n.push(
+            "containers = on: a Docker-compatible engine at DOCKER_HOST (`docker` and `podman` commands work); compose files run with \
+             `podman-compose` (or `podman compose`), Docker's `docker compose` plugin is not provided; an image comes from an allowed \
+             registry or from your machine with `ai-sandbox image share IMAGE`"
+                .into(),
+        );
+    }
     if p.workspace == crate::policy::Workspace::Review {
         n.push(format!(
             "review mode: the project is not written; what the sandbox changes goes to {} (`ai-sandbox diff {}` afterwards)",
