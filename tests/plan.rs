@@ -1219,7 +1219,7 @@ fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline
     let argv = launched(&h);
     assert!(
         argv.contains("--network none")
-            && argv.contains("engine -- /bin/sh -c ")
+            && argv.contains("engine -- sh -c ")
             && argv.contains("podman load -q"),
         "{argv}"
     );

@@ -35,7 +35,7 @@ pub fn share_cmd(host: &mut dyn Host, image: &str, project: Option<&Path>) -> an
         containers: true,
         // The engine's own notes on a load that worked (its subordinate ids, its storage) are
         // nothing to act on: said only when the load fails.
-        command: ["/bin/sh", "-c", LOAD_QUIETLY].iter().map(Into::into).collect(),
+        command: ["sh", "-c", LOAD_QUIETLY].iter().map(Into::into).collect(),
         ..RunArgs::default()
     };
     let code = super::app::run(host, &args)?;
