@@ -491,7 +491,11 @@ impl Refusals {
     fn follow(w: &crate::plan::RefusalWatch) -> Refusals {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, mut tally, w) = (stop.clone(), crate::launch::refusals::Tally::new(&w.session), w.clone());
+        let (flag, mut tally, w) = (
+            stop.clone(),
+            crate::launch::refusals::Tally::new(&w.session).with_containers(w.containers),
+            w.clone(),
+        );
         let mut log = w
             .gate_runtime
             .as_ref()

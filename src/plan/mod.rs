@@ -109,6 +109,8 @@ pub(crate) struct RefusalWatch {
     pub(crate) session_dir: PathBuf,
     /// For the fixes: the config to add a line to.
     pub(crate) config_path: String,
+    /// `containers = on`: a refused registry is answered with `image share` too.
+    pub(crate) containers: bool,
 }
 
 /// The guard's part of a launch (see `guard`).
@@ -243,6 +245,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             gate_runtime: p.gate.then(|| f.runtime_dir.clone()),
             session_dir: f.session_dir.clone(),
             config_path: record.policy.config_path.clone(),
+            containers: p.containers,
         }),
         live,
         canary: match f.probe {
