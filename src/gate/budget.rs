@@ -317,6 +317,11 @@ mod tests {
             d.reason
         );
         assert!(b.denial_of("cfg", 1000).hint.contains("has had its budget"), "it fits: the plain refusal");
+        assert!(b.denial_of("cfg", 42_400).hint.contains("has had its budget"), "exactly what is left fits");
+        assert!(
+            b.denial_of("cfg", 42_401).hint.contains("more than the 42400 left"),
+            "one byte more does not"
+        );
         assert!(
             b.denial_of("cfg", 50_000).hint.contains("'budget = c.test 200k'"),
             "twice, when that covers it"
@@ -331,6 +336,20 @@ mod tests {
         assert!(is_over(&over()));
         assert_eq!(over().to_string(), "over budget", "what a cut relay's error says");
         assert!(!is_over(&std::io::Error::other("else")));
+    }
+
+    #[test]
+    fn a_header_field_counts_as_its_http_1_1_line() {
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(fields_size(&h), 0);
+        h.insert("x-a", "bc".parse().unwrap());
+        assert_eq!(fields_size(&h), "x-a: bc\r\n".len() as u64);
+        h.append("x-a", "defg".parse().unwrap());
+        h.insert("host", "h.test".parse().unwrap());
+        assert_eq!(
+            fields_size(&h),
+            ("x-a: bc\r\n".len() + "x-a: defg\r\n".len() + "host: h.test\r\n".len()) as u64
+        );
     }
 
     #[test]

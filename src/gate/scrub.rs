@@ -41,13 +41,6 @@ pub(crate) struct Masks {
     found: std::sync::OnceLock<Option<AhoCorasick>>,
 }
 
-impl PartialEq for Masks {
-    fn eq(&self, other: &Masks) -> bool {
-        self.list == other.list
-    }
-}
-impl Eq for Masks {}
-
 /// `b` with each byte outside RFC 3986's unreserved set as `%XX` (`upper` or lower hex).
 fn percent(b: &[u8], upper: bool) -> Vec<u8> {
     let hex: &[u8; 16] = if upper { b"0123456789ABCDEF" } else { b"0123456789abcdef" };
@@ -289,6 +282,17 @@ mod tests {
         }
         out.extend_from_slice(&s.finish());
         (out, s.replaced())
+    }
+
+    #[test]
+    fn a_host_with_no_bound_secret_has_nothing_to_mask() {
+        let mut m = Masks::default();
+        assert!(m.is_empty(), "what decides whether a request's Range is kept");
+        m.add(b"", b"", "EMPTY");
+        assert!(m.is_empty(), "an empty value is no spelling");
+        m.add(b"sk-1", PH, "API_KEY");
+        assert!(!m.is_empty());
+        assert!(!masks().is_empty());
     }
 
     #[test]

@@ -355,6 +355,18 @@ mod tests {
         let text = serde_json::to_vec(&serde_json::json!({"oauthAccount": big, "userID": "u"})).unwrap();
         let (_, d) = login_part_said(&text, Some(FIELDS_ALL)).unwrap();
         assert_eq!(d, [format!("oauthAccount (over {} KiB)", FIELD_MAX >> 10)]);
+        // A field of exactly the cap is kept; one byte more is not.
+        let mut exact: Map<String, Value> =
+            (0..4).map(|n| (format!("k{n}"), Value::from("y".repeat(STRING_MAX)))).collect();
+        exact.insert("k3".into(), Value::from(""));
+        let short = FIELD_MAX - serde_json::to_vec(&exact).unwrap().len();
+        for (pad, kept) in [(short, true), (short + 1, false)] {
+            exact.insert("k3".into(), Value::from("z".repeat(pad)));
+            let text =
+                serde_json::to_vec(&serde_json::json!({"oauthAccount": exact, "userID": "u"})).unwrap();
+            let (_, d) = login_part_said(&text, Some(FIELDS_ALL)).unwrap();
+            assert_eq!(d.is_empty(), kept, "{pad}: {d:?}");
+        }
         // An escape in a member's name is said escaped.
         let esc = br#"{"userID":"u","oauthAccount":{"\u001b[2Kx":{}}}"#;
         assert_eq!(

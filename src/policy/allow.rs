@@ -165,8 +165,8 @@ impl Allow {
             (Allow::Host(HostPattern::Suffix(d), _), Allow::Host(HostPattern::Suffix(s), _)) => {
                 s == d || s.ends_with(&format!(".{d}"))
             }
-            (Allow::Host(HostPattern::Exact(_), _), Allow::Host(HostPattern::Suffix(_), _)) => false,
             (Allow::Net(d, _), Allow::Net(n, _)) => d.overlaps(n),
+            // A single name never refuses a whole domain; a name never refuses an address.
             _ => false,
         }
     }

@@ -214,6 +214,11 @@ mod tests {
         assert_eq!(a(b"q'\n"), "$'q\\'\\n'");
         assert_eq!(a("r\u{202e}t".as_bytes()), "$'r\\u202et'");
         assert_eq!(a(b"\xffz"), "$'\\xffz'");
+        // A sequence cut short at the end, after text; an ASCII control; the first C1 control.
+        assert_eq!(a(b"ab\xe2\x82"), "$'ab\\xe2\\x82'");
+        assert_eq!(a(b"a\x01b"), "$'a\\x01b'");
+        assert_eq!(a("a\u{80}b".as_bytes()), "$'a\\u0080b'");
+        assert_eq!(a("a\u{7f}b".as_bytes()), "$'a\\x7fb'");
         // What a shell makes of each is the name itself.
         for name in [
             &b"my file.txt"[..],
@@ -222,6 +227,9 @@ mod tests {
             b"x\\y z",
             b"q'\n",
             b"\xffz",
+            b"ab\xe2\x82",
+            b"a\x01b",
+            "a\u{80}b".as_bytes(),
             "r\u{202e}t".as_bytes(),
             b"-rf",
         ] {

@@ -169,6 +169,28 @@ fn the_quarantine_is_never_a_way_through_what_was_moved_into_it() {
     assert_eq!(tree.move_out(Path::new("plain"), &q).unwrap(), q.join("plain"));
 }
 
+/// A quarantine has room for a thousand copies of one path beside the first; past that, the move
+/// is refused with the place, and nothing is moved.
+#[test]
+fn the_quarantine_takes_a_thousand_asides_of_one_path_and_says_when_it_is_full() {
+    let (t, p, _) = setup();
+    let q = t.path().join("quarantine");
+    fs::create_dir_all(&q).unwrap();
+    fs::write(q.join("f"), "first").unwrap();
+    for n in 1..1000 {
+        fs::create_dir(q.join(format!(".aside-{n}"))).unwrap();
+        fs::write(q.join(format!(".aside-{n}/f")), "earlier").unwrap();
+    }
+    let tree = Tree::open(&p).unwrap();
+    fs::write(p.join("f"), "last fits").unwrap();
+    assert_eq!(tree.move_out(Path::new("f"), &q).unwrap(), q.join(".aside-1000/f"));
+    assert_eq!(fs::read(q.join(".aside-1000/f")).unwrap(), b"last fits");
+    fs::write(p.join("f"), "no room").unwrap();
+    let e = tree.move_out(Path::new("f"), &q).unwrap_err();
+    assert!(e.to_string().contains("no free place in"), "{e}");
+    assert_eq!(fs::read(p.join("f")).unwrap(), b"no room", "left where it was");
+}
+
 #[test]
 fn copy_out_and_remove_never_follow_links() {
     let (t, p, outside) = setup();
