@@ -124,8 +124,41 @@ where
                 ..d
             });
         }
-        if w.write_all(&buf[..n]).await.is_err() {
+        // Flushed each time: a TLS writer takes the bytes and may keep the records the socket
+        // did not take (a slow reader) until the next write, which may never come: the peer
+        // waits for the end of a message the gate holds (a hang seen under load).
+        if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
             return Stop::Ended;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// What a writer keeps until it is flushed (as a TLS stream does with what the socket did
+    /// not take) reaches the other side without waiting for a next read.
+    #[tokio::test]
+    async fn each_piece_reaches_the_peer_without_waiting_for_the_next() {
+        let (mut from, mut r) = tokio::io::duplex(1 << 16);
+        let (w, mut to) = tokio::io::duplex(1 << 16);
+        let mut w = tokio::io::BufWriter::with_capacity(1 << 16, w);
+        let mut frames = ws::Frames::new(None, false);
+        // One unmasked binary frame of 5 bytes, then nothing more (the server waits).
+        from.write_all(&[0x82, 5, b'h', b'e', b'l', b'l', b'o']).await.unwrap();
+        let relay = pump(&mut r, &mut w, &mut frames, (16, None), |_| None);
+        let read = async {
+            let mut got = [0u8; 7];
+            to.read_exact(&mut got).await.unwrap();
+            got
+        };
+        tokio::select! {
+            _ = relay => panic!("the relay ended with its peer still open"),
+            got = tokio::time::timeout(std::time::Duration::from_secs(20), read) => {
+                assert_eq!(&got.expect("the frame was held by the writer")[2..], b"hello");
+            }
         }
     }
 }
