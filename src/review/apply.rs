@@ -45,6 +45,12 @@ fn named(path: &Path, paths: &[PathBuf]) -> bool {
     paths.iter().any(|p| !p.as_os_str().is_empty() && path.starts_with(p))
 }
 
+/// Whether `path` is itself one of `paths`: what lifts a call-out. A directory named for the
+/// edits below it does not carry a planted hook, link or set-id file with them.
+fn named_itself(path: &Path, paths: &[PathBuf]) -> bool {
+    paths.iter().any(|p| p == path)
+}
+
 /// The named paths with no change at or below them (a typo, or a path of another session): an
 /// apply that names one applies nothing, so that it never says "applied 0" to a hopeful user.
 pub(crate) fn unmatched<'a>(items: &[Item], paths: &'a [PathBuf]) -> Vec<&'a Path> {
@@ -68,7 +74,11 @@ pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>)
                 Verdict::NotSelected
             } else if i.callouts.iter().any(|c| !c.may_be_named()) {
                 Verdict::Never
-            } else if !i.callouts.is_empty() && !by_name {
+            } else if i
+                .callouts
+                .iter()
+                .any(|c| !(named_itself(path, paths) || by_name && c.lifted_by_directory()))
+            {
                 Verdict::CalledOut(i.callouts.clone())
             } else if let Some(why) = i.conflict.as_ref().filter(|_| !by_name) {
                 Verdict::Conflict(why.clone())
@@ -77,10 +87,23 @@ pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>)
             }
         })
         .collect();
-    // What lies below a deleted or replaced directory goes with it, unless named itself (items
-    // are in order, parents first, so the directory's verdict is already known).
     let at: HashMap<&Path, usize> =
         items.iter().enumerate().map(|(n, i)| (i.change.path.as_path(), n)).collect();
+    // A directory whose deletion would take a called-out item below it (one not named itself)
+    // does not land either: what `apply` says it did not apply is still there after it.
+    let mut held: HashMap<&Path, Vec<PathBuf>> = HashMap::new();
+    for (i, v) in items.iter().zip(&out) {
+        if let (Some(top), Verdict::CalledOut(_)) = (&i.change.part_of, v) {
+            held.entry(top.as_path()).or_default().push(i.change.path.clone());
+        }
+    }
+    for (top, below) in held {
+        if let Some(&t) = at.get(top).filter(|t| out[**t] == Verdict::Land) {
+            out[t] = Verdict::CalledOut(vec![Callout::Holds(below)]);
+        }
+    }
+    // What lies below a deleted or replaced directory goes with it, unless named itself (items
+    // are in order, parents first, so the directory's verdict is already known).
     for n in 0..items.len() {
         let Some(top) = &items[n].change.part_of else { continue };
         let top_lands =
@@ -129,7 +152,7 @@ pub(crate) fn links_leaving(
         for (n, i) in items.iter().enumerate() {
             // (A change carries a link's target only when it puts a link there.)
             let (Verdict::Land, Some(t)) = (&verdicts[n], &i.change.link) else { continue };
-            if named(&i.change.path, paths) {
+            if named_itself(&i.change.path, paths) {
                 continue;
             }
             match resolve(&i.change.path, t, &after) {
@@ -257,6 +280,19 @@ mod tests {
         let one = decide(&items, &["src/a.rs".into()], &done);
         assert_eq!(one[0], Verdict::Land);
         assert_eq!(one[1..4], [Verdict::NotSelected, Verdict::NotSelected, Verdict::NotSelected]);
+        // A directory named for its edits does not carry a called-out item below it with them.
+        let below = vec![
+            item("src/a.rs", vec![], None),
+            item("src/.envrc", vec![Callout::Protected(".envrc".into())], None),
+        ];
+        let v = decide(&below, &["src".into()], &done);
+        assert_eq!(v[0], Verdict::Land);
+        assert!(matches!(v[1], Verdict::CalledOut(_)), "{v:?}");
+        assert_eq!(decide(&below, &["src".into(), "src/.envrc".into()], &done)[1], Verdict::Land);
+        // What diff could not show (or a new executable bit) is lifted by naming a directory.
+        let shown = vec![item("src/logo.png", vec![Callout::Binary], None)];
+        assert!(matches!(decide(&shown, &[], &done)[0], Verdict::CalledOut(_)));
+        assert_eq!(decide(&shown, &["src".into()], &done)[0], Verdict::Land);
         // A name that only starts the same is not a directory above it.
         assert_eq!(decide(&items, &["src/a".into()], &done)[0], Verdict::NotSelected);
     }
@@ -319,6 +355,18 @@ mod tests {
             [Verdict::Never, Verdict::WithDirectory("lib".into())]
         );
         assert_eq!(decide(&never, &["lib/a.rs".into()], &none)[1], Verdict::Land);
+        // A called-out item below holds the directory back, named or not, until it is named
+        // itself: what apply says it left is still there after it.
+        let mut held = items.clone();
+        held[1].callouts = vec![Callout::Protected(".npmrc".into())];
+        let v = decide(&held, &["lib".into()], &none);
+        assert_eq!(v[0], Verdict::CalledOut(vec![Callout::Holds(vec!["lib/a.rs".into()])]));
+        assert!(matches!(v[1], Verdict::CalledOut(_)), "{v:?}");
+        assert!(matches!(decide(&held, &[], &none)[1], Verdict::CalledOut(_)));
+        assert_eq!(
+            decide(&held, &["lib".into(), "lib/a.rs".into()], &none)[..2],
+            [Verdict::Land, Verdict::Land]
+        );
         // Applied before: what is below lands now.
         let done: HashSet<PathBuf> = [PathBuf::from("lib")].into();
         assert_eq!(decide(&items, &[], &done)[..2], [Verdict::Done, Verdict::Land]);

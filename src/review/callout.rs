@@ -10,8 +10,9 @@ use super::links::Leads;
 use crate::sys::untrusted::Kind;
 use std::path::{Path, PathBuf};
 
-/// A file over this many bytes is called out (a build output or a dump, rarely a source edit).
-pub(crate) const LARGE: u64 = 32 << 20;
+/// A file over this many bytes is called out: `diff` does not show its content (a build output
+/// or a dump, rarely a source edit).
+pub(crate) const LARGE: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Callout {
@@ -32,23 +33,33 @@ pub(crate) enum Callout {
     WorldWritable,
     /// A new file, or one that was not executable, that is.
     Executable,
+    /// Over `LARGE`: its content is not shown.
     Large(u64),
+    /// A NUL byte in its first 8 KiB: its content is not shown (`show::binary`).
+    Binary,
     /// A fifo, socket or device: never applied.
     Special(Kind),
     /// Something of another kind in place of a directory of the project (everything below it is
     /// deleted), or a directory in place of a file or link.
-    Replaces {
-        was: Kind,
-        entries: usize,
-    },
+    Replaces { was: Kind, entries: usize },
     /// Deletes repositories (their `.git`), and with them their commits.
     DeletesRepositories(Vec<PathBuf>),
+    /// A directory whose deletion would take these called-out items below it (decided by
+    /// `apply`: they land only when named themselves, and the directory with them).
+    Holds(Vec<PathBuf>),
 }
 
 impl Callout {
     /// Whether naming the path in `apply` lets it land (git's internals and special files never).
     pub(crate) fn may_be_named(&self) -> bool {
         !matches!(self, Callout::GitInternals | Callout::Special(_))
+    }
+
+    /// Whether naming a directory above the item lifts it (what `diff` could not show, or a new
+    /// executable bit). Every other call-out is lifted only by naming the item itself: a
+    /// directory named for the edits below it does not carry a planted hook or link with them.
+    pub(crate) fn lifted_by_directory(&self) -> bool {
+        matches!(self, Callout::Executable | Callout::Large(_) | Callout::Binary)
     }
 
     pub(crate) fn words(&self) -> String {
@@ -67,7 +78,8 @@ impl Callout {
             Callout::SetId => "set-user-ID or set-group-ID".into(),
             Callout::WorldWritable => "writable by every user of the machine".into(),
             Callout::Executable => "executable".into(),
-            Callout::Large(n) => format!("{n} bytes (over {} MiB)", LARGE >> 20),
+            Callout::Large(n) => format!("{n} bytes: over {} MiB, its content is not shown", LARGE >> 20),
+            Callout::Binary => "binary (a NUL byte in its first 8 KiB): its content is not shown".into(),
             Callout::Special(k) => format!("{}: never applied", k.name()),
             Callout::Replaces { was: Kind::Dir, entries } => {
                 format!("replaces a directory: deletes it and the {entries} entries below it (listed)")
@@ -76,6 +88,10 @@ impl Callout {
             Callout::DeletesRepositories(r) => {
                 let r: Vec<String> = r.iter().map(|p| quote::path(p)).collect();
                 format!("deletes the repository {} with its commits", r.join(", "))
+            }
+            Callout::Holds(below) => {
+                let b: Vec<String> = below.iter().map(|p| quote::arg(p)).collect();
+                format!("would delete what is called out below it ({}): name those too", b.join(" "))
             }
         }
     }
@@ -241,6 +257,18 @@ mod tests {
         assert_eq!(fifo, vec![Callout::Special(Kind::Fifo)]);
         assert!(!fifo[0].may_be_named() && !Callout::GitInternals.may_be_named());
         assert!(Callout::Executable.may_be_named() && Callout::Protected(".envrc".into()).may_be_named());
+        // What a directory named above it lifts: what diff could not show, a new executable bit.
+        assert!(Callout::Binary.lifted_by_directory() && Callout::Large(1).lifted_by_directory());
+        assert!(Callout::Executable.lifted_by_directory());
+        for c in [
+            Callout::Protected(".envrc".into()),
+            Callout::LinkOut("/".into()),
+            Callout::SetId,
+            Callout::WorldWritable,
+            Callout::Holds(vec![]),
+        ] {
+            assert!(!c.lifted_by_directory(), "{c:?}");
+        }
         // Directories: a mode others may write, or a set-group-ID bit, that they did not have.
         let d = |mode, old: Option<Stat>| {
             let what = if old.is_some() { What::Changed } else { What::Added };

@@ -9,10 +9,11 @@ use super::changes::{Change, What, in_git_dir, same_bytes};
 use crate::sys::quote;
 use crate::sys::untrusted::{Kind, Tree};
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Patches are shown for text files up to this size (each side).
-const PATCH_MAX: u64 = 1 << 20;
+const PATCH_MAX: u64 = super::callout::LARGE;
 
 /// A change with what a reader needs to decide on it.
 #[derive(Debug, Clone)]
@@ -87,7 +88,7 @@ pub(crate) fn items(
     let mut items: Vec<Item> = changes
         .into_iter()
         .map(|c| Item {
-            callouts: callout::of(&c, protected),
+            callouts: with_binary(callout::of(&c, protected), &c, upper),
             conflict: conflict(&c, project, started_ns),
             renamed_from: None,
             change: c,
@@ -113,6 +114,39 @@ pub(crate) fn items(
         i.renamed_from = found.map(|n| same_size.remove(n));
     }
     items
+}
+
+/// `callouts` and, for a file the change writes whose content `patch` would not show for a
+/// NUL byte, `Binary` (what is over `LARGE` is called out as such already).
+fn with_binary(mut callouts: Vec<Callout>, c: &Change, upper: &Tree) -> Vec<Callout> {
+    let written = c.new.filter(|n| c.what != What::Deleted && n.kind == Kind::File && n.len > 0);
+    if written.is_some_and(|n| n.len <= PATCH_MAX) && binary(upper, &c.path) {
+        callouts.push(Callout::Binary);
+    }
+    callouts
+}
+
+/// Whether the layer's file at `rel` holds a NUL byte in its first 8 KiB, as `patch` reads it;
+/// one that cannot be read counts (its content could not be shown either).
+fn binary(upper: &Tree, rel: &Path) -> bool {
+    let Ok((f, _)) = upper.open_file(rel) else { return true };
+    let mut head = Vec::with_capacity(8192);
+    f.take(8192).read_to_end(&mut head).is_err() || head.contains(&0)
+}
+
+/// `b` as text, each byte that is not part of UTF-8 written `\xNN` (a Latin-1 comment or one
+/// stray byte does not hide a file's content behind "binary").
+fn as_text(b: Vec<u8>) -> String {
+    String::from_utf8(b).unwrap_or_else(|e| {
+        let mut out = String::new();
+        for chunk in e.as_bytes().utf8_chunks() {
+            out.push_str(chunk.valid());
+            for x in chunk.invalid() {
+                out.push_str(&format!("\\x{x:02x}"));
+            }
+        }
+        out
+    })
 }
 
 /// At most this many entries below one deleted or replaced directory are listed by name (and
@@ -246,7 +280,7 @@ fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
             Some(s) if s.kind == Kind::Link => Some(Some(format!("-> {}\n", t.readlink(p).ok()?.display()))),
             Some(s) if s.kind == Kind::File && s.len <= PATCH_MAX => {
                 let b = t.read(p, PATCH_MAX).ok()?;
-                Some((!b[..b.len().min(8192)].contains(&0)).then(|| String::from_utf8(b).ok()).flatten())
+                Some((!b[..b.len().min(8192)].contains(&0)).then(|| as_text(b)))
             }
             Some(_) => Some(None),
         }
@@ -317,5 +351,30 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("D d/moved.txt"), "{s}");
+    }
+
+    /// What `diff` cannot show is called out; a stray byte in text does not hide the text.
+    #[test]
+    fn content_diff_cannot_show_is_called_out_and_odd_bytes_in_text_are_shown_escaped() {
+        let t = crate::review::changes::testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(&proj).unwrap();
+        fs::create_dir_all(&up).unwrap();
+        fs::write(proj.join("conftest.py"), "x = 1\n").unwrap();
+        fs::write(up.join("conftest.py"), b"# caf\xe9\nimport os; os.system('id')\n").unwrap();
+        fs::write(up.join("blob.bin"), b"\x7fELF\0\0run me").unwrap();
+        fs::write(up.join("big.json"), vec![b' '; (callout::LARGE + 1) as usize]).unwrap();
+        fs::write(up.join("plain.txt"), "hello\n").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let items = items(crate::review::changes::read(&u, &p).unwrap(), &u, &p, u64::MAX, &[]);
+        let of = |name: &str| items.iter().find(|i| i.change.path == Path::new(name)).unwrap();
+        assert_eq!(of("blob.bin").callouts, [Callout::Binary]);
+        assert_eq!(of("big.json").callouts, [Callout::Large(callout::LARGE + 1)]);
+        assert_eq!(of("conftest.py").callouts, [], "text with a Latin-1 byte is shown, not called out");
+        assert_eq!(of("plain.txt").callouts, [], "control");
+        let shown = patches(&items, &u, &p);
+        assert!(shown.contains("+# caf\\xe9\n+import os; os.system('id')"), "{shown}");
+        assert!(shown.contains("binary or large: blob.bin"), "{shown}");
+        assert!(shown.contains("+hello"), "{shown}");
     }
 }

@@ -191,3 +191,41 @@ fn one_bad_ref_is_named_and_the_others_arrive() {
     assert_eq!(log.ok().stdout.trim(), "good", "{}", a.stderr);
     assert!(a.stderr.contains("bad..name") && a.stderr.contains("does not arrive"), "{}", a.stderr);
 }
+
+/// What a directory named for its edits carries: what `diff` could not show (binary) comes with
+/// it, a planted `.envrc` below it does not (named itself, it does); a stray Latin-1 byte does
+/// not hide a file's text behind "binary"; and a deleted directory that holds a called-out file
+/// stays until that file is named too (apply never says "not applied" of what it deleted).
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_named_directory_carries_what_could_not_be_shown_but_never_a_planted_hook() {
+    let p = repo("rv-named-dir");
+    std::fs::create_dir_all(p.path("pkg")).unwrap();
+    write_as_user(&p.path("pkg/.npmrc"), "registry=https://registry.npmjs.org/\n");
+    write_as_user(&p.path("pkg/index.js"), "x\n");
+    git_at(&p.dir, &["add", "-A"]).ok();
+    git_at(&p.dir, &["commit", "-qm", "pkg"]).ok();
+    let id = review(
+        &p,
+        "mkdir -p src && echo 'fn main() {}' > src/a.rs && echo 'echo planted' > src/.envrc && \
+         printf 'ELF\\000\\000bin' > src/tool.bin && printf '# caf\\351\\nimport os\\n' > src/conftest.py && \
+         rm -rf pkg",
+    );
+    let d = sandbox(&p, &["diff", &id], &[]);
+    let text = &d.ok().stdout;
+    assert!(text.contains("binary (a NUL byte in its first 8 KiB)"), "{text}");
+    assert!(text.contains("+# caf\\xe9"), "the text with a Latin-1 byte is shown: {text}");
+    let a = sandbox(&p, &["apply", &id, "src", "pkg"], &[]);
+    a.ok();
+    assert_eq!(read(&p, "src/a.rs"), "fn main() {}\n", "control: the named directory's edit landed");
+    assert!(p.path("src/tool.bin").exists(), "what diff could not show comes with its directory");
+    assert!(p.path("src/conftest.py").exists());
+    assert!(!p.path("src/.envrc").exists(), "a planted .envrc came with its directory: {}", a.stderr);
+    assert!(a.stderr.contains("not applied: src/.envrc"), "{}", a.stderr);
+    assert!(p.path("pkg/.npmrc").exists(), "deleted with its directory though called out: {}", a.stderr);
+    assert!(a.stderr.contains("would delete what is called out below it"), "{}", a.stderr);
+    // Named itself, each lands.
+    sandbox(&p, &["apply", &id, "src/.envrc", "pkg", "pkg/.npmrc"], &[]).ok();
+    assert_eq!(read(&p, "src/.envrc"), "echo planted\n");
+    assert!(!p.path("pkg").exists());
+}
