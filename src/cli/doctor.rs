@@ -105,11 +105,7 @@ pub(crate) fn platform(p: &Platform) -> Vec<(&'static str, Result<String, String
 }
 
 /// The platform as this machine has it.
-fn read_platform() -> Platform {
-    let info: serde_json::Value = output("podman", &["info", "--format", "json"])
-        .ok()
-        .and_then(|t| serde_json::from_str(t.trim_start_matches(|c| c != '{')).ok())
-        .unwrap_or_default();
+fn read_platform(info: &serde_json::Value) -> Platform {
     let h = &info["host"];
     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     let user = user_name().unwrap_or_default();
@@ -135,6 +131,20 @@ fn read_platform() -> Platform {
         runtime_dir: dir.map(|d| (d.clone(), mine(&d))),
         routes: std::fs::read_to_string("/proc/net/route").ok(),
     }
+}
+
+/// `podman info` as JSON: its stdout alone (on cgroup v1 podman warns on stderr, and a warning
+/// after the JSON made the whole unreadable: every platform fact read as empty).
+fn podman_info() -> Result<serde_json::Value, String> {
+    let out = Command::new("podman")
+        .args(["info", "--format", "json"])
+        .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
+        .output()
+        .map_err(|e| format!("podman: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`podman info` failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("`podman info --format json` is not JSON: {e}"))
 }
 
 fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -270,8 +280,17 @@ pub fn run() -> anyhow::Result<i32> {
         });
     }
     if checks.iter().all(|c| c.result.is_ok()) {
-        for (name, result, fix) in platform(&read_platform()) {
-            checks.push(Check { name, result, fix });
+        match podman_info() {
+            Ok(info) => {
+                for (name, result, fix) in platform(&read_platform(&info)) {
+                    checks.push(Check { name, result, fix });
+                }
+            }
+            Err(e) => checks.push(Check {
+                name: "podman info",
+                result: Err(e),
+                fix: "run `podman info` as this user and fix what it says".into(),
+            }),
         }
         checks.push(Check {
             name: "OCI runtime starts a container",

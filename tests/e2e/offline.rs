@@ -89,4 +89,7 @@ fn a_host_with_no_default_route_runs_sandboxes_with_their_rules_and_gate() {
     // doctor says what the machine is.
     let d = m.sandbox(&p, &["doctor"], &vars);
     assert!(d.stdout.contains("IPv4 default route") && d.stdout.contains("none (offline)"), "{}", d.stdout);
+    // The platform is read from podman (its cgroup v1 warning on stderr does not hide it).
+    assert!(d.stdout.contains("cgroup v1") || d.stdout.contains("cgroup v2"), "{}", d.stdout);
+    assert!(!d.stdout.contains("FAIL"), "{}", d.stdout);
 }
