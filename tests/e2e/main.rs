@@ -18,6 +18,7 @@ mod hostile;
 mod isolation;
 mod keys;
 mod lifecycle;
+mod limits;
 mod live;
 mod newcomer;
 mod protocols;
