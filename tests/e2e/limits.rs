@@ -96,9 +96,10 @@ fn pids_is_also_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_alone_on_v1
     // The plan: nproc everywhere, --pids-limit where a rootless container has a cgroup.
     let dry = sandbox(&p, &["--dry-run", "--", "true"], &[]);
     dry.ok();
-    // The podman command is printed one argument per line: its words, in order.
-    let words: Vec<&str> = dry.stdout.split_whitespace().filter(|w| *w != "\\").collect();
-    let has = |a: &str, b: &str| words.windows(2).any(|w| w[0] == a && w[1] == b);
+    // The podman command, printed one shell-quoted argument per line, as its argv.
+    let cmd: Vec<&str> = dry.stdout.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
+    let argv = shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("shell words");
+    let has = |a: &str, b: &str| argv.windows(2).any(|w| w[0] == a && w[1] == b);
     assert!(has("--ulimit", "nproc=32:32"), "{}", dry.stdout);
     assert_eq!(has("--pids-limit", "32"), v2, "--pids-limit on cgroup v2 only:\n{}", dry.stdout);
 
