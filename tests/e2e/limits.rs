@@ -103,12 +103,13 @@ fn pids_is_also_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_alone_on_v1
     assert!(has("--ulimit", "nproc=32:32"), "{}", dry.stdout);
     assert_eq!(has("--pids-limit", "32"), v2, "--pids-limit on cgroup v2 only:\n{}", dry.stdout);
 
-    // Control: as configured, 32 processes at most on every platform (catatonit and python
-    // are two of them).
+    // Control: as configured, fewer than 32 processes on every platform. (The kernel counts the
+    // user's processes in the user namespaces above the sandbox's too: podman's and conmon's
+    // threads take some of the 32; measured 18 children on cgroup v2 with crun.)
     let r = sandbox(&p, &["--", "/usr/bin/python3", "forks.py", "80"], &[]);
     r.ok();
     let forked: usize = field(&r.stdout, "forked").parse().unwrap();
-    assert!((20..=30).contains(&forked), "{forked} children under pids = 32:\n{}", r.stdout);
+    assert!((8..=30).contains(&forked), "{forked} children under pids = 32:\n{}", r.stdout);
     assert!(r.stdout.contains("error=Resource temporarily unavailable"), "{}", r.stdout);
 
     // The process limit lifted (`--ulimit` of the user's own, after ours): what is left is the
@@ -118,7 +119,8 @@ fn pids_is_also_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_alone_on_v1
     r.ok();
     let forked: usize = field(&r.stdout, "forked").parse().unwrap();
     if v2 {
-        assert!((20..=30).contains(&forked), "cgroup v2: pids.max holds at 32, got {forked}:\n{}", r.stdout);
+        // The cgroup holds the sandbox's processes alone: catatonit, python and 30 children.
+        assert!((25..=30).contains(&forked), "cgroup v2: pids.max holds at 32, got {forked}:\n{}", r.stdout);
         assert_eq!(field(&r.stdout, "pids.max"), "32", "{}", r.stdout);
         let events = field(&r.stdout, "pids.events");
         assert!(!events.contains("max 0"), "the pids controller refused the forks: {events}");
