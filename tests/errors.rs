@@ -333,7 +333,7 @@ fn trust_checks_a_config_as_a_launch_would_and_names_what_widens() {
     ] {
         assert!(o.stdout.contains(want), "expected {want:?} in:\n{}", o.stdout);
     }
-    assert!(!o.stdout.contains("line 5"), "a plain name is not called out:\n{}", o.stdout);
+    assert!(o.stdout.contains("line 5: allow = github.com"), "a name the sandbox may reach:\n{}", o.stdout);
     assert_eq!(run_in(&dir, &home, &["trust", "--show"]).code, 0);
 }
 
@@ -516,4 +516,54 @@ fn presets_are_completed_split_at_commas_and_a_near_miss_is_named() {
         text.contains("allow = api.anthropic.com") && text.contains("allow = registry.npmjs.org"),
         "{text}"
     );
+}
+
+#[test]
+fn a_git_identity_line_that_is_no_identity_is_refused_with_the_form() {
+    refused(
+        Some("git_identity = somebody\n"),
+        &[],
+        &[
+            ".ai-sandbox/config:1: `git_identity = somebody` is not `host`, `off` or `Name <email>`",
+            "Agent <agent@example.com>",
+        ],
+    );
+}
+
+/// The approval prompt needs a terminal to answer on (stdin) and one to show it (stderr): a piped
+/// stdout (`ai-sandbox | tee log`) still gets the question.
+#[test]
+fn the_approval_prompt_is_asked_with_stdout_piped() {
+    use std::io::{Read, Write};
+    let (_t, dir, home) = project(Some("allow = github.com\n"));
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let tty = std::fs::File::from(pty.slave);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .stdin(tty.try_clone().unwrap())
+        .stderr(tty.try_clone().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(tty);
+    let mut master = std::fs::File::from(pty.master);
+    let mut shown = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&shown).contains("[y/N]") {
+        let n = master.read(&mut buf).unwrap_or(0);
+        assert!(n > 0, "no question: {}", String::from_utf8_lossy(&shown));
+        shown.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        String::from_utf8_lossy(&shown).contains("Approve this config"),
+        "{}",
+        String::from_utf8_lossy(&shown)
+    );
+    master.write_all(b"n\r").unwrap();
+    assert_ne!(child.wait().unwrap().code(), Some(0), "not approved: nothing started");
 }

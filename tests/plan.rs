@@ -82,6 +82,8 @@ fn user_no_proxy_is_merged() {
 fn aisb_extra_args_follow_config_extra_args() {
     let mut h =
         host("extra_args = --memory 2g\n", &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")]);
+    // A cgroup v2 host, where podman enforces both (on v1 they are left out: below).
+    h.files.push(("/sys/fs/cgroup/cgroup.controllers".into(), "memory pids\n".into()));
     let out = dry_run(&mut h, &["--", "true"]);
     let args = argv_of(&out);
     let pos = |a: &str| args.iter().position(|x| x == a).unwrap_or_else(|| panic!("{a} missing"));
@@ -89,6 +91,20 @@ fn aisb_extra_args_follow_config_extra_args() {
     assert!(pos("2g") < pos("/cache:/cache:ro"), "config before AISB_EXTRA_ARGS");
     assert!(pos("512") < pos("--rootfs"), "all options before the rootfs positional");
     insta::assert_snapshot!(out);
+    // cgroup v1: left out (podman would ignore them and warn on every run), and said.
+    h.files.retain(|(p, _)| !p.starts_with("/sys/fs/cgroup"));
+    h.stdout.clear();
+    let v1 = dry_run(&mut h, &["--", "true"]);
+    let args = argv_of(&v1);
+    assert!(
+        !args.iter().any(|a| a == "--memory" || a == "2g" || a == "512")
+            && args.iter().any(|a| a == "/cache:/cache:ro"),
+        "{v1}"
+    );
+    assert!(
+        v1.contains("extra_args `--memory 2g --pids-limit 512`: left out, not enforced on this host"),
+        "{v1}"
+    );
 }
 
 #[test]
@@ -292,13 +308,13 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     h.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
     h.files.push((
         "/home/dev/app/.ai-sandbox/config".into(),
-        "allow = github.com\nextra_args = -v /home/dev:/realhome\n".into(),
+        "allow = github.com\nextra_args = -v /srv/data:/data\n".into(),
     ));
     let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
     let err = app::run(&mut h, &cli.run).unwrap_err().to_string();
-    assert!(err.contains("+extra_args = -v /home/dev:/realhome"), "the diff: {err}");
+    assert!(err.contains("+extra_args = -v /srv/data:/data"), "the diff: {err}");
     assert!(
-        err.contains("! line 2: extra_args = -v /home/dev:/realhome") && err.contains("mounts a host path"),
+        err.contains("! line 2: extra_args = -v /srv/data:/data") && err.contains("mounts a host path"),
         "{err}"
     );
     assert!(err.contains("nothing was started") && err.contains("ai-sandbox trust"), "{err}");
@@ -311,7 +327,7 @@ fn an_unapproved_config_starts_nothing_without_a_terminal_and_says_what_it_says(
     assert!(h.stdout.contains("approved .ai-sandbox/config for /home/dev/app"), "{}", h.stdout);
     let code = app::run(&mut h, &cli.run).unwrap();
     assert_eq!(code, 0);
-    assert!(launched(&h).contains("/home/dev:/realhome"), "{:?}", h.effects);
+    assert!(launched(&h).contains("/srv/data:/data"), "{:?}", h.effects);
 }
 
 #[test]
@@ -463,6 +479,45 @@ fn allow_changes_each_running_sandbox_then_the_config_which_stays_approved() {
     assert_eq!(h.effects.len(), before, "{:?}", &h.effects[before..]);
 }
 
+/// `allow X` after `deny X`: the deny line is taken back in the config (the running sandbox keeps
+/// refusing X until it restarts, and is not told X is allowed); a wider deny line stays and
+/// nothing changes, said with the line.
+#[test]
+fn allow_takes_back_a_deny_line_that_names_it_and_never_pretends_past_a_wider_one() {
+    let mut h = host("allow = *.a.test\ndeny = x.a.test\ndeny = *.b.test\nallow = c.b.test:8080\n", &[]);
+    h.live = vec!["/run/user/1000/ai-sandbox/sessions/abc/live.json".into()];
+    let run = |h: &mut FakeHost, items: &[&str]| {
+        let cli = Cli::try_parse_from(["ai-sandbox", "allow"].iter().chain(items)).unwrap();
+        let Some(ai_sandbox::cli::Sub::Allow(args)) = &cli.sub else { panic!() };
+        change::change_cmd(h, args, change::Verb::Allow)
+    };
+    assert_eq!(run(&mut h, &["x.a.test", "y.test"]).unwrap(), 0);
+    assert!(h.stdout.contains("took back `deny = x.a.test` in the config"), "{}", h.stdout);
+    assert!(h.stdout.contains("a running one keeps refusing it until it restarts"), "{}", h.stdout);
+    assert!(
+        h.stdout.contains("allowed y.test in the running sandbox abc")
+            && !h.stdout.contains("allowed x.a.test"),
+        "{}",
+        h.stdout
+    );
+    let cfg = h.files.iter().rev().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap().1.clone();
+    assert_eq!(
+        cfg,
+        "allow = *.a.test\ndeny = *.b.test\nallow = c.b.test:8080\nallow = x.a.test\nallow = y.test\n"
+    );
+    // A wider deny line: it stays, and nothing changes anywhere.
+    let before = (h.effects.len(), cfg.clone());
+    let e = format!("{:#}", run(&mut h, &["d.b.test"]).unwrap_err());
+    assert!(
+        e.contains("d.b.test stays refused by `deny = *.b.test` (.ai-sandbox/config:2)")
+            && e.contains("nothing was changed"),
+        "{e}"
+    );
+    assert_eq!(h.effects.len(), before.0, "{:?}", &h.effects[before.0..]);
+    let after = h.files.iter().rev().find(|(p, _)| p.ends_with(".ai-sandbox/config")).unwrap().1.clone();
+    assert_eq!(after, before.1);
+}
+
 #[test]
 fn allow_in_a_directory_with_no_config_changes_nothing_and_says_how() {
     let mut h = host("", &[]);
@@ -506,6 +561,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         net: ai_sandbox::policy::NetMode::Allow,
         gate: false,
         tls: false,
+        host_image: true,
         policy: ai_sandbox::contract::SessionPolicy {
             gate_ports: vec![],
             config_path: String::new(),
@@ -926,6 +982,26 @@ fn a_launch_stops_at_the_first_effect_that_fails_and_starts_nothing() {
     }
 }
 
+/// From a subdirectory of a repository, init writes where a launch there looks: the
+/// repository's root (said), unless `--project .` names the subdirectory.
+#[test]
+fn init_in_a_subdirectory_of_a_repository_writes_the_projects_config() {
+    let mut h = host("", &[]);
+    h.files.clear();
+    h.files.push(("/home/dev/app/.git/HEAD".into(), "ref: refs/heads/main\n".into()));
+    h.cwd = "/home/dev/app/src/deep".into();
+    assert_eq!(setup::init(&mut h, &[], false, None).unwrap(), 0);
+    assert!(h.files.iter().any(|(p, _)| p == Path::new("/home/dev/app/.ai-sandbox/config")), "{:?}", h.files);
+    assert!(h.stdout.contains("wrote /home/dev/app/.ai-sandbox/config (the project of /home/dev/app/src/deep: the repository's root"), "{}", h.stdout);
+    // The launch from there finds that config (the control: the same project both ways).
+    h.effects.clear();
+    let out = dry_run(&mut h, &[]);
+    assert!(!out.contains("there is no"), "{out}");
+    // Named, the subdirectory is a project of its own.
+    assert_eq!(setup::init(&mut h, &[], false, Some(Path::new("."))).unwrap(), 0);
+    assert!(h.files.iter().any(|(p, _)| p == Path::new("/home/dev/app/src/deep/.ai-sandbox/config")));
+}
+
 #[test]
 fn init_whose_write_fails_writes_nothing_else() {
     let mut h = host("", &[]);
@@ -970,6 +1046,7 @@ fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
             net: ai_sandbox::policy::NetMode::Allow,
             gate: true,
             tls: false,
+            host_image: true,
             policy: Default::default(),
         }),
         path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),
@@ -1140,7 +1217,12 @@ fn image_share_feeds_the_image_to_a_sandbox_of_the_project_that_loads_it_offline
     // The image goes in through the launch's standard input, then the engine loads it offline.
     assert!(matches!(&h.effects[0], Effect::FeedImage(i) if i == "localhost/pg:16"), "{:?}", h.effects);
     let argv = launched(&h);
-    assert!(argv.contains("--network none") && argv.ends_with("engine -- podman load -q"), "{argv}");
+    assert!(
+        argv.contains("--network none")
+            && argv.contains("engine -- sh -c ")
+            && argv.contains("podman load -q"),
+        "{argv}"
+    );
     assert!(h.stderr.contains("localhost/pg:16 is in this project's sandbox engine now"), "{}", h.stderr);
     // An image the host does not have: nothing is fed or launched.
     let mut h = host("", &[]);
@@ -1169,4 +1251,103 @@ fn containers_on_leaves_docker_host_and_the_reaper_to_a_user_who_sets_them() {
         ["DOCKER_HOST=unix:///tmp/ai-sandbox-engine/podman/podman.sock", "TESTCONTAINERS_RYUK_DISABLED=true"],
         "{out}"
     );
+}
+
+/// A host with no IPv4 default route (offline) gives pasta its local addresses explicitly, so the
+/// sandbox can reach the gate's address; a host with one (and a host whose routes were not read)
+/// leaves pasta to copy the host's.
+#[test]
+fn an_offline_host_gives_pasta_its_local_addresses() {
+    let network = |routes: Option<&str>| {
+        let mut h = host(DESIGN_CONFIG, &[]);
+        if let Some(r) = routes {
+            h.files.push(("/proc/net/route".into(), r.into()));
+        }
+        let argv = argv_of(&dry_run(&mut h, &[]));
+        argv[argv.iter().position(|a| a == "--network").unwrap() + 1].clone()
+    };
+    let header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+    let offline = format!("{header}wlan0\t0000A8C0\t00000000\t0001\t0\t0\t600\t00FFFFFF\t0\t0\t0\n");
+    let online = format!(
+        "{header}wlan0\t00000000\t0100A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n{}",
+        &offline[header.len()..]
+    );
+    assert!(
+        network(Some(&offline)).contains(",-a,169.254.2.1,-n,30,-g,169.254.2.2"),
+        "{}",
+        network(Some(&offline))
+    );
+    assert!(!network(Some(&online)).contains("169.254.2"), "{}", network(Some(&online)));
+    assert!(!network(None).contains("169.254.2"), "routes not read: nothing changes");
+    assert!(network(Some(header)).contains("-a,169.254.2.1"), "no route at all: offline too");
+}
+
+/// The host's git identity (user.name and user.email only) authors commits inside, as git's
+/// variables in the env file, said at launch; `git_identity = off` and `Name <email>` say
+/// otherwise; a variable the user set wins.
+#[test]
+fn commits_inside_are_authored_by_the_users_git_identity_unless_the_config_says_otherwise() {
+    let env_of = |config: &str, identity: Option<(&str, &str)>| {
+        let mut h = host(config, &[]);
+        h.git_identity = identity.map(|(n, e)| (n.to_string(), e.to_string()));
+        let out = dry_run(&mut h, &[]);
+        let env = out.split("(mode 0600").nth(1).unwrap_or_default().to_string();
+        (out, env)
+    };
+    let (out, env) = env_of("", Some(("Dev One", "dev@example.com")));
+    for v in [
+        "GIT_AUTHOR_NAME=Dev One\n",
+        "GIT_AUTHOR_EMAIL=dev@example.com\n",
+        "GIT_COMMITTER_NAME=Dev One\n",
+        "GIT_COMMITTER_EMAIL=dev@example.com\n",
+    ] {
+        assert!(env.contains(v), "{v:?}: {env}");
+    }
+    assert!(
+        out.contains(
+            "# note: git commits inside are authored by Dev One <dev@example.com> (your git config's"
+        ),
+        "{out}"
+    );
+    let (out, env) = env_of("git_identity = off\n", Some(("Dev One", "dev@example.com")));
+    assert!(!env.contains("GIT_AUTHOR") && !out.contains("authored by"), "{out}");
+    let (_, env) = env_of("git_identity = Agent <agent@example.com>\n", None);
+    assert!(
+        env.contains("GIT_AUTHOR_NAME=Agent\n") && env.contains("GIT_COMMITTER_EMAIL=agent@example.com\n"),
+        "{env}"
+    );
+    let (_, env) = env_of("env = GIT_AUTHOR_NAME=Mine\n", Some(("Dev One", "dev@example.com")));
+    assert!(
+        env.contains("GIT_AUTHOR_NAME=Mine\n")
+            && !env.contains("GIT_AUTHOR_NAME=Dev One")
+            && env.contains("GIT_COMMITTER_NAME=Dev One"),
+        "{env}"
+    );
+    // No identity on the host: nothing set, nothing said.
+    let (out, env) = env_of("", None);
+    assert!(!env.contains("GIT_AUTHOR") && !out.contains("authored by"), "{out}");
+}
+
+/// A full runtime directory stops a launch before anything starts (no gate, no session files),
+/// naming the directory and what to do; a dry run still plans.
+#[test]
+fn a_full_runtime_directory_starts_nothing_and_says_which_and_why() {
+    let mut h = host("allow = a.test\n", &[]);
+    h.free = Some(1000);
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let e = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(
+        e.contains("the runtime directory /run/user/1000/ai-sandbox has 1000 bytes free")
+            && e.contains("nothing was started"),
+        "{e}"
+    );
+    assert!(e.contains("du -sh /run/user/1000/ai-sandbox/*"), "{e}");
+    assert!(
+        !h.effects.iter().any(|x| matches!(x.kind(), Kind::Launch | Kind::RegisterGate)),
+        "{:?}",
+        h.effects
+    );
+    // Control: with room, the same launch goes ahead.
+    h.free = Some(1 << 30);
+    assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
 }

@@ -121,3 +121,42 @@ fn a_session_whose_change_waits_for_review_is_announced_with_its_commands() {
         );
     }
 }
+
+/// Piped or redirected with no input (`watch < /dev/null > file`): the refusals still come, as
+/// lines, until the gate goes away (it used to print its header and quit at the end of input).
+#[test]
+fn with_no_input_watch_still_prints_each_refusal_as_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join("gate.sock")).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ai-sandbox"))
+        .arg("watch")
+        .env("AISB_RUNTIME_DIR", dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    let mut request = String::new();
+    BufReader::new(conn.try_clone().unwrap()).read_line(&mut request).unwrap();
+    (&conn).write_all(b"{\"ok\":true}\n").unwrap();
+    // Once watch says its input ended, a refusal; then the gate goes away.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut text = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        text += &format!("{line}\n");
+        if line.contains("no more input") {
+            break;
+        }
+    }
+    let refused = r#"{"kind":"refused","time":"t","session":"s1","method":"CONNECT","host":"late.test","port":443,"decision":"deny","status":403,"reason":"not allowed"}"#;
+    (&conn).write_all(format!("{refused}\n").as_bytes()).unwrap();
+    drop(conn);
+    for line in lines {
+        text += &format!("{}\n", line.unwrap());
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{text}");
+    assert!(text.contains("no more input: still printing refusals"), "{text}");
+    assert!(text.contains("refused late.test:443"), "the refusal after the end of input: {text}");
+    assert!(text.contains("the gate went away"), "{text}");
+}

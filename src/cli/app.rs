@@ -98,6 +98,7 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         learn: args.learn,
         review: args.review,
         containers: args.containers,
+        home: host.env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from),
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {
@@ -158,7 +159,27 @@ pub(super) fn approval(host: &dyn Host, project: &Path, current: Option<&str>) -
 /// The first port an unprivileged process may bind.
 const UNPRIVILEGED_PORT_START: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
 
+/// What a launch needs free in the runtime directory (session files, the gate's log, the root
+/// skeleton): below it, nothing is started, rather than failing half-way with ENOSPC.
+const RUNTIME_FREE_MIN: u64 = 4 << 20;
+
 fn preflight(host: &mut dyn Host, policy: &Policy, facts: &Facts) -> anyhow::Result<Option<i32>> {
+    let runtime = super::facts::runtime_dir(host);
+    if let Some(free) = host.free_space(&runtime).filter(|f| *f < RUNTIME_FREE_MIN) {
+        return Err(hinted(
+            format!(
+                "the runtime directory {} has {} bytes free (a launch needs {} MiB there: session files, the gate's log); nothing was started",
+                runtime.display(),
+                free,
+                RUNTIME_FREE_MIN >> 20
+            ),
+            format!(
+                "see what fills it: du -sh {0}/* (and `df -h {0}`); `ai-sandbox prune` removes what gone projects left",
+                runtime.display()
+            ),
+        )
+        .into());
+    }
     if let crate::policy::Image::Named(image) = &policy.image
         && !host.image_present(&facts.podman, image)?
     {
@@ -259,7 +280,7 @@ pub(super) fn require_approval(host: &mut dyn Host, l: &Loaded) -> anyhow::Resul
         _ => {}
     }
     let explained = approval::explain(&a.status, &text, &l.display);
-    if host.stdio_is_tty() {
+    if host.can_ask() {
         host.eprint(&explained);
         if host.confirm("Approve this config for this project and start? [y/N] ")? {
             host.write_file(&a.path, &text)?;

@@ -61,6 +61,15 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
         rules.extend(crate::policy::rule::parse(value).map_err(|(msg, hint)| hinted(msg, hint))?);
     }
     let entries: Vec<String> = entries.into_iter().cloned().collect();
+    // A deny line wins over allow lines. One that names an item exactly is taken back (the
+    // user said to allow it); a wider one stays, and nothing changes until the user narrows it.
+    let (retracted, entries) = match verb {
+        Verb::Allow => {
+            let text = host.read_file(&loc.cfg_path)?.unwrap_or_default();
+            denied_by(&text, &entries, &loc.display)?
+        }
+        Verb::Deny => (Vec::new(), entries),
+    };
     match verb {
         Verb::Allow => inputs.allow = entries,
         Verb::Deny => inputs.deny = entries,
@@ -111,10 +120,53 @@ pub fn change_cmd(host: &mut dyn Host, args: &crate::cli::ChangeArgs, verb: Verb
     if running.is_empty() {
         host.print(&format!("no sandbox of {} is running\n", loc.project.display()));
     }
+    for r in &retracted {
+        host.print(&format!(
+            "took back `deny = {r}`{}: the next sandbox reaches {r}; a running one keeps refusing it until it restarts (a deny is not taken back live)\n",
+            if session_only { " (not in the config: --session-only)" } else { " in the config" }
+        ));
+    }
     if !session_only {
         add_lines(host, &loc, items, key)?;
     }
     Ok(0)
+}
+
+/// The allow items a deny line of the config `text` refuses: those it names exactly (returned
+/// first, to take the line back) and the rest (returned second, to allow); an item a wider deny
+/// line refuses is an error that names the line, and nothing changes.
+fn denied_by(text: &str, items: &[String], display: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (cfg, _) = crate::policy::keys::read(text);
+    let denies: Vec<(usize, String, crate::policy::allow::Allow)> = cfg
+        .entries
+        .iter()
+        .filter(|e| e.key == "deny")
+        .filter_map(|e| {
+            Some((e.line, e.value.trim().to_string(), crate::policy::allow::parse(e.value.trim()).ok()?))
+        })
+        .collect();
+    let (mut exact, mut rest) = (Vec::new(), Vec::new());
+    for item in items {
+        let Ok(a) = crate::policy::allow::parse(item) else {
+            rest.push(item.clone());
+            continue;
+        };
+        let hits: Vec<&(usize, String, crate::policy::allow::Allow)> =
+            denies.iter().filter(|(_, _, d)| d.refuses(&a)).collect();
+        match hits.as_slice() {
+            [] => rest.push(item.clone()),
+            all if all.iter().all(|(_, _, d)| *d == a) => exact.push(item.clone()),
+            all => {
+                let (line, deny, _) = all.iter().find(|(_, _, d)| *d != a).expect("a wider one");
+                return Err(hinted(
+                    format!("{item} stays refused by `deny = {deny}` ({display}:{line}): a deny line wins over allow lines; nothing was changed"),
+                    format!("narrow or remove that line, then `ai-sandbox allow {item}`"),
+                )
+                .into());
+            }
+        }
+    }
+    Ok((exact, rest))
 }
 
 /// Adds `KEY = ITEM` lines (`rule = ...` for a rule item) to the project's config, each once,
@@ -148,6 +200,9 @@ pub(super) fn add_lines(
             Some(rule) => format!("rule = {rule}"),
             None => format!("{key} = {item}"),
         };
+        if key == "allow" {
+            text = without_deny(&text, item);
+        }
         if !text.lines().any(|l| l.trim() == line) {
             text += &format!("{line}\n");
         }
@@ -171,6 +226,20 @@ pub(super) fn add_lines(
         ));
     }
     Ok(())
+}
+
+/// The config text without the `deny` lines that name `item` exactly (a comment after one goes
+/// with it).
+fn without_deny(text: &str, item: &str) -> String {
+    let named = |l: &str| {
+        let v = l.split_once(" #").map_or(l, |(v, _)| v);
+        let (cfg, _) = crate::policy::keys::read(v);
+        cfg.entries.first().is_some_and(|e| {
+            e.key == "deny"
+                && crate::policy::allow::parse(e.value.trim()).ok() == crate::policy::allow::parse(item).ok()
+        })
+    };
+    text.lines().filter(|l| !named(l.trim())).map(|l| format!("{l}\n")).collect()
 }
 
 /// The config text with `budget = b`: the line for the same host or network replaced (a comment

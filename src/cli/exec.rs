@@ -11,6 +11,14 @@ use crate::host::Host;
 use crate::live::Running;
 use std::path::Path;
 
+/// Runs the command after it (`$0`, its arguments `$@`) if the sandbox has it; else says so and
+/// ends 127. No word of the command is read by the shell as code.
+const FOUND_OR_SAID: &[&str] = &[
+    "/bin/sh",
+    "-c",
+    "command -v -- \"$0\" >/dev/null 2>&1 || { printf 'ai-sandbox: exec: `%s` is not a command in the sandbox (its PATH: %s): command not found\\n' \"$0\" \"$PATH\" >&2; exit 127; }; exec \"$0\" \"$@\"",
+];
+
 /// A shell: bash where the sandbox has it (the host's /usr), else sh.
 const SHELL: &[&str] = &["/bin/sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh"];
 
@@ -35,6 +43,11 @@ pub fn exec_cmd(host: &mut dyn Host, args: &crate::cli::ExecArgs) -> anyhow::Res
     argv.extend(["--workdir".into(), workdir.display().to_string(), target.into()]);
     let command: Vec<String> =
         if command.is_empty() { SHELL } else { &command }.iter().map(|s| s.to_string()).collect();
+    // The host's /usr inside (its /bin/sh): a command the sandbox does not have is said in words
+    // and ends 127, as a launch says it, rather than as runc's "exec failed".
+    if chosen.record.as_ref().is_some_and(|r| r.host_image) && !args.command.is_empty() {
+        argv.extend(FOUND_OR_SAID.iter().map(|s| s.to_string()));
+    }
     argv.extend(command.iter().cloned());
     // For `ps`: this pid becomes podman exec's (see `contract::execd`). A record that cannot be
     // written leaves the command unlisted, not unrun.
@@ -53,9 +66,29 @@ fn pick<'a>(running: &'a [Running], project: &Path, session: Option<&str>) -> an
         running.iter().filter(|r| r.record.as_ref().is_some_and(|rec| rec.project == project)).collect();
     let hint = "`ai-sandbox ps` lists the running sandboxes";
     let chosen = match (session, mine.as_slice()) {
-        (Some(id), _) => mine.iter().find(|r| r.session == id).copied().ok_or_else(|| {
-            crate::error::hinted(format!("no running sandbox {id} of {shown}; nothing was run"), hint)
-        })?,
+        (Some(id), _) => match crate::sys::ids::named(mine.iter().map(|r| r.session.as_str()), id) {
+            crate::sys::ids::Named::One(one) => {
+                mine.iter().find(|r| r.session == one).copied().expect("named")
+            }
+            crate::sys::ids::Named::None => {
+                return Err(crate::error::hinted(
+                    format!("no running sandbox {id} of {shown}; nothing was run"),
+                    hint,
+                )
+                .into());
+            }
+            crate::sys::ids::Named::Several(ids) => {
+                return Err(crate::error::hinted(
+                    format!(
+                        "{id} starts the ids of {} running sandboxes of {shown} ({}); nothing was run",
+                        ids.len(),
+                        ids.join(", ")
+                    ),
+                    "pass more of the id",
+                )
+                .into());
+            }
+        },
         (None, []) => {
             return Err(crate::error::hinted(
                 format!("no sandbox of {shown} is running; nothing was run"),

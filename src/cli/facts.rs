@@ -164,6 +164,12 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             .then(|| crate::plan::podman::CATATONIT.iter().map(PathBuf::from).find(|c| host.exists(c)))
             .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
+        offline: crate::plan::podman::offline(host.read_file(Path::new("/proc/net/route"))?.as_deref()),
+        git_identity: match &p.git_identity {
+            crate::policy::GitIdentity::Host => host.git_identity(),
+            crate::policy::GitIdentity::Off => None,
+            crate::policy::GitIdentity::Given { name, email } => Some((name.clone(), email.clone())),
+        },
         engine_seccomp: engine_seccomp(host, p)?,
         workdir: workdir(host, p)?,
         probe: if host.env("AISB_SKIP_SELF_CHECK").as_deref() == Some("1") {
@@ -264,7 +270,11 @@ fn launchable(
         return Default::default();
     }
     let visible: Vec<PathBuf> = host_dirs.iter().cloned().chain([p.project.clone()]).collect();
-    crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home)
+    let mut l = crate::plan::agent::plan(name, host.find_program(name).as_ref(), &visible, home);
+    // A directory an install usually has (a script's `lib`) that this one lacks is not mounted:
+    // podman refuses to mount what does not exist.
+    l.mounts.retain(|m| host.exists(m));
+    l
 }
 
 /// What a launch passes for the `secret` lines.
@@ -353,4 +363,39 @@ fn resolve_secrets(
         }
     }
     Ok(Resolved { values, missing, bound })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FakeHost;
+
+    /// A script in `~/.local/bin` is mounted with its install's `lib` only when there is one
+    /// (podman refuses a mount of what does not exist: `statfs ~/.local/lib`).
+    #[test]
+    fn an_agents_install_dirs_are_mounted_only_where_they_exist() {
+        let mut h = FakeHost { cwd: "/home/u/p".into(), ..FakeHost::default() };
+        h.vars.push(("HOME".into(), "/home/u".into()));
+        let script = PathBuf::from("/home/u/.local/bin/agent");
+        h.programs.push((
+            "agent".into(),
+            crate::plan::agent::Found {
+                path: script.clone(),
+                target: script.clone(),
+                interpreter: Some(("/usr/bin/node".into(), "/usr/bin/node".into())),
+            },
+        ));
+        h.files.push((script, "#!/usr/bin/env node\n".into()));
+        let (cfg, _) = crate::policy::keys::read("cmd = agent\n");
+        let p = crate::policy::build("/home/u/p".into(), &cfg, &crate::policy::Inputs::default()).unwrap();
+        let l = launchable(&h, &p, &[PathBuf::from("/usr")], Path::new("/home/u"));
+        assert_eq!(l.mounts, [PathBuf::from("/home/u/.local/bin")], "{l:?}");
+        h.files.push(("/home/u/.local/lib/node_modules/x".into(), String::new()));
+        let l = launchable(&h, &p, &[PathBuf::from("/usr")], Path::new("/home/u"));
+        assert_eq!(
+            l.mounts,
+            [PathBuf::from("/home/u/.local/bin"), PathBuf::from("/home/u/.local/lib")],
+            "{l:?}"
+        );
+    }
 }

@@ -12,6 +12,10 @@ use crate::host::Host;
 use crate::policy::NetMode;
 use std::path::{Path, PathBuf};
 
+/// `podman load -q` inside, its stderr printed only when it fails.
+const LOAD_QUIETLY: &str =
+    "said=$(podman load -q 2>&1 >/dev/null); rc=$?; [ $rc -eq 0 ] || printf '%s\\n' \"$said\" >&2; exit $rc";
+
 pub fn share_cmd(host: &mut dyn Host, image: &str, project: Option<&Path>) -> anyhow::Result<i32> {
     let podman = host.which("podman").unwrap_or_else(|| PathBuf::from("podman"));
     if !host.image_present(&podman, image)? {
@@ -29,7 +33,9 @@ pub fn share_cmd(host: &mut dyn Host, image: &str, project: Option<&Path>) -> an
             ..PolicyArgs::default()
         },
         containers: true,
-        command: vec!["podman".into(), "load".into(), "-q".into()],
+        // The engine's own notes on a load that worked (its subordinate ids, its storage) are
+        // nothing to act on: said only when the load fails.
+        command: ["sh", "-c", LOAD_QUIETLY].iter().map(Into::into).collect(),
         ..RunArgs::default()
     };
     let code = super::app::run(host, &args)?;

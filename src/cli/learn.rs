@@ -18,14 +18,37 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let log = host.read_file(&crate::gate::control::log_path(&ran.runtime))?.unwrap_or_default();
     // Only this session's lines are parsed (the log holds every session's decisions).
     let ours = log.lines().filter(|l| l.contains(ran.session.as_str()));
-    let events = ours.filter_map(|l| serde_json::from_str::<Event>(l).ok());
-    let learned: Vec<String> =
-        events.filter(|e| e.session == ran.session && e.learned).map(|e| e.host).collect();
-    let groups = learn::propose(learned.iter().map(String::as_str));
+    let events: Vec<Event> = ours
+        .filter_map(|l| serde_json::from_str::<Event>(l).ok())
+        .filter(|e| e.session == ran.session)
+        .collect();
+    let learned: Vec<&str> =
+        events.iter().filter(|e| e.learned && !e.decision.refused()).map(|e| e.host.as_str()).collect();
+    // Asked for, outside the allowlist, and not reached (a name that does not resolve): said,
+    // never proposed (a typo, or a name only another network knows).
+    let mut unreached: Vec<String> = Vec::new();
+    for e in
+        events.iter().filter(|e| e.learned && e.decision.refused() && !learned.contains(&e.host.as_str()))
+    {
+        let line =
+            format!("  {} ({})\n", crate::sys::quote::text(&e.host), crate::sys::quote::text(&e.reason));
+        if !unreached.contains(&line) {
+            unreached.push(line);
+        }
+    }
+    if !unreached.is_empty() {
+        host.eprint(&format!(
+            "ai-sandbox: learn: the command asked for these hosts, outside the allowlist, and they could not be reached, so nothing is proposed for them:\n{}",
+            unreached.concat()
+        ));
+    }
+    let groups = learn::propose(learned.iter().copied());
     if groups.is_empty() {
-        host.eprint(
-            "ai-sandbox: learn: nothing outside the allowlist was asked for in this run; nothing to add\n",
-        );
+        if unreached.is_empty() {
+            host.eprint(
+                "ai-sandbox: learn: nothing outside the allowlist was asked for in this run; nothing to add\n",
+            );
+        }
         return Ok(ran.code);
     }
     let mut said = format!(
@@ -39,7 +62,7 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         );
     }
     host.eprint(&said);
-    if !host.stdio_is_tty() {
+    if !host.can_ask() {
         let all: Vec<&str> = groups.iter().flat_map(|g| g.names.iter().map(String::as_str)).collect();
         host.eprint(&format!(
             "ai-sandbox: learn: nothing was written (no terminal to ask on); to add them: ai-sandbox allow {}\n",
@@ -47,10 +70,18 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         ));
         return Ok(ran.code);
     }
+    // Ctrl-C at a question ends the launcher (its signal handling outlives the sandbox): what
+    // was not written, and the command that writes it, are said as it goes.
+    let all: Vec<&str> = groups.iter().flat_map(|g| g.names.iter().map(String::as_str)).collect();
+    crate::sys::process::last_words(Some(format!(
+        "learn: interrupted; nothing was written; to add them: ai-sandbox allow {}",
+        all.join(" ")
+    )));
     let mut accepted = Vec::new();
     for g in &groups {
         accepted.extend(ask(host, g)?);
     }
+    crate::sys::process::last_words(None);
     if accepted.is_empty() {
         host.eprint("ai-sandbox: learn: nothing was added\n");
         return Ok(ran.code);

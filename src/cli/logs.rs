@@ -34,8 +34,12 @@ fn gate_line(e: &Event, format: Format) -> String {
     }
     let fix = e.fix();
     if e.layer == Layer::Rules {
-        // A direct connection the rules refused (`direct_line` prints one read live the same way).
-        return format!("rules deny session={} {} {}:{}  → {fix}", e.session, e.method, e.host, e.port);
+        // A direct connection the rules refused (`direct_line` prints one read live the same way),
+        // with its time as the gate's lines have theirs (when it was read, for a live one).
+        return format!(
+            "{} rules deny session={} {} {}:{}  → {fix}",
+            e.time, e.session, e.method, e.host, e.port
+        );
     }
     if e.decision.refused() && !fix.is_empty() { format!("{}  → {fix}", human(e)) } else { human(e) }
 }
@@ -103,8 +107,33 @@ fn new_direct(
     lines.into_iter().map(|(s, d, c)| direct_line(&s, &d, &c, format)).collect()
 }
 
+/// A session named by the start of its id: the whole id, among the sessions of the gate's log
+/// and the running sandboxes (a start that two share is refused, with both).
+fn whole_id(runtime: &std::path::Path, scope: &Scope) -> anyhow::Result<Option<Scope>> {
+    let Scope::Session(given) = scope else { return Ok(None) };
+    let text = std::fs::read_to_string(crate::gate::control::log_path(runtime)).unwrap_or_default();
+    let mut ids: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Event>(l).ok())
+        .map(|e| e.session)
+        .filter(|s| s.starts_with(given.as_str()))
+        .collect();
+    ids.extend(crate::live::apply::running(runtime).into_iter().map(|r| r.session));
+    match crate::sys::ids::named(ids.iter().map(String::as_str), given) {
+        crate::sys::ids::Named::One(one) => Ok(Some(Scope::Session(one.to_string()))),
+        crate::sys::ids::Named::None => Ok(None),
+        crate::sys::ids::Named::Several(all) => Err(crate::error::hinted(
+            format!("{given} starts the ids of {} sessions ({})", all.len(), all.join(", ")),
+            "pass more of the id",
+        )
+        .into()),
+    }
+}
+
 pub fn run(denied: bool, scope: &Scope, follow: bool, format: Format) -> anyhow::Result<i32> {
     let runtime = crate::sys::runtime::runtime_dir();
+    let whole = whole_id(&runtime, scope)?;
+    let scope = whole.as_ref().unwrap_or(scope);
     let mut known = false;
     let path = crate::gate::control::log_path(&runtime);
     let mut log = Follow::open(&path).ok();
@@ -197,9 +226,15 @@ mod tests {
             denied_by: None,
             over_budget: None,
         };
+        let live = direct_line("s1", &d, "/p/c", Format::Text);
+        let (time, rest) = live.split_once(' ').unwrap();
         assert_eq!(
-            direct_line("s1", &d, "/p/c", Format::Text),
+            rest,
             "rules deny session=s1 tcp 198.51.100.6:7000  → add \"allow = 198.51.100.6:7000\" to /p/c"
+        );
+        assert!(
+            time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+            "a time, as the gate's lines have: {live}"
         );
         let v: serde_json::Value =
             serde_json::from_str(&direct_line("s1", &d, "/p/c", Format::Json)).unwrap();
@@ -207,7 +242,9 @@ mod tests {
         // The same refusal handed to the gate by the launcher and read back from its log: the
         // same line, the same layer, and the same key as the one read from the sandbox.
         let logged = Event::direct(&d, "s1", "/p", "/p/c", "2026-12-02T10:00:00Z".into());
-        assert_eq!(gate_line(&logged, Format::Text), direct_line("s1", &d, "/p/c", Format::Text));
+        let same = |l: String| l.split_once(' ').map(|(_, r)| r.to_string()).unwrap_or_default();
+        assert_eq!(same(gate_line(&logged, Format::Text)), same(direct_line("s1", &d, "/p/c", Format::Text)));
+        assert!(gate_line(&logged, Format::Text).starts_with("2026-12-02T10:00:00Z rules deny"));
         let v: serde_json::Value = serde_json::from_str(&gate_line(&logged, Format::Json)).unwrap();
         assert_eq!((v["layer"].as_str(), v["allow"].as_str()), (Some("rules"), Some("198.51.100.6:7000")));
         assert_eq!(

@@ -109,7 +109,7 @@ pub(crate) fn run(host: &mut dyn Host, roots: &Roots, running: &[PathBuf], yes: 
     if found.gone.is_empty() {
         return Ok(0);
     }
-    let go = yes || (host.stdio_is_tty() && host.confirm("Remove them? [y/N] ")?);
+    let go = yes || (host.can_ask() && host.confirm("Remove them? [y/N] ")?);
     if !go {
         host.print("nothing was removed (`ai-sandbox prune --yes` removes them)\n");
         return Ok(0);

@@ -61,23 +61,24 @@ pub fn diff_cmd(host: &mut dyn Host, which: &Which, id: Option<&str>, stat: bool
     }
     out += &show::summary(&owned);
     out += &show::git_settings(&owned, &o.upper);
-    for m in crate::review::git::moved(&o.upper, &o.project, o.w.id(), None) {
+    let branches = crate::review::git::moved(&o.upper, &o.project, o.w.id(), None);
+    for m in &branches.moved {
         let at = if m.repo.as_os_str().is_empty() {
             String::new()
         } else {
-            format!(" (in {})", quote::path(&m.repo))
+            format!(" (in {})", quote::arg(&m.repo))
         };
+        let how = if m.arrived { "arrived as" } else { "arrives as" };
         out += &format!(
-            "  + commits: the sandbox's {}{at} at {} arrives as the branch {}\n",
-            m.name,
+            "  + commits: the sandbox's {}{at} at {} {how} the branch {}\n",
+            quote::text(&m.name),
             &m.oid[..12],
-            m.target
+            quote::text(&m.target)
         );
     }
+    out += &crate::review::git::Refused::lines(&branches.refused);
     if !stat {
-        for i in &owned {
-            out += &show::patch(i, &o.upper, &o.project);
-        }
+        out += &show::patches(&owned, &o.upper, &o.project);
     }
     out += &format!("apply: ai-sandbox apply {0} [PATH...]   discard: ai-sandbox discard {0}\n", o.w.id());
     host.print(&out);
@@ -136,7 +137,7 @@ pub fn apply_cmd(
     }
     let none = apply::unmatched(&o.items, &paths);
     if !none.is_empty() {
-        let list: Vec<String> = none.iter().map(|p| quote::path(p)).collect();
+        let list: Vec<String> = none.iter().map(|p| quote::arg(p)).collect();
         return Err(crate::error::hinted(
             format!("nothing was applied: session {} changed nothing at {}", o.w.id(), list.join(", ")),
             format!(
@@ -147,13 +148,16 @@ pub fn apply_cmd(
         .into());
     }
     let done = applied(&o.w);
-    let verdicts = apply::decide(&o.items, &paths, &done);
+    let mut verdicts = apply::decide(&o.items, &paths, &done);
+    apply::links_leaving(&o.items, &mut verdicts, &paths, &|p| {
+        crate::review::changes::project_link(&o.project, p)
+    });
     let conflicts: Vec<String> = o
         .items
         .iter()
         .zip(&verdicts)
         .filter_map(|(i, v)| match v {
-            Verdict::Conflict(why) => Some(format!("  {}: {why}", quote::path(&i.change.path))),
+            Verdict::Conflict(why) => Some(format!("  {}: {why}", quote::arg(&i.change.path))),
             _ => None,
         })
         .collect();
@@ -186,12 +190,20 @@ pub fn apply_cmd(
         quote::path(&o.w.record.project)
     );
     let mut left = 0;
+    let mut with = 0;
     for (i, v) in o.items.iter().zip(&verdicts) {
-        if let Verdict::CalledOut(why) = v {
-            left += 1;
-            let why: Vec<String> = why.iter().map(|c| c.words()).collect();
-            out += &format!("  not applied: {} ({})\n", quote::path(&i.change.path), why.join("; "));
+        match v {
+            Verdict::CalledOut(why) => {
+                left += 1;
+                let why: Vec<String> = why.iter().map(|c| c.words()).collect();
+                out += &format!("  not applied: {} ({})\n", quote::arg(&i.change.path), why.join("; "));
+            }
+            Verdict::WithDirectory(_) => with += 1,
+            _ => {}
         }
+    }
+    if with > 0 {
+        out += &format!("  not applied either: {with} entries below those directories, which go with them\n");
     }
     if left > 0 {
         out += &format!(
@@ -201,9 +213,11 @@ pub fn apply_cmd(
     }
     // Commits arrive with every apply (a fetch again only moves the session's own branches), so
     // an apply of named paths that leaves nothing to apply does not lose them.
-    let moved = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
-    let branches = crate::review::git::fetch(&moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
-        .context("fetching the sandbox's commits (the applied files stay applied)")?;
+    let found = crate::review::git::moved(&o.upper, &o.project, o.w.id(), branch);
+    let branches =
+        crate::review::git::fetch(&found.moved, &o.upper, &o.w.record.project, &o.w.dir.join("fetch"))
+            .context("fetching the sandbox's commits (the applied files stay applied)")?;
+    out += &crate::review::git::Refused::lines(&found.refused);
     crate::sys::timing::mark("apply: commits fetched");
     for b in &branches {
         out += &format!("  {b}\n");
@@ -211,7 +225,8 @@ pub fn apply_cmd(
     if n > 0 || !branches.is_empty() {
         out +=
             "  your HEAD, branches and index are as they were: `git status` shows the applied files as edits";
-        if let Some(b) = branches.first().and_then(|b| b.split_whitespace().nth(1)) {
+        let first = branches.iter().find_map(|b| b.strip_prefix("branch ")?.split_whitespace().next());
+        if let Some(b) = first {
             out += &format!(
                 ";\n  the sandbox's commits are on {b}: if your branch has not moved since, `git reset {b}` makes them yours with the files as they are now"
             );
@@ -219,7 +234,9 @@ pub fn apply_cmd(
         out += "\n";
     }
     let pending =
-        o.items.iter().zip(&verdicts).any(|(_, v)| matches!(v, Verdict::CalledOut(_) | Verdict::NotSelected));
+        o.items.iter().zip(&verdicts).any(|(_, v)| {
+            matches!(v, Verdict::CalledOut(_) | Verdict::NotSelected | Verdict::WithDirectory(_))
+        });
     if pending {
         out += &format!(
             "  session {0} still waits: ai-sandbox diff {0}; ai-sandbox discard {0} when done\n",
@@ -249,10 +266,12 @@ pub fn discard_cmd(host: &mut dyn Host, which: &Which, id: Option<&str>) -> anyh
         )
         .into());
     }
+    let applied = applied(&w).len();
     rv::discard(&w, &host_podman(host))?;
-    host.eprint(&format!(
-        "ai-sandbox: discarded the change of session {} (the project is as it was)\n",
-        w.id()
-    ));
+    let how = match applied {
+        0 => "the project is as it was".to_string(),
+        n => format!("the {n} path(s) an earlier apply put in the project stay there"),
+    };
+    host.eprint(&format!("ai-sandbox: discarded the change of session {} ({how})\n", w.id()));
     Ok(0)
 }

@@ -125,7 +125,8 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
             r.session,
             r.pid.map_or("-".to_string(), |p| p.to_string()),
             crate::live::age(r.age_seconds),
-            r.mode,
+            // A review session writes its own layer: that is its mode, whatever its network's.
+            if r.review.is_some() { "review" } else { r.mode },
             n(r.allowed),
             n(r.refused),
             crate::sys::quote::text(r.project.as_deref().unwrap_or("-")),

@@ -89,10 +89,12 @@ pub fn init(
     project: Option<&Path>,
 ) -> anyhow::Result<i32> {
     let cwd = host.cwd()?;
+    // The project a launch here would use (a repository's root from inside it), so that the
+    // config lands where the next `ai-sandbox` looks for it.
     let dir = match project {
         Some(p) if p.is_absolute() => p.to_path_buf(),
         Some(p) => cwd.join(p),
-        None => cwd,
+        None => project::find(&cwd, |p| host.exists(p)),
     };
     let home = PathBuf::from(host.env("HOME").unwrap_or_default());
     project::check(&dir, &home)
@@ -111,6 +113,14 @@ pub fn init(
     // Written by ai-sandbox itself at the user's request: approved as it is.
     host.write_file(&crate::plan::session::approved_config(&state_dir(host, &dir)), &text)?;
     record_project(host, &dir)?;
-    host.print(&format!("wrote {}\n", path.display()));
+    let whose = if project.is_none() && dir != cwd {
+        format!(
+            " (the project of {}: the repository's root; `ai-sandbox init --project .` makes this directory a project of its own)",
+            cwd.display()
+        )
+    } else {
+        String::new()
+    };
+    host.print(&format!("wrote {}{whose}\n", path.display()));
     Ok(0)
 }

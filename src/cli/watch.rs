@@ -144,7 +144,19 @@ pub fn run() -> anyhow::Result<i32> {
         gate_gone.store(true, Ordering::SeqCst);
     });
     let mut host = crate::host::RealHost::default();
-    while let Some(key) = next_key(raw.0.is_some(), &gone) {
+    loop {
+        let Some(key) = next_key(raw.0.is_some(), &gone) else {
+            if gone.load(Ordering::SeqCst) || raw.0.is_some() {
+                break;
+            }
+            // No more input (piped, redirected, `< /dev/null`): the refusals still come, and
+            // are printed until the gate goes away or the user stops it; nothing can be answered.
+            say_no_input(&held);
+            while !gone.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            break;
+        };
         let verdict = match key {
             'q' | '\u{3}' | '\u{4}' => break,
             'o' => Verdict::Once,
@@ -182,6 +194,17 @@ pub fn run() -> anyhow::Result<i32> {
         say(&format!("{:?}: {}:{}", verdict, q.host, q.port).to_lowercase());
     }
     Ok(0)
+}
+
+/// Said once when input ends: what watch still does, and what it cannot.
+fn say_no_input(held: &Mutex<VecDeque<(Question, std::time::Instant)>>) {
+    let waiting = held.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "no more input: still printing refusals as they happen ({waiting} held request(s) wait for their time limit; Ctrl-C quits)"
+    );
+    let _ = out.flush();
 }
 
 /// What `s`, `a` or `h` add for a held request: the line its refusal named; with `h`, for a

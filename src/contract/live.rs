@@ -22,4 +22,8 @@ pub struct Record {
     #[serde(default)]
     pub tls: bool,
     pub policy: SessionPolicy,
+    /// The sandbox runs the host's /usr (`image = host`): its commands are the host's, so `exec`
+    /// can say a missing one in words (absent in records of older versions: false).
+    #[serde(default)]
+    pub host_image: bool,
 }

@@ -123,12 +123,28 @@ impl Allowance {
     /// The refusal of what would go past the budget: the reason for the log, the hint with the
     /// line to raise it.
     pub(crate) fn denial(&self, config_path: &str) -> Denial {
+        self.refusal(config_path, None)
+    }
+
+    /// The refusal of a request of `wanted` bytes (its length known beforehand): when the budget
+    /// is not spent, said as what it is (more than what is left), with a raise that lets that
+    /// request through; when it is spent, as `denial`.
+    pub(crate) fn denial_of(&self, config_path: &str, wanted: u64) -> Denial {
+        self.refusal(config_path, Some(wanted))
+    }
+
+    fn refusal(&self, config_path: &str, wanted: Option<u64>) -> Denial {
         let used = self.used.load(Ordering::Acquire);
+        let left = self.limit.saturating_sub(used);
+        let wanted = wanted.filter(|w| left > 0 && *w > left);
         let host = &self.host;
-        // The line it falls under, raised; for the default (`*`), a line of the host's own.
+        // The line it falls under, raised (twice the size, or enough for the request that did
+        // not fit); for the default (`*`), a line of the host's own.
         let pattern = self.line.split_once(' ').map_or("*", |(p, _)| p);
         let named = if pattern == "*" { host.as_str() } else { pattern };
-        let raised = budget::raised(named, self.limit, self.period.map(|(p, _)| p));
+        let need = wanted.map_or(0, |w| budget::round_up(used.saturating_add(w)));
+        let raised =
+            budget::raised_to(named, self.limit.saturating_mul(2).max(need), self.period.map(|(p, _)| p));
         let (when, whose) = match self.period {
             None => (String::new(), "from this session".to_string()),
             Some((p, w)) => (
@@ -141,22 +157,49 @@ impl Allowance {
             ),
         };
         let size = show_size(self.limit);
+        let (reason, hint) = match wanted {
+            Some(w) => (
+                format!(
+                    "over budget: a request of {} to {host} is more than the {} left of {size}{when} ({} sent; budget = {}); not sent",
+                    show_size(w),
+                    show_size(left),
+                    show_size(used),
+                    self.line
+                ),
+                format!(
+                    "blocked by ai-sandbox: this request sends {} to {host}, more than the {} left of its budget of {size} ({} sent {whose}); to send it: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})",
+                    show_size(w),
+                    show_size(left),
+                    show_size(used)
+                ),
+            ),
+            None => (
+                format!(
+                    "over budget: {host} was sent {} of {size}{when} (budget = {}); the rest was not sent",
+                    show_size(used),
+                    self.line
+                ),
+                format!(
+                    "blocked by ai-sandbox: {host} has had its budget of {size} {whose}; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})"
+                ),
+            ),
+        };
         Denial {
             status: 403,
-            reason: format!(
-                "over budget: {host} was sent {} of {size}{when} (budget = {}); the rest was not sent",
-                show_size(used),
-                self.line
-            ),
-            hint: format!(
-                "blocked by ai-sandbox: {host} has had its budget of {size} {whose}; to send more: ai-sandbox allow '{raised}' (the running sandbox, and {config_path})"
-            ),
+            reason,
+            hint,
             // A watcher may be asked (`ask = SECONDS`), and offered the raised line.
             allow: Some(raised),
             askable: true,
             ..Denial::default()
         }
     }
+}
+
+/// What header fields count against a budget: each as an HTTP/1.1 line (`name: value\r\n`): a
+/// request's head (`terminate`) and its trailers (`request_body::Scanned`).
+pub(crate) fn fields_size(headers: &hyper::HeaderMap) -> u64 {
+    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
 }
 
 /// The error a relay ends with when the budget cut it (`is_over` tells it apart).
@@ -253,9 +296,60 @@ mod tests {
         assert!(d.askable);
         let all = spent.allowance(&lines(&["* 1k"]), "b.test", None, 0).unwrap();
         assert!(all.denial("c").hint.contains("'budget = b.test 2k'"), "{}", all.denial("c").hint);
+        // A request whose length is known and more than what is left (not a spent budget):
+        // said as such, with a raise that lets that request through.
+        let b = spent.allowance(&lines(&["c.test 100k"]), "c.test", None, 0).unwrap();
+        b.take(60_000);
+        let d = b.denial_of("cfg", 200_000);
+        assert!(
+            d.hint.contains("this request sends 200000 to c.test, more than the 42400 left of its budget of 100k (60000 sent from this session)"),
+            "{}",
+            d.hint
+        );
+        assert!(
+            d.hint.contains("'budget = c.test 254k'"),
+            "enough for what was sent and this request: {}",
+            d.hint
+        );
+        assert!(
+            d.reason.contains("a request of 200000 to c.test is more than the 42400 left"),
+            "{}",
+            d.reason
+        );
+        assert!(b.denial_of("cfg", 1000).hint.contains("has had its budget"), "it fits: the plain refusal");
+        assert!(b.denial_of("cfg", 42_400).hint.contains("has had its budget"), "exactly what is left fits");
+        assert!(
+            b.denial_of("cfg", 42_401).hint.contains("more than the 42400 left"),
+            "one byte more does not"
+        );
+        assert!(
+            b.denial_of("cfg", 50_000).hint.contains("'budget = c.test 200k'"),
+            "twice, when that covers it"
+        );
+        b.take(1 << 20);
+        assert!(b.denial_of("cfg", 200_000).hint.contains("has had its budget of 100k"), "spent: as before");
+        assert_eq!(
+            (crate::policy::budget::round_up(260_000), crate::policy::budget::round_up(1024)),
+            (260_096, 1024)
+        );
+        assert_eq!(crate::policy::budget::round_up((1 << 20) + 1), 2 << 20);
         assert!(is_over(&over()));
         assert_eq!(over().to_string(), "over budget", "what a cut relay's error says");
         assert!(!is_over(&std::io::Error::other("else")));
+    }
+
+    #[test]
+    fn a_header_field_counts_as_its_http_1_1_line() {
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(fields_size(&h), 0);
+        h.insert("x-a", "bc".parse().unwrap());
+        assert_eq!(fields_size(&h), "x-a: bc\r\n".len() as u64);
+        h.append("x-a", "defg".parse().unwrap());
+        h.insert("host", "h.test".parse().unwrap());
+        assert_eq!(
+            fields_size(&h),
+            ("x-a: bc\r\n".len() + "x-a: defg\r\n".len() + "host: h.test\r\n".len()) as u64
+        );
     }
 
     #[test]

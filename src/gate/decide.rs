@@ -156,6 +156,9 @@ fn suggestion(t: &Target, port: u16, gate_ports: &[u16]) -> String {
 /// address classes the gate never dials, and against gate_addr, which is reached directly.
 pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(), Denial> {
     denied(p, t, port)?;
+    if let Target::Ip(ip) = t {
+        budgeted_address(p, *ip, port)?;
+    }
     let allowed = match t {
         Target::Name(n) => p.allow.hosts.iter().any(|(pat, ports)| {
             pattern_matches(pat, n)
@@ -199,6 +202,25 @@ pub(crate) fn check_target(p: &SessionPolicy, t: &Target, port: u16) -> Result<(
             format!("blocked by ai-sandbox: add \"allow = {line}\" to {}", p.config_path),
         )
     })
+}
+
+/// An address an address budget covers is not relayed: its line is counted by the sandbox's
+/// rules on the direct path (an nftables quota), which the gate's relay would go around; the
+/// address is in NO_PROXY, so a client reaches it directly (docs/adr/0074).
+fn budgeted_address(p: &SessionPolicy, ip: IpAddr, port: u16) -> Result<(), Denial> {
+    let ip = canonical(ip);
+    let Some(b) = p.net_budgets.iter().find(|b| b.net.contains(ip)) else { return Ok(()) };
+    let at = match ip {
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+        a => format!("{a}:{port}"),
+    };
+    Err(deny(
+        403,
+        format!("{at} has an address budget (budget = {b}), counted on the direct path only"),
+        format!(
+            "blocked by ai-sandbox: {at} is counted by `budget = {b}` on a direct connection, not through the proxy; it is in NO_PROXY: connect directly (a client that ignores NO_PROXY: unset the proxy variables for it)"
+        ),
+    ))
 }
 
 /// Whether a learning run relays what `check_target` refused as `d`: only a hostname, only on
@@ -296,6 +318,9 @@ fn never_dialled(ip: IpAddr) -> Result<bool, Denial> {
                 a if a.is_loopback() => format!(
                     "blocked by ai-sandbox: loopback addresses are not reachable through the gate (to reach the host's 127.0.0.1:PORT, allow {}:PORT: it is reached directly)",
                     crate::policy::DEFAULT_GATE_ADDR
+                ),
+                a if a == IpAddr::V4(crate::policy::addr::NESTED_SANDBOX_ADDR) => format!(
+                    "blocked by ai-sandbox: {a} is the sandbox itself, as its containers reach it (the gate, published ports): a client there connects to it directly (it is in their NO_PROXY; one that ignores NO_PROXY sent it to the proxy)"
                 ),
                 _ => format!("blocked by ai-sandbox: {what} addresses are not reachable through the gate"),
             },

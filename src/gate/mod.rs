@@ -7,8 +7,8 @@
 //! `state` holds the sessions; `control` is the per-user control socket (client and server) the
 //! launcher registers sessions on; `log` the decision log; `http` the one response writer and the
 //! head readers. For the hosts whose TLS the gate opens (a bound secret's, a host with rules):
-//! `secrets` the placeholders, `terminate` the connection, `scrub` and `response` what comes
-//! back, `push` a push's refs, `ws` a WebSocket's frames, `proto` and `upstream` the HTTP version
+//! `secrets` the placeholders, `terminate` the connection, `normalise`, `scrub` and `response`
+//! what comes back, `push` a push's refs, `ws` a WebSocket's frames, `proto` and `upstream` the HTTP version
 //! and the upstream connection, `grpc` a gRPC call's refusal and messages, `request_body` and
 //! `ws_relay` what the sandbox sends. `budget` counts what each session sends to a budgeted
 //! host. `connect` is the client side inside the sandbox (ssh's ProxyCommand); `splice` the
@@ -27,6 +27,7 @@ pub mod decide;
 pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod log;
+pub(crate) mod normalise;
 pub(crate) mod ocsf;
 pub(crate) mod periods;
 pub(crate) mod proto;

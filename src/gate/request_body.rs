@@ -1,6 +1,7 @@
 //! A terminated request's body on its way upstream: the frames the gate read ahead (the first,
 //! a push's command list) replayed in front of the rest, and every later frame scanned as it
-//! streams for the placeholders of secrets bound elsewhere (ADR 0063), trailers included.
+//! streams for the placeholders of secrets bound elsewhere (ADR 0063), trailers included, and
+//! counted against a budgeted host's allowance, trailers included (ADR 0074).
 
 use super::budget::Allowance;
 use super::response::BoxError;
@@ -65,10 +66,12 @@ pub(crate) struct Scanned {
     pub(crate) on_found: Option<OnFound>,
     /// After a placeholder: how much of the client's rest was read and dropped.
     pub(crate) drained: Option<usize>,
-    /// A budgeted host whose request declared no length: each frame is taken from the
-    /// allowance before it goes; one it does not cover is not sent, the body ends cut, and
-    /// `over` tells `relay` to answer with the budget's refusal.
+    /// A budgeted host: each frame is taken from the allowance before it goes (the data frames
+    /// only when `count_data`: a declared length was taken whole before the request went), and
+    /// the trailers always; a frame it does not cover is not sent, the body ends cut, and `over`
+    /// tells `relay` to answer with the budget's refusal.
     pub(crate) budget: Option<Allowance>,
+    pub(crate) count_data: bool,
     pub(crate) over: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -106,12 +109,16 @@ impl Body for Scanned {
                 }
                 continue;
             }
-            if let (Some(a), Some(d)) = (&self.budget, f.data_ref()) {
-                let n = d.len() as u64;
-                if !a.take_all(n) {
-                    self.over.store(true, std::sync::atomic::Ordering::Release);
-                    return Poll::Ready(Some(Err("over the host's budget".into())));
-                }
+            let counted = match (f.data_ref(), f.trailers_ref()) {
+                (Some(d), _) if self.count_data => d.len() as u64,
+                (_, Some(t)) => super::budget::fields_size(t),
+                _ => 0,
+            };
+            if let Some(a) = self.budget.as_ref().filter(|_| counted > 0)
+                && !a.take_all(counted)
+            {
+                self.over.store(true, std::sync::atomic::Ordering::Release);
+                return Poll::Ready(Some(Err("over the host's budget".into())));
             }
             if self.skip > 0 {
                 self.skip -= 1;

@@ -189,7 +189,13 @@ impl GrpcChecked {
         let mut out = Vec::new();
         for m in messages {
             let plain = match (m.compressed, &self.coding) {
-                (false, _) | (true, Ok(Coding::Identity)) => m.payload().to_vec(),
+                (false, _) => m.payload().to_vec(),
+                (true, Ok(Coding::Identity)) => {
+                    return Err(end(
+                        13,
+                        "ai-sandbox gate: a gRPC message flagged compressed with no grpc-encoding, which the gate cannot read",
+                    ));
+                }
                 (true, Ok(c)) => inflate(*c, m.payload())
                     .map_err(|e| end(13, &format!("ai-sandbox gate: a gRPC message does not decode: {e}")))?,
                 (true, Err(other)) => {

@@ -2,20 +2,27 @@
 //! session's bound secrets into the request, and a server that echoes its request (an
 //! httpbin-style `/headers`, an error page quoting the Authorization header, a debug endpoint)
 //! would hand them to the agent. Pure: which spellings of each value to look for (`Masks`), and
-//! a stream replacer (`Scrubber`) that `terminate` runs over every response header and body.
+//! a stream replacer (`Scrubber`) that `terminate` runs over every response header and body
+//! (after `normalise` has made the response one the gate can read: one coding it decodes, no
+//! transfer coding but chunked, a canonical reason phrase; ADR 0074).
 //!
-//! Spellings: the value as sent; percent-encoded (upper- and lower-case hex); base64 (no
-//! padding, so the value's bytes at the end of a longer token are covered up to its last full
-//! group); and the exact `Basic` credential tokens of this request (base64 of `user:value`,
-//! whose alignment no fixed spelling of the value alone has). Each becomes the placeholder in
-//! the same spelling, so the agent reads back what it sent.
+//! Spellings: the value as sent; percent-encoded (upper- and lower-case hex); base64 at each of
+//! the three alignments a value can have inside a longer encoded string (preceded by 0, 1 or 2
+//! bytes), in the standard and the URL-safe alphabet, each as the characters that encode the
+//! value's bits alone (the one or two characters at each end, which mix the value's first or
+//! last bits with the bytes around it, are not part of the spelling: at most 4 bits of the
+//! value at each end, and padding, are left as they are); and the exact `Basic` credential
+//! tokens of this request (base64 of `user:value`, with their padding). Each becomes the
+//! placeholder in the same spelling (at the same alignment), so the agent reads back what it
+//! sent. All spellings are found in one pass (Aho–Corasick, leftmost-longest).
 //!
 //! Streaming: a chunk's tail that could begin a spelling is held until the next chunk (so a
 //! value split across chunks is still caught) and nothing else is: a stream whose chunks end
 //! anywhere else (a server-sent event's blank line) is not delayed.
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine;
-use base64::engine::general_purpose::STANDARD_NO_PAD;
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use hyper::body::Bytes;
 
 /// One spelling of a bound value, and what the agent sees in its place.
@@ -27,9 +34,12 @@ struct Mask {
     secret: String,
 }
 
-/// The spellings to mask in one response.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Masks(Vec<Mask>);
+/// The spellings to mask in one response, and their automaton (made once, on first use).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Masks {
+    list: Vec<Mask>,
+    found: std::sync::OnceLock<Option<AhoCorasick>>,
+}
 
 /// `b` with each byte outside RFC 3986's unreserved set as `%XX` (`upper` or lower hex).
 fn percent(b: &[u8], upper: bool) -> Vec<u8> {
@@ -45,6 +55,19 @@ fn percent(b: &[u8], upper: bool) -> Vec<u8> {
     out
 }
 
+/// The base64 characters (`url`: the URL-safe alphabet) that encode `b`'s bits alone when `b`
+/// starts `shift` bytes (0, 1 or 2) into a group of three: those of `shift` zero bytes and `b`,
+/// less the characters that hold a bit of the bytes before it or after it.
+pub(crate) fn b64_core(b: &[u8], shift: usize, url: bool) -> Vec<u8> {
+    let data = [&[0u8; 2][..shift], b].concat();
+    let text = if url { URL_SAFE_NO_PAD.encode(&data) } else { STANDARD_NO_PAD.encode(&data) };
+    // Character i holds bits [6i, 6i + 6): it is the value's alone when they lie in
+    // [8 * shift, 8 * (shift + len)).
+    let first = (8 * shift).div_ceil(6);
+    let end = 8 * (shift + b.len()) / 6;
+    text.as_bytes().get(first..end).map(<[u8]>::to_vec).unwrap_or_default()
+}
+
 impl Masks {
     /// The spellings of each `(secret, value, placeholder)` bound to the response's host.
     pub(crate) fn new<'a>(bound: impl IntoIterator<Item = (&'a str, &'a [u8], &'a [u8])>) -> Masks {
@@ -54,36 +77,58 @@ impl Masks {
             for upper in [true, false] {
                 m.add(&percent(value, upper), &percent(placeholder, upper), secret);
             }
-            let b64 = |b: &[u8]| STANDARD_NO_PAD.encode(b).into_bytes();
-            m.add(&b64(value), &b64(placeholder), secret);
+            for url in [false, true] {
+                for shift in 0..3 {
+                    m.add(&b64_core(value, shift, url), &b64_core(placeholder, shift, url), secret);
+                }
+            }
         }
         m
     }
 
     /// One more spelling (a spelling already listed, or an empty one, is not added twice).
     pub(crate) fn add(&mut self, real: &[u8], shown: &[u8], secret: &str) {
-        if !real.is_empty() && !self.0.iter().any(|m| m.real == real) {
-            self.0.push(Mask { real: real.to_vec(), shown: shown.to_vec(), secret: secret.into() });
+        if !real.is_empty() && !self.list.iter().any(|m| m.real == real) {
+            self.list.push(Mask { real: real.to_vec(), shown: shown.to_vec(), secret: secret.into() });
+            self.found = std::sync::OnceLock::new();
         }
     }
 
+    fn automaton(&self) -> Option<&AhoCorasick> {
+        self.found
+            .get_or_init(|| {
+                (!self.list.is_empty()).then(|| {
+                    AhoCorasick::builder()
+                        .match_kind(MatchKind::LeftmostLongest)
+                        .build(self.list.iter().map(|m| &m.real))
+                        .expect("spellings of bounded length")
+                })
+            })
+            .as_ref()
+    }
+
+    /// No spelling to look for (the host has no bound secret).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     fn longest(&self) -> usize {
-        self.0.iter().map(|m| m.real.len()).max().unwrap_or(0)
+        self.list.iter().map(|m| m.real.len()).max().unwrap_or(0)
     }
 
     /// The earliest spelling in `hay` (the longest when two start at one place).
     fn first(&self, hay: &[u8]) -> Option<(usize, usize)> {
-        self.0
-            .iter()
-            .enumerate()
-            .filter_map(|(k, m)| memchr::memmem::find(hay, &m.real).map(|at| (at, k)))
-            .min_by_key(|&(at, k)| (at, std::cmp::Reverse(self.0[k].real.len())))
+        let m = self.automaton()?.find(hay)?;
+        Some((m.start(), m.pattern().as_usize()))
     }
 
     /// How many bytes at the end of `b` could begin a spelling (held for the next chunk).
     fn could_begin(&self, b: &[u8]) -> usize {
         let most = self.longest().saturating_sub(1).min(b.len());
-        (1..=most).rev().find(|&n| self.0.iter().any(|m| m.real.starts_with(&b[b.len() - n..]))).unwrap_or(0)
+        (1..=most)
+            .rev()
+            .find(|&n| self.list.iter().any(|m| m.real.starts_with(&b[b.len() - n..])))
+            .unwrap_or(0)
     }
 }
 
@@ -97,7 +142,7 @@ pub(crate) struct Scrubber {
 
 impl Scrubber {
     pub(crate) fn new(masks: Masks) -> Scrubber {
-        let n = masks.0.len();
+        let n = masks.list.len();
         Scrubber { masks, carry: Vec::new(), counts: vec![0; n] }
     }
 
@@ -139,7 +184,7 @@ impl Scrubber {
         let mut out = Vec::with_capacity(buf.len());
         let mut at = 0;
         while let Some((i, k)) = self.masks.first(&buf[at..]) {
-            let m = &self.masks.0[k];
+            let m = &self.masks.list[k];
             out.extend_from_slice(&buf[at..at + i]);
             out.extend_from_slice(&m.shown);
             at += i + m.real.len();
@@ -151,7 +196,7 @@ impl Scrubber {
     /// The secrets whose values were replaced, each with how many times (for the log).
     pub(crate) fn replaced(&self) -> Vec<(String, usize)> {
         let mut out: Vec<(String, usize)> = Vec::new();
-        for (m, &n) in self.masks.0.iter().zip(&self.counts).filter(|(_, n)| **n > 0) {
+        for (m, &n) in self.masks.list.iter().zip(&self.counts).filter(|(_, n)| **n > 0) {
             match out.iter_mut().find(|(s, _)| *s == m.secret) {
                 Some((_, total)) => *total += n,
                 None => out.push((m.secret.clone(), n)),
@@ -240,6 +285,17 @@ mod tests {
     }
 
     #[test]
+    fn a_host_with_no_bound_secret_has_nothing_to_mask() {
+        let mut m = Masks::default();
+        assert!(m.is_empty(), "what decides whether a request's Range is kept");
+        m.add(b"", b"", "EMPTY");
+        assert!(m.is_empty(), "an empty value is no spelling");
+        m.add(b"sk-1", PH, "API_KEY");
+        assert!(!m.is_empty());
+        assert!(!masks().is_empty());
+    }
+
+    #[test]
     fn every_spelling_of_the_value_comes_back_as_the_placeholder_in_that_spelling() {
         let b64 = STANDARD_NO_PAD.encode("sk-real/1+x");
         let body = format!("a sk-real/1+x b sk-real%2F1%2Bx c sk-real%2f1%2bx d {b64}= e");
@@ -309,6 +365,109 @@ mod tests {
         }
     }
 
+    /// Each decoding of `text` the masker claims to cover, as bytes: as it is; percent-decoded;
+    /// and base64 in both alphabets from each of the four character offsets (a value at any
+    /// alignment in a longer encoded string is whole in one of them).
+    fn decodings(text: &[u8]) -> Vec<Vec<u8>> {
+        use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+        let lenient = GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true);
+        let engines = [
+            GeneralPurpose::new(&base64::alphabet::STANDARD, lenient),
+            GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient),
+        ];
+        let mut out = vec![text.to_vec(), crate::gate::secrets::percent_decode(text)];
+        for (e, extra) in engines.iter().zip([b"+/", b"-_"]) {
+            let inside = |c: &u8| c.is_ascii_alphanumeric() || extra.contains(c);
+            // Each run of the alphabet's characters, from each of its first four characters.
+            for run in text.split(|c| !inside(c)) {
+                for off in 0..4.min(run.len()) {
+                    out.push(run[off..].chunks(4).flat_map(|g| e.decode(g).unwrap_or_default()).collect());
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Random values at random places inside every encoding the masker covers, the result cut
+        /// into random chunks: no decoding of what comes out holds the value.
+        #[test]
+        fn no_covered_spelling_of_any_value_survives_however_it_is_aligned_or_split(
+            value in proptest::collection::vec(proptest::num::u8::ANY, 8..40),
+            before in proptest::collection::vec(proptest::num::u8::ANY, 0..5),
+            after in proptest::collection::vec(proptest::num::u8::ANY, 0..5),
+            form in 0usize..7,
+            // (No `%` around the encoding: it would join the first escape and change what the
+            // body as sent decodes to, which the control below checks.)
+            prefix in "[ -$&-~]{0,12}",
+            suffix in "[ -$&-~]{0,12}",
+            cuts in proptest::collection::vec(0usize..300, 0..6),
+        ) {
+            use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+            let inner = [before.as_slice(), &value, &after].concat();
+            let encoded: Vec<u8> = match form {
+                0 => inner.clone(),
+                1 => percent(&inner, true),
+                2 => percent(&inner, false),
+                3 => STANDARD.encode(&inner).into_bytes(),
+                4 => STANDARD_NO_PAD.encode(&inner).into_bytes(),
+                5 => URL_SAFE.encode(&inner).into_bytes(),
+                _ => URL_SAFE_NO_PAD.encode(&inner).into_bytes(),
+            };
+            let body = [prefix.as_bytes(), &encoded, suffix.as_bytes()].concat();
+            let mut s = Scrubber::new(Masks::new([("K", value.as_slice(), PH)]));
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(body.len())).collect();
+            cuts.sort();
+            let (mut out, mut at) = (Vec::new(), 0);
+            for c in cuts.into_iter().chain([body.len()]) {
+                out.extend_from_slice(&s.push(Bytes::copy_from_slice(&body[at..c])));
+                at = c;
+            }
+            out.extend_from_slice(&s.finish());
+            for d in decodings(&out) {
+                proptest::prop_assert!(memchr::memmem::find(&d, &value).is_none(), "form {}: {:?}", form, String::from_utf8_lossy(&out));
+            }
+            // Control: the same decodings of the body as sent hold it (the probe is real).
+            proptest::prop_assert!(decodings(&body).iter().any(|d| memchr::memmem::find(d, &value).is_some()));
+        }
+    }
+
+    #[test]
+    fn base64_at_each_alignment_and_in_both_alphabets_comes_back_as_the_placeholder() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let key = b"sk-real/1+x??>>".as_slice();
+        for pad in 0..3 {
+            let line = [&b"Bearer "[..pad * 3], key].concat();
+            for (url, text) in [(false, STANDARD.encode(&line)), (true, URL_SAFE.encode(&line))] {
+                let mut s = Scrubber::new(Masks::new([("API_KEY", key, PH)]));
+                let out = s.whole(text.as_bytes()).unwrap_or_else(|| panic!("not found: {pad} {url} {text}"));
+                assert!(
+                    memchr::memmem::find(&out, &b64_core(PH, (line.len() - key.len()) % 3, url)).is_some(),
+                    "{}",
+                    String::from_utf8_lossy(&out)
+                );
+            }
+        }
+        // The characters that hold only the value's bits, at each alignment.
+        assert_eq!(b64_core(b"abc", 0, false), b"YWJj");
+        assert_eq!(b64_core(b"abcd", 0, false), b"YWJjZ", "the sixth character mixes in what follows");
+        assert_eq!(
+            b64_core(b"abc", 1, false),
+            b"FiY",
+            "the first two mix in the byte before, the last in the next"
+        );
+        assert_eq!(
+            b64_core(b"abc", 2, false),
+            b"hYm",
+            "the first three mix in the two before, the last in the next"
+        );
+        assert_eq!(b64_core(&[0xfb, 0xff, 0xbf], 0, true), b"-_-_");
+        assert_eq!(b64_core(&[0xfb, 0xff, 0xbf], 0, false), b"+/+/");
+        assert!(b64_core(b"a", 1, false).is_empty(), "too short to hold a character of its own");
+    }
+
     #[test]
     fn a_request_s_basic_token_is_masked_and_a_header_value_is_masked_whole() {
         let mut m = masks();
@@ -320,10 +479,10 @@ mod tests {
         let (sent, client) = (format!("Basic {real}"), format!("basic {shown}"));
         m.add(basic_token(sent.as_bytes()).unwrap(), basic_token(client.as_bytes()).unwrap(), "API_KEY");
         // Neither an empty spelling (it would match everywhere) nor one listed twice is added.
-        let n = m.0.len();
+        let n = m.list.len();
         m.add(b"", b"x", "API_KEY");
         m.add(real.as_bytes(), b"other", "API_KEY");
-        assert_eq!(m.0.len(), n);
+        assert_eq!(m.list.len(), n);
         let mut s = Scrubber::new(m);
         let echoed = format!("{{\"Authorization\": \"Basic {real}\"}}");
         assert_eq!(

@@ -162,7 +162,7 @@ fn basic(value: &[u8]) -> Option<Vec<u8>> {
     STANDARD.decode(token).ok()
 }
 
-fn percent_decode(b: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decode(b: &[u8]) -> Vec<u8> {
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -241,20 +241,22 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         policy = asked;
         outcome = decide(&policy, &req);
     }
-    // A refusal of the policy's, or of the dial's: counted, logged, answered.
-    let refuse = |d: &Denial| {
+    // A refusal of the policy's, or of the dial's (`learned`: of a learning run's unlisted host,
+    // which `learn` says it could not reach): counted, logged, answered.
+    let refuse = |d: &Denial, learned: bool| {
         session.denied.fetch_add(1, Ordering::Relaxed);
         state.log(Entry {
             hint: &d.hint,
             allow: d.allow.as_deref(),
             path: d.path.as_deref(),
+            learned,
             ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
         });
         (d.status, decide::reason_phrase(&d.hint), format!("{}\n", d.hint))
     };
     match outcome {
         Err(d) => {
-            let (status, reason, body) = refuse(&d);
+            let (status, reason, body) = refuse(&d, false);
             respond_with(&mut client, status, &reason, &body).await;
         }
         Ok(decided) => {
@@ -276,8 +278,10 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 Kind::Forward => a.take_all(need),
                 Kind::Connect => a.left() >= need,
             };
-            let mut over =
-                budget.as_ref().filter(|a| !fits(a)).map(|a| a.denial(&session.policy().config_path));
+            let mut over = budget.as_ref().filter(|a| !fits(a)).map(|a| match req.kind {
+                Kind::Forward => a.denial_of(&session.policy().config_path, need),
+                Kind::Connect => a.denial(&session.policy().config_path),
+            });
             // With a watcher asked (`ask = SECONDS`): once lets this connection through
             // uncounted; allowed means the watcher raised the line (a live change): the new one.
             if let Some(d) = &over {
@@ -316,7 +320,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             let upstream = match dial(&policy, &req, &target).await {
                 Ok(up) => up,
                 Err(d) => {
-                    let (status, reason, body) = refuse(&d);
+                    let (status, reason, body) = refuse(&d, learned);
                     return respond_with(&mut client, status, &reason, &body).await;
                 }
             };

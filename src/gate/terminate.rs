@@ -17,6 +17,7 @@
 
 use super::decide::{self, Denial, RuleMatch};
 use super::grpc;
+use super::normalise;
 use super::proto::{self, Proto};
 use super::push;
 use super::request_body::{Ahead, DRAIN, OVERLAP, Replay, Scanned};
@@ -384,8 +385,7 @@ async fn drain(ahead: &Ahead, body: &mut Incoming) {
 /// What a request's head counts against a budget: its method, target and headers as HTTP/1.1
 /// would write them (HTTP/2 compresses them; the count stays the same for both).
 fn head_size(method: &str, target: &str, headers: &hyper::HeaderMap) -> u64 {
-    let fields: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
-    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1 + fields) as u64
+    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1) as u64 + super::budget::fields_size(headers)
 }
 
 /// The request's target must be this connection's host: the Host header, and an absolute-form
@@ -452,6 +452,9 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             Ok(None) => {}
         }
     }
+    // A host with a bound secret sends whole resources: no part the agent chose comes back
+    // unmasked for lack of the rest (`normalise`).
+    normalise::request(req.headers_mut(), !masks.is_empty());
     // Origin-form upstream, whatever form the client used (its authority was checked above).
     let target = req.uri().path_and_query().map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
     let client_upgrade =
@@ -525,11 +528,11 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if let Some(a) = &budget {
-        let head = head_size(&method, &target, &parts.headers);
-        if !a.take_all(head.saturating_add(declared.unwrap_or(0))) {
+        let wanted = head_size(&method, &target, &parts.headers).saturating_add(declared.unwrap_or(0));
+        if !a.take_all(wanted) {
             // The body is read and dropped here (never sent), so the client reads the refusal.
             drain(&ahead, &mut body).await;
-            return c.denied(&asked, &a.denial(&c.session.policy().config_path));
+            return c.denied(&asked, &a.denial_of(&c.session.policy().config_path, wanted));
         }
     }
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
@@ -575,7 +578,8 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             }
         })),
         drained: None,
-        budget: budget.clone().filter(|_| declared.is_none()),
+        budget: budget.clone(),
+        count_data: declared.is_none(),
         over: over.clone(),
     };
     let mut sender = match c.sender().await {
@@ -602,6 +606,21 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
         }
     };
+    // The status's own reason phrase, never the server's (it could carry a value past the
+    // masks); then what the gate cannot read is refused, never passed as it came.
+    resp.extensions_mut().remove::<hyper::ext::ReasonPhrase>();
+    let status = resp.status();
+    let bodiless = method == "HEAD"
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let coding = match normalise::response(status.as_u16(), resp.headers(), bodiless) {
+        Ok(coding) => coding,
+        Err(why) => {
+            let why = format!("{} {why}", c.host);
+            return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
+        }
+    };
     let mut scrub = Scrubber::new(masks);
     mask_headers(&mut scrub, resp.headers_mut());
     let log_masked = {
@@ -618,11 +637,6 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             }
         }
     };
-    let status = resp.status();
-    let bodiless = method == "HEAD"
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
     let grpc_reply = grpc::is_grpc(resp.headers().get(hyper::header::CONTENT_TYPE).map(|v| v.as_bytes()));
     if bodiless {
         log_masked(&scrub);
@@ -659,18 +673,6 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             .boxed()
         });
     } else {
-        let named =
-            resp.headers().get(hyper::header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("(not text)"));
-        let coding = match scrub::coding(named) {
-            Ok(coding) => coding,
-            Err(other) => {
-                let why = format!(
-                    "{} answered with a body encoded as {other}, which the gate cannot read to keep bound values out of it",
-                    c.host
-                );
-                return c.refuse(&asked, 502, &why, &format!("ai-sandbox gate: {why}"));
-            }
-        };
         // The length changes with each replacement (and decoding): the body goes chunked.
         resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
         if coding != Coding::Identity {
@@ -692,10 +694,9 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         && let Some(client_upgrade) = client_upgrade
     {
         let server_upgrade = hyper::upgrade::on(&mut resp);
-        let text = |h| resp.headers().get(h).and_then(|v: &hyper::header::HeaderValue| v.to_str().ok());
-        let websocket = text(hyper::header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
-        let ext = text(hyper::header::SEC_WEBSOCKET_EXTENSIONS);
-        let frames = websocket.then(|| (ws::Frames::new(ext, true), ws::Frames::new(ext, false)));
+        // A WebSocket (`normalise` refused any other protocol): its frames are read both ways.
+        let ext = resp.headers().get(hyper::header::SEC_WEBSOCKET_EXTENSIONS).and_then(|v| v.to_str().ok());
+        let (up, down) = (ws::Frames::new(ext, true), ws::Frames::new(ext, false));
         let log = {
             let (state, session, host, port) = (c.state.clone(), c.session.clone(), c.host.clone(), c.port);
             move |d: &Denial| {
@@ -706,26 +707,10 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
         let budget = c.session.allowance(&c.host).map(|a| (a, c.session.policy().config_path.clone()));
         tokio::spawn(async move {
             if let (Ok(a), Ok(b)) = (client_upgrade.await, server_upgrade.await) {
-                let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
-                match frames {
-                    Some((up, down)) => {
-                        let watch = WsWatch { up, down, secrets, host, scrub, budget };
-                        if let Some(d) = watch.relay(a, b).await {
-                            log(&d);
-                        }
-                    }
-                    None => match budget {
-                        // Another protocol: its bytes are the sandbox's too, counted as a tunnel's.
-                        Some((allowance, config)) => {
-                            if let Some(d) = crate::gate::ws_relay::budgeted(a, b, &allowance, &config).await
-                            {
-                                log(&d);
-                            }
-                        }
-                        None => {
-                            let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
-                        }
-                    },
+                let (a, b) = (TokioIo::new(a), TokioIo::new(b));
+                let watch = WsWatch { up, down, secrets, host, scrub, budget };
+                if let Some(d) = watch.relay(a, b).await {
+                    log(&d);
                 }
             }
         });

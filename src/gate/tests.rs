@@ -231,6 +231,31 @@ fn denials_name_the_config_line_that_would_allow_them() {
 }
 
 #[test]
+fn an_address_with_a_budget_is_not_relayed_where_its_count_would_miss_it() {
+    let mut p = policy(&["198.51.100.7:443", "203.0.113.0/24", "100.64.0.1:5432"]);
+    let line = |v: &str| match crate::policy::budget::parse(v).unwrap() {
+        crate::policy::budget::Line::Net(b) => b,
+        crate::policy::budget::Line::Host(_) => unreachable!(),
+    };
+    let ip = |s: &str| decide::normalise(s).unwrap();
+    // Control: without an address budget the gate relays the entries.
+    for (t, port) in [("198.51.100.7", 443), ("203.0.113.9", 22), ("100.64.0.1", 5432)] {
+        assert!(decide::check_target(&p, &ip(t), port).is_ok(), "{t}");
+    }
+    p.net_budgets = vec![line("198.51.100.7 1m"), line("203.0.113.0/24 2m"), line("100.64.0.1 1m")];
+    for (t, port) in
+        [("198.51.100.7", 443), ("203.0.113.9", 22), ("100.64.0.1", 5432), ("::ffff:198.51.100.7", 443)]
+    {
+        let d = decide::check_target(&p, &ip(t), port).unwrap_err();
+        assert_eq!(d.status, 403, "{t}");
+        assert!(d.reason.contains("has an address budget") && d.hint.contains("NO_PROXY"), "{t}: {d:?}");
+        assert!(!d.askable, "a watcher cannot let it around its count");
+    }
+    assert!(decide::check_target(&p, &ip("198.51.100.8"), 443).is_err(), "not allowed anyway");
+    assert!(decide::check_target(&p, &ip("example.com"), 443).is_err());
+}
+
+#[test]
 fn a_learning_run_relays_only_unlisted_hostnames_on_the_gates_ports() {
     let mut p = policy(&["listed.test"]);
     p.allow.deny_hosts.push((HostPattern::Exact("denied.test".into()), None));
@@ -299,6 +324,17 @@ fn address_classes_table() {
         wide.allow.nets.push((IpNet::host(a.parse().unwrap()), Ports::one(443)));
     }
     let refused = |a: &str, port| decide::check_address(&wide, a.parse().unwrap(), port).unwrap_err();
+    // The sandbox itself, as its containers reach it: said as that, with why it came here.
+    let own = refused("169.254.1.3", 18081);
+    assert!(
+        own.hint.contains("169.254.1.3 is the sandbox itself") && own.hint.contains("NO_PROXY"),
+        "{}",
+        own.hint
+    );
+    assert!(
+        !refused("169.254.1.2", 443).hint.contains("the sandbox itself"),
+        "pasta's host alias is another thing"
+    );
     let metadata = refused("169.254.169.254", 80);
     assert!(
         metadata.reason.contains("the cloud metadata service, which the gate never dials"),

@@ -100,6 +100,10 @@ pub struct FakeHost {
     pub answers: Vec<bool>,
     /// Programs on PATH that are not in /usr/bin (every other name is).
     pub programs: Vec<(String, crate::plan::agent::Found)>,
+    /// The user's git identity (`Host::git_identity`).
+    pub git_identity: Option<(String, String)>,
+    /// Bytes free where `Host::free_space` is asked (None: unknown).
+    pub free: Option<u64>,
     /// Live records of running sandboxes (`live_sessions` returns them all).
     pub live: Vec<PathBuf>,
     /// What `running` returns.
@@ -183,6 +187,9 @@ impl Os for FakeHost {
     fn stdio_is_tty(&self) -> bool {
         self.tty
     }
+    fn can_ask(&self) -> bool {
+        self.tty
+    }
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
         Ok("ab".repeat(n))
     }
@@ -225,6 +232,12 @@ impl Os for FakeHost {
     fn lock(&mut self, path: &Path) -> anyhow::Result<Box<dyn std::any::Any>> {
         self.effect(Effect::Lock(path.to_path_buf()))?;
         Ok(Box::new(()))
+    }
+    fn git_identity(&self) -> Option<(String, String)> {
+        self.git_identity.clone()
+    }
+    fn free_space(&self, _: &Path) -> Option<u64> {
+        self.free
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         self.stderr += question;

@@ -43,6 +43,9 @@ pub trait Os {
     /// This process's id (kept across exec(2): `ai-sandbox exec` records it as podman's).
     fn own_pid(&self) -> u32;
     fn stdio_is_tty(&self) -> bool;
+    /// Whether a question can be asked: stdin is a terminal to answer on, and stderr one to show
+    /// it (stdout may be a pipe: `ai-sandbox | tee log` still asks).
+    fn can_ask(&self) -> bool;
     /// `n` random bytes as lowercase hex.
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String>;
     fn print(&mut self, text: &str);
@@ -63,6 +66,12 @@ pub trait Os {
     fn remove_tree(&mut self, dir: &Path) -> anyhow::Result<()>;
     /// Asks a yes/no question on the terminal; true only for an explicit yes.
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool>;
+    /// Bytes free to this user on the filesystem of `dir`, or of its nearest existing ancestor
+    /// (None when none can be read).
+    fn free_space(&self, dir: &Path) -> Option<u64>;
+    /// The user's git identity: `user.name` and `user.email` of their git config (global, as git
+    /// reads it for them), when both are set.
+    fn git_identity(&self) -> Option<(String, String)>;
     /// A command name as the user's PATH finds it: where, its real path, and the interpreter its
     /// `#!` line names (resolved the same way).
     fn find_program(&self, name: &str) -> Option<crate::plan::agent::Found>;
@@ -254,6 +263,9 @@ impl Os for RealHost {
     fn stdio_is_tty(&self) -> bool {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
     }
+    fn can_ask(&self) -> bool {
+        std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+    }
     fn random_hex(&mut self, n: usize) -> anyhow::Result<String> {
         let mut buf = vec![0u8; n];
         getrandom::fill(&mut buf).map_err(|e| anyhow::anyhow!("the system's random source failed: {e}"))?;
@@ -312,6 +324,23 @@ impl Os for RealHost {
             None => return None,
         };
         std::fs::canonicalize(interp).ok()
+    }
+    fn free_space(&self, dir: &Path) -> Option<u64> {
+        // The directory may not exist yet (a first launch): its nearest ancestor's filesystem.
+        let st = dir.ancestors().find_map(|d| nix::sys::statvfs::statvfs(d).ok())?;
+        Some(st.blocks_available().saturating_mul(st.fragment_size()))
+    }
+    fn git_identity(&self) -> Option<(String, String)> {
+        let get = |key: &str| {
+            let out = std::process::Command::new("git")
+                .args(["config", "--global", "--get", key])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let v = String::from_utf8(out.stdout).ok()?.trim().to_string();
+            (out.status.success() && !v.is_empty()).then_some(v)
+        };
+        Some((get("user.name")?, get("user.email")?))
     }
     fn confirm(&mut self, question: &str) -> anyhow::Result<bool> {
         use std::io::Write;
@@ -495,7 +524,13 @@ impl Ports for RealHost {
     }
     fn exec(&mut self, argv: &[String]) -> anyhow::Result<i32> {
         use std::os::unix::process::CommandExt;
-        let e = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+        // podman's warning on cgroup v1 hosts, every run, is nothing the user can act on here.
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        if std::env::var_os("PODMAN_IGNORE_CGROUPSV1_WARNING").is_none_or(|v| v.is_empty()) {
+            cmd.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
+        }
+        let e = cmd.exec();
         Err(crate::error::hinted(format!("starting {}: {e}", argv[0]), "run `ai-sandbox doctor`").into())
     }
     fn launch(&mut self, plan: &Plan) -> anyhow::Result<i32> {

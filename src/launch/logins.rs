@@ -28,10 +28,79 @@ pub(crate) const CAP: u64 = 1 << 20;
 /// The login in a file's bytes: the whole file, or the object of its login fields (None when
 /// the file has none of them). Text that is not a JSON object has no fields.
 pub(crate) fn login_part(bytes: &[u8], fields: Option<&[&str]>) -> Option<Vec<u8>> {
-    let Some(fields) = fields else { return Some(bytes.to_vec()) };
+    login_part_said(bytes, fields).map(|(part, _)| part)
+}
+
+/// A string in a login field is at most this long (a JWT is a few KiB).
+const STRING_MAX: usize = 16 << 10;
+/// An object or array in a login field has at most this many members.
+const MEMBERS_MAX: usize = 64;
+/// A login field is at most this large, as JSON.
+const FIELD_MAX: usize = 64 << 10;
+
+/// `login_part`, and what was dropped from the login fields, in words. A login field keeps only
+/// what agents' CLIs write there: a string, number, boolean or null; or an object whose members
+/// are those or arrays of them (an account, a token set, its scopes). Anything else (an object
+/// inside a member: `oauthAccount.mcpServers.x.command`), an oversized value, or a field past
+/// `FIELD_MAX` is dropped, so that nothing but a login crosses to other projects' sandboxes.
+pub(crate) fn login_part_said(bytes: &[u8], fields: Option<&[&str]>) -> Option<(Vec<u8>, Vec<String>)> {
+    let Some(fields) = fields else { return Some((bytes.to_vec(), Vec::new())) };
     let Ok(Value::Object(all)) = serde_json::from_slice::<Value>(bytes) else { return None };
-    let part: Map<String, Value> = all.into_iter().filter(|(k, _)| fields.contains(&k.as_str())).collect();
-    (!part.is_empty()).then(|| serde_json::to_vec_pretty(&Value::Object(part)).expect("json"))
+    let mut dropped = Vec::new();
+    let part: Map<String, Value> = all
+        .into_iter()
+        .filter(|(k, _)| fields.contains(&k.as_str()))
+        .filter_map(|(k, v)| shaped(&k, v, &mut dropped).map(|v| (k, v)))
+        .collect();
+    (!part.is_empty()).then(|| (serde_json::to_vec_pretty(&Value::Object(part)).expect("json"), dropped))
+}
+
+fn scalar(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.len() <= STRING_MAX,
+        Value::Number(_) | Value::Bool(_) | Value::Null => true,
+        Value::Array(_) | Value::Object(_) => false,
+    }
+}
+
+/// A member of a login field: a scalar, or an array of at most `MEMBERS_MAX` scalars.
+fn member(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => a.len() <= MEMBERS_MAX && a.iter().all(scalar),
+        v => scalar(v),
+    }
+}
+
+/// The value of the login field `field` as a login holds it (see `login_part_said`).
+fn shaped(field: &str, v: Value, dropped: &mut Vec<String>) -> Option<Value> {
+    let name = quote::text(field);
+    let kept = match v {
+        Value::Object(m) if m.len() <= MEMBERS_MAX => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                if member(&v) {
+                    out.insert(k, v);
+                } else {
+                    dropped.push(format!("{name}.{} (not a value a login holds)", quote::text(&k)));
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Object(_) => {
+            dropped.push(format!("{name} (more than {MEMBERS_MAX} members)"));
+            return None;
+        }
+        v if member(&v) => v,
+        _ => {
+            dropped.push(format!("{name} (not a value a login holds)"));
+            return None;
+        }
+    };
+    if serde_json::to_vec(&kept).map_or(usize::MAX, |b| b.len()) > FIELD_MAX {
+        dropped.push(format!("{name} (over {} KiB)", FIELD_MAX >> 10));
+        return None;
+    }
+    Some(kept)
 }
 
 /// `existing` (the sandbox HOME's file) with its login fields replaced by `part`'s; what is not
@@ -135,7 +204,17 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         let Some(was) = given.get(&key(c)) else { continue };
         let bytes = read_home(&home, &c.home_rel)
             .with_context(|| format!("the {} login was not carried back", c.state))?;
-        let Some(part) = bytes.as_deref().and_then(|b| login_part(b, c.fields)) else { continue };
+        let Some((part, dropped)) = bytes.as_deref().and_then(|b| login_part_said(b, c.fields)) else {
+            continue;
+        };
+        if !dropped.is_empty() {
+            out.push(format!(
+                "the {} login in this sandbox ({}) held what a login does not; not carried to your other projects: {}",
+                c.state,
+                quote::path(&c.home_rel),
+                dropped.join(", ")
+            ));
+        }
         let held = digest(&part);
         if held == *was {
             continue;
@@ -240,6 +319,84 @@ mod tests {
         assert!(m["mcpServers"].get("x").is_none() && m["mcpServers"].get("mine").is_some());
         let fresh: Value = serde_json::from_slice(&merged(Some(b"[1]"), &part, Some(FIELDS))).unwrap();
         assert_eq!(fresh["userID"], "u1");
+    }
+
+    #[test]
+    fn a_login_field_keeps_only_what_a_login_holds() {
+        let hostile = br#"{"oauthAccount":{"email":"a@b","n":1,"ok":true,"none":null,"scopes":["a","b"],
+            "mcpServers":{"x":{"command":"sh -c evil"}},"deep":[{"command":"sh"}]},
+            "userID":{"x":{"y":1}},"primaryApiKey":"sk-1","hasCompletedOnboarding":true}"#;
+        let (part, dropped) = login_part_said(hostile, Some(FIELDS_ALL)).unwrap();
+        let v: Value = serde_json::from_slice(&part).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"oauthAccount":{"email":"a@b","n":1,"ok":true,"none":null,"scopes":["a","b"]},
+                "userID":{},"primaryApiKey":"sk-1","hasCompletedOnboarding":true})
+        );
+        assert_eq!(
+            dropped,
+            [
+                "oauthAccount.mcpServers (not a value a login holds)",
+                "oauthAccount.deep (not a value a login holds)",
+                "userID.x (not a value a login holds)"
+            ]
+        );
+        // Sizes: a string past the cap, an object with too many members, a field too large.
+        let long = format!(r#"{{"userID":"{}"}}"#, "x".repeat(STRING_MAX + 1));
+        assert_eq!(login_part_said(long.as_bytes(), Some(FIELDS_ALL)), None, "nothing left: no login");
+        let at_cap = format!(r#"{{"userID":"{}"}}"#, "x".repeat(STRING_MAX));
+        assert!(login_part(at_cap.as_bytes(), Some(FIELDS_ALL)).is_some());
+        let many: Map<String, Value> = (0..=MEMBERS_MAX).map(|n| (format!("k{n}"), Value::from(n))).collect();
+        let text = serde_json::to_vec(&serde_json::json!({"oauthAccount": many, "userID": "u"})).unwrap();
+        let (_, d) = login_part_said(&text, Some(FIELDS_ALL)).unwrap();
+        assert_eq!(d, [format!("oauthAccount (more than {MEMBERS_MAX} members)")]);
+        let big: Map<String, Value> =
+            (0..8).map(|n| (format!("k{n}"), Value::from("y".repeat(STRING_MAX)))).collect();
+        let text = serde_json::to_vec(&serde_json::json!({"oauthAccount": big, "userID": "u"})).unwrap();
+        let (_, d) = login_part_said(&text, Some(FIELDS_ALL)).unwrap();
+        assert_eq!(d, [format!("oauthAccount (over {} KiB)", FIELD_MAX >> 10)]);
+        // A field of exactly the cap is kept; one byte more is not.
+        let mut exact: Map<String, Value> =
+            (0..4).map(|n| (format!("k{n}"), Value::from("y".repeat(STRING_MAX)))).collect();
+        exact.insert("k3".into(), Value::from(""));
+        let short = FIELD_MAX - serde_json::to_vec(&exact).unwrap().len();
+        for (pad, kept) in [(short, true), (short + 1, false)] {
+            exact.insert("k3".into(), Value::from("z".repeat(pad)));
+            let text =
+                serde_json::to_vec(&serde_json::json!({"oauthAccount": exact, "userID": "u"})).unwrap();
+            let (_, d) = login_part_said(&text, Some(FIELDS_ALL)).unwrap();
+            assert_eq!(d.is_empty(), kept, "{pad}: {d:?}");
+        }
+        // An escape in a member's name is said escaped.
+        let esc = br#"{"userID":"u","oauthAccount":{"\u001b[2Kx":{}}}"#;
+        assert_eq!(
+            login_part_said(esc, Some(FIELDS_ALL)).unwrap().1,
+            ["oauthAccount.\\e[2Kx (not a value a login holds)"]
+        );
+    }
+
+    const FIELDS_ALL: &[&str] = &["oauthAccount", "userID", "primaryApiKey", "hasCompletedOnboarding"];
+
+    #[test]
+    fn what_a_login_does_not_hold_stays_in_its_sandbox_and_is_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = logins(tmp.path());
+        std::fs::create_dir_all(&l.home).unwrap();
+        write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();
+        give(&l).unwrap();
+        let inside = l.home.join(".claude/.claude.json");
+        std::fs::write(
+            &inside,
+            br#"{"userID":"u2","oauthAccount":{"e":"a","mcpServers":{"x":{"command":"sh"}}}}"#,
+        )
+        .unwrap();
+        let said = take(&l).unwrap();
+        assert!(said.iter().any(|s| s.contains("oauthAccount.mcpServers")), "{said:?}");
+        let store = std::fs::read_to_string(&l.files[0].store).unwrap();
+        assert!(
+            store.contains("u2") && !store.contains("mcpServers") && !store.contains("command"),
+            "{store}"
+        );
     }
 
     fn logins(tmp: &Path) -> Logins {

@@ -195,6 +195,13 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
         loop {
             let Some((sig, from_kernel)) = process::wait_for_signal(&set) else { continue };
             if LAUNCH_DONE.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(words) = process::take_last_words() {
+                    // (On a terminal `say` starts a line of its own; else after the open question.)
+                    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                        eprintln!();
+                    }
+                    say(&words);
+                }
                 std::process::exit(128 + sig as i32);
             }
             if PODMAN_ENDED.load(std::sync::atomic::Ordering::SeqCst) {
@@ -250,8 +257,9 @@ pub(crate) trait Machine {
     fn write_session(&mut self, plan: &Plan) -> anyhow::Result<()>;
     /// Verifies earlier sessions whose launcher and keeper both died.
     fn settle_leftovers(&mut self, guard: &GuardSpec) -> anyhow::Result<()>;
-    /// Records the protected paths and the repositories before the session.
-    fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<()>;
+    /// Records the protected paths and the repositories before the session; what it had to
+    /// change first, in words (a protected file with another name made a file of its own).
+    fn snapshot(&mut self, guard: &GuardSpec, container: &str) -> anyhow::Result<Vec<String>>;
     /// Review mode: the session's upper layer and record, just before podman.
     fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()>;
     /// Review mode, after podman: what to say (waiting for review, or nothing changed).
@@ -287,9 +295,12 @@ pub(crate) fn run(m: &mut dyn Machine, plan: &Plan) -> anyhow::Result<i32> {
     let recorded = m.settle_leftovers(g).and_then(|()| {
         m.snapshot(g, &plan.container).context("recording the protected paths before the session")
     });
-    if let Err(e) = recorded {
-        let _ = m.remove_session_dir(&plan.session_dir);
-        return Err(e);
+    match recorded {
+        Ok(notices) => notices.iter().for_each(|n| m.warn(n)),
+        Err(e) => {
+            let _ = m.remove_session_dir(&plan.session_dir);
+            return Err(e);
+        }
     }
     crate::sys::timing::mark("guard's record (the project walked)");
     if let Some(r) = &plan.review
@@ -366,9 +377,24 @@ impl Machine for Real {
     fn settle_leftovers(&mut self, g: &GuardSpec) -> anyhow::Result<()> {
         crate::launch::guard::settle_leftovers(&g.state_dir, &mut std::io::stderr())
     }
-    fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<()> {
-        crate::launch::guard::snapshot(&g.project, &g.paths, &g.protected, &g.store, container, g.review)?;
-        Ok(())
+    fn snapshot(&mut self, g: &GuardSpec, container: &str) -> anyhow::Result<Vec<String>> {
+        let m = crate::launch::guard::snapshot(
+            &g.project,
+            &g.paths,
+            &g.protected,
+            &g.store,
+            container,
+            g.review,
+        )?;
+        Ok(m.separated
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} had another name in the project or elsewhere (a hard link), which the sandbox could write where this path is read-only: it is now a file of its own (same content and mode; the other names keep theirs)",
+                    crate::sys::quote::path(&g.project.join(p))
+                )
+            })
+            .collect())
     }
     fn open_review(&mut self, r: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
         review::open(r)
@@ -465,7 +491,11 @@ impl Refusals {
     fn follow(w: &crate::plan::RefusalWatch) -> Refusals {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, mut tally, w) = (stop.clone(), crate::launch::refusals::Tally::new(&w.session), w.clone());
+        let (flag, mut tally, w) = (
+            stop.clone(),
+            crate::launch::refusals::Tally::new(&w.session).with_containers(w.containers),
+            w.clone(),
+        );
         let mut log = w
             .gate_runtime
             .as_ref()
@@ -566,9 +596,33 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
         }
         crate::sys::timing::mark("the rules' refusals read a last time");
     }
+    if !status.success() {
+        for line in hook_reason(&plan.session_dir) {
+            say(&line);
+        }
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),
         (None, Some(sig)) => Ok(128 + sig),
         _ => bail!("podman ended with an unknown status: {status}"),
     }
+}
+
+/// What a hook printed when it refused to start the sandbox, as crun keeps it (see
+/// `plan::session::HOOKS_STDERR_FILE`): the lines to say (none when the hooks said nothing,
+/// as under runc, which puts the reason in podman's own error).
+fn hook_reason(session_dir: &Path) -> Vec<String> {
+    let file = session_dir.join(crate::plan::session::HOOKS_STDERR_FILE);
+    let Ok(tree) = crate::sys::untrusted::Tree::open(session_dir) else { return Vec::new() };
+    let Ok(bytes) = tree.read(Path::new(crate::plan::session::HOOKS_STDERR_FILE), 64 << 10) else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!("the sandbox was not started; its hook said ({}):", file.display())];
+    out.extend(lines.iter().map(|l| format!("  {}", crate::sys::quote::text(l))));
+    out
 }

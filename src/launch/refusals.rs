@@ -18,6 +18,8 @@ pub(crate) struct Tally {
     seen: Vec<Refused>,
     /// The hosts a learning run relayed (`ai-sandbox learn`), each said once when first seen.
     learned: Vec<String>,
+    /// `containers = on`: a refused image registry is also answered with `image share`.
+    containers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +46,28 @@ impl Refused {
     }
 }
 
+/// A container image registry an inner engine pulls from: the well-known public ones, and any
+/// host whose first label is `registry` (as most private registries are named). A guess used
+/// only for a hint; nothing is decided by it.
+fn is_registry(host: &str) -> bool {
+    const KNOWN: [&str; 9] = [
+        "registry-1.docker.io",
+        "auth.docker.io",
+        "production.cloudflare.docker.com",
+        "quay.io",
+        "ghcr.io",
+        "gcr.io",
+        "mcr.microsoft.com",
+        "public.ecr.aws",
+        "docker.io",
+    ];
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    KNOWN.contains(&host.as_str())
+        || host.ends_with(".gcr.io")
+        || host.ends_with(".pkg.dev")
+        || host.starts_with("registry.")
+}
+
 /// `HH:MM:SS` of an RFC 3339 time, else the time as given.
 fn clock(time: &str) -> &str {
     time.get(11..19).unwrap_or(time)
@@ -51,7 +75,15 @@ fn clock(time: &str) -> &str {
 
 impl Tally {
     pub(crate) fn new(session: &str) -> Tally {
-        Tally { session: session.to_string(), seen: Vec::new(), learned: Vec::new() }
+        Tally { session: session.to_string(), ..Tally::default() }
+    }
+
+    /// For a session with `containers = on`: an inner engine's pull refused at a registry is
+    /// told about `ai-sandbox image share` too (the inner client itself shows only "connection
+    /// refused" or the like, never the gate's answer).
+    pub(crate) fn with_containers(mut self, on: bool) -> Tally {
+        self.containers = on;
+        self
     }
 
     /// Takes one decision; returns the line to say now when it is this session's first refusal
@@ -81,14 +113,19 @@ impl Tally {
             r.count = r.count.map(|c| c + 1);
             return None;
         }
+        let unreachable = e.status >= 500;
+        let mut fix = e.fix_or_reason().to_string();
+        if self.containers && !unreachable && is_registry(&e.host) {
+            fix.push_str("; or, for an image you have on this machine: ai-sandbox image share IMAGE");
+        }
         let r = Refused {
             host: e.host.clone(),
             port: e.port,
             request,
             count: Some(1),
             first: e.time.clone(),
-            fix: e.fix_or_reason().to_string(),
-            unreachable: e.status >= 500,
+            fix,
+            unreachable,
         };
         // A 502 is the gate failing to reach an allowed host (a name that does not resolve, a
         // server that is down): not a refusal, and not fixed by an allow line.
@@ -276,6 +313,23 @@ mod tests {
             t.summary()[1],
             "  198.51.100.6:7000 directly, first at 16:30:01: add \"allow = 198.51.100.6:7000\" to /p/c"
         );
+    }
+
+    #[test]
+    fn a_refused_registry_is_answered_with_image_share_when_containers_are_on() {
+        let share = "; or, for an image you have on this machine: ai-sandbox image share IMAGE";
+        let mut on = Tally::new("s1").with_containers(true);
+        let line = on.observe(&ev("s1", "registry-1.docker.io", 443, Decision::Deny, "t")).unwrap();
+        assert!(line.contains(&format!("to /p/.ai-sandbox/config{share})")), "{line}");
+        let own = on.observe(&ev("s1", "Registry.Example.test.", 443, Decision::Deny, "t")).unwrap();
+        assert!(own.contains(share), "{own}");
+        // Control: another host, the same session: the plain fix.
+        let other = on.observe(&ev("s1", "pypi.org", 443, Decision::Deny, "t")).unwrap();
+        assert!(!other.contains("image share"), "{other}");
+        // Without containers = on there is no inner engine to share an image with.
+        let mut off = Tally::new("s1");
+        let line = off.observe(&ev("s1", "registry-1.docker.io", 443, Decision::Deny, "t")).unwrap();
+        assert!(!line.contains("image share"), "{line}");
     }
 
     #[test]

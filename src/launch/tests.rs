@@ -78,8 +78,8 @@ impl Machine for Fake {
     fn settle_leftovers(&mut self, _: &GuardSpec) -> anyhow::Result<()> {
         self.call(Call::SettleLeftovers, "settle_leftovers")
     }
-    fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<()> {
-        self.call(Call::Snapshot, "snapshot")
+    fn snapshot(&mut self, _: &GuardSpec, _: &str) -> anyhow::Result<Vec<String>> {
+        self.call(Call::Snapshot, "snapshot").map(|()| Vec::new())
     }
     fn open_review(&mut self, _: &crate::plan::ReviewSpec) -> anyhow::Result<()> {
         self.call(Call::OpenReview, "open_review")
@@ -250,4 +250,20 @@ fn the_sweep_keeps_a_session_being_made_and_removes_a_dead_launchers() {
         v
     };
     assert_eq!(left, ["live", "starting"]);
+}
+
+/// crun keeps a refusing hook's reason in a file (runc says it in podman's error): the launcher
+/// says it, escaped, and says nothing when the hooks printed nothing.
+#[test]
+fn a_hooks_reason_kept_by_crun_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(super::hook_reason(dir.path()).is_empty(), "no file: nothing to say");
+    let file = dir.path().join(crate::plan::session::HOOKS_STDERR_FILE);
+    std::fs::write(&file, "\n").unwrap();
+    assert!(super::hook_reason(dir.path()).is_empty(), "the hooks said nothing");
+    std::fs::write(&file, "Error: self-check failed: connecting to 100.64.0.1:4 failed \x1b[2K\n").unwrap();
+    let said = super::hook_reason(dir.path());
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].starts_with("the sandbox was not started; its hook said"));
+    assert_eq!(said[1], "  Error: self-check failed: connecting to 100.64.0.1:4 failed \\e[2K");
 }

@@ -342,6 +342,7 @@ mod tests {
             net: crate::policy::NetMode::Allow,
             gate: true,
             tls: false,
+            host_image: true,
             policy: crate::contract::SessionPolicy {
                 budgets: vec![crate::policy::budget::host_line(budget)],
                 ..crate::contract::SessionPolicy::default()
@@ -389,6 +390,7 @@ mod tests {
             net: crate::policy::NetMode::Allow,
             gate: false,
             tls: false,
+            host_image: true,
             policy: crate::contract::SessionPolicy {
                 net_budgets: vec![budget],
                 ..crate::contract::SessionPolicy::default()

@@ -245,6 +245,7 @@ mod tests {
             net: crate::policy::NetMode::Allow,
             gate,
             tls: gate,
+            host_image: true,
             policy: crate::contract::SessionPolicy {
                 allow: crate::policy::allow::Allowlist {
                     hosts: vec![(HostPattern::Exact("a.test".into()), None)],

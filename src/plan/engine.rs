@@ -245,6 +245,14 @@ pub(crate) fn seccomp_profile(default: &str) -> Result<String, String> {
 }
 
 #[cfg(test)]
+mod addr_tests {
+    #[test]
+    fn the_nested_sandbox_address_has_one_value() {
+        assert_eq!(super::SANDBOX_LOOPBACK, crate::policy::addr::NESTED_SANDBOX_ADDR.to_string());
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

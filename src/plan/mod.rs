@@ -109,6 +109,8 @@ pub(crate) struct RefusalWatch {
     pub(crate) session_dir: PathBuf,
     /// For the fixes: the config to add a line to.
     pub(crate) config_path: String,
+    /// `containers = on`: a refused registry is answered with `image share` too.
+    pub(crate) containers: bool,
 }
 
 /// The guard's part of a launch (see `guard`).
@@ -188,6 +190,7 @@ fn live_record(p: &Policy, f: &Facts) -> crate::contract::Record {
         gate: p.gate,
         tls: f.gate_ca.is_some(),
         policy: crate::contract::SessionPolicy::of(p, Some(&f.state_dir)),
+        host_image: p.image == crate::policy::Image::Host,
     }
 }
 
@@ -242,6 +245,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             gate_runtime: p.gate.then(|| f.runtime_dir.clone()),
             session_dir: f.session_dir.clone(),
             config_path: record.policy.config_path.clone(),
+            containers: p.containers,
         }),
         live,
         canary: match f.probe {
@@ -361,11 +365,35 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     n.extend(f.launchable.notice.iter().cloned());
+    if let Some((name, email)) = &f.git_identity {
+        let from = match p.git_identity {
+            crate::policy::GitIdentity::Given { .. } => "the config's git_identity line",
+            _ => {
+                "your git config's user.name and user.email, nothing else of it; `git_identity = off` to not"
+            }
+        };
+        n.push(format!("git commits inside are authored by {name} <{email}> ({from})"));
+    }
+    if p.containers {
+        n.push(
+            "containers = on: a Docker-compatible engine at DOCKER_HOST (`docker` and `podman` commands work); compose files run with \
+             `podman-compose` (or `podman compose`), Docker's `docker compose` plugin is not provided; an image comes from an allowed \
+             registry or from your machine with `ai-sandbox image share IMAGE`"
+                .into(),
+        );
+    }
     if p.workspace == crate::policy::Workspace::Review {
         n.push(format!(
             "review mode: the project is not written; what the sandbox changes goes to {} (`ai-sandbox diff {}` afterwards)",
             f.review_dir().join(crate::contract::review::UPPER_DIR).display(),
             f.session_id
+        ));
+    }
+    let (_, ignored) = podman::split_cgroup_v2_only(&p.extra_args, f.cgroup_v2);
+    if !ignored.is_empty() {
+        n.push(format!(
+            "extra_args `{}`: left out, not enforced on this host (rootless podman limits resources on cgroup v2 only; this host runs cgroup v1, and podman would only warn)",
+            ignored.join(" ")
         ));
     }
     if let (Some(m), false) = (p.limits.memory, f.cgroup_v2) {
@@ -479,7 +507,9 @@ pub(crate) fn render(plan: &Plan) -> String {
     for a in &plan.allowlist {
         out += &format!("#   {a}\n");
     }
-    out += "# podman command (one argument per line; paste into a shell)\n";
+    out += "# podman command (one argument per line, each quoted as a shell reads it back; it names the\n";
+    out += "# session's files, the env file, the hooks directory and the root, which a dry run does not\n";
+    out += "# write: it shows what runs, it does not run outside a launch)\n";
     let last = plan.argv.len().saturating_sub(1);
     for (i, a) in plan.argv.iter().enumerate() {
         let indent = if i == 0 { "" } else { "  " };

@@ -67,6 +67,46 @@ fn gate_env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// config), unless the user sets one.
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The resource flags rootless podman ignores on cgroup v1 (and warns about on every run).
+const CGROUP_V2_ONLY: &[&str] =
+    &["--memory", "--memory-swap", "--memory-reservation", "--cpus", "--cpu-shares", "--pids-limit"];
+
+/// `extra_args` as podman gets them: on a cgroup v1 host, the limits podman would ignore (with
+/// its warning) are left out, and the plan says so (`ignored_extra_args`).
+fn extra_args(p: &Policy, f: &Facts) -> Vec<String> {
+    let (kept, _) = split_cgroup_v2_only(&p.extra_args, f.cgroup_v2);
+    kept
+}
+
+/// `args` without the cgroup-v2-only limits when `cgroup_v2` is false, and those left out.
+pub(crate) fn split_cgroup_v2_only(args: &[String], cgroup_v2: bool) -> (Vec<String>, Vec<String>) {
+    if cgroup_v2 {
+        return (args.to_vec(), Vec::new());
+    }
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        // `--memory=1g`, `-m1g`: the value in the word; `--memory 1g`, `-m 1g`: the next word.
+        let (name, in_word) = a.split_once('=').map_or((a.as_str(), false), |(n, _)| (n, true));
+        let short_in_word = a.len() > 2 && a.starts_with("-m") && !a.starts_with("--");
+        if CGROUP_V2_ONLY.contains(&name) || name == "-m" || short_in_word {
+            dropped.push(a.clone());
+            if !in_word
+                && !short_in_word
+                && let Some(v) = args.get(i + 1)
+            {
+                dropped.push(v.clone());
+                i += 1;
+            }
+        } else {
+            kept.push(a.clone());
+        }
+        i += 1;
+    }
+    (kept, dropped)
+}
+
 /// The sandbox's PATH (`image = host`), unless the user set PATH themselves: the agent's
 /// interpreter first (nvm's node, say), and the sandbox HOME's `~/.local/bin` last (where
 /// `pip install --user` and pipx put programs; last, so it never shadows the host's tools). An
@@ -95,6 +135,23 @@ fn state_vars(p: &Policy, f: &Facts) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Who commits made inside are authored by (`git_identity`): git's author and committer
+/// variables, each unless the user set it. Variables, not a file in the sandbox HOME: nothing of
+/// the host's git config but the two values crosses, and the agent's own config there stays its.
+fn git_identity(p: &Policy, f: &Facts) -> Vec<(String, String)> {
+    let Some((name, email)) = &f.git_identity else { return Vec::new() };
+    [
+        ("GIT_AUTHOR_NAME", name),
+        ("GIT_AUTHOR_EMAIL", email),
+        ("GIT_COMMITTER_NAME", name),
+        ("GIT_COMMITTER_EMAIL", email),
+    ]
+    .into_iter()
+    .filter(|(k, _)| !p.user_sets(k))
+    .map(|(k, v)| (k.to_string(), v.clone()))
+    .collect()
+}
+
 /// The env file's text: one `NAME=VALUE` per line, as podman's `--env-file` reads it. Every
 /// value ai-sandbox passes goes here (mode 0600, in the private session dir), never on podman's
 /// command line, where any local user could read it: the gate token, `env` values, secrets.
@@ -106,6 +163,7 @@ pub(crate) fn env_file(p: &Policy, f: &Facts) -> Option<String> {
         .chain(super::gate_ca::env(p, f))
         .chain(interpreter_path(p, f))
         .chain(state_vars(p, f))
+        .chain(git_identity(p, f))
         .chain(super::engine::env(p, f))
         .chain(f.ssh_agent.as_ref().map(|_| ("SSH_AUTH_SOCK".to_string(), SSH_AGENT_SOCK.to_string())))
         .collect();
@@ -120,6 +178,12 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
     match p.net {
         NetMode::Allow => {
             let mut opts = vec!["--map-host-loopback".to_string(), p.gate_addr.to_string()];
+            if f.offline {
+                // pasta's own addresses for a host with no interface (its "local mode"), given
+                // explicitly: with an address and no default route it would copy the address and
+                // no route, and the gate's address would be unreachable (docs/adr/0073).
+                opts.extend(LOCAL_MODE.iter().map(|s| s.to_string()));
+            }
             if p.gate {
                 opts.extend(["-T".to_string(), f.gate_port.to_string()]);
             }
@@ -136,6 +200,19 @@ fn network_arg(p: &Policy, f: &Facts) -> String {
         NetMode::None => "none".into(),
         NetMode::Full => "pasta".into(),
     }
+}
+
+/// The sandbox's IPv4 address, netmask and gateway on a host with no default route: the link-local
+/// ones pasta assigns when the host has no interface at all.
+pub(crate) const LOCAL_MODE: &[&str] = &["-a", "169.254.2.1", "-n", "30", "-g", "169.254.2.2"];
+
+/// Whether `/proc/net/route`'s text has no default route (destination and mask 0); false when
+/// there is no text to tell (the file was not read), so that nothing changes then.
+pub(crate) fn offline(route: Option<&str>) -> bool {
+    let Some(text) = route else { return false };
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let default = rows.iter().any(|f| f.get(1) == Some(&"00000000") && f.get(7) == Some(&"00000000"));
+    !default
 }
 
 /// Where hosts keep catatonit, podman's init (Debian and Ubuntu, Fedora, others). With
@@ -266,6 +343,12 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     ]);
     a.extend(super::engine::options(p, f));
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    if p.net == NetMode::Allow {
+        // crun says only a failed hook's exit code; this is where it writes the hook's reason
+        // (runc ignores the annotation and says the reason itself).
+        let file = f.session_dir.join(session::HOOKS_STDERR_FILE);
+        push(&["--annotation", &format!("run.oci.hooks.stderr={}", file.display())]);
+    }
     match p.workspace {
         // The project as the lower layer of an overlay: everything the sandbox writes lands in
         // the session's upper layer, never in the project (podman's `:O`; see `review`).
@@ -351,10 +434,27 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
     if matches!(p.image, Image::Named(_)) {
         push(&["--pull=never"]);
     }
-    a.extend(p.extra_args.iter().cloned());
+    a.extend(extra_args(p, f));
     match &p.image {
         Image::Host => a.extend(["--rootfs".to_string(), f.root_dir().display().to_string()]),
         Image::Named(n) => a.push(n.clone()),
     }
     a
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::split_cgroup_v2_only;
+
+    #[test]
+    fn limits_podman_ignores_on_cgroup_v1_are_left_out_there_and_kept_on_v2() {
+        let args: Vec<String> =
+            ["-v", "/d:/d:ro", "--memory", "1g", "--cpus=2", "-m512m", "-m", "2g", "-e", "A=1"]
+                .map(String::from)
+                .to_vec();
+        let (kept, dropped) = split_cgroup_v2_only(&args, false);
+        assert_eq!(kept, ["-v", "/d:/d:ro", "-e", "A=1"]);
+        assert_eq!(dropped, ["--memory", "1g", "--cpus=2", "-m512m", "-m", "2g"]);
+        assert_eq!(split_cgroup_v2_only(&args, true), (args.clone(), Vec::new()));
+    }
 }

@@ -21,6 +21,10 @@ pub(crate) const LIVE_FILE: &str = "live.json";
 /// The container's first process, as podman writes it (`--pidfile`): its namespaces are where
 /// a live change or a read of the refusal records goes.
 pub(crate) const CONTAINER_PID_FILE: &str = "container.pid";
+/// Where crun writes what the hooks (the ruleset's loader, the self-check) printed
+/// (`run.oci.hooks.stderr`): crun says only a hook's exit code, runc its stderr too, so the
+/// launcher prints this file's reason when the sandbox did not start.
+pub(crate) const HOOKS_STDERR_FILE: &str = "hooks.stderr";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub(crate) const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.
@@ -95,6 +99,13 @@ pub struct Facts {
     /// Whether the host runs cgroup v2 (rootless podman enforces `--memory` and
     /// `--pids-limit` there only).
     pub(crate) cgroup_v2: bool,
+    /// The host has no IPv4 default route (an offline laptop; a network without a way out): given
+    /// an interface with an address, pasta would copy the address and no route, and the sandbox
+    /// could not reach the gate's address. Read from `/proc/net/route` (see `podman::offline`).
+    pub(crate) offline: bool,
+    /// Who commits made inside are authored by (name, email): the host's git config's, the
+    /// config's `git_identity` line's, or none.
+    pub(crate) git_identity: Option<(String, String)>,
     /// This program's dynamic loader on the host (see `Host::loader`): the self-check runs
     /// through it, with its directory mounted, so it runs inside any image.
     pub(crate) loader: Option<PathBuf>,

@@ -8,6 +8,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Where the host's loopback appears inside the sandbox unless `gate_addr` moves it.
 pub const DEFAULT_GATE_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+/// The sandbox's own loopback as a container of its engine reaches it (`containers = on`: the
+/// gate and published ports there; `plan::engine::SANDBOX_LOOPBACK` is its text).
+pub const NESTED_SANDBOX_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 3);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Class {

@@ -155,6 +155,23 @@ pub enum Allow {
     Net(IpNet, Option<Ports>),
 }
 
+impl Allow {
+    /// Whether a `deny` line of this entry refuses what `other` allows, in part or whole: a name
+    /// it names or is below; an address or network it holds or shares addresses with (ports
+    /// aside: a deny line's own ports narrow what it refuses, and any overlap is a refusal).
+    pub(crate) fn refuses(&self, other: &Allow) -> bool {
+        match (self, other) {
+            (Allow::Host(d, _), Allow::Host(HostPattern::Exact(n), _)) => d.matches(n),
+            (Allow::Host(HostPattern::Suffix(d), _), Allow::Host(HostPattern::Suffix(s), _)) => {
+                s == d || s.ends_with(&format!(".{d}"))
+            }
+            (Allow::Net(d, _), Allow::Net(n, _)) => d.overlaps(n),
+            // A single name never refuses a whole domain; a name never refuses an address.
+            _ => false,
+        }
+    }
+}
+
 /// A rejected entry: the reason and a hint saying what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bad {
@@ -507,4 +524,33 @@ fn host_entry(host: &str, ports: Option<Ports>, whole: &str) -> Result<Allow, Ba
     let pattern =
         if wild { HostPattern::Suffix(name.to_string()) } else { HostPattern::Exact(name.to_string()) };
     Ok(Allow::Host(pattern, ports))
+}
+
+#[cfg(test)]
+mod refuses_tests {
+    use super::*;
+
+    #[test]
+    fn a_deny_line_refuses_what_it_names_what_is_below_it_and_what_shares_an_address() {
+        let p = |s: &str| parse(s).unwrap();
+        let refuses = |d: &str, a: &str| p(d).refuses(&p(a));
+        assert!(refuses("x.test", "x.test") && refuses("x.test", "x.test:8080"));
+        assert!(
+            refuses("*.b.test", "c.b.test")
+                && refuses("*.b.test", "*.c.b.test")
+                && refuses("*.b.test", "*.b.test")
+        );
+        assert!(
+            !refuses("*.b.test", "b.test")
+                && !refuses("*.b.test", "cb.test")
+                && !refuses("x.test", "*.x.test")
+        );
+        assert!(!refuses("x.test", "y.test") && !refuses("*.c.b.test", "*.b.test"));
+        assert!(refuses("10.0.0.0/8", "10.1.2.3:443") && refuses("10.1.2.3", "10.0.0.0/8"));
+        assert!(
+            !refuses("10.0.0.0/8", "11.0.0.1")
+                && !refuses("x.test", "10.0.0.1")
+                && !refuses("10.0.0.1", "x.test")
+        );
+    }
 }

@@ -58,25 +58,54 @@ pub(crate) struct Finding {
 pub(crate) fn findings(old: Option<&str>, new: &str) -> Vec<Finding> {
     let before: Vec<(String, String)> = old.map(entries).unwrap_or_default();
     let (cfg, _) = crate::policy::keys::read(new);
+    let after: Vec<(String, String)> = cfg.entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect();
     let mut out: Vec<Finding> = cfg
         .entries
         .iter()
         .filter(|e| !before.iter().any(|(k, v)| *k == e.key && *v == e.value))
         .filter_map(|e| {
-            super::keys::widening(&e.key, &e.value).map(|why| Finding {
-                line: e.line,
-                text: format!("{} = {}", e.key, e.value),
-                why,
-            })
+            let why = match e.key.as_str() {
+                "rule" => rule_added(&e.value, &before),
+                _ => super::keys::widening(&e.key, &e.value),
+            };
+            why.map(|why| Finding { line: e.line, text: format!("{} = {}", e.key, e.value), why })
         })
         .collect();
     for (k, v) in &before {
-        let kept = cfg.entries.iter().any(|e| e.key == *k && e.value == *v);
-        if let Some(why) = super::keys::widening_when_dropped(k).filter(|_| !kept) {
-            out.push(Finding { line: 0, text: format!("{k} = {v}"), why: why.into() });
+        let kept = after.iter().any(|(ak, av)| ak == k && av == v);
+        let why = match k.as_str() {
+            "rule" => rule_dropped(v, &after),
+            _ => super::keys::widening_when_dropped(k).map(String::from),
+        };
+        if let Some(why) = why.filter(|_| !kept) {
+            out.push(Finding { line: 0, text: format!("{k} = {v}"), why });
         }
     }
     out
+}
+
+/// The host a `rule` line is for.
+fn rule_host(v: &str) -> Option<String> {
+    super::rule::parse(v).ok()?.first().map(|r| r.host.to_string())
+}
+
+/// Whether `entries` hold a rule for `host`.
+fn has_rules(entries: &[(String, String)], host: &str) -> bool {
+    entries.iter().any(|(k, v)| k == "rule" && rule_host(v).as_deref() == Some(host))
+}
+
+/// A rule line added: the first rules for a host narrow it (it took every request before), so
+/// they are not a widening; one more rule for a host that had rules lets it take more.
+fn rule_added(v: &str, before: &[(String, String)]) -> Option<String> {
+    let host = rule_host(v)?;
+    has_rules(before, &host).then(|| super::keys::widening("rule", v)).flatten()
+}
+
+/// A rule line removed: the host's last rule gone, it takes every request again (a widening);
+/// one of several gone, it takes less (not one).
+fn rule_dropped(v: &str, after: &[(String, String)]) -> Option<String> {
+    let host = rule_host(v)?;
+    (!has_rules(after, &host)).then(|| format!("removed: {host} had rules, and now takes every request"))
 }
 
 /// A unified diff of the approved copy and the current text.
@@ -136,18 +165,42 @@ mod tests {
     }
 
     #[test]
-    fn widening_lines_are_called_out_and_plain_names_are_not() {
+    fn widening_lines_are_called_out_and_plain_values_are_not() {
         let new = "allow = github.com\nallow = *.example.com\nextra_args = -v /home/u:/realhome --device /dev/kvm\n\
                    net = full\nallow = 10.0.0.0/8:443\nallow = 100.64.0.1:1-65535\nimage = localhost/x\n\
                    env = LD_PRELOAD=/tmp/x.so\nenv = FOO=1\nallow = 198.51.100.7:443\n";
         let f = findings(None, new);
         let lines: Vec<usize> = f.iter().map(|x| x.line).collect();
-        assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8], "{f:#?}");
-        assert!(f[1].why.contains("mounts a host path (/home/u:/realhome)") && f[1].why.contains("/dev/kvm"));
-        assert!(f[2].why.contains("egress policy off"));
-        assert!(f[3].why.contains("wide network") && f[3].why.contains("private network"));
-        assert!(f[4].why.contains("host's own loopback") && f[4].why.contains("65535 ports"));
-        assert!(f[6].why.contains("LD_PRELOAD"));
+        assert_eq!(lines, [1, 2, 3, 4, 5, 6, 7, 8], "{f:#?}");
+        assert_eq!(f[0].why, "lets the sandbox reach github.com through the gate, on the gate's ports");
+        assert!(f[2].why.contains("mounts a host path (/home/u:/realhome)") && f[2].why.contains("/dev/kvm"));
+        assert!(f[3].why.contains("egress policy off"));
+        assert!(f[4].why.contains("wide network") && f[4].why.contains("private network"));
+        assert!(f[5].why.contains("host's own loopback") && f[5].why.contains("65535 ports"));
+        assert!(f[7].why.contains("LD_PRELOAD"));
+    }
+
+    #[test]
+    fn the_first_rules_for_a_host_narrow_it_and_more_rules_or_dropping_the_last_widen_it() {
+        let first = "allow = api.test\nrule = api.test GET /v1/*\n";
+        let f = findings(Some("allow = api.test\n"), first);
+        assert!(f.is_empty(), "the first rule narrows a host that took every request: {f:#?}");
+        let more = "allow = api.test\nrule = api.test GET /v1/*\nrule = api.test POST /v1/upload\n";
+        let f = findings(Some(first), more);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].text == "rule = api.test POST /v1/upload" && f[0].why.contains("POST /v1/upload"),
+            "{f:#?}"
+        );
+        // One of two dropped: the host takes less. The last dropped: it takes everything.
+        assert!(findings(Some(more), first).is_empty());
+        let f = findings(Some(first), "allow = api.test\n");
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].why.contains("now takes every request"), "{f:#?}");
+        // A first approval: rules only narrow what the allow lines let through.
+        let f = findings(None, more);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].text, "allow = api.test");
     }
 
     #[test]

@@ -217,7 +217,18 @@ pub(crate) fn set_net(budgets: &mut Vec<NetBudget>, b: &NetBudget) {
 /// The line a refusal past a budget offers: the same host or network at twice the size, over
 /// the same period (the gate's refusals, the rules' and `watch` all offer this one).
 pub(crate) fn raised(target: impl std::fmt::Display, bytes: u64, period: Option<Period>) -> String {
-    format!("budget = {target} {}", per(bytes.saturating_mul(2), period))
+    raised_to(target, bytes.saturating_mul(2), period)
+}
+
+/// The line of a budget of `bytes` for `target`.
+pub(crate) fn raised_to(target: impl std::fmt::Display, bytes: u64, period: Option<Period>) -> String {
+    format!("budget = {target} {}", per(bytes, period))
+}
+
+/// `n` rounded up to a whole KiB (under 1 MiB) or MiB, as a line would write a size.
+pub(crate) fn round_up(n: u64) -> u64 {
+    let unit = if n < 1 << 20 { 1u64 << 10 } else { 1 << 20 };
+    n.div_ceil(unit).saturating_mul(unit)
 }
 
 /// The budget in an `ai-sandbox allow` item: `budget = HOST SIZE`.

@@ -231,30 +231,136 @@ pub(crate) fn extra_args(
                 }
             }
         }
+        if let Some(home) = &inputs.home {
+            for (src, how) in binds(&args).into_iter().filter(|(_, ro)| !ro).map(|(s, _)| (s, home)) {
+                let src_path = std::path::Path::new(&src);
+                if src_path.is_absolute() && how.starts_with(src_path) {
+                    diags.push(
+                        Diagnostic::new(
+                            at.clone(),
+                            format!(
+                                "extra argument mounts {src} read-write: it {} your home directory, whose dotfiles, keys and shell start-up files the agent could then change",
+                                if src_path == how.as_path() { "is" } else { "holds" }
+                            ),
+                        )
+                        .hint("mount only the directory the command needs, or add `:ro` (`-v SRC:DST:ro`)"),
+                    );
+                }
+            }
+        }
         out.extend(args);
     }
     out
 }
 
+/// podman run's short flags that take no value (`-i`, `-t`, `-d`, `-q`, `-P`). Any other short
+/// flag takes one, the rest of its word or the next word (`-p 8080:80`, `-p8080:80`): in
+/// `-ip 8080:80` the `i` is a flag of its own and `p` takes the next word, as podman reads it.
+const SHORT_FLAGS: &str = "dtiqP";
+
+/// The guarded podman flag `arg` gives, if any: a long flag by name, or any flag of a short
+/// cluster, read as podman reads it (flags without a value, then at most one that takes the rest
+/// of the word or the next one as its value).
 fn guarded(arg: &str) -> Option<&'static str> {
     if let Some(long) = arg.strip_prefix("--") {
         let name = long.split('=').next().unwrap_or(long);
         return GUARDED_FLAGS.iter().copied().find(|f| &f[2..] == name);
     }
-    match arg.strip_prefix('-')?.chars().next()? {
-        'p' => Some("--publish"),
-        'P' => Some("--publish-all"),
-        _ => None,
+    for c in arg.strip_prefix('-')?.chars() {
+        match c {
+            'p' => return Some("--publish"),
+            'P' => return Some("--publish-all"),
+            c if SHORT_FLAGS.contains(c) => continue,
+            // A flag that takes a value: the rest of the word is that value.
+            _ => return None,
+        }
     }
+    None
+}
+
+/// The bind mounts a list of podman arguments asks for: (source, read-only), from `-v`,
+/// `--volume` (`SRC:DST[:OPTS]`, a short cluster's `v` too) and `--mount` (`type=bind,src=…`).
+pub(crate) fn binds(args: &[String]) -> Vec<(String, bool)> {
+    let volume = |v: &str| -> Option<(String, bool)> {
+        let mut parts = v.split(':');
+        let src = parts.next()?.to_string();
+        parts.next()?;
+        let ro = parts.next().is_some_and(|o| o.split(',').any(|x| x == "ro" || x == "readonly"));
+        Some((src, ro))
+    };
+    let mount = |v: &str| -> Option<(String, bool)> {
+        let fields: Vec<&str> = v.split(',').collect();
+        let get = |k: &[&str]| {
+            fields.iter().find_map(|f| f.split_once('=').filter(|(n, _)| k.contains(n)).map(|(_, v)| v))
+        };
+        let bind = get(&["type"]).is_none_or(|t| t == "bind");
+        let src = get(&["src", "source"])?.to_string();
+        let ro = fields.iter().any(|f| matches!(*f, "ro" | "readonly" | "ro=true" | "readonly=true"));
+        bind.then_some((src, ro))
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let next = args.get(i + 1).map(String::as_str);
+        let found = if let Some(v) = a.strip_prefix("--volume=") {
+            volume(v)
+        } else if let Some(v) = a.strip_prefix("--mount=") {
+            mount(v)
+        } else if a == "--volume" {
+            i += 1;
+            next.and_then(volume)
+        } else if a == "--mount" {
+            i += 1;
+            next.and_then(mount)
+        } else if let Some(cluster) = a.strip_prefix('-').filter(|c| !c.starts_with('-')) {
+            // `-v SRC:DST`, `-vSRC:DST`, `-iv SRC:DST`: the first flag that takes a value decides.
+            match cluster.char_indices().find(|(_, c)| !SHORT_FLAGS.contains(*c)) {
+                Some((at, 'v')) if at + 1 < cluster.len() => volume(&cluster[at + 1..]),
+                Some((_, 'v')) => {
+                    i += 1;
+                    next.and_then(volume)
+                }
+                // Another flag's value: attached, or the next word (skipped).
+                Some((at, _)) => {
+                    if at + 1 == cluster.len() {
+                        i += 1;
+                    }
+                    None
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        out.extend(found);
+        i += 1;
+    }
+    out
 }
 
 /// The one NO_PROXY: defaults, then the user's entries, then gate_addr when an allow entry
-/// reaches it on a port the gate does not relay (those clients must connect directly).
-pub(crate) fn compose_no_proxy(user: &[String], gate_addr: Ipv4Addr, nets: &[(IpNet, Ports)]) -> Vec<String> {
+/// reaches it on a port the gate does not relay (those clients must connect directly), then each
+/// address or network with an address budget (counted on the direct path only: the gate does
+/// not relay it).
+pub(crate) fn compose_no_proxy(
+    user: &[String],
+    gate_addr: Ipv4Addr,
+    nets: &[(IpNet, Ports)],
+    budgeted: &[IpNet],
+) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let gate = gate_addr.to_string();
-    let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.as_str());
-    for item in NO_PROXY_DEFAULTS.iter().copied().chain(user.iter().map(String::as_str)).chain(extra) {
+    let extra = super::reached_directly(nets, gate_addr, IpAddr::V4(gate_addr)).then_some(gate.clone());
+    let budgeted = budgeted.iter().map(|n| n.to_string());
+    let items = NO_PROXY_DEFAULTS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(user.iter().cloned())
+        .chain(extra)
+        .chain(budgeted);
+    for item in items {
+        let item = item.as_str();
         if !out.iter().any(|o| o.eq_ignore_ascii_case(item)) {
             out.push(item.to_string());
         }

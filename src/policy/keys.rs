@@ -41,6 +41,7 @@ pub enum Name {
     Net,
     Workspace,
     Containers,
+    GitIdentity,
 }
 
 impl Name {
@@ -70,6 +71,7 @@ impl Name {
         Name::Net,
         Name::Workspace,
         Name::Containers,
+        Name::GitIdentity,
     ];
 
     /// How the config spells it.
@@ -99,6 +101,7 @@ impl Name {
             Name::Net => "net",
             Name::Workspace => "workspace",
             Name::Containers => "containers",
+            Name::GitIdentity => "git_identity",
         }
     }
 }
@@ -431,6 +434,17 @@ pub const KEYS: &[Key] = &[
             ),
         },
     },
+    Key {
+        name: Name::GitIdentity,
+        repeats: false,
+        shell: false,
+        doc: "the author of git commits made inside: host (default: your git config's user.name and user.email, nothing else of it), off, or `Name <email>`",
+        example: "Agent <agent@example.com>",
+        widens: Widens::Never,
+        export: Exports {
+            kube: Export::LeftOut("a Pod's commits are authored as its image and environment say"),
+        },
+    },
 ];
 
 /// The key called `name`.
@@ -561,7 +575,10 @@ fn secret_widens(v: &str) -> Option<String> {
 fn allow_widens(v: &str) -> Option<String> {
     match parse(v).ok()? {
         Allow::Host(HostPattern::Suffix(s), _) => Some(format!("every name under {s}")),
-        Allow::Host(..) => None,
+        Allow::Host(h, ports) => Some(match ports {
+            Some(p) => format!("lets the sandbox reach {h} through the gate, on port {p}"),
+            None => format!("lets the sandbox reach {h} through the gate, on the gate's ports"),
+        }),
         Allow::Net(n, ports) => {
             let mut why = Vec::new();
             let v4 = n.is_v4();

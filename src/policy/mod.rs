@@ -110,6 +110,9 @@ pub struct Inputs {
     pub review: bool,
     /// `--containers`: the sandbox's own container engine (`containers = on`).
     pub containers: bool,
+    /// The user's HOME (from the environment): an extra argument that mounts it, or a directory
+    /// above it, read-write is refused.
+    pub home: Option<PathBuf>,
 }
 
 /// How the sandbox sees the project (`workspace =`, `--review`): `Direct` writes it; `Review`
@@ -178,6 +181,48 @@ pub struct Policy {
     pub(crate) workspace: Workspace,
     /// `containers = on`: the sandbox runs its own rootless podman (see `plan::engine`).
     pub(crate) containers: bool,
+    /// `git_identity`: who commits made inside are authored by.
+    pub(crate) git_identity: GitIdentity,
+}
+
+/// Who git commits made inside are authored by (`git_identity`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum GitIdentity {
+    /// The host's `user.name` and `user.email` (and nothing else of its git config).
+    #[default]
+    Host,
+    Off,
+    /// `Name <email>`, as the line gives them.
+    Given {
+        name: String,
+        email: String,
+    },
+}
+
+fn git_identity(config: &Config, c: &mut Collector) -> GitIdentity {
+    match config.one(Name::GitIdentity) {
+        None | Some(("host", _)) => GitIdentity::Host,
+        Some(("off", _)) => GitIdentity::Off,
+        Some((v, at)) => {
+            let parsed =
+                v.strip_suffix('>').and_then(|r| r.split_once('<')).map(|(n, e)| (n.trim(), e.trim()));
+            match parsed {
+                Some((name, email))
+                    if !name.is_empty() && email.contains('@') && !email.contains(['<', '>']) =>
+                {
+                    GitIdentity::Given { name: name.into(), email: email.into() }
+                }
+                _ => {
+                    c.bad(
+                        at,
+                        format!("`git_identity = {v}` is not `host`, `off` or `Name <email>`"),
+                        "e.g. `git_identity = Agent <agent@example.com>`",
+                    );
+                    GitIdentity::Host
+                }
+            }
+        }
+    }
 }
 
 impl Policy {
@@ -332,11 +377,13 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
     let limits = limits_of(config, &mut c);
     let workspace = workspace(config, inputs, &mut c);
     let containers = containers(config, inputs, &image, &mut c);
+    let git_identity = git_identity(config, &mut c);
 
     if !c.0.is_empty() {
         return Err(c.0);
     }
-    let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets);
+    let budgeted: Vec<IpNet> = net_budgets.iter().map(|b| b.net).collect();
+    let no_proxy = env::compose_no_proxy(&user_no_proxy, gate_addr, &nets, &budgeted);
     let learning = inputs.learn.then(|| learning_notice(&gate_ports));
     let mut p = Policy {
         project,
@@ -378,6 +425,7 @@ pub fn build(project: PathBuf, config: &Config, inputs: &Inputs) -> Result<Polic
         learn: inputs.learn,
         workspace,
         containers,
+        git_identity,
     };
     p.notices.extend(uncounted_nets(&p.budgets, &p.net_budgets, &p.allow.nets));
     p.splices = forwards::splices(&p);

@@ -152,6 +152,13 @@ fn no_proxy_is_composed_once_with_user_values_and_gate_addr() {
     // Positive control: an entry that does not reach gate_addr leaves it out.
     let p = policy("allow = 198.51.100.7:443\n", Inputs::default()).unwrap();
     assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1"]);
+    // An address budget is counted on the direct path only: its address or network too.
+    let p = policy(
+        "allow = 198.51.100.7:443\nallow = 203.0.113.0/24\nbudget = 198.51.100.7 1m\nbudget = 203.0.113.0/24 2m\n",
+        Inputs::default(),
+    )
+    .unwrap();
+    assert_eq!(p.no_proxy, ["localhost", "127.0.0.1", "::1", "198.51.100.7", "203.0.113.0/24"]);
 }
 
 #[test]
@@ -203,6 +210,10 @@ fn extra_args_that_undo_the_sandbox_are_refused_unless_net_full() {
         "-p 8000:8000",
         "--runtime crun",
         "--security-opt seccomp=unconfined",
+        // A short cluster, as podman reads it: `-i -p 8080:80`, `-d -P`.
+        "-ip 8080:80",
+        "-itp8080:80",
+        "-dP",
     ] {
         let errs = policy("", Inputs { extra_args_env: Some(bad.into()), ..Inputs::default() }).unwrap_err();
         assert_eq!(errs[0].origin, Origin::Env("AISB_EXTRA_ARGS"), "{bad}");
@@ -215,6 +226,50 @@ fn extra_args_that_undo_the_sandbox_are_refused_unless_net_full() {
     )
     .unwrap();
     assert_eq!(full.extra_args, ["-p", "8000:8000"]);
+    // A cluster whose value-taking flag comes first keeps the rest as its value: `-ep` sets the
+    // variable `p`, it publishes nothing.
+    assert!(policy("", Inputs { extra_args_env: Some("-ep -it".into()), ..Inputs::default() }).is_ok());
+}
+
+#[test]
+fn an_extra_argument_that_mounts_the_home_directory_read_write_is_refused() {
+    let with_home = |args: &str| {
+        policy(
+            &format!("extra_args = {args}\n"),
+            Inputs { home: Some("/home/u".into()), ..Inputs::default() },
+        )
+    };
+    for bad in [
+        "-v /home/u:/realhome",
+        "--volume=/home/u:/h:rw",
+        "-v /home:/homes",
+        "-v /:/host",
+        "-itv /home/u:/h",
+        "-v/home/u:/h",
+        "--mount type=bind,src=/home/u,dst=/h",
+        "--mount=type=bind,source=/home,target=/h",
+    ] {
+        let errs = with_home(bad).unwrap_err();
+        assert!(
+            errs[0].message.contains("read-write") && errs[0].message.contains("your home directory"),
+            "{bad}: {errs:?}"
+        );
+        assert_eq!(errs[0].origin, Origin::Config(1), "{bad}");
+    }
+    // Read-only, or a directory below HOME: as given.
+    for ok in [
+        "-v /home/u:/h:ro",
+        "--mount type=bind,src=/home/u,dst=/h,readonly",
+        "-v /home/u/data:/data",
+        "-v /data:/data",
+        "-e V=/home/u:/x",
+        "-p8080:80 -v /srv:/srv",
+    ]
+    .iter()
+    .filter(|a| !a.starts_with("-p"))
+    {
+        assert!(with_home(ok).is_ok(), "{ok}");
+    }
 }
 
 #[test]

@@ -1,14 +1,23 @@
-//! `ai-sandbox apply`: what lands, decided first (pure: `decide`), then written into the project
-//! (`land`) through a `Tree` of the project, so a link the host has where the change puts a file
-//! is replaced, never written through, and nothing is read from the upper layer but regular
-//! files, opened without following a link.
+//! `ai-sandbox apply`: what lands, decided first (pure: `decide`, then `links_leaving` over the
+//! project as the apply would leave it), then written into the project (`land`) through a
+//! `Tree` of the project, so a link the host has where the change puts a file is replaced,
+//! never written through, and nothing is read from the upper layer but regular files, opened
+//! without following a link.
+//!
+//! The rule (docs/adr/0072): what `apply` writes is a new inode whose content is what `diff`
+//! showed. A file is copied (or, when it is the user's own with one name, its inode moved out of
+//! the finished layer): never linked to another name, so no landed path is a second name of a
+//! file the host trusts. A link is made with the target `diff` showed; a directory with the mode
+//! it showed.
 //!
 //! The decision: everything selected lands, except git's internals and special files (never),
-//! called-out items that were not named, and items already applied. If a selected item
-//! conflicts (the host changed it after the session started) and was not named, nothing lands.
+//! called-out items that were not named, items already applied, and what is part of a deleted or
+//! replaced directory that does not land. If a selected item conflicts (the host changed it
+//! after the session started) and was not named, nothing lands.
 
 use super::callout::Callout;
 use super::changes::What;
+use super::links::{Leads, resolve};
 use super::show::Item;
 use crate::sys::untrusted::{Kind, Tree};
 use std::collections::{HashMap, HashSet};
@@ -27,6 +36,8 @@ pub(crate) enum Verdict {
     CalledOut(Vec<Callout>),
     /// The host changed it since the session started, and it was not named.
     Conflict(String),
+    /// Part of the deletion or replacement of this directory, which does not land.
+    WithDirectory(PathBuf),
 }
 
 /// Whether `path` is named by one of `paths` (itself, or a directory above it).
@@ -46,7 +57,7 @@ pub(crate) fn unmatched<'a>(items: &[Item], paths: &'a [PathBuf]) -> Vec<&'a Pat
 
 /// One verdict per item.
 pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>) -> Vec<Verdict> {
-    items
+    let mut out: Vec<Verdict> = items
         .iter()
         .map(|i| {
             let path = &i.change.path;
@@ -65,7 +76,75 @@ pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>)
                 Verdict::Land
             }
         })
-        .collect()
+        .collect();
+    // What lies below a deleted or replaced directory goes with it, unless named itself (items
+    // are in order, parents first, so the directory's verdict is already known).
+    let at: HashMap<&Path, usize> =
+        items.iter().enumerate().map(|(n, i)| (i.change.path.as_path(), n)).collect();
+    for n in 0..items.len() {
+        let Some(top) = &items[n].change.part_of else { continue };
+        let top_lands =
+            at.get(top.as_path()).is_none_or(|t| matches!(out[*t], Verdict::Land | Verdict::Done));
+        let would = matches!(out[n], Verdict::Land | Verdict::Conflict(_));
+        if !top_lands
+            && would
+            && !paths.iter().any(|p| items[n].change.path.starts_with(p) && !top.starts_with(p))
+        {
+            out[n] = Verdict::WithDirectory(top.clone());
+        }
+    }
+    out
+}
+
+/// The links that would land and lead out of the project once the apply is done, called out
+/// (unless named). Each is resolved in the project as `verdicts` would leave it: what lands,
+/// over what the project has (`link_in_project`: the target of its link at a path). Taking one
+/// out can change where another leads, so this runs until nothing more is taken out.
+pub(crate) fn links_leaving(
+    items: &[Item],
+    verdicts: &mut [Verdict],
+    paths: &[PathBuf],
+    link_in_project: &dyn Fn(&Path) -> Option<PathBuf>,
+) {
+    loop {
+        let landing: HashMap<&Path, &super::changes::Change> = items
+            .iter()
+            .zip(verdicts.iter())
+            .filter(|(_, v)| **v == Verdict::Land)
+            .map(|(i, _)| (i.change.path.as_path(), &i.change))
+            .collect();
+        let after = |p: &Path| -> Option<PathBuf> {
+            // Below something that lands as no directory (deleted: nothing new), nothing is.
+            let gone = p
+                .ancestors()
+                .skip(1)
+                .any(|a| landing.get(a).is_some_and(|c| c.new.is_none_or(|n| n.kind != Kind::Dir)));
+            match landing.get(p) {
+                _ if gone => None,
+                Some(c) => c.link.clone().filter(|_| c.new.is_some_and(|n| n.kind == Kind::Link)),
+                None => link_in_project(p),
+            }
+        };
+        let mut out = Vec::new();
+        for (n, i) in items.iter().enumerate() {
+            // (A change carries a link's target only when it puts a link there.)
+            let (Verdict::Land, Some(t)) = (&verdicts[n], &i.change.link) else { continue };
+            if named(&i.change.path, paths) {
+                continue;
+            }
+            match resolve(&i.change.path, t, &after) {
+                Leads::Inside(_) => {}
+                Leads::Outside => out.push((n, Callout::LinkOut(t.clone()))),
+                Leads::Loop => out.push((n, Callout::LinkLoop(t.clone()))),
+            }
+        }
+        if out.is_empty() {
+            return;
+        }
+        for (n, why) in out {
+            verdicts[n] = Verdict::CalledOut(vec![why]);
+        }
+    }
 }
 
 /// Writes the items that `verdicts` say land, in order (parents first); each path that landed
@@ -77,8 +156,6 @@ pub(crate) fn land(
     project: &Tree,
     landed: &mut dyn FnMut(&Path) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
-    // Hard links the sandbox made: the second name is linked to the first one written here.
-    let mut linked: HashMap<u64, PathBuf> = HashMap::new();
     let mut n = 0;
     for (i, v) in items.iter().zip(verdicts) {
         if *v != Verdict::Land {
@@ -86,19 +163,14 @@ pub(crate) fn land(
         }
         let c = &i.change;
         let at = crate::sys::quote::path(&project.path().join(&c.path));
-        one(c, upper, project, &mut linked).map_err(|e| anyhow::anyhow!("applying {at}: {e}"))?;
+        one(c, upper, project).map_err(|e| anyhow::anyhow!("applying {at}: {e}"))?;
         landed(&c.path)?;
         n += 1;
     }
     Ok(n)
 }
 
-fn one(
-    c: &super::changes::Change,
-    upper: &Tree,
-    project: &Tree,
-    linked: &mut HashMap<u64, PathBuf>,
-) -> std::io::Result<()> {
+fn one(c: &super::changes::Change, upper: &Tree, project: &Tree) -> std::io::Result<()> {
     let rel = c.path.as_path();
     let Some(new) = c.new.filter(|_| c.what != What::Deleted) else {
         return project.remove(rel);
@@ -119,15 +191,10 @@ fn one(
         }
         Kind::Link => project.symlink(c.link.as_deref().unwrap_or(Path::new("")), rel),
         Kind::File => {
-            if new.nlink > 1
-                && let Some(first) = linked.get(&new.ino).or(c.link_of.as_ref())
-                && project.stat(first)?.is_some_and(|s| s.kind == Kind::File)
-            {
-                return project.hard_link(first, rel);
-            }
             // The user's own file with one name is moved, not copied, when the layer is on the
             // project's filesystem (one rename; nothing left to remove after): the session is
-            // over, so nothing else holds it. Anything else is copied.
+            // over, so nothing else holds it. Anything else is copied: a file the sandbox gave
+            // several names lands as one file per name.
             if new.nlink == 1 && new.uid == nix::unistd::getuid().as_raw() {
                 match upper.move_to(rel, project, rel, now.is_some()) {
                     Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
@@ -135,9 +202,7 @@ fn one(
                 }
             }
             let (mut f, st) = upper.open_file(rel)?;
-            project.write_from(rel, &mut f, st.mode, Some(st.mtime_ns))?;
-            linked.insert(new.ino, rel.to_path_buf());
-            Ok(())
+            project.write_from(rel, &mut f, st.mode, Some(st.mtime_ns))
         }
         Kind::Fifo | Kind::Socket | Kind::Device => Ok(()),
     }
@@ -163,15 +228,7 @@ mod tests {
             rdev: 0,
         };
         Item {
-            change: Change {
-                path: path.into(),
-                what: What::Added,
-                new: Some(st),
-                old: None,
-                link: None,
-                copied_up: false,
-                link_of: None,
-            },
+            change: Change::new(path.into(), What::Added, Some(st), None),
             callouts,
             conflict: conflict.map(String::from),
             renamed_from: None,
@@ -213,5 +270,114 @@ mod tests {
             ["src/a.rs".into(), "src/a".into(), "srcx".into(), "/elsewhere/f".into()].into();
         let none: Vec<&Path> = unmatched(&items, &typo);
         assert_eq!(none, [Path::new("src/a"), Path::new("srcx"), Path::new("/elsewhere/f")]);
+    }
+
+    fn stat(kind: Kind) -> Stat {
+        Stat {
+            kind,
+            mode: 0o755,
+            ino: 2,
+            len: 0,
+            uid: 0,
+            born: 0,
+            ctime_ns: 0,
+            mtime_ns: 0,
+            nlink: 1,
+            rdev: 0,
+        }
+    }
+
+    #[test]
+    fn what_is_below_a_replaced_directory_lands_only_with_it() {
+        let mut lib = item("lib", vec![Callout::Replaces { was: Kind::Dir, entries: 1 }], None);
+        lib.change.what = What::Changed;
+        lib.change.old = Some(stat(Kind::Dir));
+        let mut below = item("lib/a.rs", vec![], None);
+        below.change = Change::new("lib/a.rs".into(), What::Deleted, None, Some(stat(Kind::File)));
+        below.change.part_of = Some("lib".into());
+        let items = vec![lib, below, item("other", vec![], None)];
+        let none = HashSet::new();
+        let v = decide(&items, &[], &none);
+        assert!(matches!(v[0], Verdict::CalledOut(_)));
+        assert_eq!(v[1], Verdict::WithDirectory("lib".into()), "deleted without its directory");
+        assert_eq!(v[2], Verdict::Land);
+        assert_eq!(decide(&items, &["lib".into()], &none)[..2], [Verdict::Land, Verdict::Land]);
+        // Named itself, a file below is deleted on its own.
+        let one = decide(&items, &["lib/a.rs".into()], &none);
+        assert_eq!(one[..2], [Verdict::NotSelected, Verdict::Land]);
+        // A conflict below a named directory is taken as the sandbox's version with it.
+        let mut c = items.clone();
+        c[1].conflict = Some("changed on the host".into());
+        assert_eq!(decide(&c, &[], &none)[1], Verdict::WithDirectory("lib".into()));
+        assert_eq!(decide(&c, &["lib".into()], &none)[1], Verdict::Land);
+        // A directory replaced by something that never lands (a fifo): what is below it stays,
+        // even named through the directory; named itself, a file below is deleted on its own.
+        let mut never = items.clone();
+        never[0].callouts = vec![Callout::Special(Kind::Fifo)];
+        assert_eq!(
+            decide(&never, &["lib".into()], &none)[..2],
+            [Verdict::Never, Verdict::WithDirectory("lib".into())]
+        );
+        assert_eq!(decide(&never, &["lib/a.rs".into()], &none)[1], Verdict::Land);
+        // Applied before: what is below lands now.
+        let done: HashSet<PathBuf> = [PathBuf::from("lib")].into();
+        assert_eq!(decide(&items, &[], &done)[..2], [Verdict::Done, Verdict::Land]);
+    }
+
+    fn link(path: &str, target: &str) -> Item {
+        let mut i = item(path, vec![], None);
+        i.change.new = Some(stat(Kind::Link));
+        i.change.link = Some(target.into());
+        i
+    }
+
+    #[test]
+    fn a_link_that_would_lead_out_once_applied_is_held_back_however_it_gets_there() {
+        // `a/b` -> `..` (the root: inside) and `a/c` -> `b/../victim` (through `a/b`: out).
+        let items = vec![link("a/b", ".."), link("a/c", "b/../victim"), link("a/d", "b/x")];
+        let none = HashSet::new();
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|_| None);
+        assert_eq!(v[0], Verdict::Land);
+        assert_eq!(v[1], Verdict::CalledOut(vec![Callout::LinkOut("b/../victim".into())]));
+        assert_eq!(v[2], Verdict::Land, "through the same link, and inside");
+        // Named, it lands.
+        let named = vec![PathBuf::from("a/c")];
+        let mut v = decide(&items, &named, &none);
+        links_leaving(&items, &mut v, &named, &|_| None);
+        assert_eq!(v[1], Verdict::Land);
+        // Without `a/b` landing (held back), the project's own `a/b`, a link out, is what `a/d`
+        // goes through.
+        let mut held = items.clone();
+        held[0].callouts = vec![Callout::Protected("a/b".into())];
+        let mut v = decide(&held, &[], &none);
+        links_leaving(&held, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "../..".into()));
+        assert_eq!(v[2], Verdict::CalledOut(vec![Callout::LinkOut("b/x".into())]));
+        // A directory deleted on the way: the project's link below it is gone with it.
+        let mut gone = item("a", vec![], None);
+        gone.change = Change::new("a".into(), What::Deleted, None, Some(stat(Kind::Dir)));
+        let items = vec![gone, link("z", "a/b/../..")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
+        assert_eq!(v[1], Verdict::Land, "a/b is deleted: `..` of a/b is a");
+        // A file in place of a directory on the way: the project's link below it is gone too.
+        let mut file = item("a", vec![], None);
+        file.change = Change::new("a".into(), What::Changed, Some(stat(Kind::File)), Some(stat(Kind::Dir)));
+        let items = vec![file, link("z", "a/b/../..")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
+        assert_eq!(v[1], Verdict::Land, "a is a file: a/b is no link");
+        // ... and a directory on the way keeps it: through it, the same target leads out.
+        let mut dir = item("a", vec![], None);
+        dir.change = Change::new("a".into(), What::Changed, Some(stat(Kind::Dir)), Some(stat(Kind::Dir)));
+        let items = vec![dir, link("z", "a/b/../..")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|p| (p == Path::new("a/b")).then(|| "..".into()));
+        assert!(matches!(&v[1], Verdict::CalledOut(_)), "{v:?}");
+        // Taking one out changes another: `x` lands only if it does not lead out through `y`.
+        let items = vec![link("y", "/etc"), link("x", "y")];
+        let mut v = decide(&items, &[], &none);
+        links_leaving(&items, &mut v, &[], &|_| None);
+        assert!(matches!(&v[0], Verdict::CalledOut(_)) && matches!(&v[1], Verdict::CalledOut(_)));
     }
 }

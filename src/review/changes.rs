@@ -11,7 +11,9 @@
 //! Both trees are read through `sys::untrusted` (never a link followed, a fifo opened, a file
 //! read without bound): the upper layer is the sandbox's, and so is every name in it.
 
+use super::links::{Leads, resolve};
 use crate::sys::untrusted::{Kind, Stat, Tree};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,9 @@ use std::path::{Path, PathBuf};
 /// The xattrs rootless overlays (`userxattr`) set in the upper layer.
 const OPAQUE: &str = "user.overlay.opaque";
 const ORIGIN: &str = "user.overlay.origin";
+
+/// How deep a deleted directory is listed (a deeper tree is a bomb, not a project).
+const DEPTH_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum What {
@@ -39,18 +44,58 @@ pub(crate) struct Change {
     pub(crate) old: Option<Stat>,
     /// A link's target, as the sandbox made it.
     pub(crate) link: Option<PathBuf>,
+    /// Where that link leads, resolved one name at a time through the links of the project with
+    /// the layer over it, and through the project's alone; the worse of the two.
+    pub(crate) leads: Option<Leads>,
     /// The upper layer says this was copied up from the project (`user.overlay.origin`): the
     /// project had it when the sandbox first wrote it.
     pub(crate) copied_up: bool,
-    /// A file the sandbox made another name of a project file it left unchanged (`ln`): that
-    /// file, which `apply` links to instead of copying.
-    pub(crate) link_of: Option<PathBuf>,
+    /// Other names the sandbox gave the same file (`ln`), changed or not: each lands as a file
+    /// of its own, never as another name of it.
+    pub(crate) same_as: Vec<PathBuf>,
+    /// A directory of the project that this change deletes or replaces with something else, and
+    /// what goes with it: its files below are listed as deletions of their own (`part_of` this
+    /// path), the repositories below only named here (their `.git`), never entered.
+    pub(crate) below: Below,
+    /// This deletion is part of the deletion or replacement of the directory named.
+    pub(crate) part_of: Option<PathBuf>,
+}
+
+/// What a deleted or replaced directory of the project held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Below {
+    /// Entries listed as deletions below it.
+    pub(crate) entries: usize,
+    /// The git directories (or `.git` files) below it: repositories it deletes.
+    pub(crate) repos: Vec<PathBuf>,
+    /// Deeper than `DEPTH_MAX`: not all of it is listed.
+    pub(crate) truncated: bool,
 }
 
 impl Change {
-    /// What the project has at `path` (`old`), deleted by the session.
-    fn deleted(path: PathBuf, old: Option<Stat>) -> Change {
-        Change { path, what: What::Deleted, new: None, old, link: None, copied_up: false, link_of: None }
+    pub(crate) fn new(path: PathBuf, what: What, new: Option<Stat>, old: Option<Stat>) -> Change {
+        Change {
+            path,
+            what,
+            new,
+            old,
+            link: None,
+            leads: None,
+            copied_up: false,
+            same_as: Vec::new(),
+            below: Below::default(),
+            part_of: None,
+        }
+    }
+
+    /// Whether it puts something of another kind where the project has a directory, or a
+    /// directory where the project has something else (what it deletes is more than one file).
+    pub(crate) fn replaces(&self) -> Option<Kind> {
+        let (new, old) = (self.new?, self.old?);
+        (self.what == What::Changed
+            && new.kind != old.kind
+            && (new.kind == Kind::Dir || old.kind == Kind::Dir))
+            .then_some(old.kind)
     }
 }
 
@@ -59,11 +104,56 @@ pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> 
     let mut out = Vec::new();
     let mut unchanged = Vec::new();
     walk(upper, project, Path::new(""), false, &mut out, &mut unchanged)?;
+    // Names that share a file: every name of it the layer has, changed or not.
+    let mut names: HashMap<u64, Vec<PathBuf>> = HashMap::new();
+    for c in out.iter().filter(|c| c.new.is_some_and(|n| n.kind == Kind::File && n.nlink > 1)) {
+        names.entry(c.new.map_or(0, |n| n.ino)).or_default().push(c.path.clone());
+    }
+    for (ino, p) in unchanged {
+        if let Some(v) = names.get_mut(&ino) {
+            v.push(p);
+        }
+    }
     for c in out.iter_mut().filter(|c| c.new.is_some_and(|n| n.kind == Kind::File && n.nlink > 1)) {
-        let ino = c.new.map(|n| n.ino);
-        c.link_of = unchanged.iter().find(|(i, _)| Some(*i) == ino).map(|(_, p)| p.clone());
+        let all = names.get(&c.new.map_or(0, |n| n.ino)).cloned().unwrap_or_default();
+        c.same_as = all.into_iter().filter(|p| *p != c.path).collect();
+        c.same_as.sort();
+    }
+    for c in out.iter_mut().filter(|c| c.link.is_some()) {
+        let target = c.link.clone().unwrap_or_default();
+        let merged = resolve(&c.path, &target, &|p: &Path| merged_link(upper, project, p));
+        let host = resolve(&c.path, &target, &|p: &Path| project_link(project, p));
+        c.leads = Some(if merged.is_inside() { host } else { merged });
     }
     Ok(out)
+}
+
+/// The target of the link at `rel` in the project as the sandbox saw it: the upper layer over
+/// the project (a whiteout, a directory made again or something else in place of a directory
+/// above hides the project's).
+fn merged_link(upper: &Tree, project: &Tree, rel: &Path) -> Option<PathBuf> {
+    let mut hidden = false;
+    let above: Vec<&Path> = rel.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()).collect();
+    for a in above.into_iter().rev() {
+        match upper.stat(a).ok().flatten() {
+            Some(st) if st.kind == Kind::Dir => {
+                hidden |= upper.xattr(a, OPAQUE).ok().flatten().as_deref() == Some(b"y");
+            }
+            Some(_) => return None,
+            None => {}
+        }
+    }
+    match upper.stat(rel).ok().flatten() {
+        Some(st) if st.kind == Kind::Link => upper.readlink(rel).ok(),
+        Some(_) => None,
+        None if hidden => None,
+        None => project_link(project, rel),
+    }
+}
+
+/// The target of the link at `rel` in the project as it is.
+pub(crate) fn project_link(project: &Tree, rel: &Path) -> Option<PathBuf> {
+    project.stat(rel).ok().flatten().filter(|s| s.kind == Kind::Link).and_then(|_| project.readlink(rel).ok())
 }
 
 /// One directory of the upper layer. `hidden`: the project's entries below are not seen inside
@@ -82,7 +172,7 @@ fn walk(
         for (n, _) in theirs.iter().filter(|(n, _)| !names.iter().any(|(m, _)| m == n)) {
             let rel = dir.join(n);
             let old = project.stat(&rel)?;
-            out.push(Change::deleted(rel, old));
+            deleted(project, rel, old, out)?;
         }
     }
     for (name, _) in names {
@@ -92,7 +182,7 @@ fn walk(
         if new.kind == Kind::Device && new.rdev == 0 {
             // A whiteout: a deletion of what the project had (nothing, if it is gone there too).
             if old.is_some() {
-                out.push(Change::deleted(rel, old));
+                deleted(project, rel, old, out)?;
             }
             continue;
         }
@@ -103,15 +193,7 @@ fn walk(
             let was_dir = old.is_some_and(|o| o.kind == Kind::Dir);
             if !was_dir || new.mode != old.map_or(0, |o| o.mode) {
                 let what = if old.is_some() { What::Changed } else { What::Added };
-                out.push(Change {
-                    path: rel.clone(),
-                    what,
-                    new: Some(new),
-                    old,
-                    link: None,
-                    copied_up,
-                    link_of: None,
-                });
+                out.push(Change { copied_up, ..Change::new(rel.clone(), what, Some(new), old) });
             }
             walk(upper, project, &rel, hidden || opaque || !was_dir, out, unchanged)?;
             continue;
@@ -126,9 +208,61 @@ fn walk(
             }
             Some(_) => What::Changed,
         };
-        out.push(Change { path: rel, what, new: Some(new), old, link, copied_up, link_of: None });
+        let at = out.len();
+        out.push(Change { link, copied_up, ..Change::new(rel.clone(), what, Some(new), old) });
+        if old.is_some_and(|o| o.kind == Kind::Dir) {
+            // A directory replaced by a file or link: everything below it goes with it.
+            out[at].below = below(project, &rel, &rel, 0, out)?;
+        }
     }
     Ok(())
+}
+
+/// A deletion of what the project has at `rel`: a directory with everything below it listed.
+fn deleted(project: &Tree, rel: PathBuf, old: Option<Stat>, out: &mut Vec<Change>) -> anyhow::Result<()> {
+    let at = out.len();
+    let is_dir = old.is_some_and(|o| o.kind == Kind::Dir) && !in_git_dir(&rel);
+    out.push(Change::new(rel.clone(), What::Deleted, None, old));
+    if is_dir {
+        out[at].below = below(project, &rel, &rel, 0, out)?;
+    }
+    Ok(())
+}
+
+/// Lists what the project has below `dir` as deletions that are part of `top`'s; a repository
+/// there (a `.git` directory or file) is named, not entered.
+fn below(
+    project: &Tree,
+    dir: &Path,
+    top: &Path,
+    depth: usize,
+    out: &mut Vec<Change>,
+) -> anyhow::Result<Below> {
+    let mut b = Below::default();
+    if depth >= DEPTH_MAX {
+        b.truncated = true;
+        return Ok(b);
+    }
+    for (n, k) in project.list(dir)? {
+        let rel = dir.join(&n);
+        if n == ".git" {
+            b.repos.push(rel);
+            continue;
+        }
+        let old = project.stat(&rel)?;
+        out.push(Change {
+            part_of: Some(top.to_path_buf()),
+            ..Change::new(rel.clone(), What::Deleted, None, old)
+        });
+        b.entries += 1;
+        if k == Kind::Dir {
+            let inner = below(project, &rel, top, depth + 1, out)?;
+            b.entries += inner.entries;
+            b.repos.extend(inner.repos);
+            b.truncated |= inner.truncated;
+        }
+    }
+    Ok(b)
 }
 
 /// Whether the sandbox's entry equals the project's: kind, permission bits, and content or
@@ -234,6 +368,7 @@ mod tests {
         // `gone` was made again (opaque): what the project had below it is deleted.
         let want = vec![
             ("gone/deep".to_string(), What::Deleted),
+            ("gone/deep/y".to_string(), What::Deleted),
             ("gone/x".to_string(), What::Deleted),
             ("gone/fresh".to_string(), What::Added),
             ("keep/k2".to_string(), What::Added),
@@ -243,7 +378,7 @@ mod tests {
         assert_eq!(got, want);
         let changes = read(&u, &p).unwrap();
         let k2 = changes.iter().find(|c| c.path == Path::new("keep/k2")).unwrap();
-        assert_eq!(k2.link_of.as_deref(), Some(Path::new("keep/k")), "a second name of an unchanged file");
+        assert_eq!(k2.same_as, [Path::new("keep/k")], "a second name of an unchanged file");
         assert!(in_git_dir(Path::new("lib/.git/config")) && in_git_dir(Path::new(".git")));
         assert!(!in_git_dir(Path::new("src/.gitignore")));
     }

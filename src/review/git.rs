@@ -11,6 +11,7 @@
 //! on becomes `ai-sandbox/ID`, any other moved branch `ai-sandbox/ID-NAME`; the host's own
 //! branches, HEAD, index and work tree are not touched.
 
+use crate::sys::quote;
 use crate::sys::untrusted::{Kind, Tree};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,49 @@ pub(crate) struct Moved {
     pub(crate) oid: String,
     /// The branch it becomes on the host.
     pub(crate) target: String,
+    /// The host has that branch at this commit already (an earlier `apply` fetched it).
+    pub(crate) arrived: bool,
+}
+
+/// A ref of the sandbox's that does not arrive, and why (its name as the layer has it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) repo: PathBuf,
+    pub(crate) name: Vec<u8>,
+    pub(crate) why: String,
+}
+
+/// At most this many refused branches are named one by one; the rest are counted.
+const REFUSED_LISTED: usize = 20;
+
+impl Refused {
+    /// The lines `diff` and `apply` print for the refused branches.
+    pub(crate) fn lines(all: &[Refused]) -> String {
+        let mut out = String::new();
+        for r in all.iter().take(REFUSED_LISTED) {
+            let at = if r.repo.as_os_str().is_empty() {
+                String::new()
+            } else {
+                format!(" (in {})", quote::arg(&r.repo))
+            };
+            out += &format!(
+                "  ! the sandbox's branch {}{at}: {}; it does not arrive\n",
+                quote::bytes(&r.name),
+                r.why
+            );
+        }
+        if all.len() > REFUSED_LISTED {
+            out += &format!("  ! ... and {} more branches that do not arrive\n", all.len() - REFUSED_LISTED);
+        }
+        out
+    }
+}
+
+/// The branches of a review: those that arrive, and those refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Branches {
+    pub(crate) moved: Vec<Moved>,
+    pub(crate) refused: Vec<Refused>,
 }
 
 /// At most this many bytes of objects are taken from the upper layer (a repository repacked
@@ -35,6 +79,20 @@ const OBJECTS_MAX: u64 = 8 << 30;
 fn oid(text: &str) -> Option<String> {
     let t = text.trim();
     (matches!(t.len(), 40 | 64) && t.bytes().all(|b| b.is_ascii_hexdigit())).then(|| t.to_ascii_lowercase())
+}
+
+/// Whether `refs/heads/NAME` is a ref name by git's rules (git-check-ref-format(1)): no
+/// component empty, starting with `.` or ending with `.lock`; no `..`, `@{`, control character,
+/// space, `~ ^ : ? * [ \\`; not ending with `/` or `.`. The test holds it to git's own
+/// `git check-ref-format` over a corpus of names.
+pub(crate) fn valid_branch(name: &str) -> bool {
+    let bad_char = |c: char| c.is_ascii_control() || " ~^:?*[\\".contains(c);
+    !name.is_empty()
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.chars().any(bad_char)
+        && !name.ends_with('.')
+        && name.split('/').all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
 }
 
 /// The repositories whose git directory the sandbox wrote and the project has (a repository the
@@ -56,50 +114,75 @@ fn repos(upper: &Tree, project: &Tree, dir: &Path, depth: usize, out: &mut Vec<P
     }
 }
 
+/// Branches read from a repository: (name, commit), and the names refused with why.
+#[derive(Default)]
+struct Heads {
+    found: Vec<(String, String)>,
+    refused: Vec<(Vec<u8>, String)>,
+}
+
+impl Heads {
+    /// A branch named by the bytes `name` at `text`: kept if both are what git would take.
+    fn take(&mut self, name: &[u8], text: &[u8]) {
+        let at = std::str::from_utf8(text).ok().and_then(oid);
+        let why = match (std::str::from_utf8(name).ok().filter(|n| valid_branch(n)), at) {
+            (Some(n), Some(o)) => {
+                self.found.retain(|(x, _)| x != n);
+                self.found.push((n.to_string(), o));
+                return;
+            }
+            (None, _) => "not a valid branch name (git check-ref-format)",
+            (Some(_), None) => "it does not name a commit",
+        };
+        self.refused.push((name.to_vec(), why.into()));
+    }
+}
+
 /// The branches of a repository as the upper layer has them over the project's (`host`, read
 /// once by the caller): the layer's packed refs if it wrote that file, then its loose refs.
-fn heads(upper: &Tree, project: &Tree, git: &Path, host: &[(String, String)]) -> Vec<(String, String)> {
+fn heads(upper: &Tree, project: &Tree, git: &Path, host: &[(String, String)]) -> Heads {
     let mut out = match upper.read(&git.join("packed-refs"), 16 << 20) {
         Ok(packed) => {
             let mut out = packed_heads(&packed);
-            loose(project, &git.join("refs/heads"), "", 0, &mut out);
+            loose(project, &git.join("refs/heads"), b"", 0, &mut out);
             out
         }
-        Err(_) => host.to_vec(),
+        Err(_) => Heads { found: host.to_vec(), refused: Vec::new() },
     };
-    loose(upper, &git.join("refs/heads"), "", 0, &mut out);
+    loose(upper, &git.join("refs/heads"), b"", 0, &mut out);
     out
 }
 
-/// The branches a `packed-refs` file names.
-fn packed_heads(bytes: &[u8]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for line in String::from_utf8_lossy(bytes).lines() {
-        if let Some((o, r)) = line.split_once(' ')
-            && let (Some(o), Some(name)) = (oid(o), r.strip_prefix("refs/heads/"))
-        {
-            out.push((name.to_string(), o));
+/// The branches a `packed-refs` file names (other refs, its header and peeled lines skipped).
+fn packed_heads(bytes: &[u8]) -> Heads {
+    let mut out = Heads::default();
+    for line in bytes.split(|b| *b == b'\n') {
+        let Some(sp) = line.iter().position(|b| *b == b' ') else { continue };
+        let (o, r) = (&line[..sp], &line[sp + 1..]);
+        if line.starts_with(b"#") || line.starts_with(b"^") {
+            continue;
+        }
+        if let Some(name) = r.strip_prefix(b"refs/heads/") {
+            out.take(name, o);
         }
     }
     out
 }
 
-fn loose(tree: &Tree, dir: &Path, prefix: &str, depth: usize, out: &mut Vec<(String, String)>) {
+fn loose(tree: &Tree, dir: &Path, prefix: &[u8], depth: usize, out: &mut Heads) {
+    use std::os::unix::ffi::OsStrExt;
     let Ok(names) = tree.list(dir) else { return };
     for (n, k) in names {
-        let Some(n) = n.to_str() else { continue };
-        let name = format!("{prefix}{n}");
+        let name = [prefix, n.as_bytes()].concat();
         match k {
-            Kind::Dir if depth < 16 => loose(tree, &dir.join(n), &format!("{name}/"), depth + 1, out),
-            Kind::File => {
-                if let Some(o) =
-                    tree.read(&dir.join(n), 128).ok().and_then(|b| oid(&String::from_utf8_lossy(&b)))
-                {
-                    out.retain(|(x, _)| *x != name);
-                    out.push((name, o));
-                }
+            Kind::Dir if depth < 16 => {
+                loose(tree, &dir.join(&n), &[&name[..], b"/"].concat(), depth + 1, out)
             }
-            _ => {}
+            Kind::File => {
+                let text = tree.read(&dir.join(&n), 128).unwrap_or_default();
+                out.take(&name, &text);
+            }
+            _ => out.refused.push((name, format!("{} where a branch is a file", k.name()))),
         }
     }
 }
@@ -115,25 +198,43 @@ fn head(upper: &Tree, project: &Tree, git: &Path) -> Option<Result<String, Strin
 }
 
 /// Every branch the sandbox moved (its tip is not the host's branch of that name now), named
-/// for the host. `name`: the name given for the branch HEAD was on (default `ai-sandbox/ID`).
-pub(crate) fn moved(upper: &Tree, project: &Tree, id: &str, name: Option<&str>) -> Vec<Moved> {
+/// for the host, and the refs that cannot arrive. `name`: the name given for the branch HEAD was
+/// on (default `ai-sandbox/ID`).
+pub(crate) fn moved(upper: &Tree, project: &Tree, id: &str, name: Option<&str>) -> Branches {
     let mut found = Vec::new();
     repos(upper, project, Path::new(""), 0, &mut found);
     let main = name.map(String::from).unwrap_or_else(|| format!("ai-sandbox/{id}"));
-    let mut out = Vec::new();
+    let mut out = Branches::default();
     for repo in found {
         let git = repo.join(".git");
         let mut host = packed_heads(&project.read(&git.join("packed-refs"), 16 << 20).unwrap_or_default());
-        loose(project, &git.join("refs/heads"), "", 0, &mut host);
+        loose(project, &git.join("refs/heads"), b"", 0, &mut host);
+        let host = host.found;
         let on = head(upper, project, &git);
         let suffix = |n: &str| {
             if repo.as_os_str().is_empty() {
                 n.to_string()
             } else {
-                format!("{n}-{}", repo.display().to_string().replace('/', "-"))
+                format!("{n}-{}", repo.to_string_lossy().replace('/', "-"))
             }
         };
-        for (b, o) in heads(upper, project, &git, &host) {
+        let push = |out: &mut Branches, mut m: Moved| {
+            if valid_branch(&m.target) {
+                m.arrived = host.iter().any(|(n, h)| *n == m.target && *h == m.oid);
+                out.moved.push(m);
+            } else {
+                let why = format!(
+                    "the branch it would become here, {}, is not a valid branch name",
+                    quote::text(&m.target)
+                );
+                out.refused.push(Refused { repo: m.repo, name: m.name.into_bytes(), why });
+            }
+        };
+        let Heads { found: heads, refused } = heads(upper, project, &git, &host);
+        for (name, why) in refused {
+            out.refused.push(Refused { repo: repo.clone(), name, why });
+        }
+        for (b, o) in heads {
             if host.iter().any(|(n, h)| *n == b && *h == o) || b.starts_with("ai-sandbox/") {
                 continue;
             }
@@ -141,20 +242,28 @@ pub(crate) fn moved(upper: &Tree, project: &Tree, id: &str, name: Option<&str>) 
                 Some(Ok(h)) if *h == b => suffix(&main),
                 _ => suffix(&format!("ai-sandbox/{id}-{b}")),
             };
-            out.push(Moved { repo: repo.clone(), name: b, oid: o, target });
+            push(&mut out, Moved { repo: repo.clone(), name: b, oid: o, target, arrived: false });
         }
         if let Some(Err(o)) = on
-            && !out.iter().any(|m| m.repo == repo && m.oid == o)
+            && !out.moved.iter().any(|m| m.repo == repo && m.oid == o)
             && !host.iter().any(|(_, h)| *h == o)
         {
-            out.push(Moved { repo: repo.clone(), name: "HEAD".into(), oid: o, target: suffix(&main) });
+            let m = Moved {
+                repo: repo.clone(),
+                name: "HEAD".into(),
+                oid: o,
+                target: suffix(&main),
+                arrived: false,
+            };
+            push(&mut out, m);
         }
     }
     out
 }
 
 /// Fetches `moved` (all of one repository each time) into the host's repositories, through a
-/// scratch repository in `scratch` (removed after). The lines to say.
+/// scratch repository in `scratch` (removed after). The lines to say; a branch that git would
+/// not fetch is said, and the others still arrive.
 pub(crate) fn fetch(
     moved: &[Moved],
     upper: &Tree,
@@ -188,27 +297,47 @@ fn fetch_one<'a>(
     std::fs::create_dir_all(scratch.join("objects/info"))?;
     let alt = host_repo.join(".git/objects");
     std::fs::write(scratch.join("objects/info/alternates"), format!("{}\n", alt.display()))?;
-    let mut specs = Vec::new();
     let moved: Vec<&Moved> = moved.collect();
+    let mut specs = Vec::new();
     for (n, m) in moved.iter().enumerate() {
         let r = scratch.join(format!("refs/heads/aisb-{n}"));
         std::fs::write(&r, format!("{}\n", m.oid))?;
         specs.push(format!("+refs/heads/aisb-{n}:refs/heads/{}", m.target));
     }
-    let mut args =
-        vec!["-c", "transfer.fsckObjects=true", "fetch", "-q", "--no-tags", "--no-write-fetch-head"];
     let s = scratch.display().to_string();
-    args.push(&s);
-    args.extend(specs.iter().map(String::as_str));
-    git(&args, None, Some(&host_repo))?;
-    let at = if repo.as_os_str().is_empty() { String::new() } else { format!(" in {}", repo.display()) };
+    let fetch = |specs: &[String]| {
+        let mut args =
+            vec!["-c", "transfer.fsckObjects=true", "fetch", "-q", "--no-tags", "--no-write-fetch-head", &s];
+        args.extend(specs.iter().map(String::as_str));
+        git(&args, None, Some(&host_repo))
+    };
+    let at = if repo.as_os_str().is_empty() { String::new() } else { format!(" in {}", quote::arg(repo)) };
+    let arrived = |m: &Moved| {
+        let subject =
+            git_out(&["log", "-1", "--format=%h %s", &format!("refs/heads/{}", m.target)], &host_repo)
+                .unwrap_or_default();
+        format!(
+            "branch {}{at} <- the sandbox's {} ({})",
+            quote::text(&m.target),
+            quote::text(&m.name),
+            quote::text(subject.trim())
+        )
+    };
+    if fetch(&specs).is_ok() {
+        return Ok(moved.iter().map(|m| arrived(m)).collect());
+    }
+    // One bad branch (an object missing or malformed) fails the whole fetch: each on its own,
+    // so that the others arrive and the bad one is named.
     Ok(moved
         .iter()
-        .map(|m| {
-            let subject =
-                git_out(&["log", "-1", "--format=%h %s", &format!("refs/heads/{}", m.target)], &host_repo)
-                    .unwrap_or_default();
-            format!("branch {}{at} <- the sandbox's {} ({})", m.target, m.name, subject.trim())
+        .zip(&specs)
+        .map(|(m, spec)| match fetch(std::slice::from_ref(spec)) {
+            Ok(()) => arrived(m),
+            Err(e) => format!(
+                "! the sandbox's {}{at} did not arrive: {}",
+                quote::text(&m.name),
+                e.to_string().lines().next().unwrap_or_default()
+            ),
         })
         .collect())
 }
@@ -247,7 +376,9 @@ fn git(args: &[&str], init_at: Option<&Path>, dir: Option<&Path>) -> anyhow::Res
     }
     let out = cmd.stdin(std::process::Stdio::null()).output().context("running git")?;
     if !out.status.success() {
-        bail!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        // git names what it refused, and those names are the sandbox's: printed escaped.
+        let why: Vec<String> = String::from_utf8_lossy(&out.stderr).trim().lines().map(quote::text).collect();
+        bail!("git {} failed: {}", quote::text(args.first().copied().unwrap_or_default()), why.join("; "));
     }
     Ok(())
 }
@@ -270,11 +401,83 @@ mod tests {
         assert_eq!(oid(&"a".repeat(39)), None);
         assert_eq!(oid(&format!("{}g", "a".repeat(39))), None);
         let text = format!(
-            "# pack-refs with: peeled fully-peeled sorted\n{a} refs/heads/main\n{a} refs/tags/v1\n^{a}\nzz refs/heads/bad\n{a} refs/heads/agent/x\n"
+            "# pack-refs with: peeled fully-peeled sorted\n{a} refs/heads/main\n{a} refs/tags/v1\n^{a}\nzz refs/heads/bad\n{a} refs/heads/agent/x\n{a} refs/heads/\x1b[2Kx\n"
         );
+        let bytes = [text.as_bytes(), a.as_bytes(), b" refs/heads/\xff\n"].concat();
+        let h = packed_heads(&bytes);
+        assert_eq!(h.found, vec![("main".to_string(), a.clone()), ("agent/x".to_string(), a.clone())]);
+        let refused: Vec<(&[u8], &str)> = h.refused.iter().map(|(n, w)| (n.as_slice(), w.as_str())).collect();
         assert_eq!(
-            packed_heads(text.as_bytes()),
-            vec![("main".to_string(), a.clone()), ("agent/x".to_string(), a.clone())]
+            refused,
+            [
+                (&b"bad"[..], "it does not name a commit"),
+                (b"\x1b[2Kx", "not a valid branch name (git check-ref-format)"),
+                (b"\xff", "not a valid branch name (git check-ref-format)"),
+            ]
         );
+        let lines =
+            Refused::lines(&[Refused { repo: "lib".into(), name: b"\x1b[2Kx".to_vec(), why: "w".into() }]);
+        assert_eq!(lines, "  ! the sandbox's branch \\e[2Kx (in lib): w; it does not arrive\n");
+        let many: Vec<Refused> = (0..25)
+            .map(|n| Refused { repo: "".into(), name: format!("b{n}").into_bytes(), why: "w".into() })
+            .collect();
+        let l = Refused::lines(&many);
+        assert_eq!(l.lines().count(), REFUSED_LISTED + 1);
+        assert!(l.ends_with("... and 5 more branches that do not arrive\n"), "{l}");
+    }
+
+    /// The names git itself refuses or takes, against `git check-ref-format`.
+    #[test]
+    fn branch_names_are_valid_exactly_when_git_says_so() {
+        let names = [
+            "main",
+            "agent/x",
+            "a.b",
+            "x-y_z",
+            "ünï",
+            "a/b/c",
+            "@",
+            "a@b",
+            "a@{b",
+            "..",
+            "a..b",
+            ".a",
+            "a/.b",
+            "a.",
+            "a/",
+            "/a",
+            "a//b",
+            "a.lock",
+            "a/b.lock/c",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "a?",
+            "a*",
+            "a[b",
+            "a\\b",
+            "a\x1b[2K",
+            "a\tb",
+            "a\x7f",
+            "",
+            "-a",
+            "a-",
+            "HEAD",
+            "a/-b",
+            "@/a",
+            "a.lock.b",
+            "lock",
+            ".lock",
+        ];
+        for n in names {
+            let git = Command::new("git")
+                .args(["check-ref-format", &format!("refs/heads/{n}")])
+                .output()
+                .expect("git")
+                .status
+                .success();
+            assert_eq!(valid_branch(n), git, "{n:?}: git says {git}");
+        }
     }
 }

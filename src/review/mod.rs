@@ -12,6 +12,9 @@ pub(crate) mod apply;
 pub(crate) mod callout;
 pub(crate) mod changes;
 pub(crate) mod git;
+#[cfg(test)]
+mod hostile;
+pub(crate) mod links;
 pub(crate) mod show;
 
 use crate::contract::review::{self, Review};
@@ -83,7 +86,11 @@ pub(crate) fn pick(state_dir: &Path, project: &Path, id: Option<&str>) -> anyhow
             .join("\n")
     };
     let found: Vec<&Waiting> = match id {
-        Some(id) => all.iter().filter(|w| w.id().starts_with(id)).collect(),
+        Some(id) => match crate::sys::ids::named(all.iter().map(Waiting::id), id) {
+            crate::sys::ids::Named::One(one) => all.iter().filter(|w| w.id() == one).collect(),
+            crate::sys::ids::Named::None => Vec::new(),
+            crate::sys::ids::Named::Several(ids) => all.iter().filter(|w| ids.contains(&w.id())).collect(),
+        },
         None => all.iter().collect(),
     };
     match (found.as_slice(), id) {

@@ -8,6 +8,7 @@ use super::callout::{self, Callout};
 use super::changes::{Change, What, in_git_dir, same_bytes};
 use crate::sys::quote;
 use crate::sys::untrusted::{Kind, Tree};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Patches are shown for text files up to this size (each side).
@@ -29,14 +30,16 @@ pub(crate) fn when(ns: u64) -> String {
 }
 
 /// Why the project's entry at a changed path conflicts, if it does: changed on the host after the
-/// session started (its ctime, which no program sets), or gone although the sandbox found it.
+/// session started (its ctime, which no program sets), or gone although the sandbox found it; for
+/// a directory deleted or replaced with repositories below it, a change in one of them (the
+/// files below are items of their own, each with its own conflict).
 pub(crate) fn conflict(c: &Change, project: &Tree, started_ns: u64) -> Option<String> {
     match c.old {
         Some(o) if o.ctime_ns > started_ns => {
             Some(format!("{} on the host changed after the session started", o.kind.name()))
         }
-        Some(o) if o.kind == Kind::Dir && c.what == What::Deleted => {
-            changed_below(project, &c.path, started_ns, 0)
+        Some(_) if !c.below.repos.is_empty() => {
+            c.below.repos.iter().find_map(|r| changed_below(project, r, started_ns, 0))
         }
         // The origin mark is the inode's: a second name the sandbox linked to a project file
         // carries it too, so only a file with one name says the project had it.
@@ -47,10 +50,13 @@ pub(crate) fn conflict(c: &Change, project: &Tree, started_ns: u64) -> Option<St
     }
 }
 
-/// A host change below a directory the sandbox deleted (bounded walk, links not followed).
+/// A host change below a directory (bounded walk, links not followed).
 fn changed_below(project: &Tree, dir: &Path, started_ns: u64, depth: usize) -> Option<String> {
     if depth > 64 {
         return None;
+    }
+    if project.stat(dir).ok()??.ctime_ns > started_ns {
+        return Some(format!("{} changed on the host after the session started", quote::path(dir)));
     }
     for (n, _) in project.list(dir).ok()? {
         let p = dir.join(n);
@@ -66,6 +72,9 @@ fn changed_below(project: &Tree, dir: &Path, started_ns: u64, depth: usize) -> O
     }
     None
 }
+
+/// A rename is looked for among at most this many deleted files of the same size per addition.
+const RENAME_TRIES: usize = 16;
 
 /// The items of a review, with call-outs, conflicts and renames.
 pub(crate) fn items(
@@ -84,39 +93,41 @@ pub(crate) fn items(
             change: c,
         })
         .collect();
-    // Renames: an added file with the bytes of a deleted one (few enough to compare).
-    let deleted: Vec<PathBuf> = items
-        .iter()
-        .filter(|i| i.change.what == What::Deleted && i.change.old.is_some_and(|o| o.kind == Kind::File))
-        .map(|i| i.change.path.clone())
-        .collect();
-    // Each deleted file is the source of one rename at most, and an empty file of none (any two
-    // empty files hold the same bytes).
-    let mut taken: Vec<&PathBuf> = Vec::new();
-    if deleted.len() <= 1000 {
-        for i in items.iter_mut().filter(|i| {
-            i.change.what == What::Added && i.change.new.is_some_and(|n| n.kind == Kind::File && n.len > 0)
-        }) {
-            let len = i.change.new.map_or(0, |n| n.len);
-            let from = deleted.iter().find(|d| {
-                !taken.contains(d)
-                    && project.stat(d).ok().flatten().is_some_and(|s| s.len == len)
-                    && same_bytes(upper, project, &i.change.path, d).unwrap_or(false)
-            });
-            if let Some(d) = from {
-                taken.push(d);
-            }
-            i.renamed_from = from.cloned();
+    // Renames: an added file with the bytes of a deleted one of the same size. Each deleted file
+    // is the source of one rename at most, and an empty file of none (any two empty files hold
+    // the same bytes).
+    let mut deleted: HashMap<u64, Vec<PathBuf>> = HashMap::new();
+    for i in items.iter().filter(|i| i.change.what == What::Deleted && !in_git_dir(&i.change.path)) {
+        if let Some(o) = i.change.old.filter(|o| o.kind == Kind::File && o.len > 0) {
+            deleted.entry(o.len).or_default().push(i.change.path.clone());
         }
+    }
+    for i in items.iter_mut().filter(|i| {
+        i.change.what == What::Added && i.change.new.is_some_and(|n| n.kind == Kind::File && n.len > 0)
+    }) {
+        let Some(same_size) = deleted.get_mut(&i.change.new.map_or(0, |n| n.len)) else { continue };
+        let found = same_size
+            .iter()
+            .take(RENAME_TRIES)
+            .position(|d| same_bytes(upper, project, &i.change.path, d).unwrap_or(false));
+        i.renamed_from = found.map(|n| same_size.remove(n));
     }
     items
 }
 
+/// At most this many entries below one deleted or replaced directory are listed by name (and
+/// shown as patches); the rest are counted.
+const LISTED_BELOW: usize = 200;
+
 /// The summary lines (one per change, git's internals summed up in one line per repository).
+/// Paths are printed as a shell reads them back (`quote::arg`), so that each can be pasted
+/// into `apply`.
 pub(crate) fn summary(items: &[Item]) -> String {
     let mut out = String::new();
-    let renamed: Vec<&PathBuf> = items.iter().filter_map(|i| i.renamed_from.as_ref()).collect();
+    let renamed: HashSet<&PathBuf> = items.iter().filter_map(|i| i.renamed_from.as_ref()).collect();
     let mut git = std::collections::BTreeMap::<PathBuf, usize>::new();
+    let mut listed: HashMap<&Path, usize> = HashMap::new();
+    let mut unlisted = std::collections::BTreeMap::<&Path, usize>::new();
     for i in items {
         let c = &i.change;
         if in_git_dir(&c.path) {
@@ -124,12 +135,16 @@ pub(crate) fn summary(items: &[Item]) -> String {
             *git.entry(repo).or_default() += 1;
             continue;
         }
+        if !shown_below(c, &mut listed) {
+            *unlisted.entry(c.part_of.as_deref().unwrap_or(Path::new(""))).or_default() += 1;
+            continue;
+        }
         let (letter, shown) = match (&i.renamed_from, c.what) {
-            (Some(from), _) => ("R", format!("{} -> {}", quote::path(from), quote::path(&c.path))),
-            (None, What::Deleted) if renamed.contains(&&c.path) => continue,
-            (None, What::Added) => ("A", quote::path(&c.path)),
-            (None, What::Changed) => ("M", quote::path(&c.path)),
-            (None, What::Deleted) => ("D", quote::path(&c.path)),
+            (Some(from), _) => ("R", format!("{} -> {}", quote::arg(from), quote::arg(&c.path))),
+            (None, What::Deleted) if renamed.contains(&c.path) => continue,
+            (None, What::Added) => ("A", quote::arg(&c.path)),
+            (None, What::Changed) => ("M", quote::arg(&c.path)),
+            (None, What::Deleted) => ("D", quote::arg(&c.path)),
         };
         let kind = match c.new.or(c.old).map(|s| s.kind) {
             Some(Kind::Dir) => "/",
@@ -143,6 +158,19 @@ pub(crate) fn summary(items: &[Item]) -> String {
         if let Some(why) = &i.conflict {
             out += &format!("      ! CONFLICT: {why}\n");
         }
+        if !c.same_as.is_empty() {
+            let names: Vec<String> = c.same_as.iter().map(|p| quote::arg(p)).collect();
+            out += &format!(
+                "      = the same file as {} inside (another name of it): lands as a file of its own\n",
+                names.join(", ")
+            );
+        }
+        if c.below.truncated {
+            out += "      ! deeper than ai-sandbox lists: not everything below is shown\n";
+        }
+    }
+    for (top, n) in unlisted {
+        out += &format!("      ... and {n} more entries below {} (deleted with it)\n", quote::arg(top));
     }
     for (repo, n) in git {
         let at = if repo.as_os_str().is_empty() {
@@ -155,6 +183,15 @@ pub(crate) fn summary(items: &[Item]) -> String {
         );
     }
     out
+}
+
+/// Whether an item is shown (by name, as a patch): those below a deleted or replaced directory
+/// up to `LISTED_BELOW` of it.
+fn shown_below<'a>(c: &'a Change, listed: &mut HashMap<&'a Path, usize>) -> bool {
+    let Some(top) = c.part_of.as_deref() else { return true };
+    let n = listed.entry(top).or_default();
+    *n += 1;
+    *n <= LISTED_BELOW
 }
 
 /// The settings a git config the sandbox wrote sets that make git run a program or trust
@@ -182,15 +219,22 @@ pub(crate) fn git_settings(items: &[Item], upper: &Tree) -> String {
             out += &format!(
                 "  ! {}: sets {} (git on the host would run or trust it; never applied)\n",
                 quote::path(&i.change.path),
-                dropped.join(", ")
+                dropped.iter().map(|d| quote::text(d)).collect::<Vec<_>>().join(", ")
             );
         }
     }
     out
 }
 
+/// The patches of the items, as `summary` lists them (those below a deleted or replaced
+/// directory up to `LISTED_BELOW` of it).
+pub(crate) fn patches(items: &[Item], upper: &Tree, project: &Tree) -> String {
+    let mut listed = HashMap::new();
+    items.iter().filter(|i| shown_below(&i.change, &mut listed)).map(|i| patch(i, upper, project)).collect()
+}
+
 /// The patch of one item: unified diff for text, a size line for the rest.
-pub(crate) fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
+fn patch(i: &Item, upper: &Tree, project: &Tree) -> String {
     let c = &i.change;
     if in_git_dir(&c.path) || c.new.or(c.old).is_some_and(|s| s.kind == Kind::Dir) {
         return String::new();

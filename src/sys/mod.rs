@@ -11,7 +11,9 @@
 //!   async-signal-safe, waiting on signals, and "is that pid alive" — needed by the launcher,
 //!   the gate's client and live changes alike.
 //! - `timing`: the start-up breakdown's marks (`AISB_TIMINGS`, for bench/run).
+//! - `ids`: a session id as a user types it (whole, or its start).
 
+pub mod ids;
 pub(crate) mod process;
 pub mod quote;
 pub mod runtime;

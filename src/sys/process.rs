@@ -1,7 +1,7 @@
 //! Processes the launcher starts and watches: one place for the fork-time setup that must be
-//! async-signal-safe (and so `unsafe`), for waiting on signals, and for "is that pid alive". The
-//! gate, the keeper and podman are started here; nothing else in the crate calls `pre_exec` or
-//! `sigwaitinfo`.
+//! async-signal-safe (and so `unsafe`), for waiting on signals, for what a signal that ends the
+//! launcher leaves said (`last_words`), and for "is that pid alive". The gate, the keeper and
+//! podman are started here; nothing else in the crate calls `pre_exec` or `sigwaitinfo`.
 
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
@@ -53,6 +53,19 @@ pub(crate) fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
     let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
     let sig = Signal::try_from(sig).ok()?;
     Some((sig, info.si_code == libc::SI_KERNEL))
+}
+
+static LAST_WORDS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// What to say if a signal ends the launcher from now on (after its sandbox: a question to the
+/// user, whose Ctrl-C would otherwise lose what it was about); `None` to say nothing again.
+pub(crate) fn last_words(words: Option<String>) {
+    *LAST_WORDS.lock().unwrap_or_else(|e| e.into_inner()) = words;
+}
+
+/// The words `last_words` left, taken once.
+pub(crate) fn take_last_words() -> Option<String> {
+    LAST_WORDS.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
 /// Whether process `pid` exists (a pid file's 0 or negative number never counts: kill(2)

@@ -89,6 +89,66 @@ pub fn bytes(mut b: &[u8]) -> String {
     }
 }
 
+/// A path as a shell takes it back: printed as `path` does when that is also a word a shell
+/// reads as itself; in single quotes when it holds spaces or shell syntax; and as `$'…'` (bash,
+/// zsh) when it holds anything `path` escapes, so that a name the sandbox chose can be pasted
+/// into `ai-sandbox apply` and still draws nothing on the terminal. A name that starts with `-`
+/// is printed as `./-name`, so that it is not read as an option.
+pub fn arg(p: &Path) -> String {
+    let b = p.as_os_str().as_bytes();
+    if b.first() == Some(&b'-') {
+        // Not an option, however quoted.
+        return arg(&Path::new(".").join(p));
+    }
+    let plain = |c: u8| c.is_ascii_alphanumeric() || b"_-./+,:@%=^".contains(&c) || c >= 0x80;
+    let printed = path(p);
+    if !b.is_empty() && printed.len() == b.len() && b.iter().all(|c| plain(*c)) {
+        return printed;
+    }
+    if printed.len() == b.len() && std::str::from_utf8(b).is_ok() {
+        // Nothing to escape: only the shell's own syntax to keep.
+        return format!("'{}'", printed.replace('\'', "'\\''"));
+    }
+    let mut out = String::from("$'");
+    let mut rest = b;
+    while !rest.is_empty() {
+        let (s, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, 0),
+            Err(e) => {
+                let good = e.valid_up_to();
+                (
+                    std::str::from_utf8(&rest[..good]).unwrap_or_default(),
+                    e.error_len().unwrap_or(rest.len() - good),
+                )
+            }
+        };
+        for c in s.chars() {
+            match c {
+                '\'' => out.push_str("\\'"),
+                '\\' => out.push_str("\\\\"),
+                c if !escaped(c) => out.push(c),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                '\u{1b}' => out.push_str("\\e"),
+                c if (c as u32) < 0x80 => {
+                    let _ = write!(out, "\\x{:02x}", c as u32);
+                }
+                c => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+            }
+        }
+        let at = s.len();
+        for byte in &rest[at..at + bad] {
+            let _ = write!(out, "\\x{byte:02x}");
+        }
+        rest = &rest[at + bad..];
+    }
+    out.push('\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -136,5 +196,50 @@ mod tests {
         let p = Path::new(OsStr::from_bytes(b"a\xffb\xc3(\x1bc/\xe2\x82"));
         assert_eq!(path(p), "a\\xffb\\xc3(\\ec/\\xe2\\x82");
         assert_eq!(path(Path::new("ok/é")), "ok/é");
+    }
+
+    #[test]
+    fn an_argument_is_printed_as_a_shell_reads_it_back_and_draws_nothing() {
+        let a = |b: &[u8]| arg(Path::new(OsStr::from_bytes(b)));
+        assert_eq!(a(b"src/main.rs"), "src/main.rs");
+        assert_eq!(a("ok/é".as_bytes()), "ok/é");
+        assert_eq!(a(b"my file.txt"), "'my file.txt'");
+        assert_eq!(a(b"it's"), "'it'\\''s'");
+        assert_eq!(a(b"$(rm -rf ~)"), "'$(rm -rf ~)'");
+        assert_eq!(a(b"-rf"), "./-rf", "not taken for an option");
+        assert_eq!(a(b"-a b"), "'./-a b'");
+        assert_eq!(a(b""), "''");
+        assert_eq!(a(b"a\x1b[2Kb"), "$'a\\e[2Kb'");
+        assert_eq!(a(b"x\\y z"), "$'x\\\\y z'");
+        assert_eq!(a(b"q'\n"), "$'q\\'\\n'");
+        assert_eq!(a("r\u{202e}t".as_bytes()), "$'r\\u202et'");
+        assert_eq!(a(b"\xffz"), "$'\\xffz'");
+        // A sequence cut short at the end, after text; an ASCII control; the first C1 control.
+        assert_eq!(a(b"ab\xe2\x82"), "$'ab\\xe2\\x82'");
+        assert_eq!(a(b"a\x01b"), "$'a\\x01b'");
+        assert_eq!(a("a\u{80}b".as_bytes()), "$'a\\u0080b'");
+        assert_eq!(a("a\u{7f}b".as_bytes()), "$'a\\x7fb'");
+        // What a shell makes of each is the name itself.
+        for name in [
+            &b"my file.txt"[..],
+            b"it's",
+            b"a\x1b[2Kb",
+            b"x\\y z",
+            b"q'\n",
+            b"\xffz",
+            b"ab\xe2\x82",
+            b"a\x01b",
+            "a\u{80}b".as_bytes(),
+            "r\u{202e}t".as_bytes(),
+            b"-rf",
+        ] {
+            let out = std::process::Command::new("bash")
+                .args(["-c", &format!("printf %s {}", a(name))])
+                .output()
+                .unwrap();
+            let back = out.stdout.strip_prefix(b"./".as_slice()).unwrap_or(&out.stdout);
+            assert_eq!(back, name, "{}", a(name));
+            assert!(!a(name).chars().any(|c| c.is_control()));
+        }
     }
 }

@@ -21,7 +21,7 @@ use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -295,23 +295,47 @@ impl Tree {
         readlinkat(dir.as_fd(), name).map(PathBuf::from).map_err(errno)
     }
 
-    /// Moves what is at `rel` (whatever it is, not followed) to `dest`, a path outside the tree
-    /// that the host owns (the quarantine), making `dest`'s parents; across filesystems it is
-    /// copied (files, directories, links; a fifo, socket or device is not carried) and removed.
-    pub fn move_out(&self, rel: &Path, dest: &Path) -> io::Result<()> {
-        if let Some(p) = dest.parent() {
-            std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-                .create(p)?;
+    /// Moves what is at `rel` (whatever it is, not followed) into `quarantine`, a directory of
+    /// the host's (made 0700 if missing), at the same relative path, and returns where it went.
+    /// Nothing below `quarantine` is followed either: what an earlier move put there (a link the
+    /// sandbox made, a directory swapped in its place) is never a way elsewhere, and where the
+    /// way is taken by something that is not a directory, or the place itself, the item goes
+    /// below a fresh `.aside-N` instead (nothing in the quarantine is replaced). Across
+    /// filesystems it is copied (files, directories, links; a fifo, socket or device is not
+    /// carried) and removed.
+    pub fn move_out(&self, rel: &Path, quarantine: &Path) -> io::Result<PathBuf> {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(quarantine)?;
+        let q = Tree::open(quarantine)?;
+        let mut to = rel.to_path_buf();
+        for n in 1.. {
+            let way = match to.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(p) => q.mkdir_all(p, 0o700),
+                None => Ok(()),
+            };
+            if way.is_ok() && q.stat(&to)?.is_none() {
+                break;
+            }
+            if n > 1000 {
+                return Err(io::Error::other(format!(
+                    "no free place in {} for {}",
+                    quarantine.display(),
+                    crate::sys::quote::path(rel)
+                )));
+            }
+            to = Path::new(&format!(".aside-{n}")).join(rel);
         }
         let (dir, name) = self.parent(rel)?;
-        match renameat(dir.as_fd(), name, nix::fcntl::AT_FDCWD, dest) {
-            Ok(()) => Ok(()),
+        let (qdir, qname) = q.parent(&to)?;
+        match renameat(dir.as_fd(), name, qdir.as_fd(), qname) {
+            Ok(()) => {}
             Err(Errno::EXDEV) => {
-                self.copy_out(rel, dest)?;
-                self.remove(rel)
+                self.copy_out(rel, &q, &to)?;
+                self.remove(rel)?;
             }
-            Err(e) => Err(errno(e)),
+            Err(e) => return Err(errno(e)),
         }
+        Ok(quarantine.join(to))
     }
 
     /// Renames `from` to `to`, both in the tree (neither name followed, `to` replaced if there).
@@ -321,21 +345,22 @@ impl Tree {
         renameat(a.as_fd(), an, b.as_fd(), bn).map_err(errno)
     }
 
-    fn copy_out(&self, rel: &Path, dest: &Path) -> io::Result<()> {
+    /// Copies what is at `rel` to `to` in the tree `dest` (nothing there yet), streamed: a file
+    /// is copied as it is read, never held whole.
+    fn copy_out(&self, rel: &Path, dest: &Tree, to: &Path) -> io::Result<()> {
         let Some(st) = self.stat(rel)? else { return Ok(()) };
         match st.kind {
             Kind::File => {
-                let bytes = self.read(rel, u64::MAX - 1)?;
-                let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dest)?;
-                f.write_all(&bytes)?;
+                let (mut f, st) = self.open_file(rel)?;
+                dest.put(to, &mut f, st.mode, Some(st.mtime_ns), false)?;
             }
             Kind::Dir => {
-                std::fs::create_dir(dest)?;
+                dest.mkdir_all(to, 0o700)?;
                 for (n, _) in self.list(rel)? {
-                    self.copy_out(&rel.join(&n), &dest.join(&n))?;
+                    self.copy_out(&rel.join(&n), dest, &to.join(&n))?;
                 }
             }
-            Kind::Link => std::os::unix::fs::symlink(self.readlink(rel)?, dest)?,
+            Kind::Link => dest.symlink(&self.readlink(rel)?, to)?,
             Kind::Fifo | Kind::Socket | Kind::Device => {}
         }
         Ok(())

@@ -16,6 +16,13 @@ headers, the body's length and first 4 KiB, the client's port), so a test can sa
 - GET /sse: a server-sent event stream: `data: one`, then (once /ack has been requested, within
   30 s) `data: two acked`, else `data: two no-ack`: an answer the gate held back until the end
   comes out as `no-ack`;
+- GET /trick?kind=...: the request's `Authorization: …` line spelt back in one way the gate must
+  read whole: `b64` (base64 of it after `shift` bytes; `url=1` URL-safe), `reason` (in a 401's
+  reason phrase), `ce2` (two Content-Encoding fields, `codings=gzip,gzip`), `te-gzip`
+  (`Transfer-Encoding: gzip, chunked`), `range` (206 to a Range, 200 whole without one),
+  `upgrade` (101 to `to`, default `rtproto`, then the line raw), `grpc` (a gRPC message,
+  `compressed=1`: flagged compressed with no grpc-encoding);
+- a chunked request's trailers are read and their size logged (`trailers`);
 - anything else: 200 `ok HOST`.
 Usage: echo_server.py CERT KEY
 """
@@ -55,7 +62,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_any(self):
         import time
-        first_at, cut = None, False
+        first_at, cut, trailers = None, False, 0
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = b""
             while True:
@@ -65,7 +72,12 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 size = int(line.split(b";")[0].strip(), 16)
                 if size == 0:
-                    self.rfile.readline()
+                    # The trailer section, up to its blank line.
+                    while True:
+                        t = self.rfile.readline()
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                        trailers += len(t)
                     break
                 body += self.rfile.read(size)
                 first_at = first_at or time.time()
@@ -84,6 +96,7 @@ class Handler(BaseHTTPRequestHandler):
             "body": body[:4096].decode("latin-1"),
             "first_chunk_at": first_at,
             "cut": cut,
+            "trailers": trailers,
         }
         with LOCK, open(LOG, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -99,6 +112,8 @@ class Handler(BaseHTTPRequestHandler):
             self.websocket()
         elif self.path.startswith("/echo-headers"):
             self.echo_headers()
+        elif self.path.startswith("/trick"):
+            self.trick()
         elif self.path == "/ack":
             ACK.set()
             self.reply(200, b"ack\n")
@@ -190,6 +205,83 @@ class Handler(BaseHTTPRequestHandler):
             self.chunk(body[i:i + split])
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def trick(self):
+        """A response that spells the request's Authorization header back in a way the gate must
+        read whole (see the module doc)."""
+        import gzip
+        import urllib.parse
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(self.path.partition("?")[2]).items()}
+        auth = self.headers.get("Authorization", "")
+        line = ("Authorization: %s" % auth).encode()
+        kind = q.get("kind", "")
+        if kind == "b64":
+            data = b"x" * int(q.get("shift", "0")) + line
+            text = base64.urlsafe_b64encode(data) if q.get("url") else base64.b64encode(data)
+            self.reply(200, b"dump: " + text + b"\n")
+        elif kind == "reason":
+            body = b"bad key\n"
+            self.send_response(401, "Bad key " + auth)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif kind == "ce2":
+            first, second = q.get("codings", "gzip,gzip").split(",")
+            body = line + b"\n"
+            for c in (first, second):
+                if c == "gzip":
+                    body = gzip.compress(body)
+            self.send_response(200)
+            self.send_header("Content-Encoding", first)
+            self.send_header("Content-Encoding", second)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif kind == "te-gzip":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "gzip, chunked")
+            self.end_headers()
+            self.chunk(gzip.compress(line + b"\n"))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        elif kind == "range":
+            # The echo, in the part a Range asks for (206), or whole (200).
+            body = line + b"\n"
+            rng = self.headers.get("Range", "")
+            if rng.startswith("bytes="):
+                a, _, b = rng[6:].partition("-")
+                a, b = int(a or 0), int(b) if b else len(body) - 1
+                part = body[a:b + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (a, a + len(part) - 1, len(body)))
+                self.send_header("Content-Length", str(len(part)))
+                self.end_headers()
+                self.wfile.write(part)
+            else:
+                self.reply(200, body)
+        elif kind == "upgrade":
+            self.send_response(101)
+            self.send_header("Upgrade", q.get("to", "rtproto"))
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.write(line + b"\n")
+            self.wfile.flush()
+            self.close_connection = True
+        elif kind == "grpc":
+            # One gRPC message (over HTTP/1.1: the gate reads it by its content type), flagged
+            # compressed (`?compressed=1`, its payload gzip) with no grpc-encoding, or plain.
+            payload = line
+            flag = b"\x00"
+            if q.get("compressed"):
+                payload, flag = gzip.compress(payload), b"\x01"
+            body = flag + len(payload).to_bytes(4, "big") + payload
+            self.send_response(200)
+            self.send_header("Content-Type", "application/grpc")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.reply(400, b"which trick?\n")
 
     def git(self, body):
         """`git http-backend` (CGI) for /git/REPO/..., over the repositories in ECHO_GIT_ROOT,

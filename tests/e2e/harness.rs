@@ -381,6 +381,8 @@ impl Banner {
 pub struct TestHost {
     pub ns: String,
     veth: String,
+    /// The address of the host's side of the veth pair.
+    host4: String,
     tls: Option<Child>,
     sshd: Option<Child>,
     pub v4: String,
@@ -391,11 +393,11 @@ pub struct TestHost {
 
 /// Test hosts' names: namespace `aisbe2e-TAG-N`, host-side veth `aisbhTAGxN` (TAG: `run_tag`),
 /// by which `clear_earlier_runs` tells this run's from those an earlier run left.
-const HOST_NS: &str = "aisbe2e-";
+pub(crate) const HOST_NS: &str = "aisbe2e-";
 const HOST_VETH: &str = "aisbh";
 
 /// This run's part of its test hosts' names (short: a veth's name has at most 15 bytes).
-fn run_tag() -> u32 {
+pub(crate) fn run_tag() -> u32 {
     std::process::id() % 10000
 }
 
@@ -469,7 +471,7 @@ impl TestHost {
             }
         });
         let port = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        TestHost { ns, veth, tls: None, sshd: None, v4, v6, port, udp_hits }
+        TestHost { ns, veth, host4: h4, tls: None, sshd: None, v4, v6, port, udp_hits }
     }
 
     /// Adds a TLS server on 443 (self-signed, `openssl s_server -www`).
@@ -566,13 +568,24 @@ impl TestHost {
     }
 }
 
+impl TestHost {
+    /// Moves the host's side of the veth pair (with its address) into the network namespace
+    /// `ns`: the test host is then on a link of that namespace instead of the machine's.
+    pub fn link_into(&self, ns: &str) {
+        sh(&["ip", "link", "set", &self.veth, "netns", ns]);
+        sh(&["ip", "-n", ns, "addr", "add", &format!("{}/30", self.host4), "dev", &self.veth]);
+        sh(&["ip", "-n", ns, "link", "set", &self.veth, "up"]);
+    }
+}
+
 impl Drop for TestHost {
     fn drop(&mut self) {
         for mut c in [self.tls.take(), self.sshd.take()].into_iter().flatten() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = Command::new("ip").args(["link", "del", &self.veth]).status();
+        // (A veth moved into another namespace, `link_into`, is gone with that namespace.)
+        let _ = Command::new("ip").args(["link", "del", &self.veth]).stderr(Stdio::null()).status();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
     }
 }

@@ -179,12 +179,17 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
     b.config("state = codex\n");
     // A logs in, and plants what codex would run or read in another project.
     let hostile = format!(
-        "cd \"$CODEX_HOME\" && echo '{{\"OPENAI_API_KEY\":\"sk-a-{t}\",\"tokens\":null}}' > auth.json && \
+        "cd \"$CODEX_HOME\" && echo '{{\"OPENAI_API_KEY\":\"sk-a-{t}\",\"tokens\":{{\"id_token\":\"idt-{t}\",\"mcp\":{{\"x\":{{\"command\":\"touch /tmp/pwned\"}}}}}}}}' > auth.json && \
          echo 'notify = [\"sh\", \"-c\", \"touch /tmp/pwned\"]' > config.toml && echo 'obey me' > AGENTS.md && \
          mkdir -p sessions && echo 'secret transcript of A' > sessions/a.jsonl && echo \"home=$CODEX_HOME\""
     );
     let r = sandbox(&a, &["--", "sh", "-c", &hostile], &vars);
     r.ok();
+    assert!(
+        r.stderr.contains("held what a login does not") && r.stderr.contains("tokens.mcp"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stdout.contains(&format!("home={}/.codex", env().home.display())), "{}", r.stdout);
     let look = "cd \"$CODEX_HOME\" && cat auth.json; for f in config.toml AGENTS.md sessions; do [ -e $f ] && echo \"found $f\"; done; true";
     let rb = sandbox(&b, &["--", "sh", "-c", look], &vars);
@@ -192,6 +197,11 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
     // Control: B is logged in with the login A made.
     assert!(rb.stdout.contains(&format!("sk-a-{t}")), "A's login is not in B: {}", rb.stdout);
     assert!(!rb.stdout.contains("found"), "B saw what A planted beside its login: {}", rb.stdout);
+    assert!(
+        rb.stdout.contains(&format!("idt-{t}")) && !rb.stdout.contains("command"),
+        "B saw what A planted inside a login field: {}",
+        rb.stdout
+    );
     // A project without the line gets no login at all.
     let c = Project::new("store-c");
     let rc = sandbox(

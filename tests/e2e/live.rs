@@ -289,6 +289,25 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
         sandbox(&p, &["exec", "--", "sh", "-c", "echo in=$(hostname) pid1=$(cat /proc/1/comm); exit 7"], &[]);
     assert_eq!(code.code, 7, "the exit code is passed through: {}", code.stderr);
     assert!(code.stdout.contains("in=ai-sandbox"), "in the same sandbox: {}", code.stdout);
+    // The session named by the start of its id, as `ps` shows it (and a start no id has: refused).
+    let ps = sandbox(&p, &["ps", "--json"], &[]);
+    let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
+    let id = rows.as_array().unwrap().iter().find_map(|r| {
+        (r["project"].as_str() == p.dir.to_str()).then(|| r["session"].as_str().unwrap().to_string())
+    });
+    let id = id.expect("ps lists the sandbox");
+    let short = sandbox(&p, &["exec", "--session", &id[..4], "--", "true"], &[]);
+    assert_eq!(short.code, 0, "a shortened id: {}", short.stderr);
+    let none = sandbox(&p, &["exec", "--session", "zzzz", "--", "true"], &[]);
+    assert!(none.code != 0 && none.stderr.contains("no running sandbox zzzz"), "{}", none.stderr);
+    // A command the sandbox does not have: said in words, 127 (not runc's "exec failed"); no
+    // podman warning about the host's cgroups either.
+    let missing = sandbox(&p, &["exec", "--", "nosuchcmd", "x"], &[("PODMAN_IGNORE_CGROUPSV1_WARNING", "")]);
+    assert_eq!(missing.code, 127, "{}", missing.stderr);
+    assert!(missing.stderr.contains("`nosuchcmd` is not a command in the sandbox"), "{}", missing.stderr);
+    assert!(!missing.stderr.contains("runc") && !missing.stderr.contains("cgroups"), "{}", missing.stderr);
+    let args = sandbox(&p, &["exec", "--", "sh", "-c", "echo \"$0|$1\"", "a b", "$HOME;x"], &[]);
+    assert_eq!(args.ok().stdout.trim(), "a b|$HOME;x", "the words reach the command as given");
     // `ps` lists a command exec runs, under its sandbox, while it runs, and not after.
     let marker = p.path("exec-started");
     let script = "touch exec-started; until [ -e exec-stop ]; do sleep 0.1; done # ps-lists-me";
@@ -313,4 +332,10 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
     assert!(seen, "the launcher did not report it: {}", said.lock().unwrap());
     let logs = sandbox(&p, &["logs", "--denied"], &[]);
     assert!(logs.ok().stdout.contains(&format!("tcp {dest}")), "{}", logs.stdout);
+    let by_start = sandbox(&p, &["logs", "--session", &id[..4]], &[]);
+    assert!(
+        by_start.ok().stdout.contains(&format!("tcp {dest}")),
+        "logs --session with a shortened id: {}",
+        by_start.stdout
+    );
 }

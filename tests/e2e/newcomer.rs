@@ -330,4 +330,59 @@ fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_ac
     assert_eq!(c.code, 130, "{}\n{}", c.stdout, c.stderr);
     assert!(!c.stdout.contains("NOT yet verified") && !c.stdout.contains("added to"), "{}", c.stdout);
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), cfg, "nothing added");
+    // ... and the proposal is not lost: what was not written, and the command that writes it.
+    assert!(
+        c.stdout.contains("interrupted; nothing was written; to add them: ai-sandbox allow b.learn.test"),
+        "{}",
+        c.stdout
+    );
+    // A name that does not resolve is said as not reached, never as "nothing was asked for".
+    let u = sandbox(&p, &["learn", "--", "sh", "-c", &format!("{code} http://nosuch.invalid/; true")], &[]);
+    let said = format!("{}{}", u.stdout, u.stderr);
+    assert!(
+        said.contains("could not be reached") && said.contains("nosuch.invalid (cannot resolve"),
+        "{said}"
+    );
+    assert!(!said.contains("nothing outside the allowlist was asked for"), "{said}");
+    assert!(!said.contains("allow = nosuch.invalid"), "proposed: {said}");
+}
+
+/// An agent's first commit works: the user's git identity (user.name and user.email of their
+/// git config, nothing else of it) authors commits inside; `git_identity = off` leaves the
+/// sandbox without one (git's own refusal, the control that the identity came from the host).
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn the_first_commit_inside_is_authored_by_the_users_git_identity() {
+    let p = Project::new("git-identity");
+    let gitconfig = p.path("host.gitconfig");
+    std::fs::write(
+        &gitconfig,
+        "[user]\n\tname = Dev One\n\temail = dev@example.com\n[alias]\n\tpwn = !touch /tmp/x\n",
+    )
+    .unwrap();
+    chown_user(&gitconfig);
+    let vars = [("GIT_CONFIG_GLOBAL", gitconfig.to_str().unwrap())];
+    let script = "git init -q inner && cd inner && git commit -q --allow-empty -m first && git log -1 --format='%an <%ae>' \
+                  && (git config --get alias.pwn || echo no-alias)";
+    let r = sandbox(&p, &["--net", "none", "--", "sh", "-c", script], &vars);
+    r.ok();
+    assert!(r.stdout.contains("Dev One <dev@example.com>"), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("no-alias"), "nothing else of the host's git config crosses: {}", r.stdout);
+    assert!(
+        r.stderr.contains("git commits inside are authored by Dev One <dev@example.com>"),
+        "{}",
+        r.stderr
+    );
+    p.config("git_identity = off\n");
+    let off = sandbox(
+        &p,
+        &["--net", "none", "--", "sh", "-c", "cd inner && git commit -q --allow-empty -m second"],
+        &vars,
+    );
+    assert_ne!(off.code, 0, "{}", off.stderr);
+    assert!(
+        off.stderr.contains("Author identity unknown") || off.stderr.contains("tell me who you are"),
+        "{}",
+        off.stderr
+    );
 }

@@ -7,7 +7,7 @@ use crate::harness::*;
 use std::path::{Path, PathBuf};
 
 /// The review directories of `p` (their record names the project), oldest first.
-fn reviews_of(p: &Project) -> Vec<PathBuf> {
+pub(crate) fn reviews_of(p: &Project) -> Vec<PathBuf> {
     let states = env().home.join(".local/state/ai-sandbox/projects");
     let mut out: Vec<(u64, PathBuf)> = Vec::new();
     for proj in std::fs::read_dir(&states).into_iter().flatten().flatten() {
@@ -24,7 +24,7 @@ fn reviews_of(p: &Project) -> Vec<PathBuf> {
 }
 
 /// The session id the launcher's exit lines name (`... the branch ai-sandbox/ID`).
-fn session_in(stderr: &str) -> String {
+pub(crate) fn session_in(stderr: &str) -> String {
     const AT: &str = "branch ai-sandbox/";
     let at = stderr.find(AT).unwrap_or_else(|| panic!("no review line in:\n{stderr}"));
     stderr[at + AT.len()..].chars().take_while(|c| c.is_ascii_hexdigit()).collect()
@@ -33,10 +33,10 @@ fn session_in(stderr: &str) -> String {
 /// Waits for `release` below: a file the host writes in the sandbox's HOME (a plain bind mount).
 /// A file the host adds to the project during a review session need not show inside: the
 /// overlay keeps what it looked up, `done` included, so UNTIL_DONE would wait for ever.
-const UNTIL_RELEASED: &str =
+pub(crate) const UNTIL_RELEASED: &str =
     "for i in $(seq 600); do [ -e \"$HOME/released\" ] && exit 0; sleep 0.1; done; exit 9";
 
-fn release(p: &Project) {
+pub(crate) fn release(p: &Project) {
     // The sandbox HOME of this project, as a dry run mounts it (`-v …/homes/NAME-HASH:HOME`).
     let dry = sandbox(p, &["--dry-run", "--net", "none", "--", "true"], &[]);
     let home = dry
@@ -51,7 +51,7 @@ fn release(p: &Project) {
     std::fs::write(home.join("released"), "").unwrap();
 }
 
-fn write_as_user(p: &Path, text: &str) {
+pub(crate) fn write_as_user(p: &Path, text: &str) {
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).unwrap();
         chown_user(d);
@@ -60,12 +60,12 @@ fn write_as_user(p: &Path, text: &str) {
     chown_user(p);
 }
 
-fn read(p: &Project, rel: &str) -> String {
+pub(crate) fn read(p: &Project, rel: &str) -> String {
     std::fs::read_to_string(p.path(rel)).unwrap_or_else(|e| format!("<{e}>"))
 }
 
 /// A repository with a few committed files, as the test user made it.
-fn repo(name: &str) -> Project {
+pub(crate) fn repo(name: &str) -> Project {
     let p = Project::new(name);
     for (f, t) in
         [("a.txt", "a\n"), ("b.txt", "b\n"), ("d/c.txt", "c\n"), ("keep", "k\n"), ("edited.txt", "e\n")]
@@ -78,7 +78,7 @@ fn repo(name: &str) -> Project {
     p
 }
 
-fn head(p: &Project) -> String {
+pub(crate) fn head(p: &Project) -> String {
     git_at(&p.dir, &["rev-parse", "HEAD"]).ok().stdout.trim().to_string()
 }
 
@@ -130,6 +130,10 @@ fn review_mode_leaves_the_project_alone_until_apply_brings_exactly_the_change() 
     let rows: serde_json::Value = serde_json::from_str(&ps.ok().stdout).unwrap();
     let row = rows.as_array().unwrap().iter().find(|r| r["session"] == running_id.as_str());
     assert_eq!(row.map(|r| r["review"].clone()), Some(serde_json::json!("running")), "ps: {}", ps.stdout);
+    // The text says its mode is review, not its network's.
+    let text = sandbox(&p, &["ps"], &[]).ok().stdout.clone();
+    let line = text.lines().find(|l| l.starts_with(&running_id)).unwrap_or_default().to_string();
+    assert!(line.split_whitespace().nth(3) == Some("review"), "ps: {text}");
     release(&p);
     let out = s.wait_with_output();
     let stderr = err.lock().unwrap().clone();
@@ -147,8 +151,8 @@ fn review_mode_leaves_the_project_alone_until_apply_brings_exactly_the_change() 
         "  D b.txt",
         "  A n.txt",
         "  D d/",
-        "  A d2/c.txt",
-        "  A keep2",
+        "  R d/c.txt -> d2/c.txt",
+        "  A keep2\n      = the same file as keep inside",
         "  A lnk (link)",
         "+changed",
         "arrives as the branch ai-sandbox/",
@@ -166,7 +170,7 @@ fn review_mode_leaves_the_project_alone_until_apply_brings_exactly_the_change() 
     use std::os::unix::fs::MetadataExt;
     let (k, k2) = (std::fs::metadata(p.path("keep")).unwrap(), std::fs::metadata(p.path("keep2")).unwrap());
     assert_eq!(read(&p, "keep2"), "k\n");
-    assert_eq!(k.ino(), k2.ino(), "the hard link the sandbox made is a hard link on the host");
+    assert_ne!(k.ino(), k2.ino(), "a second name lands as a file of its own (ADR 0072)");
     assert_eq!(std::fs::read_link(p.path("lnk")).unwrap(), PathBuf::from("a.txt"));
     // git: HEAD where it was; the commit on its own branch; the files as edits.
     assert_eq!(head(&p), start, "apply moved the user's HEAD");

@@ -93,6 +93,10 @@ pub(crate) struct Manifest {
     /// older versions, whose sessions are not checked for new repositories).
     #[serde(default)]
     pub(crate) repos: Option<repos::Repos>,
+    /// Protected files that had other names (hard links) and were made files of their own
+    /// before the session: a read-only mount covers one name only.
+    #[serde(default)]
+    pub(crate) separated: Vec<PathBuf>,
 }
 
 /// What settling a session did: paths restored or moved aside (the sandbox's doing, or
@@ -215,6 +219,7 @@ pub(crate) fn snapshot(
             .collect(),
         repos: (!review).then(|| protected.repos.clone()),
         writable: protected.writable.clone(),
+        separated: Vec::new(),
     };
     let mut bytes = 0u64;
     // The directories above the root-level roots are recorded, to tell a renamed and rebuilt
@@ -235,7 +240,7 @@ pub(crate) fn snapshot(
                 _ => break,
             }
         }
-        record(&tree, rel, &files, &mut m.entries, &mut bytes)?;
+        record(&tree, rel, &files, &mut m.entries, &mut bytes, &mut m.separated)?;
     }
     let text = serde_json::to_string(&m)?;
     fs::write(store.join("manifest.json"), text).with_context(|| format!("writing {}", store.display()))?;
@@ -248,6 +253,7 @@ fn record(
     files: &Path,
     out: &mut Vec<(PathBuf, Was)>,
     bytes: &mut u64,
+    separated: &mut Vec<PathBuf>,
 ) -> anyhow::Result<()> {
     if out.len() >= MAX_ENTRIES {
         anyhow::bail!(
@@ -262,7 +268,7 @@ fn record(
         Some(st) if st.kind == Kind::Dir => {
             out.push((rel.to_path_buf(), Was::Dir { mode: st.mode, ino: st.ino }));
             for (n, _) in tree.list(rel)? {
-                record(tree, &rel.join(n), files, out, bytes)?;
+                record(tree, &rel.join(n), files, out, bytes, separated)?;
             }
             return Ok(());
         }
@@ -276,6 +282,14 @@ fn record(
                 );
             }
             let content = tree.read(rel, MAX_BYTES).with_context(|| format!("recording {}", shown()))?;
+            if st.nlink > 1 {
+                // Another name of the file (a hard link: an earlier review's apply, a tool)
+                // would be writable inside where this one is mounted read-only, and its change
+                // would look like the host's (`host_made`): a file of its own from now on.
+                tree.write_from(rel, &mut &content[..], st.mode, Some(st.mtime_ns))
+                    .with_context(|| format!("making {} a file of its own (it has other names)", shown()))?;
+                separated.push(rel.to_path_buf());
+            }
             let copy = files.join(format!("{}", out.len()));
             fs::write(&copy, content).with_context(|| format!("recording {}", shown()))?;
             Was::File { mode: st.mode, copy }
@@ -346,9 +360,15 @@ fn present(tree: &Tree, roots: &[PathBuf]) -> Vec<PathBuf> {
 /// Whether a change at `rel` can only have come from the host: `rel` is, or is below, a path
 /// that was mounted read-only inside, the directories above that mount are the ones recorded
 /// (a `.git` renamed and rebuilt inside is not), and so is the mount itself when `rel` is below
-/// it. A file mount may have a new inode: editors save by writing a new file and renaming it.
+/// it, and (a file) it has no other name. A file mount may have a new inode: editors save by
+/// writing a new file and renaming it.
 fn host_made(m: &Manifest, tree: &Tree, rel: &Path) -> bool {
     let Some(mount) = m.mounted.iter().find(|mnt| rel.starts_with(mnt)) else { return false };
+    // A file with another name may have been written through that name, which the sandbox could
+    // reach (the mount covers one name): the sandbox's, as far as anyone can tell.
+    if tree.stat(rel).ok().flatten().is_some_and(|st| st.kind == Kind::File && st.nlink > 1) {
+        return false;
+    }
     let same_dir = |p: &Path| {
         let recorded = m.entries.iter().find(|(e, _)| e == p).map(|(_, w)| w);
         let ino = match recorded {
@@ -375,19 +395,15 @@ fn swap_back(m: &Manifest, tree: &Tree, quarantine: &Path) -> anyhow::Result<Opt
         return Ok(None);
     }
     let Some(original) = find_by_inode(tree, *ino) else { return Ok(None) };
-    let aside = quarantine.join(git);
-    if now.is_some() {
-        tree.move_out(git, &aside)?;
-    }
+    let aside = match now {
+        Some(_) => Some(tree.move_out(git, quarantine)?),
+        None => None,
+    };
     tree.rename(&original, git)?;
     Ok(Some(format!(
         ".git: replaced during the session by another directory, the original moved to {}; your repository is back at .git{}",
         quote::path(&original),
-        if now.is_some() {
-            format!(" and the sandbox's is at {}", quote::path(&aside))
-        } else {
-            String::new()
-        }
+        aside.map(|a| format!(" and the sandbox's is at {}", quote::path(&a))).unwrap_or_default()
     )))
 }
 
@@ -410,11 +426,9 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
         out.restored.push(format!("{what}: could NOT be restored: {e:#}"));
         failed.get_or_insert(e);
     };
-    let aside = |rel: &Path| quarantine.join(rel);
     let shown = |rel: &Path| quote::path(rel);
-    let yours = |rel: &Path| {
-        format!("; if you made this change yourself, restore it from {}", quote::path(&aside(rel)))
-    };
+    let yours =
+        |to: &Path| format!("; if you made this change yourself, restore it from {}", quote::path(to));
     let kept = |rel: &Path| {
         format!("{}: changed on the host during the session (it was read-only inside); kept", shown(rel))
     };
@@ -453,16 +467,21 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
         }
         let now = tree.stat(rel).ok().flatten();
         let both_dirs = matches!(was, Was::Dir { .. }) && now.is_some_and(|n| n.kind == Kind::Dir);
-        let restored = (|| -> anyhow::Result<()> {
-            if now.is_some() && !both_dirs {
-                tree.move_out(rel, &aside(rel))?;
-            }
-            Ok(put_back(&tree, rel, was)?)
+        let restored = (|| -> anyhow::Result<Option<PathBuf>> {
+            let to = match now.is_some() && !both_dirs {
+                true => Some(tree.move_out(rel, quarantine)?),
+                false => None,
+            };
+            put_back(&tree, rel, was)?;
+            Ok(to)
         })();
-        if let Err(e) = restored {
-            fail(&mut out, rel, e);
-            continue;
-        }
+        let to = match restored {
+            Ok(to) => to.unwrap_or_default(),
+            Err(e) => {
+                fail(&mut out, rel, e);
+                continue;
+            }
+        };
         let what = now.map(|n| n.kind).filter(|k| !matches!(k, Kind::File | Kind::Dir));
         let what = what.map(|k| format!(" ({} now, not read)", k.name())).unwrap_or_default();
         out.restored.push(match (now.is_some(), both_dirs) {
@@ -470,8 +489,8 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
                 format!(
                     "{}: created during the session{what}; moved to {}{}",
                     shown(rel),
-                    shown(&aside(rel)),
-                    yours(rel)
+                    shown(&to),
+                    yours(&to)
                 )
             }
             (false, _) => format!("{}: deleted during the session; restored", shown(rel)),
@@ -479,8 +498,8 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
             (true, false) => format!(
                 "{}: changed during the session{what}; restored (the sandbox's version is at {}{})",
                 shown(rel),
-                shown(&aside(rel)),
-                yours(rel)
+                shown(&to),
+                yours(&to)
             ),
         });
     }
@@ -493,15 +512,16 @@ pub(crate) fn verify_and_restore(m: &Manifest, quarantine: &Path) -> anyhow::Res
         }
         if host_made(m, &tree, &rel) {
             out.kept.push(kept(&rel));
-        } else if let Err(e) = tree.move_out(&rel, &aside(&rel)) {
-            fail(&mut out, &rel, e.into());
         } else {
-            out.restored.push(format!(
-                "{}: created during the session; moved to {}{}",
-                shown(&rel),
-                shown(&aside(&rel)),
-                yours(&rel)
-            ));
+            match tree.move_out(&rel, quarantine) {
+                Err(e) => fail(&mut out, &rel, e.into()),
+                Ok(to) => out.restored.push(format!(
+                    "{}: created during the session; moved to {}{}",
+                    shown(&rel),
+                    shown(&to),
+                    yours(&to)
+                )),
+            }
         }
         handled.push(rel);
     }

@@ -422,7 +422,6 @@ pub(crate) fn settle_new(
     let project = tree.path();
     let now = walk(tree, None)?;
     let canon = fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
-    let q = |rel: &Path| quote::path(&quarantine.join(rel));
     let mut report: Vec<String> = now
         .opened
         .iter()
@@ -440,12 +439,12 @@ pub(crate) fn settle_new(
     for l in now.links_out.iter().filter(|l| !before.links_out.contains(l)) {
         let Ok(t) = fs::canonicalize(project.join(l)) else { continue };
         if writable.iter().any(|w| t.starts_with(w)) {
-            tree.move_out(l, &quarantine.join(l))?;
+            let to = tree.move_out(l, quarantine)?;
             report.push(format!(
                 "{}: a link made during the session into the sandbox's own files outside the project ({}); moved to {}",
                 quote::path(l),
                 quote::path(&t),
-                q(l)
+                quote::path(&to)
             ));
         }
     }
@@ -455,11 +454,11 @@ pub(crate) fn settle_new(
         match target.as_ref().and_then(|t| inside(&canon, t)) {
             Some(rel) => todo.push(clean(&rel)),
             None => {
-                tree.move_out(p, &quarantine.join(p))?;
+                let to = tree.move_out(p, quarantine)?;
                 report.push(format!(
                     "{}: a repository pointer made during the session that leads outside the project (or is not a file or link); moved to {}",
                     quote::path(p),
-                    q(p)
+                    quote::path(&to)
                 ));
             }
         }
@@ -491,13 +490,13 @@ fn not_what_git_reads(
     if st.kind == want {
         return Ok(None);
     }
-    tree.move_out(rel, &quarantine.join(rel))?;
+    let to = tree.move_out(rel, quarantine)?;
     Ok(Some(format!(
         "{}: {} where git expects {} in a repository made during the session; moved to {} (not read)",
         quote::path(rel),
         st.kind.name(),
         want.name(),
-        quote::path(&quarantine.join(rel))
+        quote::path(&to)
     )))
 }
 
@@ -509,7 +508,6 @@ fn sanitize_gitdir(
     todo: &mut Vec<PathBuf>,
 ) -> anyhow::Result<Vec<String>> {
     let mut report = Vec::new();
-    let q = |rel: &Path| quote::path(&quarantine.join(rel));
     for name in ["config", "config.worktree"] {
         let rel = g.join(name);
         if let Some(line) = not_what_git_reads(tree, &rel, Kind::File, quarantine)? {
@@ -520,8 +518,8 @@ fn sanitize_gitdir(
         let bytes = match tree.read(&rel, MAX_READ) {
             Ok(b) => b,
             Err(e) => {
-                tree.move_out(&rel, &quarantine.join(&rel))?;
-                report.push(format!("{}: {e}; moved to {} (not read)", quote::path(&rel), q(&rel)));
+                let to = tree.move_out(&rel, quarantine)?;
+                report.push(format!("{}: {e}; moved to {} (not read)", quote::path(&rel), quote::path(&to)));
                 continue;
             }
         };
@@ -530,14 +528,14 @@ fn sanitize_gitdir(
         if dropped.is_empty() && clean_text.as_bytes() == bytes.as_slice() {
             continue;
         }
-        tree.move_out(&rel, &quarantine.join(&rel))?;
+        let to = tree.move_out(&rel, quarantine)?;
         tree.write(&rel, clean_text.as_bytes(), st.mode)
             .with_context(|| format!("writing {}", quote::path(&tree.path().join(&rel))))?;
         report.push(format!(
             "{}: a repository made during the session had settings that make git run programs ({}); they were taken out, the rest kept; the original is at {}",
             quote::path(&rel),
-            dropped.join(", "),
-            q(&rel)
+            dropped.iter().map(|d| quote::text(d)).collect::<Vec<_>>().join(", "),
+            quote::path(&to)
         ));
     }
     let hooks = g.join("hooks");
@@ -546,11 +544,11 @@ fn sanitize_gitdir(
     } else if let Ok(entries) = tree.list(&hooks) {
         for (h, _) in entries.into_iter().filter(|(h, _)| !h.to_string_lossy().ends_with(".sample")) {
             let rel = hooks.join(&h);
-            tree.move_out(&rel, &quarantine.join(&rel))?;
+            let to = tree.move_out(&rel, quarantine)?;
             report.push(format!(
                 "{}: a hook in a repository made during the session; moved to {}",
                 quote::path(&rel),
-                q(&rel)
+                quote::path(&to)
             ));
         }
     }
@@ -563,11 +561,11 @@ fn sanitize_gitdir(
         match target.as_deref().and_then(|t| inside(canon, t)) {
             Some(rel) => todo.push(clean(&rel)),
             None => {
-                tree.move_out(&commondir, &quarantine.join(&commondir))?;
+                let to = tree.move_out(&commondir, quarantine)?;
                 report.push(format!(
                     "{}: a repository made during the session shares a git directory outside the project; moved to {}",
                     quote::path(&commondir),
-                    q(&commondir)
+                    quote::path(&to)
                 ));
             }
         }

@@ -294,3 +294,42 @@ fn a_rebuilt_directory_above_protected_files_is_named_with_where_the_original_we
     assert!(text.contains("the original is now at .cargo-old"), "{text}");
     assert_eq!(fs::read_to_string(f.project.join(".cargo/config.toml")).unwrap(), "[build]\n", "{text}");
 }
+
+#[test]
+fn a_protected_file_with_another_name_is_made_its_own_and_a_write_through_a_second_name_is_undone() {
+    use std::os::unix::fs::MetadataExt;
+    let f = fixture();
+    let cfg = f.project.join(".git/config");
+    // An earlier version's review apply left `notes` as a second name of .git/config.
+    fs::hard_link(&cfg, f.project.join("notes")).unwrap();
+    let rels = candidates(&[]);
+    let protected = existing_mounts(&f.project, &rels).unwrap();
+    let m = snapshot(&f.project, &rels, &protected, &f.store, "s1", false).unwrap();
+    assert_eq!(m.separated, [PathBuf::from(".git/config")]);
+    let (a, b) = (fs::metadata(&cfg).unwrap(), fs::metadata(f.project.join("notes")).unwrap());
+    assert_ne!(a.ino(), b.ino(), "still one file under two names");
+    assert_eq!((a.nlink(), fs::read(&cfg).unwrap()), (1, fs::read(f.project.join("notes")).unwrap()));
+    // Inside, the writable name is written: the protected file is not.
+    fs::write(f.project.join("notes"), "[core]\n\tfsmonitor = touch /tmp/pwned\n").unwrap();
+    let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
+    assert!(out.restored.is_empty() && out.kept.is_empty(), "{out:#?}");
+    assert!(!fs::read_to_string(&cfg).unwrap().contains("fsmonitor"));
+    // Control: a file with one name is left as it is (same inode).
+    let before = fs::metadata(f.project.join(".vscode/tasks.json")).unwrap().ino();
+    let m2 = snapshot(&f.project, &rels, &existing_mounts(&f.project, &rels).unwrap(), &f.store, "s2", false)
+        .unwrap();
+    assert!(m2.separated.is_empty());
+    assert_eq!(fs::metadata(f.project.join(".vscode/tasks.json")).unwrap().ino(), before);
+    // A second name made during a session (however), then written: the change is taken for
+    // the sandbox's, never for the host's, although the path was mounted read-only.
+    fs::hard_link(&cfg, f.project.join("notes2")).unwrap();
+    std::io::Write::write_all(
+        &mut fs::OpenOptions::new().append(true).open(f.project.join("notes2")).unwrap(),
+        b"[core]\n\tfsmonitor = touch /tmp/pwned\n",
+    )
+    .unwrap();
+    let out = verify_and_restore(&load(&f.store).unwrap(), &f.quarantine).unwrap();
+    assert!(out.kept.is_empty(), "taken for the host's: {out:#?}");
+    assert!(out.restored[0].starts_with(".git/config: changed during the session"), "{out:#?}");
+    assert!(!fs::read_to_string(&cfg).unwrap().contains("fsmonitor"));
+}

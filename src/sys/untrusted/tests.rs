@@ -134,11 +134,61 @@ fn moving_a_linked_directory_moves_the_link_not_what_it_holds() {
     fs::create_dir(p.join("repo/.git")).unwrap();
     symlink(&outside, p.join("repo/.git/hooks")).unwrap();
     let tree = Tree::open(&p).unwrap();
-    let dest = t.path().join("quarantine/repo/.git/hooks");
-    tree.move_out(Path::new("repo/.git/hooks"), &dest).unwrap();
+    let dest = tree.move_out(Path::new("repo/.git/hooks"), &t.path().join("quarantine")).unwrap();
+    assert_eq!(dest, t.path().join("quarantine/repo/.git/hooks"));
     assert!(fs::symlink_metadata(&dest).unwrap().file_type().is_symlink());
     assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
     assert!(fs::symlink_metadata(p.join("repo/.git/hooks")).is_err());
+}
+
+/// A link the sandbox made, once in the quarantine, is not a way out for what is moved there
+/// after it (the guard moved `.git`, a link out, then a file that was below the `.git` put back
+/// in its place): the second goes beside it, and the place the link leads is untouched.
+#[test]
+fn the_quarantine_is_never_a_way_through_what_was_moved_into_it() {
+    let (t, p, outside) = setup();
+    let q = t.path().join("quarantine");
+    let tree = Tree::open(&p).unwrap();
+    fs::remove_dir_all(p.join("repo/.git")).unwrap();
+    symlink(&outside, p.join("repo/.git")).unwrap();
+    let first = tree.move_out(Path::new("repo/.git"), &q).unwrap();
+    assert_eq!(fs::read_link(&first).unwrap(), outside);
+    fs::create_dir(p.join("repo/.git")).unwrap();
+    fs::write(p.join("repo/.git/config"), "sandbox's").unwrap();
+    let second = tree.move_out(Path::new("repo/.git/config"), &q).unwrap();
+    assert_eq!(second, q.join(".aside-1/repo/.git/config"));
+    assert_eq!(fs::read(&second).unwrap(), b"sandbox's");
+    assert!(!outside.join("config").exists(), "written through the quarantined link");
+    // The same place taken again: nothing in the quarantine is replaced.
+    fs::write(p.join("repo/.git/config"), "again").unwrap();
+    let third = tree.move_out(Path::new("repo/.git/config"), &q).unwrap();
+    assert_eq!(third, q.join(".aside-2/repo/.git/config"));
+    assert_eq!(fs::read(&second).unwrap(), b"sandbox's");
+    // Control: a free place is the same relative path.
+    fs::write(p.join("plain"), "x").unwrap();
+    assert_eq!(tree.move_out(Path::new("plain"), &q).unwrap(), q.join("plain"));
+}
+
+/// A quarantine has room for a thousand copies of one path beside the first; past that, the move
+/// is refused with the place, and nothing is moved.
+#[test]
+fn the_quarantine_takes_a_thousand_asides_of_one_path_and_says_when_it_is_full() {
+    let (t, p, _) = setup();
+    let q = t.path().join("quarantine");
+    fs::create_dir_all(&q).unwrap();
+    fs::write(q.join("f"), "first").unwrap();
+    for n in 1..1000 {
+        fs::create_dir(q.join(format!(".aside-{n}"))).unwrap();
+        fs::write(q.join(format!(".aside-{n}/f")), "earlier").unwrap();
+    }
+    let tree = Tree::open(&p).unwrap();
+    fs::write(p.join("f"), "last fits").unwrap();
+    assert_eq!(tree.move_out(Path::new("f"), &q).unwrap(), q.join(".aside-1000/f"));
+    assert_eq!(fs::read(q.join(".aside-1000/f")).unwrap(), b"last fits");
+    fs::write(p.join("f"), "no room").unwrap();
+    let e = tree.move_out(Path::new("f"), &q).unwrap_err();
+    assert!(e.to_string().contains("no free place in"), "{e}");
+    assert_eq!(fs::read(p.join("f")).unwrap(), b"no room", "left where it was");
 }
 
 #[test]
@@ -150,7 +200,9 @@ fn copy_out_and_remove_never_follow_links() {
     mkfifo(&p.join("d/fifo"));
     let tree = Tree::open(&p).unwrap();
     let dest = t.path().join("copy");
-    tree.copy_out(Path::new("d"), &dest).unwrap();
+    fs::create_dir(&dest).unwrap();
+    tree.copy_out(Path::new("d"), &Tree::open(&dest).unwrap(), Path::new("d")).unwrap();
+    let dest = dest.join("d");
     assert_eq!(fs::read(dest.join("e/f")).unwrap(), b"f");
     assert_eq!(fs::read_link(dest.join("link")).unwrap(), outside);
     tree.remove(Path::new("d")).unwrap();
