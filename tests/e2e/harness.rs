@@ -154,11 +154,20 @@ pub fn chown_user(p: &Path) {
     nix::unistd::chown(p, Some(pw.uid), Some(pw.gid)).unwrap();
 }
 
-/// `runuser -u USER -- env -i ... PROGRAM ARGS` in `dir`, with a clean user environment.
+/// How many times longer than on this machine kind a command may take: `AISB_E2E_TIME_SCALE`,
+/// default 1. The VM stages run the suite under QEMU's TCG, where a launch is 10-20x slower
+/// (scripts/vm-jobs/matrix sets it; found: a nested container test ran past 240 s there).
+pub fn time_scale() -> u64 {
+    std::env::var("AISB_E2E_TIME_SCALE").ok().and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1)
+}
+
+/// `runuser -u USER -- env -i ... PROGRAM ARGS` in `dir`, with a clean user environment; killed
+/// after 240 s (times `time_scale`).
 pub fn user_command(dir: &Path, program: &Path, args: &[&str], vars: &[(&str, &str)]) -> Command {
     let e = env();
     let mut c = Command::new("timeout");
-    c.args(["--kill-after=10", "240", "runuser", "-u", &e.user, "--", "env", "-i"]);
+    let limit = (240 * time_scale()).to_string();
+    c.args(["--kill-after=10", &limit, "runuser", "-u", &e.user, "--", "env", "-i"]);
     // This build's ai-sandbox first: commands from the docs call it by name.
     c.arg(format!("PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/sbin", e.root.join("bin").display()));
     c.arg(format!("HOME={}", e.home.display()));

@@ -19,6 +19,7 @@ mod hostile;
 mod isolation;
 mod keys;
 mod lifecycle;
+mod limits;
 mod live;
 mod newcomer;
 mod offline;
