@@ -97,7 +97,8 @@ fn pids_is_also_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_alone_on_v1
     let dry = sandbox(&p, &["--dry-run", "--", "true"], &[]);
     dry.ok();
     // The podman command, printed one shell-quoted argument per line, as its argv.
-    let cmd: Vec<&str> = dry.stdout.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
+    let cmd: Vec<&str> =
+        dry.stdout.lines().skip_while(|l| l.starts_with('#')).take_while(|l| !l.is_empty()).collect();
     let argv = shlex::split(&cmd.join("\n").replace(" \\\n", " ")).expect("shell words");
     let has = |a: &str, b: &str| argv.windows(2).any(|w| w[0] == a && w[1] == b);
     assert!(has("--ulimit", "nproc=32:32"), "{}", dry.stdout);
@@ -126,7 +127,11 @@ fn pids_is_also_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_alone_on_v1
         let events = field(&r.stdout, "pids.events");
         assert!(!events.contains("max 0"), "the pids controller refused the forks: {events}");
     } else {
-        assert_eq!(forked, 80, "cgroup v1: no cgroup limit of the sandbox's own; got {forked}:\n{}", r.stdout);
+        assert_eq!(
+            forked, 80,
+            "cgroup v1: no cgroup limit of the sandbox's own; got {forked}:\n{}",
+            r.stdout
+        );
         assert_ne!(field(&r.stdout, "pids.max"), "32", "{}", r.stdout);
     }
 }
