@@ -208,6 +208,35 @@ fn init_refuses_root_and_home_and_a_home_config_is_named_as_the_cause() {
     assert!(dir.join(".ai-sandbox/config").exists());
 }
 
+/// A `.ai-sandbox` that is a link (a sandbox can make one in a subdirectory) is not written
+/// through: `init` below it refuses, names where it leads, and the place it leads is untouched.
+#[test]
+fn init_writes_no_config_through_a_link() {
+    let (_t, dir, home) = project(None);
+    let elsewhere = home.join(".config/git");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, sub.join(".ai-sandbox")).unwrap();
+    let o = run_in(&sub, &home, &["init"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("leads to") && o.stderr.contains("nothing was written"), "{}", o.stderr);
+    assert!(!elsewhere.join("config").exists(), "written through the link");
+    // A link for the file itself, to a file that exists.
+    std::fs::remove_file(sub.join(".ai-sandbox")).unwrap();
+    std::fs::create_dir_all(sub.join(".ai-sandbox")).unwrap();
+    std::fs::write(elsewhere.join("config"), "[user]\n").unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("config"), sub.join(".ai-sandbox/config")).unwrap();
+    let o = run_in(&sub, &home, &["init", "--force"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(std::fs::read_to_string(elsewhere.join("config")).unwrap(), "[user]\n");
+    // Control: without the link, init there writes the repository's config (a plain directory).
+    std::fs::remove_dir_all(sub.join(".ai-sandbox")).unwrap();
+    let o = run_in(&sub, &home, &["init"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(dir.join(".ai-sandbox/config").is_file());
+}
+
 #[test]
 fn a_project_that_holds_the_tools_own_directories_is_refused_under_either_name() {
     let (_t, dir, home) = project(None);

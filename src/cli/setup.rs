@@ -101,6 +101,20 @@ pub fn init(
         .and_then(|()| project::check_reserved(&host.canonical(&dir), &super::facts::reserved(host)))
         .map_err(|e| hinted(format!("{}; nothing was written", e.message), e.hint))?;
     let path = project::config_path(&dir);
+    // A link on the way (a `.ai-sandbox` a sandbox could have made) is not written through.
+    let real = host.canonical(&dir);
+    for (at, want) in [
+        (path.parent().unwrap_or(&dir), real.join(project::CONFIG_DIR)),
+        (path.as_path(), real.join(project::CONFIG_DIR).join(project::CONFIG_FILE)),
+    ] {
+        if host.exists(at) && host.canonical(at) != want {
+            return Err(hinted(
+                format!("{} leads to {}; nothing was written", at.display(), host.canonical(at).display()),
+                "init writes no config through a link (a sandbox can make one); remove the link, then run init again",
+            )
+            .into());
+        }
+    }
     if !force && host.read_file(&path)?.is_some() {
         return Err(hinted(
             format!("{} already exists; nothing was written", path.display()),

@@ -233,8 +233,19 @@ pub(crate) fn extra_args(
         }
         if let Some(home) = &inputs.home {
             for (src, how) in binds(&args).into_iter().filter(|(_, ro)| !ro).map(|(s, _)| (s, home)) {
-                let src_path = std::path::Path::new(&src);
-                if src_path.is_absolute() && how.starts_with(src_path) {
+                // As the kernel will read it: `/home/u/..` is `/home`; a glob mounts what its
+                // directory holds; `/proc/PID/root/…` is any directory of the host.
+                let src_path = lexical(std::path::Path::new(glob_base(&src)));
+                let src_path = src_path.as_path();
+                if src_path.starts_with("/proc") {
+                    diags.push(
+                        Diagnostic::new(
+                            at.clone(),
+                            format!("extra argument mounts {src} read-write: a path below /proc can lead to any directory of the host"),
+                        )
+                        .hint("mount the directory itself, or add `:ro` (`-v SRC:DST:ro`)"),
+                    );
+                } else if src_path.is_absolute() && how.starts_with(src_path) {
                     diags.push(
                         Diagnostic::new(
                             at.clone(),
@@ -251,6 +262,32 @@ pub(crate) fn extra_args(
         out.extend(args);
     }
     out
+}
+
+/// `p` with `.` dropped and each `..` taking the name before it away, as written (no link is
+/// read: this stage reads no file).
+fn lexical(p: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The directory part of a mount source before its first glob character (`/home/u/.*` is
+/// `/home/u/`): what a `type=glob` mount exposes entries of.
+fn glob_base(src: &str) -> &str {
+    match src.find(['*', '?', '[']) {
+        Some(i) => &src[..src[..i].rfind('/').map_or(0, |s| s + 1)],
+        None => src,
+    }
 }
 
 /// podman run's short flags that take no value (`-i`, `-t`, `-d`, `-q`, `-P`). Any other short
@@ -293,7 +330,7 @@ pub(crate) fn binds(args: &[String]) -> Vec<(String, bool)> {
         let get = |k: &[&str]| {
             fields.iter().find_map(|f| f.split_once('=').filter(|(n, _)| k.contains(n)).map(|(_, v)| v))
         };
-        let bind = get(&["type"]).is_none_or(|t| t == "bind");
+        let bind = get(&["type"]).is_none_or(|t| t == "bind" || t == "glob");
         let src = get(&["src", "source"])?.to_string();
         let ro = fields.iter().any(|f| matches!(*f, "ro" | "readonly" | "ro=true" | "readonly=true"));
         bind.then_some((src, ro))

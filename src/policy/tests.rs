@@ -248,6 +248,10 @@ fn an_extra_argument_that_mounts_the_home_directory_read_write_is_refused() {
         "-v/home/u:/h",
         "--mount type=bind,src=/home/u,dst=/h",
         "--mount=type=bind,source=/home,target=/h",
+        "-v /home/u/..:/h",
+        "-v /usr/..:/host",
+        "-v /home/u/./:/h",
+        "--mount type=glob,src=/home/u/.*,dst=/h",
     ] {
         let errs = with_home(bad).unwrap_err();
         assert!(
@@ -256,11 +260,16 @@ fn an_extra_argument_that_mounts_the_home_directory_read_write_is_refused() {
         );
         assert_eq!(errs[0].origin, Origin::Config(1), "{bad}");
     }
+    // Below /proc: any directory of the host.
+    let errs = with_home("-v /proc/self/root/home/u:/h").unwrap_err();
+    assert!(errs[0].message.contains("below /proc"), "{errs:?}");
     // Read-only, or a directory below HOME: as given.
     for ok in [
         "-v /home/u:/h:ro",
         "--mount type=bind,src=/home/u,dst=/h,readonly",
         "-v /home/u/data:/data",
+        "-v /home/u/data/../build:/b",
+        "--mount type=glob,src=/home/u/src/*.rs,dst=/s",
         "-v /data:/data",
         "-e V=/home/u:/x",
         "-p8080:80 -v /srv:/srv",
