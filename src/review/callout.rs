@@ -120,7 +120,10 @@ pub(crate) fn of(c: &Change, protected: &[String]) -> Vec<Callout> {
             Leads::Outside => out.push(Callout::LinkOut(t.clone())),
             Leads::Loop => out.push(Callout::LinkLoop(t.clone())),
             Leads::Inside(to) => {
-                if let Some(p) = protected_at(to, protected) {
+                if let Some((to, p)) = std::iter::once(to)
+                    .chain(c.leads_too.as_ref())
+                    .find_map(|to| protected_at(to, protected).map(|p| (to, p)))
+                {
                     out.push(Callout::LinkToProtected(to.clone(), p));
                 }
             }
@@ -182,6 +185,7 @@ mod tests {
             old,
             link: link.map(PathBuf::from),
             leads,
+            leads_too: None,
             copied_up: false,
             same_as: Vec::new(),
             below: Below::default(),

@@ -47,6 +47,9 @@ pub(crate) struct Change {
     /// Where that link leads, resolved one name at a time through the links of the project with
     /// the layer over it, and through the project's alone; the worse of the two.
     pub(crate) leads: Option<Leads>,
+    /// Where the layer-over-project view leads when both views stay inside and differ (`a ->
+    /// .cargo` made beside `x -> a/config.toml`): a protected path reached either way is one.
+    pub(crate) leads_too: Option<PathBuf>,
     /// The upper layer says this was copied up from the project (`user.overlay.origin`): the
     /// project had it when the sandbox first wrote it.
     pub(crate) copied_up: bool,
@@ -81,6 +84,7 @@ impl Change {
             old,
             link: None,
             leads: None,
+            leads_too: None,
             copied_up: false,
             same_as: Vec::new(),
             below: Below::default(),
@@ -123,6 +127,11 @@ pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> 
         let target = c.link.clone().unwrap_or_default();
         let merged = resolve(&c.path, &target, &|p: &Path| merged_link(upper, project, p));
         let host = resolve(&c.path, &target, &|p: &Path| project_link(project, p));
+        if let (Leads::Inside(m), Leads::Inside(h)) = (&merged, &host)
+            && m != h
+        {
+            c.leads_too = Some(m.clone());
+        }
         c.leads = Some(if merged.is_inside() { host } else { merged });
     }
     Ok(out)

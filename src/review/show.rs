@@ -353,6 +353,30 @@ mod tests {
         assert!(!s.contains("D d/moved.txt"), "{s}");
     }
 
+    /// A link that reaches a protected path through another link the layer made is called out,
+    /// as the direct link is.
+    #[test]
+    fn a_link_to_a_protected_path_through_a_link_is_called_out() {
+        let t = crate::review::changes::testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(proj.join(".cargo")).unwrap();
+        fs::write(proj.join(".cargo/config.toml"), "").unwrap();
+        fs::create_dir_all(&up).unwrap();
+        std::os::unix::fs::symlink(".cargo", up.join("a")).unwrap();
+        std::os::unix::fs::symlink("a/config.toml", up.join("x")).unwrap();
+        std::os::unix::fs::symlink(".cargo/config.toml", up.join("direct")).unwrap();
+        std::os::unix::fs::symlink("plain.txt", up.join("control")).unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let protected = [".cargo/config.toml".to_string()];
+        let items = items(crate::review::changes::read(&u, &p).unwrap(), &u, &p, u64::MAX, &protected);
+        let of =
+            |name: &str| items.iter().find(|i| i.change.path == Path::new(name)).unwrap().callouts.clone();
+        let to = |c: Vec<Callout>| c.iter().any(|c| matches!(c, Callout::LinkToProtected(..)));
+        assert!(to(of("direct")), "{:?}", of("direct"));
+        assert!(to(of("x")), "through a/: {:?}", of("x"));
+        assert_eq!(of("control"), [], "control: a link to a plain file");
+    }
+
     /// What `diff` cannot show is called out; a stray byte in text does not hide the text.
     #[test]
     fn content_diff_cannot_show_is_called_out_and_odd_bytes_in_text_are_shown_escaped() {
