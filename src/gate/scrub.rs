@@ -43,16 +43,27 @@ pub(crate) struct Masks {
 
 /// `b` with each byte outside RFC 3986's unreserved set as `%XX` (`upper` or lower hex).
 fn percent(b: &[u8], upper: bool) -> Vec<u8> {
+    percent_keeping(b, upper, b"")
+}
+
+/// `percent`, with the bytes of `keep` left as they are (Python's `quote` keeps `/`).
+fn percent_keeping(b: &[u8], upper: bool, keep: &[u8]) -> Vec<u8> {
     let hex: &[u8; 16] = if upper { b"0123456789ABCDEF" } else { b"0123456789abcdef" };
     let mut out = Vec::with_capacity(b.len() * 3);
     for &c in b {
-        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+        if c.is_ascii_alphanumeric() || b"-._~".contains(&c) || keep.contains(&c) {
             out.push(c);
         } else {
             out.extend_from_slice(&[b'%', hex[usize::from(c >> 4)], hex[usize::from(c & 15)]]);
         }
     }
     out
+}
+
+/// `b` with a `\` before each byte of `which` (`"` and `\` for a JSON string; bound values hold
+/// no control byte, which JSON would write as `\u00XX`).
+fn backslashed(b: &[u8], which: &[u8]) -> Vec<u8> {
+    b.iter().flat_map(|&c| if which.contains(&c) { vec![b'\\', c] } else { vec![c] }).collect()
 }
 
 /// The base64 characters (`url`: the URL-safe alphabet) that encode `b`'s bits alone when `b`
@@ -76,7 +87,12 @@ impl Masks {
             m.add(value, placeholder, secret);
             for upper in [true, false] {
                 m.add(&percent(value, upper), &percent(placeholder, upper), secret);
+                m.add(&percent_keeping(value, upper, b"/"), &percent(placeholder, upper), secret);
             }
+            // In a JSON string: `\` and `"` escaped, and `/` as `\/` too (PHP's default).
+            let json = backslashed(value, b"\\\"");
+            m.add(&json, placeholder, secret);
+            m.add(&backslashed(&json, b"/"), placeholder, secret);
             for url in [false, true] {
                 for shift in 0..3 {
                     m.add(&b64_core(value, shift, url), &b64_core(placeholder, shift, url), secret);
@@ -304,6 +320,30 @@ mod tests {
         let want = format!("a {ph} b {ph} c {ph} d {}= e", STANDARD_NO_PAD.encode(PH));
         assert_eq!(String::from_utf8(out).unwrap(), want);
         assert_eq!(counts, [("API_KEY".to_string(), 4)]);
+    }
+
+    /// What a server echoing the value in JSON (PHP's `\/` too) or in a URL path (Python's
+    /// `quote`, which keeps `/`) writes is masked as well.
+    #[test]
+    fn json_and_path_quoting_of_the_value_come_back_as_the_placeholder() {
+        let value: &[u8] = br#"k/e"y\1+z"#;
+        let m = Masks::new([("API_KEY", value, PH)]);
+        let json = serde_json::to_string(std::str::from_utf8(value).unwrap()).unwrap();
+        let php = json.replace('/', r"\/");
+        let bodies = [
+            json.trim_matches('"').to_string(),
+            php.trim_matches('"').to_string(),
+            r"k/e%22y%5C1%2Bz".to_string(),
+            r"k/e%22y%5c1%2bz".to_string(),
+        ];
+        for b in &bodies {
+            let mut s = Scrubber::new(m.clone());
+            let body = format!("[{b}] and k/e-y (not it)");
+            let mut out = s.push(Bytes::copy_from_slice(body.as_bytes())).to_vec();
+            out.extend_from_slice(&s.finish());
+            let ph = std::str::from_utf8(PH).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("[{ph}] and k/e-y (not it)"), "{b}");
+        }
     }
 
     #[test]
