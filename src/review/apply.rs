@@ -11,8 +11,10 @@
 //! it showed.
 //!
 //! The decision: everything selected lands, except git's internals and special files (never),
-//! called-out items that were not named, items already applied, and what is part of a deleted or
-//! replaced directory that does not land. If a selected item conflicts (the host changed it
+//! called-out items that were not named themselves (a directory named above one lifts only what
+//! `diff` could not show and a new executable bit), a deleted or replaced directory holding such
+//! an item, items already applied, and what is part of a deleted or replaced directory that
+//! does not land. If a selected item conflicts (the host changed it
 //! after the session started) and was not named, nothing lands.
 
 use super::callout::Callout;
