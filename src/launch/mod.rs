@@ -601,6 +601,12 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
             say(&line);
         }
     }
+    if let (Some(137), Some(m)) = (status.code(), &plan.memory_limit) {
+        say(&format!(
+            "the command was killed (SIGKILL, exit 137): memory = {m} is enforced here, and a sandbox \
+             that goes past it is killed this way; if it needs more, raise `memory =` in the project's config"
+        ));
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => Ok(code),
         (None, Some(sig)) => Ok(128 + sig),

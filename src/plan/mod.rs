@@ -77,6 +77,9 @@ pub struct Plan {
     /// Where the launcher watches for this session's refusals (it says each new refused
     /// destination as it happens and sums them up at the end); `None` without rules.
     pub(crate) refusals: Option<RefusalWatch>,
+    /// `memory = SIZE` as the config wrote it, when the kernel enforces it (cgroup v2): what the
+    /// launcher names when the command ends killed (exit 137).
+    pub(crate) memory_limit: Option<String>,
     /// The live record (path, JSON): what `ai-sandbox allow` changes and `ps` shows.
     pub(crate) live: (PathBuf, String),
     /// The self-check's never-allowed destination (`ADDR:PORT`), written to the session dir so
@@ -240,6 +243,7 @@ pub fn build(p: &Policy, f: &Facts) -> Plan {
             },
             review,
         },
+        memory_limit: p.limits.memory.filter(|_| f.cgroup_v2).map(crate::policy::limits::show_size),
         refusals: rules.then(|| RefusalWatch {
             session: f.session_id.clone(),
             gate_runtime: p.gate.then(|| f.runtime_dir.clone()),
