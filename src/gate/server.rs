@@ -154,6 +154,25 @@ async fn respond(s: &mut TcpStream, status: u16, body: &str) {
 async fn respond_with(s: &mut TcpStream, status: u16, reason: &str, body: &str) {
     let _ = s.write_all(http::response(status, reason, body).as_bytes()).await;
     let _ = s.shutdown().await;
+    linger(s).await;
+}
+
+/// What the client still sends after the answer, read and dropped until it closes (at most
+/// 8 MiB or 2 s): a socket closed with bytes unread resets the connection, and a client still
+/// sending a refused upload then reads "connection reset" instead of the refusal.
+async fn linger(s: &mut TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 16 << 10];
+    let mut left: usize = 8 << 20;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        while left > 0 {
+            match s.read(&mut buf).await {
+                Ok(n) if n > 0 => left = left.saturating_sub(n),
+                _ => break,
+            }
+        }
+    })
+    .await;
 }
 
 /// Decrements a session's active count when a connection ends.

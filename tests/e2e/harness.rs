@@ -406,6 +406,35 @@ fn sh(args: &[&str]) {
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// Reads one HTTP/1 request from `s`: its head, then a `Content-Length` body (bounded, with a
+/// read timeout: a test host never hangs on a client).
+fn read_request(s: &mut std::net::TcpStream) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let (mut got, mut buf) = (Vec::new(), [0u8; 16 << 10]);
+    let end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut buf) {
+            Ok(n) if n > 0 && got.len() < 1 << 20 => got.extend_from_slice(&buf[..n]),
+            _ => return,
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut left = len.min(64 << 20).saturating_sub(got.len() - end);
+    while left > 0 {
+        match s.read(&mut buf[..left.min(16 << 10)]) {
+            Ok(n) if n > 0 => left -= n,
+            _ => return,
+        }
+    }
+}
+
 impl TestHost {
     pub fn new() -> TestHost {
         let n = HOSTS.fetch_add(1, Ordering::SeqCst);
@@ -443,8 +472,9 @@ impl TestHost {
             std::thread::spawn(move || {
                 for mut s in http.incoming().flatten() {
                     std::thread::spawn(move || {
-                        let mut buf = [0u8; 4096];
-                        let _ = s.read(&mut buf);
+                        // The whole request, its body too: closing with bytes unread resets the
+                        // connection, and the client may see that instead of the answer.
+                        read_request(&mut s);
                         let body = "TESTHOST-HTTP\n";
                         let _ = write!(s, "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
                     });
