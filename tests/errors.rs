@@ -230,6 +230,13 @@ fn init_writes_no_config_through_a_link() {
     let o = run_in(&sub, &home, &["init", "--force"]);
     assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
     assert_eq!(std::fs::read_to_string(elsewhere.join("config")).unwrap(), "[user]\n");
+    // A link to a file that does not exist yet (a sandbox can make one): not created there.
+    std::fs::remove_file(sub.join(".ai-sandbox/config")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("new"), sub.join(".ai-sandbox/config")).unwrap();
+    let o = run_in(&sub, &home, &["init", "--force", "--project", "."]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("does not exist") && o.stderr.contains("remove the link"), "{}", o.stderr);
+    assert!(!elsewhere.join("new").exists(), "created through the link");
     // Control: without the link, init there writes the repository's config (a plain directory).
     std::fs::remove_dir_all(sub.join(".ai-sandbox")).unwrap();
     let o = run_in(&sub, &home, &["init"]);

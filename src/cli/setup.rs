@@ -115,7 +115,8 @@ pub fn init(
             .into());
         }
     }
-    if !force && host.read_file(&path)?.is_some() {
+    // Read even with --force: a dangling link there is an error, not a file to write through.
+    if host.read_file(&path)?.is_some() && !force {
         return Err(hinted(
             format!("{} already exists; nothing was written", path.display()),
             "edit it, or pass --force to replace it",

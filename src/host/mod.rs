@@ -166,6 +166,17 @@ pub trait Host: Os + Ports {}
 
 impl<T: Os + Ports> Host for T {}
 
+/// This process's umask, read where reading it changes nothing (`/proc/self/status`; 022 if
+/// that cannot be read).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
+}
+
 #[derive(Default)]
 pub struct RealHost {
     lease: Option<crate::gate::control::Lease>,
@@ -241,10 +252,17 @@ impl Os for RealHost {
     }
     fn write_file(&mut self, path: &Path, text: &str) -> anyhow::Result<()> {
         use anyhow::Context;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // A new file renamed over the name: a link there (one a sandbox made) is replaced, never
+        // written through, and a reader never sees half a file.
+        let mut new =
+            tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing in {}", dir.display()))?;
+        std::io::Write::write_all(&mut new, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::set_permissions(new.path(), std::os::unix::fs::PermissionsExt::from_mode(0o666 & !umask()))?;
+        new.persist(path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
     }
     fn which(&self, name: &str) -> Option<PathBuf> {
         // sbin is often missing from a user's PATH, and nft lives there.
@@ -650,5 +668,24 @@ mod tests {
         assert!(interp.is_absolute() && interp.to_string_lossy().contains("ld-linux"), "{interp:?}");
         assert_eq!(super::elf_interpreter(b"#!/bin/sh\n"), None);
         assert_eq!(super::elf_interpreter(&me[..64]), None, "a truncated header is no answer");
+    }
+
+    #[test]
+    fn a_file_written_replaces_a_link_at_its_name_and_keeps_the_umasks_mode() {
+        use super::Os;
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let (name, target) = (t.path().join("config"), t.path().join("elsewhere"));
+        std::os::unix::fs::symlink(&target, &name).unwrap();
+        super::RealHost::default().write_file(&name, "allow = x\n").unwrap();
+        assert!(!target.exists(), "written through the link");
+        let meta = std::fs::symlink_metadata(&name).unwrap();
+        assert!(meta.is_file(), "{meta:?}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o666 & !super::umask());
+        assert_eq!(std::fs::read_to_string(&name).unwrap(), "allow = x\n");
+        // Control: an ordinary file is replaced with the new text.
+        super::RealHost::default().write_file(&name, "deny = y\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&name).unwrap(), "deny = y\n");
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1, "no temporary file left");
     }
 }
