@@ -121,13 +121,26 @@ pub fn apply_cmd(
     }
     // Paths as given, relative to the project (from the working directory when inside it).
     let cwd = host.cwd()?;
-    let paths: Vec<PathBuf> = paths
-        .iter()
-        .map(|p| {
-            let abs = if p.is_absolute() { p.clone() } else { cwd.join(p) };
-            abs.strip_prefix(&o.w.record.project).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())
-        })
-        .collect();
+    let relative = |p: &PathBuf| {
+        let abs = if p.is_absolute() { p.clone() } else { cwd.join(p) };
+        abs.strip_prefix(&o.w.record.project).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())
+    };
+    // A shortened id that is a path too (`apply cafe`, a directory the sandbox may have named
+    // so) is not guessed at: taken as the session, it would apply everything.
+    if let Some(first) = id.filter(|f| *f != o.w.id()).map(PathBuf::from)
+        && (host.exists(&cwd.join(&first)) || apply::unmatched(&o.items, &[relative(&first)]).is_empty())
+    {
+        return Err(crate::error::hinted(
+            format!("nothing was applied: {} is both a shortened session id and a path", quote::arg(&first)),
+            format!(
+                "for the session, give its whole id (`ai-sandbox apply {} [PATH...]`); for the path, write it as ./{}",
+                o.w.id(),
+                quote::arg(&first)
+            ),
+        )
+        .into());
+    }
+    let paths: Vec<PathBuf> = paths.iter().map(relative).collect();
     if paths.iter().any(|p| p.as_os_str().is_empty()) {
         return Err(crate::error::hinted(
             "nothing was applied: the project itself is named, and apply does not take that as naming each called-out path below it",

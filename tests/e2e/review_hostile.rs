@@ -3,7 +3,7 @@
 //! (the same kind of change, made plainly, lands).
 
 use crate::harness::*;
-use crate::review::{read, repo, session_in, write_as_user};
+use crate::review::{read, repo, reviews_of, session_in, write_as_user};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -228,4 +228,29 @@ fn a_named_directory_carries_what_could_not_be_shown_but_never_a_planted_hook() 
     sandbox(&p, &["apply", &id, "src/.envrc", "pkg", "pkg/.npmrc"], &[]).ok();
     assert_eq!(read(&p, "src/.envrc"), "echo planted\n");
     assert!(!p.path("pkg").exists());
+}
+
+/// A shortened session id that is also a path (a directory the sandbox named as its id begins)
+/// is not guessed at: taken as the session, `apply cafe` would apply everything. The whole id
+/// and `./NAME` each mean one thing.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_shortened_id_that_is_also_a_path_applies_nothing_until_said_which() {
+    let p = repo("rv-ambiguous");
+    let id = review(&p, "echo one > one.txt");
+    let short = &id[..4];
+    // Made in the layer as the sandbox would (it can read its id in its mounts).
+    let upper = reviews_of(&p)[0].join("upper");
+    write_as_user(&upper.join(short).join("f.txt"), "x\n");
+    let a = sandbox(&p, &["apply", short], &[]);
+    assert_ne!(a.code, 0, "{}", a.stdout);
+    assert!(a.stderr.contains("is both a shortened session id and a path"), "{}", a.stderr);
+    assert!(!p.path("one.txt").exists() && !p.path(short).exists(), "something was applied");
+    // The path alone, as ./NAME: only it lands.
+    sandbox(&p, &["apply", &format!("./{short}")], &[]).ok();
+    assert_eq!(read(&p, &format!("{short}/f.txt")), "x\n");
+    assert!(!p.path("one.txt").exists(), "./NAME applied the whole session");
+    // The whole id: the rest.
+    sandbox(&p, &["apply", &id], &[]).ok();
+    assert_eq!(read(&p, "one.txt"), "one\n");
 }
