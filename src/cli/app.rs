@@ -99,6 +99,7 @@ pub(super) fn load_policy(host: &dyn Host, args: &RunArgs) -> anyhow::Result<Loa
         review: args.review,
         containers: args.containers,
         home: host.env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from),
+        resolve: Some(host.resolver()),
     };
     match policy::build(project, &cfg, &inputs) {
         Ok(mut p) if problems.is_empty() => {

@@ -165,6 +165,9 @@ impl Os for FakeHost {
     fn canonical(&self, path: &Path) -> PathBuf {
         path.to_path_buf()
     }
+    fn resolver(&self) -> fn(&Path) -> PathBuf {
+        Path::to_path_buf
+    }
     fn owned_dir(&self, path: &Path) -> bool {
         // The runtime dirs the fake's variables name are this user's.
         self.vars.iter().any(|(k, v)| k == "XDG_RUNTIME_DIR" && Path::new(v) == path)

@@ -33,6 +33,8 @@ pub trait Os {
     fn owned_dir(&self, path: &Path) -> bool;
     /// `path` with its links resolved as far as it exists (the rest appended as given).
     fn canonical(&self, path: &Path) -> PathBuf;
+    /// `canonical` as a function a pure stage can be handed (`policy::Inputs::resolve`).
+    fn resolver(&self) -> fn(&Path) -> PathBuf;
     /// `Ok(None)` when the file does not exist.
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>>;
     /// Creates parent directories as needed.
@@ -166,6 +168,24 @@ pub trait Host: Os + Ports {}
 
 impl<T: Os + Ports> Host for T {}
 
+/// `path` with its links resolved as far as it exists (the rest appended as given).
+fn canonical_on_disk(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// This process's umask, read where reading it changes nothing (`/proc/self/status`; 022 if
 /// that cannot be read).
 fn umask() -> u32 {
@@ -201,20 +221,10 @@ impl Os for RealHost {
         crate::sys::runtime::owned_dir(path, self.uid())
     }
     fn canonical(&self, path: &Path) -> PathBuf {
-        let mut rest = Vec::new();
-        let mut at = path;
-        loop {
-            if let Ok(real) = at.canonicalize() {
-                return rest.iter().rev().fold(real, |p, c| p.join(c));
-            }
-            match (at.parent(), at.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_os_string());
-                    at = parent;
-                }
-                _ => return path.to_path_buf(),
-            }
-        }
+        canonical_on_disk(path)
+    }
+    fn resolver(&self) -> fn(&Path) -> PathBuf {
+        canonical_on_disk
     }
     fn read_file(&self, path: &Path) -> anyhow::Result<Option<String>> {
         // Never blocks: a fifo (or socket, device) where a file is expected is an error, not a

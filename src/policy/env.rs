@@ -232,12 +232,19 @@ pub(crate) fn extra_args(
             }
         }
         if let Some(home) = &inputs.home {
-            for (src, how) in binds(&args).into_iter().filter(|(_, ro)| !ro).map(|(s, _)| (s, home)) {
+            let resolve =
+                |p: &std::path::Path| lexical(&inputs.resolve.map_or_else(|| p.to_path_buf(), |f| f(p)));
+            let homes = [home.clone(), resolve(home)];
+            for src in binds(&args).into_iter().filter(|(_, ro)| !ro).map(|(s, _)| s) {
                 // As the kernel will read it: `/home/u/..` is `/home`; a glob mounts what its
-                // directory holds; `/proc/PID/root/…` is any directory of the host.
-                let src_path = lexical(std::path::Path::new(glob_base(&src)));
-                let src_path = src_path.as_path();
-                if src_path.starts_with("/proc") {
+                // directory holds; `/proc/PID/root/…` is any directory of the host; links are
+                // followed (`/home/u` is `/var/home/u` where `/home` leads there).
+                let written = std::path::Path::new(glob_base(&src));
+                let read = [lexical(written), resolve(written)];
+                let above =
+                    |h: &std::path::PathBuf| read.iter().find(|s| s.is_absolute() && h.starts_with(s));
+                let home_hit = homes.iter().find_map(|h| above(h).map(|s| (s, h)));
+                if read.iter().any(|s| s.starts_with("/proc")) {
                     diags.push(
                         Diagnostic::new(
                             at.clone(),
@@ -245,13 +252,13 @@ pub(crate) fn extra_args(
                         )
                         .hint("mount the directory itself, or add `:ro` (`-v SRC:DST:ro`)"),
                     );
-                } else if src_path.is_absolute() && how.starts_with(src_path) {
+                } else if let Some((s, h)) = home_hit {
                     diags.push(
                         Diagnostic::new(
                             at.clone(),
                             format!(
                                 "extra argument mounts {src} read-write: it {} your home directory, whose dotfiles, keys and shell start-up files the agent could then change",
-                                if src_path == how.as_path() { "is" } else { "holds" }
+                                if s == h { "is" } else { "holds" }
                             ),
                         )
                         .hint("mount only the directory the command needs, or add `:ro` (`-v SRC:DST:ro`)"),

@@ -113,6 +113,9 @@ pub struct Inputs {
     /// The user's HOME (from the environment): an extra argument that mounts it, or a directory
     /// above it, read-write is refused.
     pub home: Option<PathBuf>,
+    /// How the host resolves a path's links (none: as written), so that a mount source is
+    /// checked as the kernel will read it (`/home/u` where `/home` leads to `/var/home`).
+    pub resolve: Option<fn(&std::path::Path) -> PathBuf>,
 }
 
 /// How the sandbox sees the project (`workspace =`, `--review`): `Direct` writes it; `Review`

@@ -282,6 +282,31 @@ fn an_extra_argument_that_mounts_the_home_directory_read_write_is_refused() {
 }
 
 #[test]
+fn a_mount_of_the_home_directory_through_a_link_is_refused_as_the_kernel_reads_it() {
+    // Fedora's atomic desktops: /home leads to /var/home, and HOME is /var/home/u.
+    let silverblue = |p: &std::path::Path| match p.strip_prefix("/home") {
+        Ok(rest) => std::path::Path::new("/var/home").join(rest),
+        Err(_) => p.to_path_buf(),
+    };
+    let on = |home: &str, args: &str| {
+        policy(
+            &format!("extra_args = {args}\n"),
+            Inputs { home: Some(home.into()), resolve: Some(silverblue), ..Inputs::default() },
+        )
+    };
+    for (home, bad) in
+        [("/var/home/u", "-v /home/u:/h"), ("/var/home/u", "-v /home:/h"), ("/home/u", "-v /var/home/u:/h")]
+    {
+        let errs = on(home, bad).unwrap_err();
+        assert!(errs[0].message.contains("your home directory"), "{home} {bad}: {errs:?}");
+    }
+    // Control: a directory below HOME under either name, and read-only, as given.
+    for ok in ["-v /home/u/src:/s", "-v /var/home/u/src:/s", "-v /home/u:/h:ro"] {
+        assert!(on("/var/home/u", ok).is_ok(), "{ok}");
+    }
+}
+
+#[test]
 fn hostnames_need_the_gate_and_flags_must_fit_the_mode() {
     let errs = policy("allow = github.com\n", Inputs { no_gate: true, ..Inputs::default() }).unwrap_err();
     assert!(errs[0].message.contains("--no-gate"));
