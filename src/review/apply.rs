@@ -246,7 +246,6 @@ mod tests {
             ino: 1,
             len: 1,
             uid: 0,
-            born: 0,
             ctime_ns: 0,
             mtime_ns: 0,
             nlink: 1,
@@ -311,18 +310,7 @@ mod tests {
     }
 
     fn stat(kind: Kind) -> Stat {
-        Stat {
-            kind,
-            mode: 0o755,
-            ino: 2,
-            len: 0,
-            uid: 0,
-            born: 0,
-            ctime_ns: 0,
-            mtime_ns: 0,
-            nlink: 1,
-            rdev: 0,
-        }
+        Stat { kind, mode: 0o755, ino: 2, len: 0, uid: 0, ctime_ns: 0, mtime_ns: 0, nlink: 1, rdev: 0 }
     }
 
     #[test]

@@ -174,7 +174,7 @@ mod tests {
     use crate::sys::untrusted::Stat;
 
     pub(crate) fn stat(kind: Kind, mode: u32, len: u64) -> Stat {
-        Stat { kind, mode, ino: 1, len, uid: 1000, born: 0, ctime_ns: 0, mtime_ns: 0, nlink: 1, rdev: 0 }
+        Stat { kind, mode, ino: 1, len, uid: 1000, ctime_ns: 0, mtime_ns: 0, nlink: 1, rdev: 0 }
     }
     fn change(path: &str, what: What, new: Option<Stat>, old: Option<Stat>, link: Option<&str>) -> Change {
         let leads = link.map(|t| resolve(Path::new(path), Path::new(t), &|_| None));

@@ -25,6 +25,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// What is at a path (never what a link there leads to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,8 +72,6 @@ pub struct Stat {
     pub ino: u64,
     pub len: u64,
     pub uid: u32,
-    /// Birth time in nanoseconds where the filesystem keeps one (statx), else 0.
-    pub born: u64,
     /// Last status change and last modification, in nanoseconds since the epoch: ctime cannot
     /// be set by a program, so a ctime after a moment means the inode changed since.
     pub ctime_ns: u64,
@@ -90,7 +89,6 @@ impl Stat {
             ino: st.st_ino,
             len: st.st_size as u64,
             uid: st.st_uid,
-            born: 0,
             ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
             mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
             nlink: st.st_nlink,
@@ -144,6 +142,12 @@ const PATH_FLAGS: OFlag = OFlag::O_PATH.union(OFlag::O_NOFOLLOW).union(OFlag::O_
 pub struct Tree {
     root: OwnedFd,
     path: PathBuf,
+    /// The directory `parent` reached last, by its names: the files of one directory (`apply`
+    /// and `diff` go through them in path order) cost one walk, not one each. It is never one
+    /// this tree removed or moved: each operation that removes or moves a path walks to that
+    /// path's parent first, which is then the one kept. What another program renames meanwhile
+    /// is seen at the next walk to another directory.
+    last: Mutex<Option<(Vec<OsString>, Arc<OwnedFd>)>>,
 }
 
 /// The names of a relative path, refused if it could leave the tree (`..`, absolute).
@@ -168,7 +172,7 @@ impl Tree {
     /// Opens `root` (a directory the user chose: it may itself be reached through a link).
     pub fn open(root: &Path) -> io::Result<Tree> {
         let fd = nix::fcntl::open(root, ROOT_FLAGS, Mode::empty()).map_err(errno)?;
-        Ok(Tree { root: fd, path: root.to_path_buf() })
+        Ok(Tree { root: fd, path: root.to_path_buf(), last: Mutex::new(None) })
     }
 
     /// The root as the host names it.
@@ -186,12 +190,20 @@ impl Tree {
     }
 
     /// The directory holding `rel`, and `rel`'s last name.
-    fn parent<'a>(&self, rel: &'a Path) -> io::Result<(OwnedFd, &'a OsStr)> {
+    fn parent<'a>(&self, rel: &'a Path) -> io::Result<(Arc<OwnedFd>, &'a OsStr)> {
         let n = names(rel)?;
         let Some((last, above)) = n.split_last() else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the tree's root itself"));
         };
-        Ok((self.walk(above)?, last))
+        let mut cached = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, fd)) = cached.as_ref()
+            && at.iter().map(OsString::as_os_str).eq(above.iter().copied())
+        {
+            return Ok((fd.clone(), last));
+        }
+        let fd = Arc::new(self.walk(above)?);
+        *cached = Some((above.iter().map(|n| n.to_os_string()).collect(), fd.clone()));
+        Ok((fd, last))
     }
 
     /// What is at `rel` (None: nothing, or only through a link or a non-directory above it).
@@ -202,14 +214,17 @@ impl Tree {
             Err(e) => return Err(e),
         };
         match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                let mut s = Stat::of(&st);
-                s.born = born(&dir, name);
-                Ok(Some(s))
-            }
+            Ok(st) => Ok(Some(Stat::of(&st))),
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
             Err(e) => Err(errno(e)),
         }
+    }
+
+    /// The birth time of what is at `rel` in nanoseconds, where the filesystem keeps one
+    /// (statx), else 0 (asked apart from `stat`: reading it costs a path lookup through
+    /// `/proc/self/fd`, and one caller needs it).
+    pub fn born(&self, rel: &Path) -> u64 {
+        self.parent(rel).map_or(0, |(dir, name)| born(&dir, name))
     }
 
     /// The bytes of the regular file at `rel`, at most `cap` of them: a link, fifo, socket or

@@ -128,7 +128,7 @@ fn open_up(tree: &Tree, rel: &Path) -> std::io::Result<()> {
 /// (an inode freed by a deletion is handed to the next directory made, often at once).
 fn inode(tree: &Tree, rel: &Path) -> u64 {
     let Ok(Some(st)) = tree.stat(rel) else { return 0 };
-    st.ino ^ st.born.rotate_left(32)
+    st.ino ^ tree.born(rel).rotate_left(32)
 }
 
 /// Whether a link leads out of the project. Only targets that can leave it lexically (absolute,

@@ -261,10 +261,10 @@ fn a_write_is_not_stopped_by_a_temporary_file_an_earlier_write_left() {
 fn a_paths_birth_time_is_the_one_the_filesystem_keeps() {
     let (_t, p, _) = setup();
     let tree = Tree::open(&p).unwrap();
-    let st = tree.stat(Path::new("repo")).unwrap().unwrap();
     let kept = fs::symlink_metadata(p.join("repo")).unwrap().created().ok();
     let want = kept.map_or(0, |t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
-    assert_eq!(st.born, want);
+    assert_eq!(tree.born(Path::new("repo")), want);
+    assert_eq!(tree.born(Path::new("nothing")), 0);
 }
 
 #[test]
@@ -370,4 +370,36 @@ fn move_to_moves_between_trees_and_replaces_only_when_told() {
     assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token", "the link was replaced, not followed");
     assert_eq!(fs::read(other.join("l")).unwrap(), b"L");
     assert!(src.move_to(Path::new("missing"), &dst, Path::new("m"), true).is_err());
+}
+
+/// The directory a walk reached last serves the next name in it, and is never one the tree
+/// removed or moved: what comes after a removal or a move lands where the name now is.
+#[test]
+fn a_directory_removed_or_moved_is_not_written_through_its_old_walk() {
+    let (t, p, _) = setup();
+    let tree = Tree::open(&p).unwrap();
+    let other = Tree::open(t.path().join("outside").as_path()).unwrap();
+    let again = |what: &str| {
+        tree.mkdir_all(Path::new("a/b"), 0o755).unwrap();
+        tree.write(Path::new("a/b/f"), what.as_bytes(), 0o644).unwrap();
+        assert_eq!(fs::read_to_string(p.join("a/b/f")).unwrap(), what, "after {what}");
+        assert!(tree.stat(Path::new("a/b/f")).unwrap().is_some(), "the walk to a/b is kept");
+    };
+    again("first");
+    tree.remove(Path::new("a")).unwrap();
+    again("removed");
+    tree.rename(Path::new("a"), Path::new("z")).unwrap();
+    again("renamed");
+    assert_eq!(fs::read_to_string(p.join("z/b/f")).unwrap(), "removed", "the renamed one kept its file");
+    tree.move_to(Path::new("a"), &other, Path::new("m"), false).unwrap();
+    again("moved away");
+    tree.move_out(Path::new("a"), &t.path().join("quarantine")).unwrap();
+    again("moved out");
+    // Moved over: the tree that receives drops its walk into what was replaced.
+    fs::create_dir_all(t.path().join("outside/src")).unwrap();
+    fs::remove_file(p.join("a/b/f")).unwrap();
+    assert!(tree.stat(Path::new("a/b/f")).unwrap().is_none());
+    other.move_to(Path::new("src"), &tree, Path::new("a/b"), true).unwrap();
+    tree.write(Path::new("a/b/g"), b"over", 0o644).unwrap();
+    assert_eq!(fs::read_to_string(p.join("a/b/g")).unwrap(), "over");
 }
