@@ -219,12 +219,13 @@ fn one(c: &super::changes::Change, upper: &Tree, project: &Tree) -> std::io::Res
             // The user's own file with one name is moved, not copied, when the layer is on the
             // project's filesystem (one rename; nothing left to remove after): the session is
             // over, so nothing else holds it. Anything else is copied: a file the sandbox gave
-            // several names lands as one file per name.
-            if new.nlink == 1 && new.uid == nix::unistd::getuid().as_raw() {
-                match upper.move_to(rel, project, rel, now.is_some()) {
-                    Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
-                    moved => return moved,
-                }
+            // several names lands as one file per name; a move that fails (another filesystem,
+            // a directory of the layer made read-only) is a copy, whose error is the one said.
+            if new.nlink == 1
+                && new.uid == nix::unistd::getuid().as_raw()
+                && upper.move_to(rel, project, rel, now.is_some()).is_ok()
+            {
+                return Ok(());
             }
             let (mut f, st) = upper.open_file(rel)?;
             project.write_from(rel, &mut f, st.mode, Some(st.mtime_ns))
@@ -360,6 +361,42 @@ mod tests {
         // Applied before: what is below lands now.
         let done: HashSet<PathBuf> = [PathBuf::from("lib")].into();
         assert_eq!(decide(&items, &[], &done)[..2], [Verdict::Done, Verdict::Land]);
+    }
+
+    /// Landing on real trees: a link changed to another target, a file in a directory the
+    /// project lacks (named alone), the user's own file moved out of the layer, a file with two
+    /// names copied (its layer inode stays there).
+    #[test]
+    fn each_kind_lands_as_diff_showed_it_and_only_a_lone_own_file_is_moved() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let t = tempfile::tempdir().unwrap();
+        let (up, proj) = (t.path().join("upper"), t.path().join("proj"));
+        std::fs::create_dir_all(up.join("d")).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        symlink("old", proj.join("l")).unwrap();
+        symlink("new", up.join("l")).unwrap();
+        std::fs::write(up.join("d/f"), "own\n").unwrap();
+        std::fs::write(up.join("g"), "two names\n").unwrap();
+        std::fs::hard_link(up.join("g"), up.join("g2")).unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let at = |rel: &str| u.stat(Path::new(rel)).unwrap().unwrap();
+        let mut l = item("l", vec![], None);
+        l.change = Change::new("l".into(), What::Changed, Some(at("l")), Some(stat(Kind::Link)));
+        l.change.link = Some("new".into());
+        let mut f = item("d/f", vec![], None);
+        f.change = Change::new("d/f".into(), What::Added, Some(at("d/f")), None);
+        let mut g = item("g", vec![], None);
+        g.change = Change::new("g".into(), What::Added, Some(at("g")), None);
+        let items = vec![l, f, g];
+        let n =
+            land(&items, &[Verdict::Land, Verdict::Land, Verdict::Land], &u, &p, &mut |_| Ok(())).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(std::fs::read_link(proj.join("l")).unwrap(), Path::new("new"));
+        assert_eq!(std::fs::read_to_string(proj.join("d/f")).unwrap(), "own\n");
+        assert!(!up.join("d/f").exists(), "the user's own file with one name is moved");
+        assert_eq!(std::fs::read_to_string(proj.join("g")).unwrap(), "two names\n");
+        let (a, b) = (std::fs::metadata(up.join("g")).unwrap(), std::fs::metadata(proj.join("g")).unwrap());
+        assert_ne!(a.ino(), b.ino(), "a file with two names is copied");
     }
 
     fn link(path: &str, target: &str) -> Item {
