@@ -145,8 +145,9 @@ pub struct Tree {
     /// The directory `parent` reached last, by its names: the files of one directory (`apply`
     /// and `diff` go through them in path order) cost one walk, not one each. It is never one
     /// this tree removed or moved: each operation that removes or moves a path walks to that
-    /// path's parent first, which is then the one kept. What another program renames meanwhile
-    /// is seen at the next walk to another directory.
+    /// path's parent first, which is then the one kept. A directory another program (or another
+    /// `Tree`) renames meanwhile stays the one used until a walk to another directory: still a
+    /// directory of this tree, reached without a link.
     last: Mutex<Option<(Vec<OsString>, Arc<OwnedFd>)>>,
 }
 
