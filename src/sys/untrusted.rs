@@ -146,8 +146,9 @@ pub struct Tree {
     /// and `diff` go through them in path order) cost one walk, not one each. It is never one
     /// this tree removed or moved: each operation that removes or moves a path walks to that
     /// path's parent first, which is then the one kept. A directory another program (or another
-    /// `Tree`) renames meanwhile stays the one used until a walk to another directory: still a
-    /// directory of this tree, reached without a link.
+    /// `Tree`) renames meanwhile stays the one used until a walk to another directory, where
+    /// it now is: the walk's guarantee (no link followed) holds for when it was made. Nothing
+    /// writes through a `Tree` while a sandbox still runs (`apply` refuses a running session).
     last: Mutex<Option<(Vec<OsString>, Arc<OwnedFd>)>>,
 }
 
