@@ -147,8 +147,8 @@ pub struct Tree {
     /// this tree removed or moved: each operation that removes or moves a path walks to that
     /// path's parent first, which is then the one kept. A directory another program (or another
     /// `Tree`) renames meanwhile stays the one used until a walk to another directory, where
-    /// it now is: the walk's guarantee (no link followed) holds for when it was made. Nothing
-    /// writes through a `Tree` while a sandbox still runs (`apply` refuses a running session).
+    /// it now is: the walk's guarantee (no link followed) holds for when it was made. A sandbox
+    /// renames only within its own mounts, so a directory it moves stays where it could write.
     last: Mutex<Option<(Vec<OsString>, Arc<OwnedFd>)>>,
 }
 
