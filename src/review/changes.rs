@@ -109,19 +109,24 @@ pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> 
     let mut unchanged = Vec::new();
     walk(upper, project, Path::new(""), false, &mut out, &mut unchanged)?;
     // Names that share a file: every name of it the layer has, changed or not.
+    let shared = |c: &Change| c.new.filter(|n| n.kind == Kind::File && n.nlink > 1).map(|n| n.ino);
     let mut names: HashMap<u64, Vec<PathBuf>> = HashMap::new();
-    for c in out.iter().filter(|c| c.new.is_some_and(|n| n.kind == Kind::File && n.nlink > 1)) {
-        names.entry(c.new.map_or(0, |n| n.ino)).or_default().push(c.path.clone());
+    for c in &out {
+        if let Some(ino) = shared(c) {
+            names.entry(ino).or_default().push(c.path.clone());
+        }
     }
     for (ino, p) in unchanged {
         if let Some(v) = names.get_mut(&ino) {
             v.push(p);
         }
     }
-    for c in out.iter_mut().filter(|c| c.new.is_some_and(|n| n.kind == Kind::File && n.nlink > 1)) {
-        let all = names.get(&c.new.map_or(0, |n| n.ino)).cloned().unwrap_or_default();
-        c.same_as = all.into_iter().filter(|p| *p != c.path).collect();
-        c.same_as.sort();
+    for c in out.iter_mut() {
+        if let Some(ino) = shared(c) {
+            let all = names.get(&ino).cloned().unwrap_or_default();
+            c.same_as = all.into_iter().filter(|p| *p != c.path).collect();
+            c.same_as.sort();
+        }
     }
     for c in out.iter_mut().filter(|c| c.link.is_some()) {
         let target = c.link.clone().unwrap_or_default();
@@ -390,5 +395,35 @@ mod tests {
         assert_eq!(k2.same_as, [Path::new("keep/k")], "a second name of an unchanged file");
         assert!(in_git_dir(Path::new("lib/.git/config")) && in_git_dir(Path::new(".git")));
         assert!(!in_git_dir(Path::new("src/.gitignore")));
+    }
+
+    /// The sandbox's view of a link (what `diff` resolves a link's way through): the layer's
+    /// link; the project's where the layer has nothing there; nothing where the layer has
+    /// something else, a file above it, or a directory made again (opaque) above it.
+    #[test]
+    fn a_link_as_the_sandbox_saw_it_is_the_layer_over_the_project() {
+        let t = testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        for d in ["a", "b", "c", "f"] {
+            fs::create_dir_all(proj.join(d)).unwrap();
+            std::os::unix::fs::symlink("../x", proj.join(d).join("l")).unwrap();
+        }
+        fs::create_dir_all(up.join("a")).unwrap(); // a directory above, as the overlay copies one up
+        fs::create_dir_all(up.join("b")).unwrap();
+        std::os::unix::fs::symlink("../y", up.join("b/l")).unwrap();
+        fs::create_dir_all(up.join("c")).unwrap();
+        testing::set_opaque(&up.join("c"));
+        fs::write(up.join("f"), "a file where the directory was").unwrap();
+        fs::create_dir_all(up.join("d")).unwrap();
+        fs::write(up.join("d/l"), "a file where a link could be").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let seen = |rel: &str| merged_link(&u, &p, Path::new(rel));
+        assert_eq!(seen("a/l"), Some(PathBuf::from("../x")), "the project's, below a plain directory");
+        assert_eq!(seen("b/l"), Some(PathBuf::from("../y")), "the layer's own");
+        assert_eq!(seen("c/l"), None, "below a directory made again");
+        assert_eq!(seen("f/l"), None, "below a file");
+        assert_eq!(seen("d/l"), None, "a file");
+        assert_eq!(project_link(&p, Path::new("a/l")), Some(PathBuf::from("../x")));
+        assert_eq!(project_link(&p, Path::new("a")), None, "a directory is no link");
     }
 }
