@@ -109,7 +109,7 @@ pub(crate) fn read(upper: &Tree, project: &Tree) -> anyhow::Result<Vec<Change>> 
     let mut unchanged = Vec::new();
     walk(upper, project, Path::new(""), false, &mut out, &mut unchanged)?;
     // Names that share a file: every name of it the layer has, changed or not.
-    let shared = |c: &Change| c.new.filter(|n| n.kind == Kind::File && n.nlink > 1).map(|n| n.ino);
+    let shared = |c: &Change| c.new.filter(several_names).map(|n| n.ino);
     let mut names: HashMap<u64, Vec<PathBuf>> = HashMap::new();
     for c in &out {
         if let Some(ino) = shared(c) {
@@ -165,6 +165,11 @@ fn merged_link(upper: &Tree, project: &Tree, rel: &Path) -> Option<PathBuf> {
     }
 }
 
+/// A file with other names (`ln`): those are looked for among the layer's names.
+fn several_names(st: &Stat) -> bool {
+    st.kind == Kind::File && st.nlink > 1
+}
+
 /// The target of the link at `rel` in the project as it is.
 pub(crate) fn project_link(project: &Tree, rel: &Path) -> Option<PathBuf> {
     project.stat(rel).ok().flatten().filter(|s| s.kind == Kind::Link).and_then(|_| project.readlink(rel).ok())
@@ -215,7 +220,7 @@ fn walk(
         let what = match old {
             None => What::Added,
             Some(o) if same(upper, project, &rel, &new, &o, link.as_deref())? => {
-                if new.kind == Kind::File && new.nlink > 1 {
+                if several_names(&new) {
                     unchanged.push((new.ino, rel));
                 }
                 continue;
@@ -338,11 +343,15 @@ pub(crate) mod testing {
 
     /// Marks `p` opaque, as the overlay does a directory removed and made again.
     pub(crate) fn set_opaque(p: &std::path::Path) {
+        set_xattr(p, super::OPAQUE, b"y");
+    }
+
+    /// Sets the extended attribute `name` of `p` (not followed) to `value`.
+    pub(crate) fn set_xattr(p: &std::path::Path, name: &str, value: &[u8]) {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let n = std::ffi::CString::new(name).unwrap();
         // SAFETY: NUL-terminated strings, a buffer and its length.
-        let set = unsafe {
-            libc::setxattr(c.as_ptr(), c"user.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0)
-        };
+        let set = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
         assert_eq!(set, 0, "user xattrs in target/: {}", std::io::Error::last_os_error());
     }
 }
@@ -425,5 +434,72 @@ mod tests {
         assert_eq!(seen("d/l"), None, "a file");
         assert_eq!(project_link(&p, Path::new("a/l")), Some(PathBuf::from("../x")));
         assert_eq!(project_link(&p, Path::new("a")), None, "a directory is no link");
+    }
+
+    /// What a walk of the layer reads besides plain edits: a whiteout (a deletion), a directory
+    /// whose mode changed, the origin mark of what was copied up, a plain directory's untouched
+    /// entries (not deletions), and a directory replaced by a file (what it held, each a deletion
+    /// of its own, counted).
+    #[test]
+    fn whiteouts_modes_origins_and_what_a_replaced_directory_held_are_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        for d in ["m", "plain", "lib/sub"] {
+            fs::create_dir_all(proj.join(d)).unwrap();
+        }
+        for f in ["w.txt", "m/keep.rs", "plain/untouched.rs", "plain/edited.rs", "lib/a", "lib/sub/b"] {
+            fs::write(proj.join(f), "before").unwrap();
+        }
+        fs::set_permissions(proj.join("m"), fs::Permissions::from_mode(0o755)).unwrap();
+        for d in ["m", "plain"] {
+            fs::create_dir_all(up.join(d)).unwrap();
+        }
+        fs::set_permissions(up.join("m"), fs::Permissions::from_mode(0o700)).unwrap();
+        testing::set_xattr(&up.join("m"), ORIGIN, b"from the project");
+        fs::write(up.join("plain/edited.rs"), "after").unwrap();
+        testing::set_xattr(&up.join("plain/edited.rs"), ORIGIN, b"from the project");
+        fs::write(up.join("lib"), "a file where the directory was").unwrap();
+        // A whiteout: the character device 0/0 (any user may make one since Linux 5.8).
+        let dev = nix::sys::stat::makedev(0, 0);
+        nix::sys::stat::mknod(
+            &up.join("w.txt"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            dev,
+        )
+        .unwrap();
+        nix::sys::stat::mknod(
+            &up.join("ghost"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            dev,
+        )
+        .unwrap();
+        // Two names of one link: links land as links, never as "the same file as" each other.
+        std::os::unix::fs::symlink("plain", up.join("l1")).unwrap();
+        fs::hard_link(up.join("l1"), up.join("l2")).unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let (links, changes): (Vec<Change>, Vec<Change>) =
+            read(&u, &p).unwrap().into_iter().partition(|c| c.link.is_some());
+        let names: Vec<&Path> = links.iter().map(|l| l.path.as_path()).collect();
+        assert_eq!(names, [Path::new("l1"), Path::new("l2")]);
+        assert!(links.iter().all(|l| l.same_as.is_empty()), "{links:?}");
+        let got: Vec<(String, What, bool, Option<PathBuf>)> = changes
+            .iter()
+            .map(|c| (c.path.display().to_string(), c.what, c.copied_up, c.part_of.clone()))
+            .collect();
+        let lib = Some(PathBuf::from("lib"));
+        let want = vec![
+            ("lib".to_string(), What::Changed, false, None),
+            ("lib/a".to_string(), What::Deleted, false, lib.clone()),
+            ("lib/sub".to_string(), What::Deleted, false, lib.clone()),
+            ("lib/sub/b".to_string(), What::Deleted, false, lib),
+            ("m".to_string(), What::Changed, true, None),
+            ("plain/edited.rs".to_string(), What::Changed, true, None),
+            ("w.txt".to_string(), What::Deleted, false, None),
+        ];
+        assert_eq!(got, want, "a whiteout where the project has nothing (ghost) is nothing");
+        assert_eq!(changes[0].below.entries, 3);
     }
 }
