@@ -501,5 +501,32 @@ mod tests {
         ];
         assert_eq!(got, want, "a whiteout where the project has nothing (ghost) is nothing");
         assert_eq!(changes[0].below.entries, 3);
+        assert!(!changes[0].below.truncated);
+    }
+
+    /// A replaced directory deeper than `DEPTH_MAX` is listed to that depth and said to be cut
+    /// there; one level less is listed whole.
+    #[test]
+    fn what_a_replaced_directory_held_is_listed_to_a_bounded_depth() {
+        let t = testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        let nest = |top: &str, levels: usize| {
+            let mut d = proj.join(top);
+            for _ in 0..levels {
+                d = d.join("d");
+            }
+            fs::create_dir_all(d).unwrap();
+        };
+        nest("deep", DEPTH_MAX + 1);
+        nest("fits", DEPTH_MAX - 1);
+        fs::create_dir_all(&up).unwrap();
+        fs::write(up.join("deep"), "a file").unwrap();
+        fs::write(up.join("fits"), "a file").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let changes = read(&u, &p).unwrap();
+        let top = |name: &str| changes.iter().find(|c| c.path == Path::new(name)).unwrap().below.clone();
+        let (deep, fits) = (top("deep"), top("fits"));
+        assert!(deep.truncated && deep.entries == DEPTH_MAX, "{deep:?}");
+        assert!(!fits.truncated && fits.entries == DEPTH_MAX - 1, "{fits:?}");
     }
 }
