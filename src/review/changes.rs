@@ -529,4 +529,31 @@ mod tests {
         assert!(deep.truncated && deep.entries == DEPTH_MAX, "{deep:?}");
         assert!(!fits.truncated && fits.entries == DEPTH_MAX - 1, "{fits:?}");
     }
+
+    /// What the overlay copied up but the sandbox left as it was is no change; a file with the
+    /// same length and other bytes, a mode alone, or a link's target is one.
+    #[test]
+    fn a_copy_up_with_nothing_changed_is_no_change_and_any_difference_is() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let t = testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        for d in [&proj, &up] {
+            fs::create_dir_all(d).unwrap();
+            fs::write(d.join("same.txt"), "abc").unwrap();
+            fs::write(d.join("mode.sh"), "echo").unwrap();
+            symlink("same.txt", d.join("same-link")).unwrap();
+        }
+        fs::write(proj.join("bytes.txt"), "abc").unwrap();
+        fs::write(up.join("bytes.txt"), "xyz").unwrap();
+        fs::set_permissions(up.join("mode.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(proj.join("mode.sh"), fs::Permissions::from_mode(0o644)).unwrap();
+        symlink("same.txt", proj.join("moved-link")).unwrap();
+        symlink("bytes.txt", up.join("moved-link")).unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let got: Vec<(String, What)> =
+            read(&u, &p).unwrap().iter().map(|c| (c.path.display().to_string(), c.what)).collect();
+        let want: Vec<(String, What)> =
+            ["bytes.txt", "mode.sh", "moved-link"].iter().map(|p| (p.to_string(), What::Changed)).collect();
+        assert_eq!(got, want);
+    }
 }
