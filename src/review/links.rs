@@ -105,4 +105,24 @@ mod tests {
             Leads::Inside("x".into()).is_inside() && !Leads::Outside.is_inside() && !Leads::Loop.is_inside()
         );
     }
+
+    /// A chain of links is followed for `HOPS_MAX` of them (as the kernel follows 40), one
+    /// more is a loop.
+    #[test]
+    fn a_chain_of_links_is_followed_to_the_bound_and_no_further() {
+        // c0 -> c1 -> ... -> cN, and cN is no link.
+        let chain = |n: usize| {
+            move |p: &Path| {
+                let i: usize = p.to_str()?.strip_prefix('c')?.parse().ok()?;
+                (i < n).then(|| PathBuf::from(format!("c{}", i + 1)))
+            }
+        };
+        let at = chain(HOPS_MAX);
+        assert_eq!(
+            resolve(Path::new("z"), Path::new("c0"), &at),
+            Leads::Inside(format!("c{HOPS_MAX}").into())
+        );
+        let at = chain(HOPS_MAX + 1);
+        assert_eq!(resolve(Path::new("z"), Path::new("c0"), &at), Leads::Loop);
+    }
 }
