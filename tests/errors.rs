@@ -603,3 +603,30 @@ fn the_approval_prompt_is_asked_with_stdout_piped() {
     master.write_all(b"n\r").unwrap();
     assert_ne!(child.wait().unwrap().code(), Some(0), "not approved: nothing started");
 }
+
+/// An extra argument that mounts HOME read-write under a name that leads there through a link
+/// (`/home/u` where `/home` leads to `/var/home`) is refused as HOME itself is: the launcher
+/// hands the policy the host's own resolution.
+#[test]
+fn a_mount_of_home_through_a_link_is_refused_and_a_directory_beside_it_is_not() {
+    let (t, dir, home) = project(None);
+    let alias = t.path().join("alias");
+    std::os::unix::fs::symlink(&home, &alias).unwrap();
+    let o = run_in(&dir, &home, &["--dry-run", "--net", "none", "--", "true"]);
+    assert_eq!(o.code, 0, "control, no extra argument: {}", o.stderr);
+    std::fs::create_dir_all(dir.join(".ai-sandbox")).unwrap();
+    std::fs::write(dir.join(".ai-sandbox/config"), format!("extra_args = -v {}:/h\n", alias.display()))
+        .unwrap();
+    let o = run_in(&dir, &home, &["--dry-run", "--net", "none", "--", "true"]);
+    assert_ne!(o.code, 0, "accepted:\n{}", o.stdout);
+    assert!(o.stderr.contains("your home directory"), "{}", o.stderr);
+    // Control: a directory beside HOME through the same kind of link is mounted as asked.
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::os::unix::fs::symlink(&data, t.path().join("data-link")).unwrap();
+    let line = format!("extra_args = -v {}:/d\n", t.path().join("data-link").display());
+    std::fs::write(dir.join(".ai-sandbox/config"), line).unwrap();
+    let o = run_in(&dir, &home, &["--dry-run", "--net", "none", "--", "true"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("data-link:/d"), "{}", o.stdout);
+}

@@ -265,12 +265,18 @@ impl Os for RealHost {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // A new file renamed over the name: a link there (one a sandbox made) is replaced, never
-        // written through, and a reader never sees half a file.
+        // written through, and a reader never sees half a file. Its mode is the file's it
+        // replaces, or what a new file gets; set through the open file, never by name.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_file() => m.permissions().mode() & 0o7777,
+            _ => 0o666 & !umask(),
+        };
         let mut new =
             tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing in {}", dir.display()))?;
         std::io::Write::write_all(&mut new, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
-        std::fs::set_permissions(new.path(), std::os::unix::fs::PermissionsExt::from_mode(0o666 & !umask()))?;
+        new.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
         new.persist(path).with_context(|| format!("writing {}", path.display()))?;
         Ok(())
     }
@@ -681,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn a_file_written_replaces_a_link_at_its_name_and_keeps_the_umasks_mode() {
+    fn a_file_written_replaces_a_link_at_its_name_and_keeps_the_mode_a_file_there_had() {
         use super::Os;
         use std::os::unix::fs::PermissionsExt;
         let t = tempfile::tempdir().unwrap();
@@ -691,11 +697,18 @@ mod tests {
         assert!(!target.exists(), "written through the link");
         let meta = std::fs::symlink_metadata(&name).unwrap();
         assert!(meta.is_file(), "{meta:?}");
-        assert_eq!(meta.permissions().mode() & 0o777, 0o666 & !super::umask());
+        // A new file's mode, as the kernel gives one made with 0666 under this umask.
+        let plain = t.path().join("plain");
+        std::fs::File::create(&plain).unwrap();
+        let want = std::fs::metadata(&plain).unwrap().permissions().mode() & 0o7777;
+        std::fs::remove_file(&plain).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, want);
         assert_eq!(std::fs::read_to_string(&name).unwrap(), "allow = x\n");
-        // Control: an ordinary file is replaced with the new text.
+        // Control: an ordinary file is replaced with the new text, keeping its own mode.
+        std::fs::set_permissions(&name, std::fs::Permissions::from_mode(0o600)).unwrap();
         super::RealHost::default().write_file(&name, "deny = y\n").unwrap();
         assert_eq!(std::fs::read_to_string(&name).unwrap(), "deny = y\n");
+        assert_eq!(std::fs::metadata(&name).unwrap().permissions().mode() & 0o7777, 0o600);
         assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1, "no temporary file left");
     }
 }

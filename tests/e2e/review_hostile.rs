@@ -246,6 +246,12 @@ fn a_shortened_id_that_is_also_a_path_applies_nothing_until_said_which() {
     assert_ne!(a.code, 0, "{}", a.stdout);
     assert!(a.stderr.contains("is both a shortened session id and a path"), "{}", a.stderr);
     assert!(!p.path("one.txt").exists() && !p.path(short).exists(), "something was applied");
+    // A directory of the host's own named as the id begins is a path too.
+    let longer = &id[..5];
+    std::fs::create_dir_all(p.path(longer)).unwrap();
+    let a = sandbox(&p, &["apply", longer], &[]);
+    assert!(a.stderr.contains("is both a shortened session id and a path"), "{}", a.stderr);
+    assert!(!p.path("one.txt").exists(), "something was applied");
     // The path alone, as ./NAME: only it lands.
     sandbox(&p, &["apply", &format!("./{short}")], &[]).ok();
     assert_eq!(read(&p, &format!("{short}/f.txt")), "x\n");
