@@ -324,6 +324,315 @@ mod tests {
     use super::*;
     use std::fs;
 
+    /// A stat of `kind` whose inode last changed at `ctime_ns`.
+    fn st(kind: Kind, ctime_ns: u64, nlink: u64) -> crate::sys::untrusted::Stat {
+        crate::sys::untrusted::Stat {
+            kind,
+            mode: 0o644,
+            ino: 1,
+            len: 3,
+            uid: 0,
+            ctime_ns,
+            mtime_ns: ctime_ns,
+            nlink,
+            rdev: 0,
+        }
+    }
+
+    /// A change at `path` with nothing else said of it.
+    fn change(
+        path: &str,
+        what: What,
+        new: Option<crate::sys::untrusted::Stat>,
+        old: Option<crate::sys::untrusted::Stat>,
+    ) -> Change {
+        Change {
+            path: path.into(),
+            what,
+            new,
+            old,
+            link: None,
+            leads: None,
+            leads_too: None,
+            copied_up: false,
+            same_as: vec![],
+            below: Default::default(),
+            part_of: None,
+        }
+    }
+
+    fn item(change: Change) -> Item {
+        Item { change, callouts: vec![], conflict: None, renamed_from: None }
+    }
+
+    /// The newest ctime of `p` and everything below it.
+    fn newest(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::symlink_metadata(p).unwrap();
+        let own = m.ctime() as u64 * 1_000_000_000 + m.ctime_nsec() as u64;
+        if !m.is_dir() {
+            return own;
+        }
+        fs::read_dir(p).unwrap().map(|e| newest(&e.unwrap().path())).fold(own, u64::max)
+    }
+
+    /// Lets the kernel's coarse clock tick, so that a change after it has a later ctime.
+    fn tick() {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+
+    #[test]
+    fn when_is_the_second_of_the_nanoseconds_in_rfc3339() {
+        assert_eq!(when(1_500_000_000_999_999_999), "2017-07-14T02:40:00Z");
+        assert_eq!(when(0), "1970-01-01T00:00:00Z");
+    }
+
+    /// The host's entry is a conflict when its ctime is after the start (not at it); a file the
+    /// sandbox copied up that the host deleted since is one, unless the copy has another name
+    /// (the origin mark is the inode's).
+    #[test]
+    fn a_host_change_after_the_start_is_a_conflict_and_one_at_it_is_not() {
+        let t = crate::review::changes::testing::on_disk();
+        let project = Tree::open(t.path()).unwrap();
+        let at = 1_000;
+        let edited = change("f", What::Changed, Some(st(Kind::File, 5, 1)), Some(st(Kind::File, at + 1, 1)));
+        assert_eq!(
+            conflict(&edited, &project, at).as_deref(),
+            Some("a file on the host changed after the session started")
+        );
+        let same = change("f", What::Changed, Some(st(Kind::File, 5, 1)), Some(st(Kind::File, at, 1)));
+        assert_eq!(conflict(&same, &project, at), None, "control: changed at the start, not after");
+        let mut gone = change("g", What::Changed, Some(st(Kind::File, 5, 1)), None);
+        assert_eq!(conflict(&gone, &project, at), None, "not copied up: the sandbox made it");
+        gone.copied_up = true;
+        assert_eq!(
+            conflict(&gone, &project, at).as_deref(),
+            Some("deleted on the host after the session started")
+        );
+        gone.new = Some(st(Kind::File, 5, 2));
+        assert_eq!(conflict(&gone, &project, at), None, "a second name carries the origin mark too");
+    }
+
+    /// A deleted directory with repositories below: a host change anywhere in one of them
+    /// (the directory itself, a file in it, a file deeper down) is the conflict, named.
+    #[test]
+    fn a_host_change_in_a_repository_below_a_deleted_directory_is_a_conflict() {
+        let t = crate::review::changes::testing::on_disk();
+        let root = t.path();
+        fs::create_dir_all(root.join("lib/r/.git/objects")).unwrap();
+        fs::write(root.join("lib/r/.git/HEAD"), "ref: x\n").unwrap();
+        fs::write(root.join("lib/r/.git/objects/o"), "1").unwrap();
+        let project = Tree::open(root).unwrap();
+        let mut deleted = change("lib", What::Deleted, None, Some(st(Kind::Dir, 0, 1)));
+        deleted.below.repos = vec![PathBuf::from("lib/r/.git")];
+        let start = newest(root);
+        assert_eq!(conflict(&deleted, &project, start), None, "control: nothing after the start");
+        tick();
+        fs::write(root.join("lib/r/.git/objects/o"), "2").unwrap();
+        assert_eq!(
+            conflict(&deleted, &project, start).as_deref(),
+            Some("lib/r/.git/objects/o changed on the host after the session started")
+        );
+        let start = newest(root);
+        tick();
+        fs::write(root.join("lib/r/.git/HEAD"), "ref: y\n").unwrap();
+        assert_eq!(
+            conflict(&deleted, &project, start).as_deref(),
+            Some("lib/r/.git/HEAD changed on the host after the session started")
+        );
+        let start = newest(root);
+        tick();
+        fs::write(root.join("lib/r/.git/new"), "").unwrap();
+        assert_eq!(
+            conflict(&deleted, &project, start).as_deref(),
+            Some("lib/r/.git changed on the host after the session started")
+        );
+        let without = change("lib", What::Deleted, None, Some(st(Kind::Dir, 0, 1)));
+        assert_eq!(conflict(&without, &project, 0), None, "no repository below: its files are items");
+    }
+
+    /// The walk below a directory stops past its depth bound.
+    #[test]
+    fn the_walk_for_host_changes_stops_at_its_depth_bound() {
+        let t = crate::review::changes::testing::on_disk();
+        fs::create_dir(t.path().join("d")).unwrap();
+        let project = Tree::open(t.path()).unwrap();
+        assert!(changed_below(&project, Path::new("d"), 0, 64).is_some());
+        assert_eq!(changed_below(&project, Path::new("d"), 0, 65), None);
+    }
+
+    /// One line per change with its kind's mark, its call-outs, conflict and other names; git's
+    /// internals counted per repository; entries below a deleted directory listed up to the cap
+    /// and counted past it.
+    #[test]
+    fn the_summary_marks_kinds_counts_git_internals_and_caps_what_it_lists_below_a_directory() {
+        let mut dir = item(change("d", What::Added, Some(st(Kind::Dir, 0, 1)), None));
+        dir.callouts = vec![Callout::WorldWritable, Callout::SetId];
+        let link = item(change("l", What::Changed, Some(st(Kind::Link, 0, 1)), Some(st(Kind::File, 0, 1))));
+        let mut file =
+            item(change("f", What::Changed, Some(st(Kind::File, 0, 1)), Some(st(Kind::File, 0, 1))));
+        file.conflict = Some("why".into());
+        file.change.same_as = vec!["g".into(), "h i".into()];
+        let mut top = item(change("big", What::Deleted, None, Some(st(Kind::Dir, 0, 1))));
+        top.change.below.truncated = true;
+        let mut items = vec![dir, link, file, top];
+        for n in 0..201 {
+            let mut c = change(&format!("big/{n:03}"), What::Deleted, None, Some(st(Kind::File, 0, 1)));
+            c.part_of = Some("big".into());
+            items.push(item(c));
+        }
+        for p in [".git/index", ".git/HEAD", "sub/.git/index"] {
+            items.push(item(change(
+                p,
+                What::Changed,
+                Some(st(Kind::File, 0, 1)),
+                Some(st(Kind::File, 0, 1)),
+            )));
+        }
+        let s = summary(&items);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(
+            &lines[..9],
+            [
+                "  A d/",
+                "      ! writable by every user of the machine",
+                "      ! set-user-ID or set-group-ID",
+                "  M l (link)",
+                "  M f",
+                "      ! CONFLICT: why",
+                "      = the same file as g, 'h i' inside (another name of it): lands as a file of its own",
+                "  D big/",
+                "      ! deeper than ai-sandbox lists: not everything below is shown",
+            ],
+            "{s}"
+        );
+        assert_eq!(lines.iter().filter(|l| l.starts_with("  D big/")).count(), 1 + 200, "{s}");
+        assert!(s.contains("  D big/199\n") && !s.contains("big/200\n"), "{s}");
+        assert_eq!(
+            &lines[lines.len() - 3..],
+            [
+                "      ... and 1 more entries below big (deleted with it)",
+                "  ~ .git: 2 internal files changed (never applied as files; commits arrive as a branch)",
+                "  ~ sub/.git: 1 internal files changed (never applied as files; commits arrive as a branch)",
+            ],
+            "{s}"
+        );
+        let mut listed = HashMap::new();
+        let shown = items.iter().filter(|i| shown_below(&i.change, &mut listed)).count();
+        assert_eq!(shown, items.len() - 1, "patches are shown for what the summary lists");
+    }
+
+    /// A file at the patch bound with a NUL byte is binary (its content would not be shown);
+    /// a deleted file is not, nor one under the bound without a NUL byte.
+    #[test]
+    fn binary_is_called_out_up_to_the_patch_bound_and_not_for_a_deletion() {
+        let t = crate::review::changes::testing::on_disk();
+        let mut at_bound = vec![b'a'; PATCH_MAX as usize];
+        at_bound[10] = 0;
+        fs::write(t.path().join("nul"), &at_bound).unwrap();
+        fs::write(t.path().join("text"), "plain\n").unwrap();
+        let up = Tree::open(t.path()).unwrap();
+        let mut written = st(Kind::File, 0, 1);
+        written.len = PATCH_MAX;
+        let c = change("nul", What::Added, Some(written), None);
+        assert_eq!(with_binary(vec![], &c, &up), [Callout::Binary]);
+        let text = change("text", What::Added, Some(st(Kind::File, 0, 1)), None);
+        assert_eq!(with_binary(vec![], &text, &up), [], "control: text");
+        let gone = change("nul", What::Deleted, None, Some(written));
+        assert_eq!(with_binary(vec![Callout::Executable], &gone, &up), [Callout::Executable]);
+        assert!(binary(&up, Path::new("missing")), "what cannot be read counts as binary");
+    }
+
+    /// A deleted file in a git directory is no rename's source (git's internals are never
+    /// applied as files).
+    #[test]
+    fn a_file_deleted_in_git_internals_is_not_the_source_of_a_rename() {
+        let t = crate::review::changes::testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(proj.join(".git")).unwrap();
+        fs::create_dir_all(proj.join("d")).unwrap();
+        fs::write(proj.join(".git/packed"), "same bytes\n").unwrap();
+        fs::write(proj.join("d/moved"), "other bytes\n").unwrap();
+        fs::create_dir_all(up.join(".git")).unwrap();
+        fs::create_dir_all(up.join("d")).unwrap();
+        crate::review::changes::testing::set_opaque(&up.join(".git"));
+        crate::review::changes::testing::set_opaque(&up.join("d"));
+        fs::write(up.join("copy"), "same bytes\n").unwrap();
+        fs::write(up.join("moved"), "other bytes\n").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let items = items(crate::review::changes::read(&u, &p).unwrap(), &u, &p, u64::MAX, &[]);
+        let from = |name: &str| {
+            items.iter().find(|i| i.change.path == Path::new(name)).unwrap().renamed_from.clone()
+        };
+        assert_eq!(from("copy"), None);
+        assert_eq!(from("moved"), Some(PathBuf::from("d/moved")), "control: a moved file");
+    }
+
+    /// What a git config the sandbox wrote would make git run is named, as is a hook; a config
+    /// that sets nothing of the kind, a deleted one, a file named config under refs/ and the
+    /// hooks directory itself are not.
+    #[test]
+    fn git_settings_name_what_git_would_run_and_nothing_else() {
+        let t = crate::review::changes::testing::on_disk();
+        for d in [".git/hooks", ".git/refs", ".git/modules/m", "sub/.git"] {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+        }
+        let bad = "[core]\n\tfsmonitor = touch /tmp/x\n";
+        fs::write(t.path().join(".git/config"), bad).unwrap();
+        fs::write(t.path().join(".git/modules/m/config"), bad).unwrap();
+        fs::write(t.path().join(".git/refs/config"), bad).unwrap();
+        fs::write(t.path().join("sub/.git/config.worktree"), "[core]\n\tbare = false\n").unwrap();
+        fs::write(t.path().join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        let up = Tree::open(t.path()).unwrap();
+        let file = Some(st(Kind::File, 0, 1));
+        let items: Vec<Item> = [
+            change(".git/config", What::Changed, file, file),
+            change(".git/modules/m/config", What::Added, file, None),
+            change(".git/refs/config", What::Added, file, None),
+            change("sub/.git/config.worktree", What::Added, file, None),
+            change(".git/hooks/pre-commit", What::Added, file, None),
+            change(".git/hooks", What::Added, Some(st(Kind::Dir, 0, 1)), None),
+            change("sub/.git/config", What::Deleted, None, file),
+        ]
+        .into_iter()
+        .map(item)
+        .collect();
+        assert_eq!(
+            git_settings(&items, &up),
+            "  ! .git/config: sets core.fsmonitor (git on the host would run or trust it; never applied)\n\
+             \x20 ! .git/modules/m/config: sets core.fsmonitor (git on the host would run or trust it; never applied)\n\
+             \x20 ! .git/hooks/pre-commit: a git hook (never applied)\n"
+        );
+    }
+
+    /// A change of mode alone is one line; a rename with the same bytes shows nothing; a link
+    /// shows its target.
+    #[test]
+    fn a_mode_change_a_plain_rename_and_a_link_each_have_their_patch() {
+        let t = crate::review::changes::testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(&proj).unwrap();
+        fs::create_dir_all(&up).unwrap();
+        fs::write(proj.join("run.sh"), "echo\n").unwrap();
+        fs::write(proj.join("old"), "bytes\n").unwrap();
+        std::os::unix::fs::symlink("somewhere", up.join("l")).unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let mut exe = st(Kind::File, 0, 1);
+        exe.mode = 0o755;
+        let mut mode = item(change("run.sh", What::Changed, Some(exe), Some(st(Kind::File, 0, 1))));
+        fs::write(up.join("run.sh"), "echo\n").unwrap();
+        mode.change.new.as_mut().unwrap().len = 5;
+        assert_eq!(patch(&mode, &u, &p), "mode 644 -> 755: run.sh\n");
+        fs::write(up.join("new"), "bytes\n").unwrap();
+        let mut renamed = item(change("new", What::Added, Some(st(Kind::File, 0, 1)), None));
+        renamed.renamed_from = Some("old".into());
+        assert_eq!(patch(&renamed, &u, &p), "");
+        let link = item(change("l", What::Added, Some(st(Kind::Link, 0, 1)), None));
+        assert!(patch(&link, &u, &p).contains("+-> somewhere"), "{}", patch(&link, &u, &p));
+        let dir = item(change("d", What::Added, Some(st(Kind::Dir, 0, 1)), None));
+        assert_eq!(patch(&dir, &u, &p), "", "a directory has no patch");
+    }
+
     /// The deletions come from an opaque directory (see `changes::testing`).
     #[test]
     fn a_moved_file_is_one_rename_and_copies_and_empty_files_are_not_renames() {
