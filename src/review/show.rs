@@ -459,6 +459,17 @@ mod tests {
         let project = Tree::open(t.path()).unwrap();
         assert!(changed_below(&project, Path::new("d"), 0, 64).is_some());
         assert_eq!(changed_below(&project, Path::new("d"), 0, 65), None);
+        // Each level down counts: a change 70 directories below is past the bound, one 60 below
+        // is found.
+        let deep: PathBuf = std::iter::repeat_n("a", 70).collect();
+        fs::create_dir_all(t.path().join("e").join(&deep)).unwrap();
+        let start = newest(t.path());
+        tick();
+        fs::write(t.path().join("e").join(&deep).join("f"), "").unwrap();
+        assert_eq!(changed_below(&project, Path::new("e"), start, 0), None, "70 levels down");
+        let near: PathBuf = std::iter::repeat_n("a", 60).collect();
+        fs::write(t.path().join("e").join(&near).join("g"), "").unwrap();
+        assert!(changed_below(&project, Path::new("e"), start, 0).is_some(), "control: 60 levels down");
     }
 
     /// One line per change with its kind's mark, its call-outs, conflict and other names; git's
