@@ -366,15 +366,17 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
             push(&[&flag, &value]);
         }
     }
-    // What the sandbox may take of the machine (see `policy::limits`): nproc is counted per
-    // user namespace, so it holds on cgroup v1 too and counts this sandbox's processes only.
+    // What the sandbox may take of the machine (see `policy::limits`): the cgroup's pids limit
+    // where rootless podman has one (v2), else nproc, which is the only limit there but counts
+    // other processes of the user too under a runtime that sets it before the user namespace.
     let l = &p.limits;
-    push(&["--ulimit", &format!("nproc={0}:{0}", l.pids)]);
     if f.cgroup_v2 {
         push(&["--pids-limit", &l.pids.to_string()]);
         if let Some(m) = l.memory {
             push(&["--memory", &m.to_string()]);
         }
+    } else {
+        push(&["--ulimit", &format!("nproc={0}:{0}", l.pids)]);
     }
     // (host path, path inside, read-only), in podman's order.
     let mut mounts: Vec<(PathBuf, PathBuf, bool)> = Vec::new();

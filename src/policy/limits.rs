@@ -1,9 +1,9 @@
 //! What one sandbox may take of the machine: processes, memory, and the size of its `/tmp`.
 //! Without them one fork bomb or `yes > /tmp/x` (a RAM tmpfs) takes the host down with it.
 //!
-//! `pids` becomes `--ulimit nproc=N:N`, which the kernel counts per user namespace, so it holds
-//! on every host (cgroup v1 too) and counts only this sandbox's processes; on cgroup v2 it is
-//! also `--pids-limit`. `memory` needs cgroup v2 (rootless podman ignores it on v1: the plan
+//! `pids` becomes `--pids-limit` where rootless podman has a cgroup of the sandbox's own (v2),
+//! which counts that sandbox's processes only; elsewhere (v1) `--ulimit nproc=N:N`, the one limit
+//! there is (ADR 0081: under crun, nproc also counted the user's other sandboxes and podman). `memory` needs cgroup v2 (rootless podman ignores it on v1: the plan
 //! says so once). `tmp_size` is the size of the `/tmp` tmpfs of `image = host`.
 //! Raising any of them is called out at approval (see `keys`); see docs/adr/0053.
 
