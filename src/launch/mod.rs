@@ -180,6 +180,10 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
 /// Set once podman has exited: from then on a signal ends the launcher instead of going to a
 /// podman that is gone (see `forward_signals`).
 static PODMAN_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The podman that runs now (0: none yet, or between the two tries of `run_podman`).
+static PODMAN_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// Set once a signal came to be forwarded: a launch asked to stop is not tried again.
+static SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Set once the launch is over (the project verified, the session dir removed): a signal then
 /// ends the process as it would any program, with nothing to warn about (`learn` asks its
 /// questions after this).
@@ -189,7 +193,7 @@ static LAUNCH_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// to the container. Terminal-generated ones (Ctrl-C) already reach podman through the
 /// foreground process group, so they are not sent twice. A command may ignore SIGINT: the
 /// second one says the third will stop the sandbox, and the third kills the container.
-fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
+fn forward_signals(set: SigSet, podman: String, container: String) {
     std::thread::spawn(move || {
         let mut interrupts = 0;
         loop {
@@ -213,6 +217,7 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
                 ));
                 std::process::exit(128 + sig as i32);
             }
+            SIGNALLED.store(true, std::sync::atomic::Ordering::SeqCst);
             if sig == Signal::SIGINT {
                 interrupts += 1;
                 match interrupts {
@@ -233,7 +238,8 @@ fn forward_signals(child: u32, set: SigSet, podman: String, container: String) {
                     _ => {}
                 }
             }
-            if from_kernel {
+            let child = PODMAN_PID.load(std::sync::atomic::Ordering::SeqCst);
+            if from_kernel || child == 0 {
                 continue;
             }
             let _ = kill(Pid::from_raw(child as i32), sig);
@@ -577,15 +583,17 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
         let _ = fs::write(plan.session_dir.join(crate::sys::timing::HOOK_FILE), "");
     }
     crate::sys::timing::mark("keeper, refusal follower");
-    let mut child = process::spawn(&mut cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
-        crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
-    })?;
-    // If this write fails the keeper is gone; the sandbox still stops with this launcher
-    // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
-    let _ = keeper.write_all(Message::Podman(child.id()).line().as_bytes());
-    forward_signals(child.id(), set, plan.argv[0].clone(), plan.container.clone());
-    crate::sys::timing::mark("podman spawned");
-    let status = child.wait().context("waiting for podman")?;
+    let mut status = run_podman_once(&mut cmd, plan, keeper, set)?;
+    let dir = &plan.session_dir;
+    let pid_file = dir.join(crate::plan::session::CONTAINER_PID_FILE).exists();
+    let hook_ran = dir.join(crate::plan::session::HOOK_RAN_FILE).exists();
+    if runtime_failed_before_start(status.code(), pid_file, hook_ran)
+        && !SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        say("the container runtime failed before the sandbox existed (podman's exit 126, no container; \
+             nothing of the command ran): starting it once more");
+        status = run_podman_once(&mut cmd, plan, keeper, set)?;
+    }
     crate::sys::timing::take_hook_marks(&plan.session_dir);
     crate::sys::timing::mark("container started, checked, ran and removed");
     PODMAN_ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -612,6 +620,39 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
         (None, Some(sig)) => Ok(128 + sig),
         _ => bail!("podman ended with an unknown status: {status}"),
     }
+}
+
+/// Whether podman's runtime failed before the container existed, so that the same launch may be
+/// made once more: podman's exit 126 (the runtime's error), no container pid file (podman writes
+/// it once the container exists, before its first process runs: measured), and the launch's own
+/// `createRuntime` hook never started (a refusal of ours is never retried). runc under load
+/// sometimes fails so ("read init-p: connection reset by peer", docs/testing.md), and the same
+/// launch a moment later starts. A runtime error that repeats is said twice, then returned.
+pub(crate) fn runtime_failed_before_start(code: Option<i32>, pid_file: bool, hook_ran: bool) -> bool {
+    code == Some(126) && !pid_file && !hook_ran
+}
+
+/// Runs podman once, to its end; the keeper and the signal thread know its pid meanwhile. The
+/// signal thread starts once the first podman exists (a signal before that waits, blocked).
+fn run_podman_once(
+    cmd: &mut Command,
+    plan: &Plan,
+    keeper: &mut dyn std::io::Write,
+    set: SigSet,
+) -> anyhow::Result<std::process::ExitStatus> {
+    static FORWARDING: std::sync::Once = std::sync::Once::new();
+    let mut child = process::spawn(cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
+        crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
+    })?;
+    // If this write fails the keeper is gone; the sandbox still stops with this launcher
+    // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
+    let _ = keeper.write_all(Message::Podman(child.id()).line().as_bytes());
+    PODMAN_PID.store(child.id(), std::sync::atomic::Ordering::SeqCst);
+    FORWARDING.call_once(|| forward_signals(set, plan.argv[0].clone(), plan.container.clone()));
+    crate::sys::timing::mark("podman spawned");
+    let status = child.wait().context("waiting for podman");
+    PODMAN_PID.store(0, std::sync::atomic::Ordering::SeqCst);
+    status
 }
 
 /// What a hook printed when it refused to start the sandbox, as crun keeps it (see

@@ -267,3 +267,16 @@ fn a_hooks_reason_kept_by_crun_is_said() {
     assert!(said[0].starts_with("the sandbox was not started; its hook said"));
     assert_eq!(said[1], "  Error: self-check failed: connecting to 100.64.0.1:4 failed \\e[2K");
 }
+
+/// Only the runtime's own failure before the container existed is tried again: not a command's
+/// exit 126 (its pid file exists), not a refusal of the launch's hook, not another exit code.
+#[test]
+fn only_a_runtime_failure_before_the_container_existed_is_tried_again() {
+    use super::runtime_failed_before_start as again;
+    assert!(again(Some(126), false, false));
+    assert!(!again(Some(126), true, false), "the container existed: its command may have run");
+    assert!(!again(Some(126), false, true), "the hook refused it");
+    assert!(!again(Some(125), false, false), "podman's own error");
+    assert!(!again(Some(127), false, false));
+    assert!(!again(None, false, false), "podman killed by a signal");
+}

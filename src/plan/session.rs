@@ -25,6 +25,9 @@ pub(crate) const CONTAINER_PID_FILE: &str = "container.pid";
 /// (`run.oci.hooks.stderr`): crun says only a hook's exit code, runc its stderr too, so the
 /// launcher prints this file's reason when the sandbox did not start.
 pub(crate) const HOOKS_STDERR_FILE: &str = "hooks.stderr";
+/// Made by the `createRuntime` hook as it starts: the launch's own refusal (the ruleset not
+/// loaded) is never taken for the runtime's failure, which the launcher retries once.
+pub(crate) const HOOK_RAN_FILE: &str = "hook.ran";
 /// The launcher's pid: a session dir whose launcher is dead is stale.
 pub(crate) const PID_FILE: &str = "pid";
 /// Label podman puts on every sandbox container: the session id.
