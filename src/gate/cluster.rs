@@ -211,6 +211,11 @@ async fn run(
     state.close();
     let end = Instant::now() + drain;
     let open = || all.iter().map(|s| s.active.load(std::sync::atomic::Ordering::SeqCst)).sum::<usize>();
+    eprintln!(
+        "ai-sandbox gate: no longer accepting; {} open connection(s) may finish within {} s",
+        open(),
+        drain.as_secs()
+    );
     while open() > 0 && Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

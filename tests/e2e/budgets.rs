@@ -119,7 +119,7 @@ fn a_watcher_raises_a_spent_budget_for_a_held_connection() {
     use std::io::Write;
     // Alone: a watcher sees every session's held requests, and another ask test's would answer
     // this one's (or this one's, that one's).
-    let _g = GATE.write().unwrap_or_else(|e| e.into_inner());
+    gate_alone();
     let up = Upstream::start("");
     let p = Project::new("budget-ask");
     up.ca_into(&p);

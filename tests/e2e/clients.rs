@@ -26,7 +26,6 @@ const CLIENTS: &[(&str, &str, bool)] = &[
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn which_clients_show_the_gates_hint_for_a_refused_https_host() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new().with_tls();
     let p = Project::new("clients");
     p.config(&format!(

@@ -172,7 +172,10 @@ fn cluster_gate_serves_a_pod_with_the_token_logs_json_and_drains_on_sigterm() {
     // While the gate serves and a client holds a tunnel: the token is on no command line.
     let leaks = command_lines_containing(&[TOKEN]);
     nix::sys::signal::kill(gate_pid(&pods), nix::sys::signal::Signal::SIGTERM).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The gate says when it has stopped accepting (or ends, and the read returns nothing).
+    let mut closing = String::new();
+    gate_err.read_line(&mut closing).unwrap();
+    assert!(closing.contains("no longer accepting"), "{closing}");
     let after_term = curl(&pods, Some(TOKEN), &["http://allowed.test:8080/"]);
     std::fs::write(&flag, "").unwrap();
     let mut rest = String::new();

@@ -50,7 +50,6 @@ const SERVE: &str = "podman import -q bb.tar localhost/bb >/dev/null && \
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_policy() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let (db, other) = (Banner::start("HOST-DB\n"), Banner::start("HOST-OTHER\n"));
     let p = nested_project("nested", &th, &format!("allow = 100.64.0.1:{}\n", db.port));
@@ -133,7 +132,6 @@ fn a_nested_container_answers_and_what_it_sends_leaves_through_the_sandboxs_poli
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn with_net_none_nested_containers_reach_each_other_and_nothing_leaves() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("nestednone");
     busybox_image(&p);
@@ -154,7 +152,6 @@ fn with_net_none_nested_containers_reach_each_other_and_nothing_leaves() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn each_project_keeps_its_own_images_and_a_sandbox_without_containers_has_no_engine() {
-    let _g = GATE.read().unwrap();
     let (a, b) = (Project::new("engine-a"), Project::new("engine-b"));
     busybox_image(&a);
     a.config("containers = on\nnet = none\n");
@@ -209,7 +206,6 @@ const CONTAINERS_VENV: &str = "/opt/aisb-containers/bin";
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn testcontainers_starts_reaches_and_stops_a_container_through_docker_host() {
-    let _g = GATE.read().unwrap();
     let p = Project::new("testcontainers");
     busybox_image(&p);
     p.config("containers = on\nnet = none\n");
@@ -248,7 +244,6 @@ fn testcontainers_starts_reaches_and_stops_a_container_through_docker_host() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gate() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = nested_project("compose", &th, "");
     let fetch = |url: &str, proxy: &str| {
@@ -289,7 +284,6 @@ fn compose_services_reach_each_other_by_name_and_an_allowed_host_through_the_gat
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_nested_container_cannot_change_the_sandboxs_rules_or_mount_what_the_sandbox_cannot_see() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = nested_project("nestedhostile", &th, "");
     let nft = format!("{HOST_LD} /usr/sbin/nft");
@@ -324,7 +318,6 @@ fn a_nested_container_cannot_change_the_sandboxs_rules_or_mount_what_the_sandbox
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn image_share_gives_one_of_the_users_images_to_one_project_and_no_other() {
-    let _g = GATE.read().unwrap();
     let t = std::process::id();
     let (a, b) = (Project::new("share-a"), Project::new("share-b"));
     busybox_image(&a);
@@ -365,7 +358,6 @@ fn image_share_gives_one_of_the_users_images_to_one_project_and_no_other() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn the_engine_pulls_from_an_allowed_registry_through_the_gate_and_is_refused_another() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let dir = env().root.join(format!("registry-{}", th.ns));
     std::fs::create_dir_all(&dir).unwrap();
@@ -406,7 +398,6 @@ fn the_engine_pulls_from_an_allowed_registry_through_the_gate_and_is_refused_ano
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_nested_container_uses_a_bound_key_through_the_gate_and_trusts_its_ca() {
-    let _g = GATE.read().unwrap();
     let up = crate::keys::Upstream::start("unused");
     let p = Project::new("nestedkeys");
     busybox_image(&p);

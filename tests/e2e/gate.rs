@@ -14,7 +14,6 @@ fn gate_config(th: &TestHost, extra: &str) -> String {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn gate_relays_allowed_names_and_refuses_the_rest() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new().with_tls();
     let p = Project::new("gate");
     p.config(&gate_config(&th, ""));
@@ -65,7 +64,6 @@ fn gate_relays_allowed_names_and_refuses_the_rest() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_finished_sessions_token_is_refused() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("stale");
     p.config(&gate_config(&th, ""));
@@ -89,7 +87,6 @@ fn a_finished_sessions_token_is_refused() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn five_hundred_concurrent_tunnels_complete_and_status_shows_the_session() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("tunnels");
     p.config(&gate_config(&th, ""));
@@ -159,7 +156,7 @@ while not os.path.exists(out + ".stop"):
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn killing_the_gate_leaves_the_sandbox_without_egress_even_if_another_user_takes_its_port() {
-    let _g = GATE.write().unwrap();
+    gate_alone();
     let th = TestHost::new();
     let p = Project::new("gatekill");
     p.config(&gate_config(&th, &format!("allow = {}:{}\n", th.v4, th.port)));

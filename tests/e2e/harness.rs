@@ -32,9 +32,43 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 /// and test hosts shared one counter past 60: a later test host found an earlier one's files).
 static HOSTS: AtomicUsize = AtomicUsize::new(0);
 /// The gate is one per user and shared by parallel tests; the test that kills it takes this
-/// exclusively, and so does a test whose watcher answers held requests while another such test
-/// (holding it shared) could be asked; the others that rely on it take it shared.
-pub static GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// exclusively (`gate_alone`), and so does a test whose watcher answers held requests while
+/// another such test could be asked. Every other test holds it shared from its first `Project`
+/// on (`Project::new` takes it): no test has to remember to.
+static GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+enum Held {
+    Shared(#[allow(dead_code)] std::sync::RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),
+}
+
+thread_local! {
+    /// This test's hold on `GATE`, released when its thread ends (each test runs on a thread of
+    /// its own). Held once per thread: a second read of a RwLock with a writer waiting deadlocks.
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes the shared gate for this test alone, until it ends. Before the test's first `Project`.
+pub fn gate_alone() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        assert!(
+            h.is_none(),
+            "gate_alone() comes before the test's first Project (which holds the gate shared)"
+        );
+        *h = Some(Held::Alone(GATE.write().unwrap_or_else(|e| e.into_inner())));
+    });
+}
+
+/// Holds the shared gate shared for the rest of this test, unless it already holds it.
+fn hold_gate() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.is_none() {
+            *h = Some(Held::Shared(GATE.read().unwrap_or_else(|e| e.into_inner())));
+        }
+    });
+}
 
 pub fn env() -> &'static Env {
     ENV.get_or_init(|| {
@@ -119,6 +153,7 @@ pub struct Project {
 
 impl Project {
     pub fn new(name: &str) -> Project {
+        hold_gate();
         let e = env();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = e.root.join("projects").join(format!("{name}-{n}"));

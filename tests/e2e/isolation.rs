@@ -20,7 +20,6 @@ fn root_of(stdout: &str) -> PathBuf {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn what_one_sandbox_writes_to_its_root_no_later_sandbox_sees_and_bin_sh_stays_the_real_one() {
-    let _g = GATE.read().unwrap();
     let t = std::process::id();
     let (a, b) = (Project::new("root-a"), Project::new("root-b"));
     let plant = format!(
@@ -59,14 +58,12 @@ fn what_one_sandbox_writes_to_its_root_no_later_sandbox_sees_and_bin_sh_stays_th
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn every_writable_directory_inside_is_the_project_the_home_or_a_tmpfs_of_the_session() {
-    let _g = GATE.read().unwrap();
     writable_directories_are_the_sessions_own(&Project::new("writable"), &[]);
 }
 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn with_its_own_container_engine_too_every_writable_directory_is_the_sessions_own() {
-    let _g = GATE.read().unwrap();
     let p = Project::new("writable-engine");
     // A container run first, so the engine's storage and run state exist when the walk looks.
     crate::containers::busybox_image(&p);
@@ -114,7 +111,6 @@ fn writable_directories_are_the_sessions_own(p: &Project, flags: &[&str]) {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn twenty_sessions_leave_no_root_behind_and_an_old_skeleton_planted_on_the_host_is_never_used() {
-    let _g = GATE.read().unwrap();
     // What the shared skeleton of earlier versions would be after a hostile session: /bin a link
     // to a directory of the agent's.
     let old = env().home.join(".cache/ai-sandbox/rootfs-v1");
@@ -168,7 +164,6 @@ fn data_home(name: &str) -> PathBuf {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() {
-    let _g = GATE.read().unwrap();
     let t = std::process::id();
     let data = data_home("store");
     let vars = [("XDG_DATA_HOME", data.to_str().unwrap())];
@@ -281,7 +276,6 @@ fn projects_that_hold_the_tools_own_directories_are_refused_and_a_dotfiles_subfo
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn the_control_socket_refuses_a_process_in_another_user_namespace() {
-    let _g = GATE.read().unwrap();
     let e = env();
     let p = Project::new("barrier");
     p.config("allow = example.com\n");
@@ -313,7 +307,6 @@ fn the_control_socket_refuses_a_process_in_another_user_namespace() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_sandbox_started_without_xdg_runtime_dir_is_seen_from_a_shell_that_has_it() {
-    let _g = GATE.read().unwrap();
     let p = Project::new("su-shell");
     p.config("allow = example.com\n");
     // As through `su`: no XDG_RUNTIME_DIR (set empty here, after the harness's own).

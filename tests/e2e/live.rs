@@ -7,7 +7,6 @@ use crate::harness::*;
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("live");
     p.config(&format!(
@@ -137,7 +136,6 @@ fn allow_widens_a_running_sandbox_at_both_layers_and_the_config() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn deny_lines_win_over_allow_lines_at_both_layers() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("deny");
     p.config(&format!(
@@ -176,7 +174,6 @@ fn deny_lines_win_over_allow_lines_at_both_layers() {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
     use std::io::Write;
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("ask");
     let config = format!(
@@ -225,7 +222,6 @@ fn a_watcher_answers_a_held_request_and_without_one_nothing_is_held() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_direct_refusal_is_shown_by_watch_and_kept_in_logs_after_the_sandbox_ends() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("direct");
     // An IP entry for the rules, a name for the gate (which logs and shows the rules' refusals).
@@ -270,7 +266,6 @@ fn a_direct_refusal_is_shown_by_watch_and_kept_in_logs_after_the_sandbox_ends() 
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("exec");
     p.config(&format!("allow = {v4}:{port}\nallow = example.test\n", v4 = th.v4, port = th.port));

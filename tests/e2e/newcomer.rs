@@ -78,7 +78,6 @@ fn a_command_that_ends_at_once_still_has_its_direct_refusals_summed_up() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_host_port_allowed_on_a_running_sandbox_works_for_clients_that_use_the_proxy_too() {
-    let _g = GATE.read().unwrap();
     let web = Banner::start("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
     let p = Project::new("liveloopback");
     p.config("allow = example.test\n");
@@ -130,13 +129,16 @@ fn publishing_a_busy_host_port_says_so_before_anything_starts() {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn a_command_that_ignores_interrupts_is_stopped_at_the_third() {
     let p = Project::new("ctrlc");
-    let mut child = spawn_sandbox(&p, &["--", "sh", "-c", "trap '' INT; touch ready; sleep 120"]);
+    // Each interrupt the command ignores is counted in `ints` (a trap runs between `wait`s).
+    let script = "trap 'echo >> ints' INT; touch ready; for i in $(seq 1200); do sleep 0.1 & wait $!; done";
+    let mut child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
     let err = child.stderr_live();
     assert!(wait_for(60, || p.path("ready").exists()), "sandbox did not start");
     let launcher = nix::unistd::Pid::from_raw(pid_of_launcher(&p).expect("launcher"));
     let int = || nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGINT).unwrap();
+    let ints = || std::fs::read_to_string(p.path("ints")).map_or(0, |s| s.lines().count());
     int();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(wait_for(10, || ints() == 1), "the first interrupt did not reach the command");
     assert!(child.is_running(), "control: the command ignores one interrupt and runs on");
     int();
     assert!(
@@ -157,7 +159,6 @@ fn a_command_that_ignores_interrupts_is_stopped_at_the_third() {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn logs_show_this_projects_refusals_unless_asked_for_all_and_an_unknown_session_is_an_error() {
-    let _g = GATE.read().unwrap();
     let (a, b) = (Project::new("logsa"), Project::new("logsb"));
     for (p, name) in [(&a, "refused-a.test"), (&b, "refused-b.test")] {
         p.config("allow = example.test\n");
@@ -254,7 +255,6 @@ fn a_command_in_bin_under_home_or_a_privileged_port_is_said_before_anything_star
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn learn_proposes_exactly_the_hosts_the_command_reached_and_adds_only_what_is_accepted() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("learn");
     let v4 = &th.v4;

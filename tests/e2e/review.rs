@@ -319,7 +319,6 @@ fn host_edits_are_conflicts_and_two_reviews_keep_their_own_changes() {
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn watch_announces_a_review_that_waits_with_its_commands() {
     use std::io::Write;
-    let _g = GATE.read().unwrap();
     let p = repo("review-watch");
     // With the gate (the default `--net allow`), which tells its watchers.
     let changed = format!("echo w > w.txt; {UNTIL_RELEASED}");

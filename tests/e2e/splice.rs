@@ -56,7 +56,6 @@ print(out.stdout, out.stderr)
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn allowed_host_ports_take_the_spliced_path_and_stay_port_scoped() {
-    let _g = GATE.read().unwrap();
     let (db, db_hits) = holding_server("DB-STANDIN\n");
     let (web, _) = holding_server("WEB-STANDIN\n");
     let p = Project::new("splice");
@@ -110,6 +109,7 @@ fn allowed_host_ports_take_the_spliced_path_and_stay_port_scoped() {
 const ECHO: &str = r#"
 import os, socket, subprocess, sys, threading
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+open("connected", "w").close()
 data = os.urandom(8 << 20)
 threading.Thread(target=lambda: s.sendall(data)).start()
 got, listed = bytearray(), False
@@ -128,7 +128,6 @@ print("echoed", len(got), "intact" if bytes(got) == data else "CORRUPT")
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn single_address_entries_are_relayed_on_the_spliced_path_and_stay_port_scoped() {
-    let _g = GATE.read().unwrap();
     let th = TestHost::new();
     let p = Project::new("relay");
     p.config(&format!(
@@ -142,7 +141,7 @@ fn single_address_entries_are_relayed_on_the_spliced_path_and_stay_port_scoped()
     let (echo_ns, greeter) = (61000, th.tcp4());
     let echo_spec = format!("tcp:{}:7000", th.v4);
     let script = format!(
-        "/usr/bin/python3 echo.py {v4} 7000 & sleep 0.5; \
+        "/usr/bin/python3 echo.py {v4} 7000 & for i in $(seq 200); do [ -e connected ] && break; sleep 0.05; done; \
          /usr/bin/python3 probe.py tcp:127.0.0.1:{echo_ns} tcp:[::1]:{echo_ns} tcp:{v4}:80 {greeter}; wait; \
          /usr/bin/python3 -c \"import socket; s = socket.create_connection(('{v4}', 7001), timeout=5); print('closed-port', repr(s.recv(10)))\" 2>&1 | tail -1; \
          touch step1; for i in $(seq 600); do [ -e step2 ] && break; sleep 0.1; done; \
@@ -194,7 +193,6 @@ fn sandbox_own_v4() -> String {
 #[test]
 #[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
 fn an_entry_naming_the_sandboxes_own_address_reaches_the_sandbox_itself() {
-    let _g = GATE.read().unwrap();
     let own = sandbox_own_v4();
     let th = TestHost::new();
     let p = Project::new("relay-own");
@@ -202,7 +200,8 @@ fn an_entry_naming_the_sandboxes_own_address_reaches_the_sandbox_itself() {
     // A server inside the sandbox on its own address; the entry is relayable by its form, but
     // the connection stays inside (the rewrite skips `oif "lo"`), as it would without a splice.
     let script = format!(
-        "/usr/bin/python3 -c \"import socket; l = socket.create_server(('0.0.0.0', 7300)); c, _ = l.accept(); c.sendall(b'INSIDE\\n')\" & sleep 0.5; \
+        "/usr/bin/python3 -c \"import socket; l = socket.create_server(('0.0.0.0', 7300)); open('listening', 'w').close(); c, _ = l.accept(); c.sendall(b'INSIDE\\n')\" & \
+         for i in $(seq 200); do [ -e listening ] && break; sleep 0.05; done; \
          /usr/bin/python3 -c \"import socket; print('own', socket.create_connection(('{own}', 7300), timeout=5).recv(10))\"; \
          /usr/bin/python3 probe.py {}",
         th.tcp4()
