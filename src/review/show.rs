@@ -579,6 +579,25 @@ mod tests {
         assert_eq!(from("moved"), Some(PathBuf::from("d/moved")), "control: a moved file");
     }
 
+    /// Only an addition is a rename: a file the sandbox changed to the bytes of a deleted one
+    /// stays a change (it was in the project before).
+    #[test]
+    fn a_changed_file_with_a_deleted_files_bytes_is_a_change_not_a_rename() {
+        let t = crate::review::changes::testing::on_disk();
+        let (proj, up) = (t.path().join("p"), t.path().join("u"));
+        fs::create_dir_all(proj.join("d")).unwrap();
+        fs::write(proj.join("kept.txt"), "old bytes\n").unwrap();
+        fs::write(proj.join("d/gone.txt"), "new bytes\n").unwrap();
+        fs::create_dir_all(up.join("d")).unwrap();
+        crate::review::changes::testing::set_opaque(&up.join("d"));
+        fs::write(up.join("kept.txt"), "new bytes\n").unwrap();
+        let (u, p) = (Tree::open(&up).unwrap(), Tree::open(&proj).unwrap());
+        let items = items(crate::review::changes::read(&u, &p).unwrap(), &u, &p, u64::MAX, &[]);
+        let s = summary(&items);
+        assert!(s.contains("  M kept.txt\n") && s.contains("  D d/gone.txt\n"), "{s}");
+        assert!(!s.contains("R "), "{s}");
+    }
+
     /// What a git config the sandbox wrote would make git run is named, as is a hook; a config
     /// that sets nothing of the kind, a deleted one, a file named config under refs/ and the
     /// hooks directory itself are not.
