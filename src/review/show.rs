@@ -599,8 +599,8 @@ mod tests {
     }
 
     /// What a git config the sandbox wrote would make git run is named, as is a hook; a config
-    /// that sets nothing of the kind, a deleted one, a file named config under refs/ and the
-    /// hooks directory itself are not.
+    /// that sets nothing of the kind, a deleted one, a file named config under refs/, the hooks
+    /// directory itself, and files named so outside a git directory are not.
     #[test]
     fn git_settings_name_what_git_would_run_and_nothing_else() {
         let t = crate::review::changes::testing::on_disk();
@@ -613,6 +613,9 @@ mod tests {
         fs::write(t.path().join(".git/refs/config"), bad).unwrap();
         fs::write(t.path().join("sub/.git/config.worktree"), "[core]\n\tbare = false\n").unwrap();
         fs::write(t.path().join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        fs::create_dir_all(t.path().join("app/hooks")).unwrap();
+        fs::write(t.path().join("app/config"), bad).unwrap();
+        fs::write(t.path().join("app/hooks/run"), "").unwrap();
         let up = Tree::open(t.path()).unwrap();
         let file = Some(st(Kind::File, 0, 1));
         let items: Vec<Item> = [
@@ -623,6 +626,8 @@ mod tests {
             change(".git/hooks/pre-commit", What::Added, file, None),
             change(".git/hooks", What::Added, Some(st(Kind::Dir, 0, 1)), None),
             change("sub/.git/config", What::Deleted, None, file),
+            change("app/config", What::Added, file, None),
+            change("app/hooks/run", What::Added, file, None),
         ]
         .into_iter()
         .map(item)
