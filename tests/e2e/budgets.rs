@@ -220,8 +220,10 @@ fn an_address_budget_is_counted_by_the_rules_and_cut_there() {
     assert_eq!(at("/d2").map(|r| r["cut"].clone()), Some(serde_json::Value::Bool(true)), "{reqs:?}");
     let got = 921600 + length("/d2").unwrap_or(0);
     assert!(got <= 1 << 20, "the server received {got} bytes, past the budget");
+    // Past it, the connection is reset: curl says so as a failure to receive or, when it was
+    // still sending (seen once under load, 1 in 3 whole-suite runs), to send.
+    assert!(out.contains("Connection reset by peer\nsecond 000"), "cut by a reset: {out}");
     // Spent: the next connection is reset at once, never reaching the server.
-    assert!(out.contains("Recv failure: Connection reset by peer\nsecond 000"), "cut by a reset: {out}");
     assert!(out.contains("Couldn't connect to server\nthird 000"), "{out}");
     assert!(at("/d3").is_none(), "{reqs:?}");
     // The control: an address without a budget takes the same 200 KiB.
