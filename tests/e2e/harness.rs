@@ -665,9 +665,11 @@ impl Drop for TestHost {
     }
 }
 
-/// Polls `f` until it returns true or `secs` pass.
+/// Polls `f` until it returns true or `secs` pass (times `time_scale`: every bound a test waits
+/// out is one for this machine kind; under QEMU's TCG a fixed 60 s for a sandbox to start ran
+/// out on a loaded machine).
 pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
+    let end = Instant::now() + Duration::from_secs(secs * time_scale());
     while Instant::now() < end {
         if f() {
             return true;

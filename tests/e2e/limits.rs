@@ -129,7 +129,7 @@ fn pids_is_the_cgroups_limit_on_cgroup_v2_and_the_process_limit_on_v1_and_counts
     chown_user(&other.path("hold.py"));
     let holder = spawn_sandbox(&other, &["--", "/usr/bin/python3", "hold.py", "60"]);
     assert!(
-        wait_for(60 * time_scale(), || std::fs::read_to_string(other.path("held")).is_ok_and(|n| n == "60")),
+        wait_for(60, || std::fs::read_to_string(other.path("held")).is_ok_and(|n| n == "60")),
         "the other sandbox did not come to hold 60 processes"
     );
     let r = sandbox(&p, &["--", "/usr/bin/python3", "forks.py", "80"], &[]);
