@@ -84,6 +84,7 @@ fn aisb_extra_args_follow_config_extra_args() {
         host("extra_args = --memory 2g\n", &[("AISB_EXTRA_ARGS", "-v /cache:/cache:ro --pids-limit 512")]);
     // A cgroup v2 host, where podman enforces both (on v1 they are left out: below).
     h.files.push(("/sys/fs/cgroup/cgroup.controllers".into(), "memory pids\n".into()));
+    h.files.push(("/proc/self/cgroup".into(), "0::/\n".into()));
     let out = dry_run(&mut h, &["--", "true"]);
     let args = argv_of(&out);
     let pos = |a: &str| args.iter().position(|x| x == a).unwrap_or_else(|| panic!("{a} missing"));

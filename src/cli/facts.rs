@@ -25,6 +25,24 @@ fn project_key(project: &Path) -> String {
 }
 
 /// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
+/// Whether the pids controller is delegated where rootless podman makes a sandbox's cgroup: the
+/// user's systemd manager (`user@UID.service`), or where there is none this process's own cgroup
+/// (`/proc/self/cgroup`'s v2 line). False on cgroup v1 (no `cgroup.controllers` there).
+fn pids_cgroup(host: &dyn Host) -> anyhow::Result<bool> {
+    let uid = host.uid();
+    let manager = PathBuf::from(format!("/sys/fs/cgroup/user.slice/user-{uid}.slice/user@{uid}.service"));
+    let own = host.read_file(Path::new("/proc/self/cgroup"))?.and_then(|t| {
+        t.lines().find_map(|l| {
+            l.strip_prefix("0::").map(|p| Path::new("/sys/fs/cgroup").join(p.trim_start_matches('/')))
+        })
+    });
+    let dir = if host.exists(&manager.join("cgroup.controllers")) { Some(manager) } else { own };
+    let Some(dir) = dir else { return Ok(false) };
+    Ok(host
+        .read_file(&dir.join("cgroup.controllers"))?
+        .is_some_and(|c| c.split_whitespace().any(|x| x == "pids")))
+}
+
 pub(super) fn runtime_dir(host: &dyn Host) -> PathBuf {
     let uid = host.uid();
     let run = crate::sys::runtime::login_run(uid);
@@ -164,6 +182,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
             .then(|| crate::plan::podman::CATATONIT.iter().map(PathBuf::from).find(|c| host.exists(c)))
             .flatten(),
         cgroup_v2: host.exists(Path::new("/sys/fs/cgroup/cgroup.controllers")),
+        pids_cgroup: pids_cgroup(host)?,
         offline: crate::plan::podman::offline(host.read_file(Path::new("/proc/net/route"))?.as_deref()),
         git_identity: match &p.git_identity {
             crate::policy::GitIdentity::Host => host.git_identity(),
@@ -397,5 +416,30 @@ mod tests {
             [PathBuf::from("/home/u/.local/bin"), PathBuf::from("/home/u/.local/lib")],
             "{l:?}"
         );
+    }
+
+    /// The pids controller counts where podman makes the cgroup: the user's systemd manager's,
+    /// else this process's own; absent (cgroup v1, not delegated), `nproc` is what holds.
+    #[test]
+    fn the_pids_cgroup_is_used_only_where_the_controller_is_delegated() {
+        let manager = "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers";
+        let own = "/sys/fs/cgroup/user.slice/session-3.scope/cgroup.controllers";
+        let with = |files: &[(&str, &str)]| {
+            let h = FakeHost {
+                uid: 1000,
+                files: files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect(),
+                ..FakeHost::default()
+            };
+            pids_cgroup(&h).unwrap()
+        };
+        let self_cgroup = ("/proc/self/cgroup", "0::/user.slice/session-3.scope\n");
+        assert!(with(&[(manager, "cpu memory pids\n"), self_cgroup, (own, "cpu\n")]));
+        assert!(
+            !with(&[(manager, "cpu memory\n"), self_cgroup, (own, "cpu pids\n")]),
+            "the manager's, where it is"
+        );
+        assert!(with(&[self_cgroup, (own, "cpu pids\n")]), "no manager: this process's own");
+        assert!(!with(&[self_cgroup, (own, "cpu pidsx\n")]), "a whole word");
+        assert!(!with(&[("/proc/self/cgroup", "1:name=systemd:/user.slice\n")]), "cgroup v1");
     }
 }

@@ -47,8 +47,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// success (one atomic transaction) and the canary's refusal before the command exists are the
 /// proof, and the second nft process (4-9 ms of every launch) is not run.
 pub fn run(nft: &Path, ruleset: &Path, confirm: bool) -> anyhow::Result<i32> {
-    // Said first, before anything can fail: a refusal of ours is not the runtime's failure.
-    let _ = std::fs::File::create(ruleset.with_file_name(crate::plan::session::HOOK_RAN_FILE));
+    // Said first, before anything can fail: a refusal of ours is not the runtime's failure (the
+    // launcher retries only a launch whose hook never started; ADR 0082).
+    let ran = ruleset.with_file_name(crate::plan::session::HOOK_RAN_FILE);
+    std::fs::File::create(&ran)
+        .with_context(|| format!("marking the hook as started ({})", ran.display()))?;
     // Timed only when the launcher made the file (see `sys::timing`).
     let timings = ruleset.with_file_name(crate::sys::timing::HOOK_FILE);
     let timed = timings.exists();

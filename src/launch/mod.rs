@@ -180,10 +180,15 @@ fn write_session_files(plan: &Plan) -> anyhow::Result<()> {
 /// Set once podman has exited: from then on a signal ends the launcher instead of going to a
 /// podman that is gone (see `forward_signals`).
 static PODMAN_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// The podman that runs now (0: none yet, or between the two tries of `run_podman`).
-static PODMAN_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// Set once a signal came to be forwarded: a launch asked to stop is not tried again.
-static SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The podman that runs now (0: none yet, between the two tries of `run_podman`, or exited),
+/// and whether a signal came to be forwarded (a launch asked to stop is not tried again). One
+/// lock: the signal thread sends to the pid while holding it, and the pid is cleared under it
+/// before podman is reaped, so a signal never reaches a pid that another process has taken.
+static PODMAN: std::sync::Mutex<(u32, bool)> = std::sync::Mutex::new((0, false));
+
+fn podman_state() -> std::sync::MutexGuard<'static, (u32, bool)> {
+    PODMAN.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// Set once the launch is over (the project verified, the session dir removed): a signal then
 /// ends the process as it would any program, with nothing to warn about (`learn` asks its
 /// questions after this).
@@ -217,7 +222,7 @@ fn forward_signals(set: SigSet, podman: String, container: String) {
                 ));
                 std::process::exit(128 + sig as i32);
             }
-            SIGNALLED.store(true, std::sync::atomic::Ordering::SeqCst);
+            podman_state().1 = true;
             if sig == Signal::SIGINT {
                 interrupts += 1;
                 match interrupts {
@@ -238,11 +243,11 @@ fn forward_signals(set: SigSet, podman: String, container: String) {
                     _ => {}
                 }
             }
-            let child = PODMAN_PID.load(std::sync::atomic::Ordering::SeqCst);
-            if from_kernel || child == 0 {
+            let state = podman_state();
+            if from_kernel || state.0 == 0 {
                 continue;
             }
-            let _ = kill(Pid::from_raw(child as i32), sig);
+            let _ = kill(Pid::from_raw(state.0 as i32), sig);
         }
     });
 }
@@ -583,17 +588,23 @@ fn run_podman(plan: &Plan, keeper: &mut dyn std::io::Write) -> anyhow::Result<i3
         let _ = fs::write(plan.session_dir.join(crate::sys::timing::HOOK_FILE), "");
     }
     crate::sys::timing::mark("keeper, refusal follower");
-    let mut status = run_podman_once(&mut cmd, plan, keeper, set)?;
-    let dir = &plan.session_dir;
-    let pid_file = dir.join(crate::plan::session::CONTAINER_PID_FILE).exists();
-    let hook_ran = dir.join(crate::plan::session::HOOK_RAN_FILE).exists();
-    if runtime_failed_before_start(status.code(), pid_file, hook_ran)
-        && !SIGNALLED.load(std::sync::atomic::Ordering::SeqCst)
-    {
-        say("the container runtime failed before the sandbox existed (podman's exit 126, no container; \
-             nothing of the command ran): starting it once more");
-        status = run_podman_once(&mut cmd, plan, keeper, set)?;
-    }
+    let tried = run_podman_once(&mut cmd, plan, keeper, set, None).and_then(|status| {
+        let dir = &plan.session_dir;
+        let pid_file = dir.join(crate::plan::session::CONTAINER_PID_FILE).exists();
+        let hook_ran = dir.join(crate::plan::session::HOOK_RAN_FILE).exists();
+        if !runtime_failed_before_start(status.code(), pid_file, hook_ran) {
+            return Ok(status);
+        }
+        run_podman_once(&mut cmd, plan, keeper, set, Some(status))
+    });
+    let status = match tried {
+        Ok(s) => s,
+        Err(e) => {
+            // The launcher settles and cleans up (`run`): the keeper must not as well.
+            let _ = keeper.write_all(Message::Finished.line().as_bytes());
+            return Err(e);
+        }
+    };
     crate::sys::timing::take_hook_marks(&plan.session_dir);
     crate::sys::timing::mark("container started, checked, ran and removed");
     PODMAN_ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -632,27 +643,62 @@ pub(crate) fn runtime_failed_before_start(code: Option<i32>, pid_file: bool, hoo
     code == Some(126) && !pid_file && !hook_ran
 }
 
+/// Whether one of `set` is pending for this process: blocked in every thread and not yet taken
+/// by the signal thread (a Ctrl-C that reached podman as the terminal's, say).
+fn pending(set: &SigSet) -> bool {
+    let mut p = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the set it is given; it is read only once that succeeded.
+    if unsafe { libc::sigpending(p.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: filled by sigpending above.
+    let p = unsafe { p.assume_init() };
+    // SAFETY: a filled set and a valid signal number.
+    set.iter().any(|s| unsafe { libc::sigismember(&p, s as i32) } == 1)
+}
+
 /// Runs podman once, to its end; the keeper and the signal thread know its pid meanwhile. The
 /// signal thread starts once the first podman exists (a signal before that waits, blocked).
+/// `first`: the first try's status, for the second try, which is not made (that status is
+/// returned) once a signal came to be forwarded or is waiting to be: a launch asked to stop is
+/// not started again.
 fn run_podman_once(
     cmd: &mut Command,
     plan: &Plan,
     keeper: &mut dyn std::io::Write,
     set: SigSet,
+    first: Option<std::process::ExitStatus>,
 ) -> anyhow::Result<std::process::ExitStatus> {
     static FORWARDING: std::sync::Once = std::sync::Once::new();
-    let mut child = process::spawn(cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
-        crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
-    })?;
+    let mut child = {
+        let mut state = podman_state();
+        if let Some(first) = first {
+            if state.1 || pending(&set) {
+                return Ok(first);
+            }
+            say("the container runtime failed before the sandbox existed (podman's exit 126, no container; \
+                 nothing of the command ran): starting it once more");
+        }
+        let child = process::spawn(cmd, Tie::DiesWithLauncher(Signal::SIGTERM)).map_err(|e| {
+            crate::error::hinted(format!("starting {}: {e}", plan.argv[0]), "run `ai-sandbox doctor`")
+        })?;
+        state.0 = child.id();
+        child
+    };
     // If this write fails the keeper is gone; the sandbox still stops with this launcher
     // (PDEATHSIG), and the next launch's keeper sweeps what a double kill could leave.
     let _ = keeper.write_all(Message::Podman(child.id()).line().as_bytes());
-    PODMAN_PID.store(child.id(), std::sync::atomic::Ordering::SeqCst);
     FORWARDING.call_once(|| forward_signals(set, plan.argv[0].clone(), plan.container.clone()));
     crate::sys::timing::mark("podman spawned");
-    let status = child.wait().context("waiting for podman");
-    PODMAN_PID.store(0, std::sync::atomic::Ordering::SeqCst);
-    status
+    // Waited for without reaping, the pid cleared, then reaped: until the clear the pid is
+    // podman's (a zombie at worst), so the signal thread cannot reach another process by it.
+    let exited = nix::sys::wait::waitid(
+        nix::sys::wait::Id::Pid(Pid::from_raw(child.id() as i32)),
+        nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+    );
+    podman_state().0 = 0;
+    exited.context("waiting for podman")?;
+    child.wait().context("waiting for podman")
 }
 
 /// What a hook printed when it refused to start the sandbox, as crun keeps it (see

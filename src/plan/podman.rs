@@ -367,16 +367,17 @@ fn options(p: &Policy, f: &Facts) -> Vec<String> {
         }
     }
     // What the sandbox may take of the machine (see `policy::limits`): the cgroup's pids limit
-    // where rootless podman has one (v2), else nproc, which is the only limit there but counts
-    // other processes of the user too under a runtime that sets it before the user namespace.
+    // where rootless podman has one (v2, the controller delegated), else nproc, which is the
+    // only limit there but counts other processes of the user too under a runtime that sets it
+    // before the user namespace (ADR 0081).
     let l = &p.limits;
-    if f.cgroup_v2 {
+    if f.pids_cgroup {
         push(&["--pids-limit", &l.pids.to_string()]);
-        if let Some(m) = l.memory {
-            push(&["--memory", &m.to_string()]);
-        }
     } else {
         push(&["--ulimit", &format!("nproc={0}:{0}", l.pids)]);
+    }
+    if let (true, Some(m)) = (f.cgroup_v2, l.memory) {
+        push(&["--memory", &m.to_string()]);
     }
     // (host path, path inside, read-only), in podman's order.
     let mut mounts: Vec<(PathBuf, PathBuf, bool)> = Vec::new();

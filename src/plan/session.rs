@@ -102,6 +102,10 @@ pub struct Facts {
     /// Whether the host runs cgroup v2 (rootless podman enforces `--memory` and
     /// `--pids-limit` there only).
     pub(crate) cgroup_v2: bool,
+    /// cgroup v2 with the pids controller delegated where podman makes the sandbox's cgroup:
+    /// `pids` is then `--pids-limit` alone (ADR 0081). Without it podman drops the limit with a
+    /// warning, and `--ulimit nproc` is what holds.
+    pub(crate) pids_cgroup: bool,
     /// The host has no IPv4 default route (an offline laptop; a network without a way out): given
     /// an interface with an address, pasta would copy the address and no route, and the sandbox
     /// could not reach the gate's address. Read from `/proc/net/route` (see `podman::offline`).

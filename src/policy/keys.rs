@@ -535,6 +535,10 @@ fn extra_args_widen(v: &str) -> Option<String> {
             "-v" | "--volume" | "--mount" => why.push(format!("mounts a host path ({val})")),
             "--device" => why.push(format!("passes a host device ({val})")),
             "--env-file" => why.push(format!("reads an env file from the host ({val})")),
+            "--pids-limit" | "--ulimit" | "--cgroups" | "--cgroup-parent" | "--cgroup-conf" | "--memory"
+            | "-m" | "--memory-swap" => {
+                why.push(format!("sets the sandbox's resource limits itself ({flag} {val})"))
+            }
             _ if a.starts_with("-v") && a.len() > 2 => why.push(format!("mounts a host path ({})", &a[2..])),
             _ => {}
         }
@@ -663,6 +667,17 @@ mod tests {
         assert_eq!(names.len(), KEYS.len(), "a key is declared twice");
         // Each name has its row, in the same order.
         assert_eq!(KEYS.iter().map(|k| k.name).collect::<Vec<_>>(), Name::ALL);
+    }
+
+    /// `extra_args` that set podman's own resource limits are called out at approval: on cgroup v2
+    /// `--pids-limit 0` or `--cgroups=disabled` would lift the sandbox's only process limit.
+    #[test]
+    fn extra_args_that_set_resource_limits_are_called_out() {
+        for v in ["--pids-limit 0", "--pids-limit=-1", "--cgroups=disabled", "--ulimit nproc=-1", "-m 1t"] {
+            let why = extra_args_widen(v).unwrap_or_default();
+            assert!(why.contains("sets the sandbox's resource limits itself"), "{v}: {why:?}");
+        }
+        assert_eq!(extra_args_widen("--tz UTC --init"), None, "control: nothing of the kind");
     }
 
     #[test]
