@@ -24,7 +24,6 @@ fn project_key(project: &Path) -> String {
     format!("{name}-{:016x}", fnv(&project.display().to_string()))
 }
 
-/// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
 /// Whether the pids controller is delegated where rootless podman makes a sandbox's cgroup: the
 /// user's systemd manager (`user@UID.service`), or where there is none this process's own cgroup
 /// (`/proc/self/cgroup`'s v2 line). False on cgroup v1 (no `cgroup.controllers` there).
@@ -43,6 +42,7 @@ fn pids_cgroup(host: &dyn Host) -> anyhow::Result<bool> {
         .is_some_and(|c| c.split_whitespace().any(|x| x == "pids")))
 }
 
+/// ai-sandbox's per-user runtime dir (the gate, the sessions), as this user's environment says.
 pub(super) fn runtime_dir(host: &dyn Host) -> PathBuf {
     let uid = host.uid();
     let run = crate::sys::runtime::login_run(uid);

@@ -540,6 +540,9 @@ fn extra_args_widen(v: &str) -> Option<String> {
                 why.push(format!("sets the sandbox's resource limits itself ({flag} {val})"))
             }
             _ if a.starts_with("-v") && a.len() > 2 => why.push(format!("mounts a host path ({})", &a[2..])),
+            _ if a.starts_with("-m") && a.len() > 2 => {
+                why.push(format!("sets the sandbox's resource limits itself (-m {})", &a[2..]))
+            }
             _ => {}
         }
     }
@@ -673,7 +676,9 @@ mod tests {
     /// `--pids-limit 0` or `--cgroups=disabled` would lift the sandbox's only process limit.
     #[test]
     fn extra_args_that_set_resource_limits_are_called_out() {
-        for v in ["--pids-limit 0", "--pids-limit=-1", "--cgroups=disabled", "--ulimit nproc=-1", "-m 1t"] {
+        for v in
+            ["--pids-limit 0", "--pids-limit=-1", "--cgroups=disabled", "--ulimit nproc=-1", "-m 1t", "-m1t"]
+        {
             let why = extra_args_widen(v).unwrap_or_default();
             assert!(why.contains("sets the sandbox's resource limits itself"), "{v}: {why:?}");
         }
