@@ -339,26 +339,14 @@ mod tests {
         }
     }
 
-    /// A change at `path` with nothing else said of it.
+    /// A change at `path` with nothing else said of it (`Change::new` with a `&str`).
     fn change(
         path: &str,
         what: What,
         new: Option<crate::sys::untrusted::Stat>,
         old: Option<crate::sys::untrusted::Stat>,
     ) -> Change {
-        Change {
-            path: path.into(),
-            what,
-            new,
-            old,
-            link: None,
-            leads: None,
-            leads_too: None,
-            copied_up: false,
-            same_as: vec![],
-            below: Default::default(),
-            part_of: None,
-        }
+        Change::new(path.into(), what, new, old)
     }
 
     fn item(change: Change) -> Item {
@@ -427,26 +415,22 @@ mod tests {
         deleted.below.repos = vec![PathBuf::from("lib/r/.git")];
         let start = newest(root);
         assert_eq!(conflict(&deleted, &project, start), None, "control: nothing after the start");
-        tick();
-        fs::write(root.join("lib/r/.git/objects/o"), "2").unwrap();
-        assert_eq!(
-            conflict(&deleted, &project, start).as_deref(),
-            Some("lib/r/.git/objects/o changed on the host after the session started")
-        );
-        let start = newest(root);
-        tick();
-        fs::write(root.join("lib/r/.git/HEAD"), "ref: y\n").unwrap();
-        assert_eq!(
-            conflict(&deleted, &project, start).as_deref(),
-            Some("lib/r/.git/HEAD changed on the host after the session started")
-        );
-        let start = newest(root);
-        tick();
-        fs::write(root.join("lib/r/.git/new"), "").unwrap();
-        assert_eq!(
-            conflict(&deleted, &project, start).as_deref(),
-            Some("lib/r/.git changed on the host after the session started")
-        );
+        // A file deeper down, a file in the repository's directory, an entry added to it: each
+        // written after a fresh start, each the one named.
+        for (write, named) in [
+            ("lib/r/.git/objects/o", "lib/r/.git/objects/o"),
+            ("lib/r/.git/HEAD", "lib/r/.git/HEAD"),
+            ("lib/r/.git/new", "lib/r/.git"),
+        ] {
+            let start = newest(root);
+            tick();
+            fs::write(root.join(write), "changed\n").unwrap();
+            assert_eq!(
+                conflict(&deleted, &project, start),
+                Some(format!("{named} changed on the host after the session started")),
+                "{write}"
+            );
+        }
         let without = change("lib", What::Deleted, None, Some(st(Kind::Dir, 0, 1)));
         assert_eq!(conflict(&without, &project, 0), None, "no repository below: its files are items");
     }
