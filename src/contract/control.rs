@@ -9,6 +9,7 @@
 //! typed views (`Registered`, `GateStatus`, `Reply::refusal`), so a refusal is a `Refusal`
 //! variant, never a string compared.
 
+use super::capability::{Capabilities, Capability};
 use super::session::{Bound, SessionPolicy, SessionStatus};
 use serde::{Deserialize, Serialize};
 
@@ -105,53 +106,38 @@ pub struct Reply {
     /// The gate's CA certificate (PEM), to a registration whose session the gate opens TLS for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ca: Option<String>,
-    /// To a learning run's registration: this gate learns (a gate of an older version ignores
-    /// `learn` and refuses as always, so the launcher needs to hear it said).
+    /// What this gate enforces of a policy (`contract::capability`), by name: a name this
+    /// version does not know is one of a newer gate's, and ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    enforces: Vec<String>,
+    /// The same, as the versions before `enforces` wrote and read it: one flag per capability,
+    /// written for a launcher of such a version and read from a gate of one (`legacy_flag`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     learning: bool,
-    /// To a registration with push rules limited by ref: this gate reads a push's refs (one of
-    /// an older version ignores the limit and would let every push of the rule through).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     push_refs: bool,
-    /// To a registration with budgets: this gate counts what the session sends (one of an older
-    /// version ignores them and would let everything through).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     budgets: bool,
-    /// To a registration with a budget over a period: this gate keeps the project's count
-    /// across sessions (one of an older version would count each session anew).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     periods: bool,
 }
 
-/// A registration's reply, and (its flags only) a live change's: what the gate honours of the
-/// session's policy, said back because a gate of an older version ignores what it does not know.
+/// A registration's reply, and (its capabilities only) a live change's: what the gate enforces,
+/// said back because a gate of an older version ignores what it does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
     /// The gate's port (the sandbox's proxy).
     pub port: u16,
     /// The gate's CA certificate, when the session has bound secrets or rules.
     pub ca: Option<String>,
-    /// The gate will learn for this session (it was registered as a learning run).
-    pub learning: bool,
-    /// The gate limits this session's pushes by ref (its rules have such a limit).
-    pub push_refs: bool,
-    /// The gate counts this session's budgets (it has `budget` lines).
-    pub budgets: bool,
-    /// The gate counts this session's budgets with a period across the project's sessions.
-    pub periods: bool,
+    /// What the gate enforces of a policy (`capability::missing` reads it).
+    pub enforces: Capabilities,
 }
 
 impl Registered {
-    /// What this version's gate says back to `policy`: each limit it holds that the policy has.
-    pub fn honouring(port: u16, ca: Option<String>, policy: &SessionPolicy) -> Registered {
-        Registered {
-            port,
-            ca,
-            learning: policy.learn,
-            push_refs: policy.rules.iter().any(|r| !r.refs.is_empty()),
-            budgets: !policy.budgets.is_empty(),
-            periods: policy.budgets.iter().any(|b| b.period.is_some()),
-        }
+    /// What this version's gate says: everything this version knows.
+    pub fn by_this_gate(port: u16, ca: Option<String>) -> Registered {
+        Registered { port, ca, enforces: Capability::ALL.into() }
     }
 }
 
@@ -166,8 +152,8 @@ pub struct GateStatus {
 impl Reply {
     /// `Update`: done, saying back what the gate honours of the new policy (as a registration
     /// does; a gate of an older version says nothing, which the launcher reads as not honoured).
-    pub fn updated(port: u16, pid: u32, policy: &SessionPolicy) -> Reply {
-        Reply::registered(pid, Registered::honouring(port, None, policy))
+    pub fn updated(port: u16, pid: u32) -> Reply {
+        Reply::registered(pid, Registered::by_this_gate(port, None))
     }
     /// `Watch`, `Stop`: done.
     pub fn done(port: u16, pid: u32) -> Reply {
@@ -175,8 +161,24 @@ impl Reply {
     }
     /// `Register`: the session is the gate's until this connection closes.
     pub fn registered(pid: u32, r: Registered) -> Reply {
-        let Registered { port, ca, learning, push_refs, budgets, periods } = r;
-        Reply { ca, learning, push_refs, budgets, periods, ..Reply::done(port, pid) }
+        let Registered { port, ca, enforces } = r;
+        let mut reply = Reply { ca, ..Reply::done(port, pid) };
+        for c in enforces {
+            reply.enforces.push(c.name().to_string());
+            if let Some(flag) = reply.legacy_flag(c) {
+                *flag = true;
+            }
+        }
+        reply
+    }
+    /// The flag the versions before `enforces` used for `c`; `None` for a capability added since.
+    fn legacy_flag(&mut self, c: Capability) -> Option<&mut bool> {
+        Some(match c {
+            Capability::Learning => &mut self.learning,
+            Capability::PushRefs => &mut self.push_refs,
+            Capability::Budgets => &mut self.budgets,
+            Capability::Periods => &mut self.periods,
+        })
     }
     /// `Status`.
     pub fn status(port: u16, pid: u32, sessions: Vec<SessionStatus>) -> Reply {
@@ -202,14 +204,10 @@ impl Reply {
 
     /// The reply to a registration.
     pub fn as_registered(&self) -> Registered {
-        Registered {
-            port: self.port,
-            ca: self.ca.clone(),
-            learning: self.learning,
-            push_refs: self.push_refs,
-            budgets: self.budgets,
-            periods: self.periods,
-        }
+        let named = self.enforces.iter().filter_map(|n| Capability::from_name(n));
+        let mut flags = self.clone();
+        let flagged = Capability::ALL.into_iter().filter(|&c| flags.legacy_flag(c).is_some_and(|f| *f));
+        Registered { port: self.port, ca: self.ca.clone(), enforces: named.chain(flagged).collect() }
     }
 
     /// The reply to a status request.
@@ -255,37 +253,35 @@ mod tests {
         assert_eq!(other.refusal(), Some(Refusal::Said("no session s in this gate".into())));
         let ok: Reply = serde_json::from_str(r#"{"ok":true,"port":18081,"pid":9,"ca":"PEM"}"#).unwrap();
         assert_eq!(ok.refusal(), None);
-        let was = Registered {
-            port: 18081,
-            ca: Some("PEM".into()),
-            learning: false,
-            push_refs: false,
-            budgets: false,
-            periods: false,
-        };
+        let was = Registered { port: 18081, ca: Some("PEM".into()), enforces: Capabilities::new() };
         assert_eq!(ok.as_registered(), was);
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
-        // This version says what it does of each (learning, push limits, budgets); the previous
-        // ones' `ok` above says none (false), and each is said alone.
-        let said = |r: Registered| -> Registered {
-            serde_json::from_str::<Reply>(&serde_json::to_string(&Reply::registered(2, r)).unwrap())
-                .unwrap()
-                .as_registered()
-        };
-        // What this version says of a policy: a push rule counts only with refs.
-        let rules = |line: &str| SessionPolicy {
-            rules: crate::policy::rule::parse(line).unwrap(),
-            ..SessionPolicy::default()
-        };
-        assert!(Registered::honouring(1, None, &rules("g.test git-push /r.git refs/heads/a/*")).push_refs);
-        assert!(!Registered::honouring(1, None, &rules("g.test git-push /r.git")).push_refs);
-        for r in [
-            Registered { learning: true, ..was.clone() },
-            Registered { push_refs: true, ..was.clone() },
-            Registered { budgets: true, ..was.clone() },
-            Registered { periods: true, ..was.clone() },
-        ] {
-            assert_eq!(said(r.clone()), r);
+        // A gate of the version before the set said each capability as a flag of its own.
+        for c in Capability::ALL {
+            let line = format!(r#"{{"ok":true,"port":1,"pid":9,"{}":true}}"#, c.name());
+            let old: Reply = serde_json::from_str(&line).unwrap();
+            assert_eq!(old.as_registered().enforces, [c].into(), "{line}");
         }
+    }
+
+    /// This gate says every capability it has, by name and (for launchers of the version before
+    /// the set) as the old flags; a name of a newer version is read as nothing, not an error.
+    #[test]
+    fn a_gate_says_what_it_enforces_to_every_version() {
+        let line = serde_json::to_string(&Reply::registered(2, Registered::by_this_gate(7, None))).unwrap();
+        let back: Reply = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.as_registered().enforces, Capability::ALL.into());
+        let old: serde_json::Value = serde_json::from_str(&line).unwrap();
+        for c in Capability::ALL {
+            assert_eq!(old[c.name()].as_bool(), Some(true), "{line}");
+        }
+        for c in Capability::ALL {
+            let one = Registered { port: 7, ca: None, enforces: [c].into() };
+            let line = serde_json::to_string(&Reply::registered(2, one.clone())).unwrap();
+            assert_eq!(serde_json::from_str::<Reply>(&line).unwrap().as_registered(), one, "{line}");
+        }
+        let newer: Reply =
+            serde_json::from_str(r#"{"ok":true,"port":1,"enforces":["budgets","mcp_tools"]}"#).unwrap();
+        assert_eq!(newer.as_registered().enforces, [Capability::Budgets].into());
     }
 }

@@ -22,6 +22,7 @@
 //! message carries) and below every process (gate, launch, live, cli), so all of them can use it
 //! and it uses none of them.
 
+pub mod capability;
 pub mod control;
 pub mod direct;
 pub mod execd;

@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(sent, [new.policy.clone(), old.policy.clone()], "the change, then the policy before it");
         // The control: this version's gate says it holds the period.
         let dir = tempfile::tempdir().unwrap();
-        let current = fake_gate(dir.path(), 1, |r| Reply::updated(1, 2, &policy(r)));
+        let current = fake_gate(dir.path(), 1, |_| Reply::updated(1, 2));
         gate_update(dir.path(), &old, &new).unwrap();
         assert_eq!(
             current.join().unwrap().iter().map(policy).collect::<Vec<_>>(),

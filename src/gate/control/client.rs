@@ -4,6 +4,7 @@
 
 use super::{Refusal, Registered, Reply, Request, socket_path};
 use crate::contract::SessionPolicy;
+use crate::contract::capability::{Capabilities, Capability, missing, required};
 use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
@@ -133,31 +134,10 @@ impl Lease {
     }
 }
 
-/// Each limit a gate must say it holds, with what a gate that ignores it would do. In the order
-/// of `Registered`'s flags.
-fn needs(policy: &SessionPolicy, said: &Registered) -> [(bool, bool, &'static str); 4] {
-    let this = Registered::honouring(0, None, policy);
-    [
-        (this.budgets, said.budgets, "does not count budgets (it would let everything through)"),
-        (
-            this.periods,
-            said.periods,
-            "does not keep a budget's count over a period (it would give each session the budget anew)",
-        ),
-        (
-            this.push_refs,
-            said.push_refs,
-            "does not limit a push by ref (it would let every push of such a rule through)",
-        ),
-        (this.learning, said.learning, "cannot learn (it would refuse what a learning run records)"),
-    ]
-}
-
 /// Refuses a registration the running gate said it would not honour in full: a gate of an
 /// older version ignores what it does not know, and would let through what the policy limits.
 fn older_gate(policy: &SessionPolicy, said: &Registered) -> anyhow::Result<()> {
-    let Some((_, _, what)) = needs(policy, said).into_iter().find(|(needed, held, _)| *needed && !held)
-    else {
+    let Some(what) = missing(policy, &said.enforces, &Capabilities::new()).map(Capability::without) else {
         return Ok(());
     };
     let again = if policy.learn { "run `ai-sandbox learn` again" } else { "start again" };
@@ -178,12 +158,7 @@ pub(crate) fn unheld_change(
     new: &SessionPolicy,
     said: &Registered,
 ) -> Option<&'static str> {
-    let before = needs(old, said);
-    needs(new, said)
-        .into_iter()
-        .zip(before)
-        .find(|((needed, held, _), (had, _, _))| *needed && !held && !had)
-        .map(|((_, _, what), _)| what)
+    missing(new, &said.enforces, &required(old)).map(Capability::without)
 }
 
 /// Connects to the user's gate, starting one (detached, `self_exe gate serve`) if none runs or
@@ -252,7 +227,7 @@ mod tests {
     /// (its gate said it at registration). A gate of an older version says none.
     #[test]
     fn a_live_change_needs_the_gate_to_say_each_limit_it_adds() {
-        let older = Registered::honouring(0, None, &SessionPolicy::default());
+        let older = Registered { port: 0, ca: None, enforces: Capabilities::new() };
         let plain = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
         let daily = SessionPolicy { budgets: vec![host_line("a.test 1k/day")], ..SessionPolicy::default() };
         let pushes = {
@@ -268,7 +243,7 @@ mod tests {
         assert!(what.contains("limit a push by ref"), "{what}");
         // Said by this version's gate: the change holds.
         for (old, new) in [(&plain, &daily), (&SessionPolicy::default(), &plain), (&plain, &pushes)] {
-            assert_eq!(unheld_change(old, new, &Registered::honouring(0, None, new)), None);
+            assert_eq!(unheld_change(old, new, &Registered::by_this_gate(0, None)), None);
         }
         // Had before (said at registration): another change to the same session holds.
         assert_eq!(unheld_change(&daily, &daily, &older), None);
@@ -281,12 +256,12 @@ mod tests {
     /// one with nothing to hold, goes ahead.
     #[test]
     fn a_registration_an_older_gate_would_hold_without_its_limits_starts_nothing() {
-        let older = Registered::honouring(0, None, &SessionPolicy::default());
+        let older = Registered { port: 0, ca: None, enforces: Capabilities::new() };
         let budgets = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
         let e = format!("{:#}", older_gate(&budgets, &older).unwrap_err());
         assert!(e.contains("older version") && e.contains("does not count budgets"), "{e}");
         assert!(e.contains("nothing was started") && e.contains("start again"), "{e}");
-        older_gate(&budgets, &Registered::honouring(0, None, &budgets)).unwrap();
+        older_gate(&budgets, &Registered::by_this_gate(0, None)).unwrap();
         older_gate(&SessionPolicy::default(), &older).unwrap();
         let learning = SessionPolicy { learn: true, ..SessionPolicy::default() };
         let e = format!("{:#}", older_gate(&learning, &older).unwrap_err());

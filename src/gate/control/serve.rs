@@ -83,7 +83,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             // The sandbox trusts the gate's CA when the gate opens TLS for it: a bound secret's
             // host, or a host with rules.
             let bound = !secrets.is_empty() || !policy.rules.is_empty();
-            let mut said = Registered::honouring(port, None, &policy);
+            let mut said = Registered::by_this_gate(port, None);
             let sess = match Session::new(session, project, token, policy)
                 .with_secrets(secrets, upstream_ca.as_deref())
             {
@@ -117,7 +117,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
         Ok(Request::Update { session, policy }) => match state.session(&session) {
             Some(sess) => match state.open_counts(&sess, &policy) {
                 Ok(()) => {
-                    let said = Reply::updated(port, pid, &policy);
+                    let said = Reply::updated(port, pid);
                     sess.set_policy(policy);
                     reply(s, &said, None).await
                 }
@@ -226,7 +226,8 @@ mod tests {
             ask(&state, &register(2, SessionPolicy { rules, ..SessionPolicy::default() }, vec![])).await;
         let said = ruled.as_registered();
         assert!(
-            said.ca.as_deref().is_some_and(|c| c.contains("BEGIN CERTIFICATE")) && said.push_refs,
+            said.ca.as_deref().is_some_and(|c| c.contains("BEGIN CERTIFICATE"))
+                && said.enforces.contains(&crate::contract::capability::Capability::PushRefs),
             "{said:?}"
         );
         let bound =
@@ -248,14 +249,14 @@ mod tests {
         // The control: nothing to hold, nothing said.
         let said = ask(&state, &update(&plain)).await;
         assert_eq!(said.refusal(), None);
-        assert_eq!(said.as_registered(), Registered::honouring(0, None, &plain));
+        assert_eq!(said.as_registered(), Registered::by_this_gate(0, None));
         let daily = SessionPolicy {
             budgets: vec![host_line("a.test 1k/day")],
             budget_counts: Some(dir.path().join("budgets.json")),
             ..SessionPolicy::default()
         };
         let said = ask(&state, &update(&daily)).await.as_registered();
-        assert!(said.budgets && said.periods, "{said:?}");
+        assert_eq!(said.enforces, crate::contract::capability::Capability::ALL.into(), "{said:?}");
         assert_eq!(state.session("s1").unwrap().policy().budgets, daily.budgets, "the change held");
         // A session the gate does not hold: refused, nothing said held.
         let other = Request::Update { session: "s2".into(), policy: daily };
