@@ -30,14 +30,15 @@ impl Log {
         Ok(Log(Mutex::new(File::from(fd))))
     }
 
-    /// Appends one event as a JSON line (a single write).
-    pub(crate) fn write(&self, e: &Event) {
-        if let Ok(mut line) = serde_json::to_string(e)
-            && let Ok(mut f) = self.0.lock()
-        {
-            line.push('\n');
-            let _ = f.write_all(line.as_bytes());
-        }
+    /// Appends one event as a JSON line (a single write). An error means the event is not on
+    /// disk: the caller decides what that makes of the decision (`State::log`). A lock poisoned
+    /// by a panicking writer is taken anyway: the file is still the file, and losing every later
+    /// record to one panic would be worse than a torn line.
+    pub(crate) fn write(&self, e: &Event) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(e).map_err(std::io::Error::other)?;
+        line.push('\n');
+        let mut f = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f.write_all(line.as_bytes())
     }
 }
 
@@ -116,6 +117,49 @@ pub(crate) fn human(e: &Event) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn event() -> Event {
+        Event {
+            time: now(),
+            session: "s1".into(),
+            project: "/p".into(),
+            method: "CONNECT".into(),
+            host: "a.test".into(),
+            port: 443,
+            decision: Decision::Allow,
+            status: 200,
+            reason: "allowed".into(),
+            hint: String::new(),
+            allow: None,
+            path: None,
+            layer: Layer::Gate,
+            learned: false,
+        }
+    }
+
+    /// A write that fails says so (a full disk: `/dev/full`); one that works is one line.
+    #[test]
+    fn a_failed_write_is_an_error_and_a_poisoned_lock_still_writes() {
+        let full = Log::open(Path::new("/dev/full")).unwrap();
+        assert!(full.write(&event()).is_err(), "a full disk must not pass as written");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gate.log");
+        let log = std::sync::Arc::new(Log::open(&path).unwrap());
+        log.write(&event()).unwrap();
+        let held = log.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = held.0.lock().unwrap();
+            panic!("a writer panics holding the lock");
+        })
+        .join();
+        assert!(log.0.is_poisoned());
+        log.write(&event()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.lines().all(|l| serde_json::from_str::<Event>(l).is_ok()), "{text}");
+    }
+
     #[test]
     fn formats_utc_times() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");

@@ -216,12 +216,12 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let nobody = |status, reason| Entry::denied("-", "-", "-", 0, status, reason);
     let req = match tokio::time::timeout(HEADER_TIMEOUT, read_head(&mut client, &mut buf)).await {
         Err(_) => {
-            state.log(nobody(408, "request head not received within the header timeout"));
+            state.note(nobody(408, "request head not received within the header timeout"));
             return respond(&mut client, 408, "ai-sandbox gate: request head timeout\n").await;
         }
         Ok(Err(e)) => {
             let (status, why) = head_error(e);
-            state.log(nobody(status, why));
+            state.note(nobody(status, why));
             return respond(&mut client, status, &format!("ai-sandbox gate: {why}\n")).await;
         }
         Ok(Ok(r)) => r,
@@ -231,12 +231,12 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     // 1. authenticate
     let Some(session) = state.authenticate(req.token.as_deref()) else {
         let (kind, why) = decide::unauthenticated(req.token.is_some());
-        state.log(Entry { kind, ..denied("-", &req.host, 407, why) });
+        state.note(Entry { kind, ..denied("-", &req.host, 407, why) });
         return respond(&mut client, 407, "ai-sandbox gate: proxy authentication required\n").await;
     };
     if session.active.fetch_add(1, Ordering::SeqCst) >= SESSION_CAP {
         session.active.fetch_sub(1, Ordering::SeqCst);
-        state.log(denied(&session.id, &req.host, 503, "session connection cap reached"));
+        state.note(denied(&session.id, &req.host, 503, "session connection cap reached"));
         let body = "ai-sandbox gate: too many concurrent connections for this session\n";
         return respond(&mut client, 503, body).await;
     }
@@ -248,7 +248,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     if let Some(m) = session.secrets.misuse(&buf[..scan], None) {
         session.denied.fetch_add(1, Ordering::Relaxed);
         let (reason, hint) = (m.reason(&req.host, req.kind == Kind::Forward), m.hint());
-        state.log(Entry { hint: &hint, ..denied(&session.id, &req.host, 403, &reason) });
+        state.note(Entry { hint: &hint, ..denied(&session.id, &req.host, 403, &reason) });
         return respond_with(&mut client, 403, &decide::reason_phrase(&hint), &format!("{hint}\n")).await;
     }
     let mut policy = session.policy();
@@ -264,7 +264,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     // which `learn` says it could not reach): counted, logged, answered.
     let refuse = |d: &Denial, learned: bool| {
         session.denied.fetch_add(1, Ordering::Relaxed);
-        state.log(Entry {
+        state.note(Entry {
             hint: &d.hint,
             allow: d.allow.as_deref(),
             path: d.path.as_deref(),
@@ -318,7 +318,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             // A budget's refusal: counted and logged with the raised line on offer.
             let refused = |d: &Denial| {
                 session.denied.fetch_add(1, Ordering::Relaxed);
-                state.log(Entry {
+                state.note(Entry {
                     hint: &d.hint,
                     allow: d.allow.as_deref(),
                     ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
@@ -363,16 +363,21 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                     }
                 }
                 Kind::Forward => {
-                    session.allowed.fetch_add(1, Ordering::Relaxed);
                     let host = target.to_string();
-                    match &rule {
+                    let logged = match &rule {
                         Some(m) => {
                             let reason = format!("allowed by rule = {}", m.rule);
                             let path = Some(m.path.as_str());
-                            state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) });
+                            state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) })
                         }
                         None => state.log(relayed(&req, &session.id, &host, "allowed", learned)),
+                    };
+                    // Not on disk: not sent (the upstream connection closes unused).
+                    if let Err(unlogged) = logged {
+                        let (status, reason, body) = refuse(&unlogged.denial(), learned);
+                        return respond_with(&mut client, status, &reason, &body).await;
                     }
+                    session.allowed.fetch_add(1, Ordering::Relaxed);
                     match rule {
                         Some(m) => {
                             forward(&req.retargeted(&m.method, &m.target), client, upstream, leftover).await
@@ -600,7 +605,7 @@ async fn tunnel(
     let host = target.to_string();
     let allow = |reason| state.log(relayed(req, &s.id, &host, reason, learned));
     let deny =
-        |status, reason: &str| state.log(Entry::denied(&s.id, &req.method, &host, req.port, status, reason));
+        |status, reason: &str| state.note(Entry::denied(&s.id, &req.method, &host, req.port, status, reason));
     const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
     if TLS_PORTS.contains(&req.port) {
         client.write_all(ESTABLISHED).await?;
@@ -610,8 +615,11 @@ async fn tunnel(
             deny(403, &why);
             return Ok((0, 0));
         }
+        // Not on disk: not relayed (the client has its 200, and gets the connection closed).
+        if allow("allowed").is_err() {
+            return Ok((0, 0));
+        }
         s.allowed.fetch_add(1, Ordering::Relaxed);
-        allow("allowed");
         if let Target::Name(n) = target
             && !learned
             && (s.secrets.terminates(n) || crate::policy::rule::ruled(&s.policy().rules, n))
@@ -619,7 +627,7 @@ async fn tunnel(
             let up = match s.upstream() {
                 Ok(up) => up,
                 Err(why) => {
-                    state.log(Entry {
+                    state.note(Entry {
                         hint: &why,
                         ..Entry::denied(&s.id, &req.method, &host, req.port, 502, &why)
                     });
@@ -631,8 +639,14 @@ async fn tunnel(
             return Ok((0, 0));
         }
     } else {
+        if let Err(unlogged) = allow("allowed") {
+            let d = unlogged.denial();
+            s.denied.fetch_add(1, Ordering::Relaxed);
+            deny(d.status, &d.reason);
+            respond(&mut client, d.status, &format!("{}\n", d.hint)).await;
+            return Ok((0, 0));
+        }
         s.allowed.fetch_add(1, Ordering::Relaxed);
-        allow("allowed");
         client.write_all(ESTABLISHED).await?;
     }
     // What the client sent with or after its CONNECT (its ClientHello) counts as well.
@@ -663,4 +677,90 @@ async fn forward(
     // One request per connection: anything else the client sends is not relayed.
     let down = super::splice::copy(&upstream, &client, IDLE_TIMEOUT).await?;
     Ok((req.upstream_head.len() as u64 + req.body_len, down))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::allow::{Allow, Ports};
+    use base64::Engine;
+
+    /// One client connection through `proxy_conn`, with the decision log `log`: a request to
+    /// the host's loopback port of a listener the test holds. Returns the gate's answer, what
+    /// the listener received, and the session's counts (allowed, denied).
+    async fn through(log: Log, connect: bool) -> (String, Vec<u8>, (u64, u64)) {
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let state = Arc::new(State::new(0, std::os::fd::OwnedFd::from(sock), log));
+        let mut policy = SessionPolicy::default();
+        match crate::policy::allow::parse(&format!("100.64.0.1:{port}")).unwrap() {
+            Allow::Net(n, ports) => policy.allow.nets.push((n, ports.unwrap_or(Ports::ALL))),
+            other => panic!("{other:?}"),
+        }
+        let session = Arc::new(Session::new("s1".into(), "/p".into(), "t".repeat(32), policy));
+        assert!(state.register(session.clone()));
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("aisb:{}", "t".repeat(32)));
+        let head = if connect {
+            format!("CONNECT 100.64.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\nhello")
+        } else {
+            format!(
+                "GET http://100.64.0.1:{port}/x HTTP/1.1\r\nHost: 100.64.0.1:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+            )
+        };
+        let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = gate.local_addr().unwrap();
+        let served = tokio::spawn({
+            let state = state.clone();
+            async move { proxy_conn(state, gate.accept().await.unwrap().0).await }
+        });
+        let received = tokio::spawn(async move {
+            let (mut s, _) = upstream.accept().await.unwrap();
+            let mut got = vec![0u8; 256];
+            let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut got))
+                .await
+                .map_or(0, |r| r.unwrap_or(0));
+            got.truncate(n);
+            if !connect && n > 0 {
+                let _ =
+                    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+            }
+            got
+        });
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer)).await;
+        drop(client);
+        served.await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), received)
+            .await
+            .map(|r| r.unwrap())
+            .unwrap_or_default();
+        let counts = (session.allowed.load(Ordering::Relaxed), session.denied.load(Ordering::Relaxed));
+        (String::from_utf8_lossy(&answer).into_owned(), got, counts)
+    }
+
+    /// No decision without its record: when the log cannot be written (a full disk), an allowed
+    /// request is refused and nothing reaches its destination; with a log that works, the same
+    /// request goes through (the control).
+    #[tokio::test]
+    async fn a_request_whose_decision_cannot_be_logged_is_refused_and_never_sent() {
+        for connect in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("gate.log");
+            let (answer, got, counts) = through(Log::open(&path).unwrap(), connect).await;
+            let sent = if connect { "hello" } else { "GET /x HTTP/1.1" };
+            assert!(String::from_utf8_lossy(&got).starts_with(sent), "connect={connect}: {got:?} {answer}");
+            assert!(answer.starts_with("HTTP/1.1 200"), "connect={connect}: {answer}");
+            assert_eq!(counts, (1, 0));
+            assert!(std::fs::read_to_string(&path).unwrap().contains(r#""decision":"allow""#));
+
+            let (answer, got, counts) = through(Log::open(Path::new("/dev/full")).unwrap(), connect).await;
+            assert!(got.is_empty(), "connect={connect}: sent without its record: {got:?}");
+            assert!(answer.starts_with("HTTP/1.1 503"), "connect={connect}: {answer}");
+            assert!(answer.contains("could not be recorded"), "{answer}");
+            assert_eq!(counts, (0, 1), "counted as the refusal it is");
+        }
+    }
 }

@@ -241,9 +241,22 @@ impl State {
             .collect()
     }
 
-    /// Records one decision (before the client is answered).
-    pub(crate) fn log(&self, d: Entry<'_>) {
-        let e = Event {
+    /// Records one decision that lets something through, before the client is answered. An
+    /// error means it is not on disk, and the caller refuses instead (no decision without its
+    /// record: docs/threat-model.md); the failure is said on the gate's stderr too.
+    #[must_use = "an allowing decision whose record failed must be refused"]
+    pub(crate) fn log(&self, d: Entry<'_>) -> Result<(), Unlogged> {
+        self.record(self.event(d))
+    }
+
+    /// Records a refusal, or a note on what was already let through (what was masked): the
+    /// answer is the same whether or not it reaches the disk, and a failure is said on stderr.
+    pub(crate) fn note(&self, d: Entry<'_>) {
+        let _ = self.record(self.event(d));
+    }
+
+    fn event(&self, d: Entry<'_>) -> Event {
+        Event {
             time: log::now(),
             session: d.session.to_string(),
             project: self.session(d.session).map(|s| s.project.clone()).unwrap_or_default(),
@@ -258,16 +271,39 @@ impl State {
             path: d.path.map(str::to_string),
             layer: log::Layer::Gate,
             learned: d.learned,
-        };
-        self.record(e);
+        }
     }
 
-    /// Writes one event to the log and shows a refusal to the watchers.
-    pub(crate) fn record(&self, e: Event) {
-        self.log.write(&e);
+    /// Writes one event to the log and shows a refusal to the watchers (also when the write
+    /// failed: they are how a user hears of it).
+    pub(crate) fn record(&self, e: Event) -> Result<(), Unlogged> {
+        let written = self.log.write(&e).map_err(|err| {
+            eprintln!(
+                "gate: the decision log could not be written ({err}); lost: {} {} {}:{} of session {}",
+                e.decision, e.method, e.host, e.port, e.session
+            );
+            Unlogged(err.to_string())
+        });
         // Watchers see refusals as they are decided.
         if e.decision.refused() && self.asks.watched() {
             self.asks.broadcast(&crate::contract::watch::Watch::Refused(e).line());
+        }
+        written
+    }
+}
+
+/// A decision whose record did not reach the log: why the write failed.
+#[derive(Debug)]
+pub(crate) struct Unlogged(pub(crate) String);
+
+impl Unlogged {
+    /// The refusal a request whose allowing decision could not be recorded gets.
+    pub(crate) fn denial(&self) -> super::decide::Denial {
+        super::decide::Denial {
+            status: 503,
+            reason: format!("the decision log could not be written ({}); refused, as no decision goes unrecorded", self.0),
+            hint: "ai-sandbox gate: this request could not be recorded in the gate's decision log, so it was not sent (is the runtime directory's disk full?)".into(),
+            ..super::decide::Denial::default()
         }
     }
 }

@@ -253,7 +253,7 @@ fn refusal(status: u16, hint: &str) -> Response<Out> {
 /// Logs a refusal of one request on a terminated connection and counts it for the session.
 fn record(state: &State, session: &Session, host: &str, port: u16, r: &Asked, d: &Denial) {
     session.denied.fetch_add(1, Ordering::Relaxed);
-    state.log(Entry {
+    state.note(Entry {
         hint: &d.hint,
         allow: d.allow.as_deref(),
         path: Some(d.path.as_deref().unwrap_or(r.path)),
@@ -535,11 +535,14 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             return c.denied(&asked, &a.denial_of(&c.session.policy().config_path, wanted));
         }
     }
+    // Not on disk: not sent.
+    let allowed =
+        Entry { path: Some(&logged), ..Entry::allowed(&c.session.id, &method, &c.host, c.port, &reason) };
+    if let Err(unlogged) = c.state.log(allowed) {
+        drain(&ahead, &mut body).await;
+        return c.denied(&asked, &unlogged.denial());
+    }
     c.session.allowed.fetch_add(1, Ordering::Relaxed);
-    c.state.log(Entry {
-        path: Some(&logged),
-        ..Entry::allowed(&c.session.id, &method, &c.host, c.port, &reason)
-    });
     // Only codings the gate can read back come from upstream (`scrub::accept_encoding`), for
     // the body and for gRPC's messages.
     for name in
@@ -630,7 +633,7 @@ async fn relay(c: &Conn, mut req: Request<Incoming>) -> Response<Out> {
             let replaced = s.replaced();
             if !replaced.is_empty() {
                 let reason = masked_reason(&replaced);
-                state.log(Entry {
+                state.note(Entry {
                     path: Some(&path),
                     ..Entry::allowed(&session, &method, &host, port, &reason)
                 });

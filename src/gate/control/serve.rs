@@ -154,7 +154,7 @@ pub(crate) async fn serve_conn(state: Arc<State>, s: tokio::net::UnixStream) {
             Some(sess) => {
                 let config_path = sess.policy().config_path.clone();
                 for d in &refused {
-                    state.record(Event::direct(
+                    let _ = state.record(Event::direct(
                         d,
                         &sess.id,
                         &sess.project,
