@@ -30,6 +30,7 @@ pub(crate) mod log;
 pub(crate) mod normalise;
 pub(crate) mod ocsf;
 pub(crate) mod periods;
+pub(crate) mod pipeline;
 pub(crate) mod proto;
 pub mod push;
 pub mod request;

@@ -85,9 +85,37 @@ fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16), He
     Ok((host.to_string(), port))
 }
 
-fn same_host(a: &str, b: &str) -> bool {
+/// Two spellings of one hostname: case and a trailing dot aside. Every comparison of a name a
+/// request carries with the name it was let through for goes through here.
+pub(crate) fn same_host(a: &str, b: &str) -> bool {
     let norm = |s: &str| s.trim_end_matches('.').to_ascii_lowercase();
     norm(a) == norm(b)
+}
+
+/// Whether a request on a terminated connection names the connection's `host` (and `port`,
+/// where it says a port): an absolute-form URI's authority, and the Host header (`None`: absent;
+/// `Some(None)`: not text). HTTP/2 names the host in `:authority` (the URI's) alone. Else a CDN
+/// fronting many names could route the real key to another one.
+pub(crate) fn names_host(
+    authority: Option<&str>,
+    host_header: Option<Option<&str>>,
+    host: &str,
+    port: u16,
+) -> Result<(), String> {
+    let ok =
+        |a: &str| split_authority(a.trim(), Some(port)).is_ok_and(|(h, p)| same_host(&h, host) && p == port);
+    if let Some(a) = authority
+        && !ok(a)
+    {
+        return Err(format!("the request names {a}, not {host}"));
+    }
+    match host_header {
+        Some(Some(h)) if ok(h) => Ok(()),
+        None if authority.is_some() => Ok(()),
+        Some(Some(h)) => Err(format!("the Host header names {h}, not {host}")),
+        Some(None) => Err("the Host header is not text".into()),
+        None => Err("the request has no Host header".into()),
+    }
 }
 
 fn token_of(value: &[u8]) -> Option<String> {

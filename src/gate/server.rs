@@ -7,6 +7,7 @@ use super::control;
 use super::decide::{self, Denial, SessionPolicy, Target};
 use super::http;
 use super::log::Log;
+use super::pipeline::{self, Asked, Need};
 use super::request::{self, HeadError, Kind, MAX_HEAD};
 use super::state::{Entry, Session, State};
 use super::tls::{Hello, MAX_HELLO, parse_client_hello};
@@ -255,7 +256,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let mut outcome = decide(&policy, &req);
     if let Err(d) = &outcome
         && d.askable
-        && let Some(asked) = ask(&state, &session, &req, d).await
+        && let Some(asked) = ask(&state, &session, &policy, &req, d).await
     {
         policy = asked;
         outcome = decide(&policy, &req);
@@ -283,38 +284,20 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
             let leftover = buf[req.head_len..].to_vec();
             drop(buf);
             let Decided { target, rule, learned } = decided;
-            // A budgeted host: nothing more once it is spent (a forwarded request's whole
-            // length is known, so it goes whole or not at all).
-            let mut budget = match &target {
-                Target::Name(n) => session.allowance(n),
-                _ => None,
-            };
+            // A budgeted host (a name: an address is counted by the sandbox's rules): nothing
+            // more once it is spent (a forwarded request's whole length is known, so it goes
+            // whole or not at all), asked like any refusal (`pipeline::budget`).
             let need = match req.kind {
-                Kind::Connect => 1,
-                Kind::Forward => (req.upstream_head.len() as u64).saturating_add(req.body_len),
+                Kind::Connect => Need::Open,
+                Kind::Forward => Need::Whole((req.upstream_head.len() as u64).saturating_add(req.body_len)),
             };
-            let fits = |a: &super::budget::Allowance| match req.kind {
-                Kind::Forward => a.take_all(need),
-                Kind::Connect => a.left() >= need,
-            };
-            let mut over = budget.as_ref().filter(|a| !fits(a)).map(|a| match req.kind {
-                Kind::Forward => a.denial_of(&session.policy().config_path, need),
-                Kind::Connect => a.denial(&session.policy().config_path),
-            });
-            // With a watcher asked (`ask = SECONDS`): once lets this connection through
-            // uncounted; allowed means the watcher raised the line (a live change): the new one.
-            if let Some(d) = &over {
-                match ask_verdict(&state, &session, &req, d).await {
-                    Some(super::ask::Verdict::Once) => (budget, over) = (None, None),
-                    Some(super::ask::Verdict::Allowed) => {
-                        budget = session.allowance(&target.to_string());
-                        if budget.as_ref().is_none_or(fits) {
-                            over = None;
-                        }
-                    }
-                    _ => {}
+            let budget = match &target {
+                Target::Name(n) => {
+                    let asked = Asked { method: &req.method, host: n, port: req.port, path: None };
+                    pipeline::budget(&state, &session, &policy, &asked, need).await
                 }
-            }
+                _ => Ok(None),
+            };
             // A budget's refusal: counted and logged with the raised line on offer.
             let refused = |d: &Denial| {
                 session.denied.fetch_add(1, Ordering::Relaxed);
@@ -324,17 +307,22 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                     ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
                 });
             };
-            if let Some(d) = over {
-                refused(&d);
-                // A forwarded body is read and dropped (never sent), so the client reads the answer.
-                let rest =
-                    req.body_len.saturating_sub(leftover.len() as u64).min(super::request_body::DRAIN as u64);
-                if req.kind == Kind::Forward {
-                    let _ = tokio::io::copy(&mut (&mut client).take(rest), &mut tokio::io::sink()).await;
+            let budget = match budget {
+                Ok(b) => b,
+                Err(d) => {
+                    refused(&d);
+                    // A forwarded body is read and dropped (never sent), so the client reads the answer.
+                    let rest = req
+                        .body_len
+                        .saturating_sub(leftover.len() as u64)
+                        .min(super::request_body::DRAIN as u64);
+                    if req.kind == Kind::Forward {
+                        let _ = tokio::io::copy(&mut (&mut client).take(rest), &mut tokio::io::sink()).await;
+                    }
+                    let reason = decide::reason_phrase(&d.hint);
+                    return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
                 }
-                let reason = decide::reason_phrase(&d.hint);
-                return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
-            }
+            };
             // Dialled only now: a host whose budget is spent gets no connection at all.
             let upstream = match dial(&policy, &req, &target).await {
                 Ok(up) => up,
@@ -356,7 +344,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                     );
                     match (t.await, &budget) {
                         (Err(e), Some(a)) if super::budget::is_over(&e) => {
-                            refused(&a.denial(&session.policy().config_path));
+                            refused(&a.denial(&policy.config_path));
                             Err(e)
                         }
                         (t, _) => t,
@@ -395,41 +383,23 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
 }
 
 /// With `ask = SECONDS` and a watcher attached: holds the refused request and asks; returns the
-/// policy to decide with again when the watcher lets it through (see `ask`).
-async fn ask(state: &State, s: &Session, req: &request::Request, d: &Denial) -> Option<Arc<SessionPolicy>> {
-    let policy = s.policy();
-    match ask_verdict(state, s, req, d).await? {
+/// policy to decide with again when the watcher lets it through (see `pipeline::ask`).
+async fn ask(
+    state: &State,
+    s: &Session,
+    policy: &SessionPolicy,
+    req: &request::Request,
+    d: &Denial,
+) -> Option<Arc<SessionPolicy>> {
+    let asked = Asked { method: &req.method, host: &req.host, port: req.port, path: None };
+    match pipeline::ask(state, s, policy, &asked, d).await? {
         super::ask::Verdict::Once => {
             let target = decide::normalise(&req.host).ok()?;
-            Some(Arc::new(decide::with_once(&policy, &target, req.port, d.allow.as_deref())))
+            Some(Arc::new(decide::with_once(policy, &target, req.port, d.allow.as_deref())))
         }
         super::ask::Verdict::Allowed => Some(s.policy()),
         super::ask::Verdict::Deny => None,
     }
-}
-
-/// Holds a refused request for a watcher's answer (`ask = SECONDS`, a watcher attached);
-/// `None` when no one is asked.
-async fn ask_verdict(
-    state: &State,
-    s: &Session,
-    req: &request::Request,
-    d: &Denial,
-) -> Option<super::ask::Verdict> {
-    let policy = s.policy();
-    let secs = policy.ask.filter(|_| state.asks.watched())?;
-    let q = super::ask::Question {
-        ask: 0,
-        session: s.id.clone(),
-        project: s.project.clone(),
-        method: req.method.clone(),
-        host: req.host.clone(),
-        port: req.port,
-        seconds: secs,
-        allow: d.allow.clone(),
-        path: d.path.clone(),
-    };
-    Some(state.asks.ask(q, Duration::from_secs(u64::from(secs))).await)
 }
 
 /// The reason logged for what a learning run relayed.

@@ -59,9 +59,9 @@ impl Session {
         }
     }
 
-    /// The allowance for `host` under the session's budgets now (`None`: not budgeted).
-    pub(crate) fn allowance(&self, host: &str) -> Option<super::budget::Allowance> {
-        let policy = self.policy();
+    /// The allowance for `host` under `policy`'s budgets (the session's, as read for the
+    /// request), now (`None`: not budgeted).
+    pub(crate) fn allowance(&self, policy: &SessionPolicy, host: &str) -> Option<super::budget::Allowance> {
         if policy.budgets.is_empty() {
             return None;
         }
@@ -395,8 +395,12 @@ mod tests {
         st.open_counts(&one, &daily).unwrap();
         st.open_counts(&two, &daily).unwrap();
         assert!(Arc::ptr_eq(&one.counts().unwrap(), &two.counts().unwrap()), "one count per project");
-        assert_eq!(one.allowance("a.test").unwrap().take(600), 600);
-        assert_eq!(two.allowance("a.test").unwrap().take(600), 424, "the other session's bytes count");
+        assert_eq!(one.allowance(&daily, "a.test").unwrap().take(600), 600);
+        assert_eq!(
+            two.allowance(&daily, "a.test").unwrap().take(600),
+            424,
+            "the other session's bytes count"
+        );
         // No period: nothing opened. A period without a file (an older launcher's): refused.
         let plain = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
         let three = new(&plain);

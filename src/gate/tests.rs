@@ -678,3 +678,29 @@ fn a_rules_query_key_is_written_out_and_never_empty() {
         vec![("k".into(), "1".into()), ("j".into(), "".into())]
     );
 }
+
+#[test]
+fn a_terminated_request_must_name_its_connections_host() {
+    use request::names_host;
+    let ok =
+        |authority: Option<&str>, host: Option<Option<&str>>| names_host(authority, host, "api.test", 443);
+    // Case, a trailing dot, the port said or not, space around: the same name.
+    for h in ["api.test", "API.Test.", "api.test:443", " api.test ", "api.test.:443"] {
+        assert_eq!(ok(None, Some(Some(h))), Ok(()), "{h}");
+    }
+    // HTTP/2: `:authority` alone.
+    assert_eq!(ok(Some("api.test:443"), None), Ok(()));
+    assert_eq!(ok(Some("api.test"), Some(Some("api.test"))), Ok(()));
+    for h in ["other.test", "other.test:443", "api.test:8443", "api.test.evil", "u@api.test", "api.test:x"] {
+        let e = ok(None, Some(Some(h))).unwrap_err();
+        assert!(e.contains(&format!("the Host header names {h}")), "{h}: {e}");
+    }
+    assert!(
+        ok(Some("other.test"), Some(Some("api.test"))).unwrap_err().contains("the request names other.test")
+    );
+    assert!(
+        ok(Some("api.test"), Some(Some("other.test"))).unwrap_err().contains("Host header names other.test")
+    );
+    assert_eq!(ok(None, Some(None)), Err("the Host header is not text".into()));
+    assert_eq!(ok(None, None), Err("the request has no Host header".into()));
+}
