@@ -4,7 +4,7 @@
 //! the control protocol is `control`.
 
 use super::control;
-use super::decide::{self, Denial, SessionPolicy, Target};
+use super::decide::{self, Denial, RuleMatch, SessionPolicy, Target};
 use super::http;
 use super::log::Log;
 use super::pipeline::{self, Asked, Need};
@@ -212,6 +212,10 @@ fn head_error(e: HeadError) -> (u16, &'static str) {
     }
 }
 
+/// One client connection: its request head, then the phases in order: who is asking
+/// (`authenticate`) → what it may do (`admit`: placeholders, the policy read once, asked; the
+/// budget, asked) → `dial` → the decision's record → the relay (`tunnel`, `forward`). A refusal
+/// before the relay leaves through `refuse`, which counts, logs and answers.
 pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
     let mut buf = Vec::with_capacity(4096);
     let nobody = |status, reason| Entry::denied("-", "-", "-", 0, status, reason);
@@ -227,159 +231,189 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
         }
         Ok(Ok(r)) => r,
     };
+    let session = match authenticate(&state, &req) {
+        Ok(s) => s,
+        Err((status, body)) => return respond(&mut client, status, body).await,
+    };
+    let _active = Active(session.clone());
+    let admitted = admit(&state, &session, &req, &buf).await;
+    // Only the bytes after the head are kept; the head buffer is freed now.
+    let leftover = buf[req.head_len..].to_vec();
+    drop(buf);
+    let Admitted { policy, target, rule, learned, budget } = match admitted {
+        Ok(a) => a,
+        Err(stop) => return refuse(&state, &session, &req, &mut client, stop, leftover.len()).await,
+    };
+    // Dialled only now: a host whose budget is spent gets no connection at all.
+    let upstream = match dial(&policy, &req, &target).await {
+        Ok(up) => up,
+        Err(d) => {
+            return refuse(&state, &session, &req, &mut client, Stop { d, learned, drain: false }, 0).await;
+        }
+    };
+    let result = match req.kind {
+        Kind::Connect => {
+            let t = tunnel(
+                &state,
+                &session,
+                &req,
+                (&target, learned, budget.as_ref()),
+                client,
+                upstream,
+                leftover,
+            );
+            match (t.await, &budget) {
+                (Err(e), Some(a)) if super::budget::is_over(&e) => {
+                    refused(&state, &session, &req, &a.denial(&policy.config_path), false);
+                    Err(e)
+                }
+                (t, _) => t,
+            }
+        }
+        Kind::Forward => {
+            let host = target.to_string();
+            let logged = match &rule {
+                Some(m) => {
+                    let reason = format!("allowed by rule = {}", m.rule);
+                    let path = Some(m.path.as_str());
+                    state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) })
+                }
+                None => state.log(relayed(&req, &session.id, &host, "allowed", learned)),
+            };
+            // Not on disk: not sent (the upstream connection closes unused).
+            if let Err(unlogged) = logged {
+                let stop = Stop { d: unlogged.denial(), learned, drain: false };
+                return refuse(&state, &session, &req, &mut client, stop, 0).await;
+            }
+            session.allowed.fetch_add(1, Ordering::Relaxed);
+            match rule {
+                Some(m) => forward(&req.retargeted(&m.method, &m.target), client, upstream, leftover).await,
+                None => forward(&req, client, upstream, leftover).await,
+            }
+        }
+    };
+    if let Ok((up, down)) = result {
+        session.up.fetch_add(up, Ordering::Relaxed);
+        session.down.fetch_add(down, Ordering::Relaxed);
+    }
+}
+
+/// The session whose token the request carries, under its cap of connections at once; else
+/// the answer (logged).
+fn authenticate(state: &State, req: &request::Request) -> Result<Arc<Session>, (u16, &'static str)> {
     let denied =
-        |session, host, status, reason| Entry::denied(session, &req.method, host, req.port, status, reason);
-    // 1. authenticate
+        |session, status, reason| Entry::denied(session, &req.method, &req.host, req.port, status, reason);
     let Some(session) = state.authenticate(req.token.as_deref()) else {
         let (kind, why) = decide::unauthenticated(req.token.is_some());
-        state.note(Entry { kind, ..denied("-", &req.host, 407, why) });
-        return respond(&mut client, 407, "ai-sandbox gate: proxy authentication required\n").await;
+        state.note(Entry { kind, ..denied("-", 407, why) });
+        return Err((407, "ai-sandbox gate: proxy authentication required\n"));
     };
     if session.active.fetch_add(1, Ordering::SeqCst) >= SESSION_CAP {
         session.active.fetch_sub(1, Ordering::SeqCst);
-        state.note(denied(&session.id, &req.host, 503, "session connection cap reached"));
-        let body = "ai-sandbox gate: too many concurrent connections for this session\n";
-        return respond(&mut client, 503, body).await;
+        state.note(denied(&session.id, 503, "session connection cap reached"));
+        return Err((503, "ai-sandbox gate: too many concurrent connections for this session\n"));
     }
-    let _active = Active(session.clone());
-    // A placeholder in a proxy request's head (CONNECT or plain HTTP) or in the first KiB of a
-    // plain request's body: nothing is ever substituted there, so it is going where its secret
-    // may not. Refused before anything is dialed, and recorded.
+    Ok(session)
+}
+
+/// What `admit` let through: the policy it was decided under, and what the relay needs.
+struct Admitted {
+    policy: Arc<SessionPolicy>,
+    target: Target,
+    rule: Option<RuleMatch>,
+    /// Relayed only because the session is a learning run.
+    learned: bool,
+    budget: Option<super::budget::Allowance>,
+}
+
+/// A refusal before anything was relayed.
+struct Stop {
+    d: Denial,
+    /// Of a learning run's unlisted host (which `learn` says it could not reach).
+    learned: bool,
+    /// A forwarded body is read and dropped first (never sent), so the client reads the answer.
+    drain: bool,
+}
+
+/// The phases before the dial. A placeholder in a proxy request's head (CONNECT or plain HTTP)
+/// or in the first KiB of a plain request's body: nothing is ever substituted there, so it is
+/// going where its secret may not. Then the policy, read once for the request (`decide`, a
+/// refusal asked), and the host's budget (`pipeline::budget`, asked too).
+async fn admit(
+    state: &State,
+    session: &Session,
+    req: &request::Request,
+    buf: &[u8],
+) -> Result<Admitted, Stop> {
     let scan = req.head_len + (buf.len() - req.head_len).min(super::secrets::BODY_SCAN);
     if let Some(m) = session.secrets.misuse(&buf[..scan], None) {
-        session.denied.fetch_add(1, Ordering::Relaxed);
-        let (reason, hint) = (m.reason(&req.host, req.kind == Kind::Forward), m.hint());
-        state.note(Entry { hint: &hint, ..denied(&session.id, &req.host, 403, &reason) });
-        return respond_with(&mut client, 403, &decide::reason_phrase(&hint), &format!("{hint}\n")).await;
+        let d = Denial {
+            status: 403,
+            reason: m.reason(&req.host, req.kind == Kind::Forward),
+            hint: m.hint(),
+            ..Denial::default()
+        };
+        return Err(Stop { d, learned: false, drain: false });
     }
     let mut policy = session.policy();
-    let mut outcome = decide(&policy, &req);
+    let mut outcome = decide(&policy, req);
     if let Err(d) = &outcome
         && d.askable
-        && let Some(asked) = ask(&state, &session, &policy, &req, d).await
+        && let Some(asked) = ask(state, session, &policy, req, d).await
     {
         policy = asked;
-        outcome = decide(&policy, &req);
+        outcome = decide(&policy, req);
     }
-    // A refusal of the policy's, or of the dial's (`learned`: of a learning run's unlisted host,
-    // which `learn` says it could not reach): counted, logged, answered.
-    let refuse = |d: &Denial, learned: bool| {
-        session.denied.fetch_add(1, Ordering::Relaxed);
-        state.note(Entry {
-            hint: &d.hint,
-            allow: d.allow.as_deref(),
-            path: d.path.as_deref(),
-            learned,
-            ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
-        });
-        (d.status, decide::reason_phrase(&d.hint), format!("{}\n", d.hint))
+    let Decided { target, rule, learned } = outcome.map_err(|d| Stop { d, learned: false, drain: false })?;
+    // A budgeted host (a name: an address is counted by the sandbox's rules): nothing more once
+    // it is spent (a forwarded request's whole length is known, so it goes whole or not at all).
+    let need = match req.kind {
+        Kind::Connect => Need::Open,
+        Kind::Forward => Need::Whole((req.upstream_head.len() as u64).saturating_add(req.body_len)),
     };
-    match outcome {
-        Err(d) => {
-            let (status, reason, body) = refuse(&d, false);
-            respond_with(&mut client, status, &reason, &body).await;
+    let budget = match &target {
+        Target::Name(n) => {
+            let asked = Asked { method: &req.method, host: n, port: req.port, path: None };
+            pipeline::budget(state, session, &policy, &asked, need).await.map_err(|d| Stop {
+                d,
+                learned: false,
+                drain: true,
+            })?
         }
-        Ok(decided) => {
-            // Only the bytes after the head are kept; the head buffer is freed now.
-            let leftover = buf[req.head_len..].to_vec();
-            drop(buf);
-            let Decided { target, rule, learned } = decided;
-            // A budgeted host (a name: an address is counted by the sandbox's rules): nothing
-            // more once it is spent (a forwarded request's whole length is known, so it goes
-            // whole or not at all), asked like any refusal (`pipeline::budget`).
-            let need = match req.kind {
-                Kind::Connect => Need::Open,
-                Kind::Forward => Need::Whole((req.upstream_head.len() as u64).saturating_add(req.body_len)),
-            };
-            let budget = match &target {
-                Target::Name(n) => {
-                    let asked = Asked { method: &req.method, host: n, port: req.port, path: None };
-                    pipeline::budget(&state, &session, &policy, &asked, need).await
-                }
-                _ => Ok(None),
-            };
-            // A budget's refusal: counted and logged with the raised line on offer.
-            let refused = |d: &Denial| {
-                session.denied.fetch_add(1, Ordering::Relaxed);
-                state.note(Entry {
-                    hint: &d.hint,
-                    allow: d.allow.as_deref(),
-                    ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
-                });
-            };
-            let budget = match budget {
-                Ok(b) => b,
-                Err(d) => {
-                    refused(&d);
-                    // A forwarded body is read and dropped (never sent), so the client reads the answer.
-                    let rest = req
-                        .body_len
-                        .saturating_sub(leftover.len() as u64)
-                        .min(super::request_body::DRAIN as u64);
-                    if req.kind == Kind::Forward {
-                        let _ = tokio::io::copy(&mut (&mut client).take(rest), &mut tokio::io::sink()).await;
-                    }
-                    let reason = decide::reason_phrase(&d.hint);
-                    return respond_with(&mut client, d.status, &reason, &format!("{}\n", d.hint)).await;
-                }
-            };
-            // Dialled only now: a host whose budget is spent gets no connection at all.
-            let upstream = match dial(&policy, &req, &target).await {
-                Ok(up) => up,
-                Err(d) => {
-                    let (status, reason, body) = refuse(&d, learned);
-                    return respond_with(&mut client, status, &reason, &body).await;
-                }
-            };
-            let result = match req.kind {
-                Kind::Connect => {
-                    let t = tunnel(
-                        &state,
-                        &session,
-                        &req,
-                        (&target, learned, budget.as_ref()),
-                        client,
-                        upstream,
-                        leftover,
-                    );
-                    match (t.await, &budget) {
-                        (Err(e), Some(a)) if super::budget::is_over(&e) => {
-                            refused(&a.denial(&policy.config_path));
-                            Err(e)
-                        }
-                        (t, _) => t,
-                    }
-                }
-                Kind::Forward => {
-                    let host = target.to_string();
-                    let logged = match &rule {
-                        Some(m) => {
-                            let reason = format!("allowed by rule = {}", m.rule);
-                            let path = Some(m.path.as_str());
-                            state.log(Entry { path, ..allowed(&req, &session.id, &host, &reason) })
-                        }
-                        None => state.log(relayed(&req, &session.id, &host, "allowed", learned)),
-                    };
-                    // Not on disk: not sent (the upstream connection closes unused).
-                    if let Err(unlogged) = logged {
-                        let (status, reason, body) = refuse(&unlogged.denial(), learned);
-                        return respond_with(&mut client, status, &reason, &body).await;
-                    }
-                    session.allowed.fetch_add(1, Ordering::Relaxed);
-                    match rule {
-                        Some(m) => {
-                            forward(&req.retargeted(&m.method, &m.target), client, upstream, leftover).await
-                        }
-                        None => forward(&req, client, upstream, leftover).await,
-                    }
-                }
-            };
-            if let Ok((up, down)) = result {
-                session.up.fetch_add(up, Ordering::Relaxed);
-                session.down.fetch_add(down, Ordering::Relaxed);
-            }
-        }
+        _ => None,
+    };
+    Ok(Admitted { policy, target, rule, learned, budget })
+}
+
+/// Counts and logs a refusal (with the line that would lift it on offer).
+fn refused(state: &State, session: &Session, req: &request::Request, d: &Denial, learned: bool) {
+    session.denied.fetch_add(1, Ordering::Relaxed);
+    state.note(Entry {
+        hint: &d.hint,
+        allow: d.allow.as_deref(),
+        path: d.path.as_deref(),
+        learned,
+        ..Entry::denied(&session.id, &req.method, &req.host, req.port, d.status, &d.reason)
+    });
+}
+
+/// The one exit for a request refused before the relay: counted, logged, answered with the
+/// hint as the reason phrase and body. `buffered`: how much of a forwarded body was read already.
+async fn refuse(
+    state: &State,
+    session: &Session,
+    req: &request::Request,
+    client: &mut TcpStream,
+    stop: Stop,
+    buffered: usize,
+) {
+    let Stop { d, learned, drain } = stop;
+    refused(state, session, req, &d, learned);
+    if drain && req.kind == Kind::Forward {
+        let rest = req.body_len.saturating_sub(buffered as u64).min(super::request_body::DRAIN as u64);
+        let _ = tokio::io::copy(&mut (&mut *client).take(rest), &mut tokio::io::sink()).await;
     }
+    respond_with(client, d.status, &decide::reason_phrase(&d.hint), &format!("{}\n", d.hint)).await;
 }
 
 /// With `ask = SECONDS` and a watcher attached: holds the refused request and asks; returns the
