@@ -172,7 +172,7 @@ pub(crate) struct Ahead {
 
 impl Ahead {
     /// Reads one more frame (or the body's end); `Err` when the body broke off.
-    pub(crate) async fn one(&mut self, body: &mut Incoming) -> Result<(), ()> {
+    pub(crate) async fn one<B: Body<Data = Bytes> + Unpin>(&mut self, body: &mut B) -> Result<(), ()> {
         match body.frame().await {
             Some(Ok(f)) => {
                 if let Some(d) = f.data_ref() {

@@ -371,7 +371,7 @@ impl Conn {
 
 /// Reads (and drops) the rest of a refused request's body, up to `DRAIN`, so that the client
 /// reads the answer instead of a reset.
-async fn drain(ahead: &Ahead, body: &mut Incoming) {
+async fn drain<B: Body<Data = Bytes> + Unpin>(ahead: &Ahead, body: &mut B) {
     let mut drained = ahead.seen.len();
     while !ahead.ended && drained < DRAIN {
         match body.frame().await {

@@ -18,7 +18,7 @@ use super::super::state::Entry;
 use super::{Conn, drain, head_size};
 use crate::contract::SessionPolicy;
 use hyper::Request;
-use hyper::body::Incoming;
+use hyper::body::{Body, Bytes, Incoming};
 use hyper::http::request::Parts;
 
 /// How a phase ends a request before it goes upstream.
@@ -37,10 +37,11 @@ impl From<Denial> for Stop {
     }
 }
 
-/// A request every phase let through, recorded as allowed, with what goes upstream.
-pub(super) struct Admitted {
+/// A request every phase let through, with what goes upstream. `B`: its body (hyper's
+/// `Incoming` from a client; any body in the tests).
+pub(super) struct Admitted<B = Incoming> {
     pub(super) parts: Parts,
-    pub(super) body: Incoming,
+    pub(super) body: B,
     /// The body's frames read before the decision (replayed in front of the rest).
     pub(super) ahead: Ahead,
     /// How many of `ahead`'s frames the phases scanned.
@@ -57,12 +58,12 @@ pub(super) struct Admitted {
 }
 
 /// The request phases, in order (see the module doc).
-pub(super) async fn admit(
+pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
     c: &Conn,
     policy: &SessionPolicy,
     asked: &Asked<'_>,
-    mut req: Request<Incoming>,
-) -> Result<Admitted, Stop> {
+    mut req: Request<B>,
+) -> Result<Admitted<B>, Stop> {
     the_host(c, &req)?;
     unsubstituted(c, &req)?;
     // Origin-form upstream, whatever form the client used (its authority was checked).
@@ -108,7 +109,11 @@ pub(super) async fn admit(
 }
 
 /// The last phase before anything goes upstream: the decision's record. Not on disk, not sent.
-pub(super) async fn record(c: &Conn, asked: &Asked<'_>, a: &mut Admitted) -> Result<(), Stop> {
+pub(super) async fn record<B: Body<Data = Bytes> + Unpin>(
+    c: &Conn,
+    asked: &Asked<'_>,
+    a: &mut Admitted<B>,
+) -> Result<(), Stop> {
     let entry = Entry {
         path: Some(&a.logged),
         ..Entry::allowed(&c.session.id, asked.method, &c.host, c.port, &a.reason)
@@ -127,7 +132,7 @@ fn plain(status: u16, reason: &str) -> Denial {
 
 /// The request's target must be this connection's host (`request::names_host`): else a CDN
 /// fronting many names could route the real key to another one.
-fn the_host(c: &Conn, req: &Request<Incoming>) -> Result<(), Stop> {
+fn the_host<B>(c: &Conn, req: &Request<B>) -> Result<(), Stop> {
     let host_header = req.headers().get(hyper::header::HOST).map(|h| h.to_str().ok());
     let authority = req.uri().authority().map(|a| a.as_str());
     super::super::request::names_host(authority, host_header, &c.host, c.port).map_err(|why| {
@@ -138,7 +143,7 @@ fn the_host(c: &Conn, req: &Request<Incoming>) -> Result<(), Stop> {
 
 /// A placeholder whose secret may not go to this host, in the target or a header: refused
 /// before any decision reads the request.
-fn unsubstituted(c: &Conn, req: &Request<Incoming>) -> Result<(), Stop> {
+fn unsubstituted<B>(c: &Conn, req: &Request<B>) -> Result<(), Stop> {
     let uri = req.uri().to_string();
     let values = std::iter::once(uri.as_bytes()).chain(req.headers().values().map(|v| v.as_bytes()));
     for v in values {
@@ -166,12 +171,12 @@ async fn rules(
 
 /// A push limited by ref: its command list, read (up to `push::MOST`) before anything goes
 /// upstream, and each ref it updates checked against `patterns`.
-async fn pushed_refs(
+async fn pushed_refs<B: Body<Data = Bytes> + Unpin>(
     c: &Conn,
     policy: &SessionPolicy,
     parts: &Parts,
     ahead: &mut Ahead,
-    body: &mut Incoming,
+    body: &mut B,
     patterns: &[String],
     logged: &str,
 ) -> Result<(), Stop> {
@@ -226,4 +231,169 @@ pub(super) fn upstream_parts(c: &Conn, parts: &mut Parts, masks: &mut Masks) -> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::log::Log;
+    use super::super::super::secrets::Secrets;
+    use super::super::super::state::{Session, State};
+    use super::*;
+    use crate::contract::session::Bound;
+    use http_body_util::Full;
+    use std::sync::Arc;
+
+    const KEY: &str = "aisb_placeholder_0123456789abcdef";
+    const OTHER: &str = "aisb_placeholder_fedcba9876543210";
+
+    /// A terminated connection to `api.test:443` of a session with `policy`, a key bound to
+    /// it and another bound elsewhere, logging to `log`. Nothing is dialled: no phase here may.
+    fn conn(policy: SessionPolicy, log: Log) -> Conn {
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let state = Arc::new(State::new(0, std::os::fd::OwnedFd::from(sock), log));
+        let bound = vec![
+            Bound::new("KEY", KEY, "real-key", &["api.test"]),
+            Bound::new("OTHER", OTHER, "real-other", &["else.test"]),
+        ];
+        let session = Arc::new(Session::new("s1".into(), "/p".into(), "t".into(), policy));
+        assert!(state.register(session.clone()));
+        Conn {
+            state,
+            session,
+            secrets: Secrets::new(bound),
+            host: "api.test".into(),
+            port: 443,
+            // Unroutable by construction: a phase that dialled would fail the test, not reach out.
+            addr: "127.0.0.1:9".parse().unwrap(),
+            upstream: super::super::super::ca::upstream_config(None).unwrap(),
+            sender: tokio::sync::Mutex::new(None),
+            failed: None,
+        }
+    }
+
+    fn log_in(dir: &tempfile::TempDir) -> Log {
+        Log::open(&dir.path().join("gate.log")).unwrap()
+    }
+
+    fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Request<Full<Bytes>> {
+        let mut b = Request::builder().method(method).uri(path).header("host", "api.test");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+    }
+
+    fn ruled(lines: &str) -> SessionPolicy {
+        SessionPolicy { rules: crate::policy::rule::parse(lines).unwrap(), ..SessionPolicy::default() }
+    }
+
+    async fn run(c: &Conn, req: Request<Full<Bytes>>) -> Result<Admitted<Full<Bytes>>, Stop> {
+        let policy = c.session.policy();
+        let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+        let asked = Asked { method: &method, host: &c.host, port: c.port, path: Some(&path) };
+        admit(c, &policy, &asked, req).await
+    }
+
+    fn denied(r: Result<Admitted<Full<Bytes>>, Stop>) -> Denial {
+        match r {
+            Err(Stop::Denied(d)) => *d,
+            Err(Stop::InBand(_)) => panic!("answered in band"),
+            Err(Stop::Broken) => panic!("broken"),
+            Ok(a) => panic!("admitted {}", a.target),
+        }
+    }
+
+    /// The rules decide on the request as the agent sent it: after every phase the headers
+    /// still hold the placeholder, and only `upstream_parts` (after the decisions) puts the
+    /// value in. A refused request stops before any of that.
+    #[tokio::test]
+    async fn the_decisions_see_placeholders_and_only_what_goes_upstream_holds_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test GET /v1/*"), log_in(&dir));
+        let auth = format!("Bearer {KEY}");
+        let mut a = run(&c, request("GET", "/v1/x", &[("authorization", &auth)], ""))
+            .await
+            .unwrap_or_else(|_| panic!("refused"));
+        assert_eq!(a.parts.headers["authorization"], auth.as_str(), "no phase substitutes");
+        assert_eq!((a.target.as_str(), a.reason.as_str()), ("/v1/x", "allowed by rule = api.test GET /v1/*"));
+        let mut masks = c.secrets.masks(&c.host);
+        upstream_parts(&c, &mut a.parts, &mut masks).unwrap();
+        assert_eq!(a.parts.headers["authorization"], "Bearer real-key");
+        // The control's twin, refused by the rules: stopped with the line to add.
+        let d = denied(run(&c, request("POST", "/v1/x", &[("authorization", &auth)], "")).await);
+        assert_eq!(d.status, 403);
+        assert!(d.hint.contains("rule = api.test POST /v1/x"), "{}", d.hint);
+    }
+
+    /// A placeholder of a secret bound to another host is refused before the rules are read,
+    /// in the target, in a header, and in the body's first frame; the host's own goes on.
+    #[tokio::test]
+    async fn a_placeholder_bound_elsewhere_stops_the_request_before_any_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        // The rules would refuse all three: a stop by the rules would say so instead.
+        let c = conn(ruled("api.test GET /only"), log_in(&dir));
+        for req in [
+            request("POST", &format!("/x?k={OTHER}"), &[], ""),
+            request("POST", "/x", &[("x-key", OTHER)], ""),
+            request("POST", "/x", &[], &format!("{{\"k\":\"{OTHER}\"}}")),
+        ] {
+            let d = denied(run(&c, req).await);
+            assert!(d.reason.contains("OTHER"), "{d:?}");
+            assert_eq!(d.status, 403);
+        }
+        let c = conn(SessionPolicy::default(), log_in(&dir));
+        assert!(
+            run(&c, request("POST", "/x", &[("x-key", KEY)], "")).await.is_ok(),
+            "the host's own placeholder"
+        );
+    }
+
+    /// The host a request names must be the connection's: a CDN's other name is refused (421).
+    #[tokio::test]
+    async fn a_request_for_another_host_on_the_connection_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(SessionPolicy::default(), log_in(&dir));
+        let mut req = request("GET", "/", &[], "");
+        req.headers_mut().insert("host", "other.test".parse().unwrap());
+        assert_eq!(denied(run(&c, req).await).status, 421);
+        assert!(run(&c, request("GET", "/", &[], "")).await.is_ok());
+    }
+
+    /// A budget takes the head and the declared body whole, or refuses (no watcher: not asked).
+    #[tokio::test]
+    async fn a_request_over_its_hosts_budget_is_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = SessionPolicy {
+            budgets: vec![crate::policy::budget::host_line("api.test 1k")],
+            ..SessionPolicy::default()
+        };
+        let c = conn(policy, log_in(&dir));
+        let small = request("POST", "/up", &[("content-length", "100")], &"x".repeat(100));
+        let a = run(&c, small).await.unwrap_or_else(|_| panic!("refused"));
+        assert!(a.budget.as_ref().is_some_and(|b| b.left() < 1024 - 100), "taken with its head");
+        let big = request("POST", "/up", &[("content-length", "2000")], &"x".repeat(2000));
+        let d = denied(run(&c, big).await);
+        assert!(d.hint.contains("budget = api.test"), "{}", d.hint);
+    }
+
+    /// No decision without its record: a log that cannot be written (a full disk) refuses the
+    /// request the phases admitted; one that can lets it go, counted.
+    #[tokio::test]
+    async fn an_admitted_request_whose_record_fails_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (log, written) in
+            [(log_in(&dir), true), (Log::open(std::path::Path::new("/dev/full")).unwrap(), false)]
+        {
+            let c = conn(SessionPolicy::default(), log);
+            let asked = Asked { method: "GET", host: "api.test", port: 443, path: Some("/") };
+            let mut a = run(&c, request("GET", "/", &[], "")).await.unwrap_or_else(|_| panic!("refused"));
+            let r = record(&c, &asked, &mut a).await;
+            let allowed = c.session.allowed.load(std::sync::atomic::Ordering::Relaxed);
+            match r {
+                Ok(()) => assert!(written && allowed == 1),
+                Err(Stop::Denied(d)) => assert!(!written && d.status == 503 && allowed == 0, "{d:?}"),
+                Err(_) => panic!("not a refusal"),
+            }
+        }
+    }
 }
