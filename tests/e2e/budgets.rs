@@ -154,6 +154,52 @@ fn a_watcher_raises_a_spent_budget_for_a_held_connection() {
     assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "s leaves the config");
 }
 
+/// The same on a host whose TLS the gate opens (it has a rule): a request whose declared length
+/// does not fit is held and asked about as a tunnel is (pipeline::budget, one phase for both
+/// paths), never sent before the answer; `s` raises the budget and the held upload goes whole.
+/// The control: a small request before it went at once, unasked.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn a_watcher_raises_a_spent_budget_for_a_held_request_on_a_terminated_host() {
+    use std::io::Write;
+    gate_alone();
+    let up = Upstream::start("");
+    let p = Project::new("budget-ask-term");
+    // The sandbox trusts the gate's CA (it opens the host's TLS), the gate the test server's.
+    let config = format!(
+        "allow = other.test\nresolve = other.test={}\nrule = other.test POST /*\nbudget = other.test 100k\nask = 60\nupstream_ca = {}\n",
+        up.th.v4,
+        up.dir.join("ca.pem").display()
+    );
+    p.config(&config);
+    sandbox(&p, &["--", "true"], &[]).ok();
+    let (mut watch, seen) = spawn_watch(&p);
+    let has = |s: &str| seen.lock().unwrap().contains(s);
+    assert!(wait_for(20, || has("watching")), "watch did not start: {}", seen.lock().unwrap());
+    let script = "head -c 10240 /dev/zero | tr '\\0' s > s; head -c 153600 /dev/zero | tr '\\0' a > a; \
+        c='curl -sS -o /dev/null -m 90'; \
+        echo small=$($c -w '%{http_code}' --data-binary @s https://other.test/t0 2>&1); \
+        echo big=$($c -w '%{http_code}' --data-binary @a https://other.test/t1 2>&1)";
+    let child = spawn_sandbox(&p, &["--", "sh", "-c", script]);
+    let mut keys = watch.stdin.take().unwrap();
+    let asked = wait_for(60, || has("ASK") && has("other.test:443"));
+    // Held: the upstream has the small request and nothing of the big one.
+    let before: Vec<String> = up.requests().iter().map(|r| r["target"].to_string()).collect();
+    // Written only when asked (a watcher that ended is said by the assertions below).
+    if asked {
+        keys.write_all(b"s\n").unwrap();
+    }
+    let (stdout, all) = end_with_watch(child, keys, watch, &seen);
+    assert!(asked, "the request over budget was not asked about: {all}");
+    assert_eq!(before, ["\"/t0\""], "before the answer: {all}");
+    let reqs = up.requests();
+    let length = |t: &str| reqs.iter().find(|r| r["target"] == t).and_then(|r| r["length"].as_u64());
+    assert!(stdout.contains("small=200") && stdout.contains("big=200"), "{all}");
+    assert_eq!((length("/t0"), length("/t1")), (Some(10240), Some(153600)), "{reqs:?}");
+    assert!(has("allowed budget = other.test"), "{all}");
+    assert_eq!(std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap(), config, "s leaves the config");
+}
+
 const DIRECT: &str = r#"
 head -c 921600 /dev/zero | tr '\0' a > a; head -c 204800 /dev/zero | tr '\0' b > b
 c() { curl --noproxy '*' --cacert e2e-ca.pem -sS -o /dev/null -m 20 "$@"; }
