@@ -102,8 +102,7 @@ fn main() {
 /// instead of panicking on the broken pipe. Only for commands that print for a reader (see
 /// `prints_for_a_reader`): a peer that hangs up must not kill a process that serves.
 fn end_quietly_on_a_closed_pipe() {
-    // SAFETY: setting a signal's disposition to its default, before any thread exists.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    ai_sandbox::sys::process::default_sigpipe();
 }
 
 /// Commands whose output is for a reader (a pager, `head`) and that change nothing a signal
