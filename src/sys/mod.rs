@@ -10,9 +10,12 @@
 //! - `process`: starting the gate, the keeper, podman and the sandbox's container engine with
 //!   the fork-time setup that must be async-signal-safe, waiting on signals, SIGPIPE's default,
 //!   and "is that pid alive" — needed by the launcher, the gate's client and live changes alike.
+//! - `fdpass`: a descriptor received over a Unix socket (the gate's listening socket, passed to
+//!   the launcher that registers), owned from the moment it arrives.
 //! - `timing`: the start-up breakdown's marks (`AISB_TIMINGS`, for bench/run).
 //! - `ids`: a session id as a user types it (whole, or its start).
 
+pub(crate) mod fdpass;
 pub mod ids;
 pub mod process;
 pub mod quote;

@@ -6,9 +6,8 @@ use super::{Refusal, Registered, Reply, Request, socket_path};
 use crate::contract::SessionPolicy;
 use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-use std::io::{IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,24 +24,15 @@ fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
     let mut fd = None;
     let mut buf = [0u8; 4096];
     while !line.ends_with(b"\n") {
-        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg =
-            match recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Ok(m) => m,
-                Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
-                Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
-            };
-        for c in msg.cmsgs().context("reading the gate's reply")? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
-                    // SAFETY: the kernel just installed this descriptor in our table for us.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    fd.get_or_insert(owned);
-                }
-            }
+        let (n, fds) = match crate::sys::fdpass::recv_with_fds(stream, &mut buf) {
+            Ok(got) => got,
+            Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
+            Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
+        };
+        // The first descriptor passed is the one; any other is closed as it is dropped.
+        if fd.is_none() {
+            fd = fds.into_iter().next();
         }
-        let n = msg.bytes;
         if n == 0 {
             return Err(HungUp.into());
         }
