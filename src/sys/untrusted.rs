@@ -523,6 +523,20 @@ impl Tree {
     }
 }
 
+/// Sets the extended attribute `name` of `p` (not followed) to `value`: for tests that make by
+/// hand what an overlay marks (an opaque directory) or what `Tree::xattr` reads.
+#[cfg(test)]
+pub(crate) fn set_xattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())?;
+    let n = std::ffi::CString::new(name)?;
+    // SAFETY: both strings are NUL-terminated; the value's pointer and length are one slice's.
+    let set = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if set != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The entries of an open directory, with what each is (never followed), sorted by name.
 pub fn entries(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
     let mut dir = Dir::from_fd(fd.try_clone()?).map_err(errno)?;

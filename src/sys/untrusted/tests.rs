@@ -303,18 +303,14 @@ fn xattr_reads_a_set_attribute_and_says_none_for_an_unset_one() {
     let (_t, p, _) = setup();
     let tree = Tree::open(&p).unwrap();
     fs::write(p.join("x"), "").unwrap();
-    let c = std::ffi::CString::new(p.join("x").as_os_str().as_bytes()).unwrap();
-    // SAFETY: NUL-terminated strings, a buffer and its length.
-    let set = unsafe { libc::setxattr(c.as_ptr(), c"user.aisb".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
-    if set != 0 {
+    if set_xattr(&p.join("x"), "user.aisb", b"y").is_err() {
         // A filesystem without user xattrs (tmpfs on old kernels): none is the answer there.
         assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), None);
         return;
     }
     assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), Some(b"y".to_vec()));
     // An empty value is set (the overlay's origin mark is one): Some, not None.
-    // SAFETY: as above, with a zero length.
-    assert_eq!(unsafe { libc::setxattr(c.as_ptr(), c"user.empty".as_ptr(), b"".as_ptr().cast(), 0, 0) }, 0);
+    set_xattr(&p.join("x"), "user.empty", b"").unwrap();
     assert_eq!(tree.xattr(Path::new("x"), "user.empty").unwrap(), Some(Vec::new()));
     assert_eq!(tree.xattr(Path::new("x"), "user.other").unwrap(), None);
     assert!(tree.xattr(Path::new("missing"), "user.aisb").is_err());
