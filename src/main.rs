@@ -1,4 +1,8 @@
 //! Entry point: parse the command line and dispatch. Errors are printed once, here.
+//!
+//! No `unsafe` here: what needs it is in the library's `sys` (see lib.rs).
+
+#![deny(unsafe_code)]
 
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::cli::{app, change, export, sessions, setup};

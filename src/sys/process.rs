@@ -3,7 +3,8 @@
 //! a signal's disposition (SIGPIPE's default for a command that prints), for what a signal that
 //! ends the launcher leaves said (`last_words`), and for "is that pid alive". The gate, the
 //! keeper, podman and the sandbox's container engine are started here; nothing else in the crate
-//! calls `pre_exec`, `sigwaitinfo` or `sigpending`.
+//! calls `pre_exec`, `sigwaitinfo` or `sigpending` (the crate root denies `unsafe` outside
+//! `sys`, so the compiler refuses them elsewhere).
 
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
