@@ -4,6 +4,7 @@
 
 use super::{Refusal, Registered, Reply, Request, socket_path};
 use crate::contract::SessionPolicy;
+use crate::contract::control::REQUEST_MAX;
 use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
 use std::io::Write;
@@ -51,9 +52,22 @@ enum Failed {
     Refused(anyhow::Error),
 }
 
-fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+/// `req` as the line that goes to the gate; one longer than the gate reads is refused here, not
+/// sent (the gate would refuse it without reading it all).
+fn request_line(req: &Request) -> Result<String, Failed> {
     let mut line = serde_json::to_string(req).map_err(|e| Failed::Refused(e.into()))?;
+    if line.len() > REQUEST_MAX {
+        return Err(Failed::Refused(anyhow::anyhow!(
+            "the request is {} bytes, more than the gate's control socket reads in one ({REQUEST_MAX}); not sent",
+            line.len()
+        )));
+    }
     line.push('\n');
+    Ok(line)
+}
+
+fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+    let line = request_line(req)?;
     stream.write_all(line.as_bytes()).map_err(|e| Failed::Going(format!("the gate hung up ({e})")))?;
     let (r, fd) = read_reply(stream).map_err(|e| match e.downcast_ref::<HungUp>() {
         Some(_) => Failed::Going("the gate hung up without answering".into()),
@@ -237,6 +251,19 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::policy::budget::host_line;
+
+    /// A request the gate would not read whole is not sent; one at the bound is (the control).
+    #[test]
+    fn a_request_over_the_bound_is_not_sent() {
+        let review = |n: usize| Request::Review { session: "s".repeat(n) };
+        let base = serde_json::to_string(&review(0)).unwrap().len();
+        let at = request_line(&review(REQUEST_MAX - base)).ok().unwrap();
+        assert_eq!(at.len(), REQUEST_MAX + 1, "the bound, and its newline");
+        let Err(Failed::Refused(e)) = request_line(&review(REQUEST_MAX - base + 1)) else {
+            panic!("a request one byte over the bound was not refused")
+        };
+        assert!(e.to_string().contains(&format!("{} bytes", REQUEST_MAX + 1)), "{e}");
+    }
 
     /// A live change must hear back each limit it adds; one the session had is not asked again
     /// (its gate said it at registration). A gate of an older version says none.
