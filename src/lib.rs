@@ -15,12 +15,19 @@
 //! - `launch` runs a Plan through `launch::Machine` (the order is unit-tested with a fake), and
 //!   what runs beside it: the keeper, the guard, the relays, the OCI hooks;
 //! - `live` changes a running sandbox; `gate` is the egress gate's process and its clients;
-//! - `host` is the effect seam (`Os` + `Ports`), and `sys::process` the one place for spawning
-//!   and signals.
+//! - `host` is the effect seam (`Os` + `Ports`), and `sys::process` where the fork-time setup
+//!   of a spawn and the signal calls are (unsafe: denied outside `sys`, below).
 //!
 //! Folders import only downwards (`scripts/check-imports`, docs/architecture.md).
 //!
 //! The public surface is what `main`, tests/ and the bench use; the rest is `pub(crate)`.
+//!
+//! `unsafe` is denied here and allowed in `sys` alone, so the compiler refuses it anywhere else
+//! (main.rs denies it too); each unsafe block says why it is sound in a `// SAFETY:` comment,
+//! which clippy requires (`undocumented_unsafe_blocks`).
+
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cli;
 pub mod config;
@@ -34,4 +41,5 @@ pub mod live;
 pub mod plan;
 pub mod policy;
 pub mod review;
+#[allow(unsafe_code)]
 pub mod sys;

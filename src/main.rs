@@ -1,4 +1,8 @@
 //! Entry point: parse the command line and dispatch. Errors are printed once, here.
+//!
+//! No `unsafe` here: what needs it is in the library's `sys` (see lib.rs).
+
+#![deny(unsafe_code)]
 
 use ai_sandbox::cli::{Cli, Sub};
 use ai_sandbox::cli::{app, change, export, sessions, setup};
@@ -102,8 +106,7 @@ fn main() {
 /// instead of panicking on the broken pipe. Only for commands that print for a reader (see
 /// `prints_for_a_reader`): a peer that hangs up must not kill a process that serves.
 fn end_quietly_on_a_closed_pipe() {
-    // SAFETY: setting a signal's disposition to its default, before any thread exists.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    ai_sandbox::sys::process::default_sigpipe();
 }
 
 /// Commands whose output is for a reader (a pager, `head`) and that change nothing a signal

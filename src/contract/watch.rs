@@ -6,6 +6,11 @@
 use super::log::Event;
 use serde::{Deserialize, Serialize};
 
+/// The most bytes an answer line from a watcher may hold, its newline not counted: the longest
+/// `Answer` is 48 (`{"ask":18446744073709551615,"verdict":"allowed"}`), so 4 KiB leaves room
+/// for fields to come. The gate hangs up on a watcher that sends a longer line.
+pub const ANSWER_MAX: usize = 4 << 10;
+
 /// A watcher's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

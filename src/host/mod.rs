@@ -501,7 +501,6 @@ impl Ports for RealHost {
         buf[..n].to_vec()
     }
     fn stdin_from_image(&mut self, podman: &Path, image: &str) -> anyhow::Result<ImageFeed> {
-        use std::os::unix::io::AsRawFd;
         let mut child = std::process::Command::new(podman)
             .args(["save", "--", image])
             .env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1")
@@ -512,9 +511,8 @@ impl Ports for RealHost {
                 hinted(format!("running {} save: {e}", podman.display()), "run `ai-sandbox doctor`")
             })?;
         let out = child.stdout.take().expect("piped");
-        // SAFETY: dup2 onto this process's fd 0; both descriptors are open.
-        if unsafe { libc::dup2(out.as_raw_fd(), 0) } == -1 {
-            anyhow::bail!("making podman save the input: {}", std::io::Error::last_os_error());
+        if let Err(e) = nix::unistd::dup2_stdin(&out) {
+            anyhow::bail!("making podman save the input: {}", std::io::Error::from(e));
         }
         drop(out);
         let (podman, image) = (podman.display().to_string(), image.to_string());

@@ -8,8 +8,8 @@
 use crate::plan::engine::{RUN_DIR, SOCKET};
 use anyhow::Context;
 use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -55,25 +55,9 @@ fn start_service() -> anyhow::Result<()> {
         std::os::unix::net::UnixListener::bind(socket).with_context(|| format!("binding {SOCKET}"))?;
     let log = std::fs::File::create(Path::new(RUN_DIR).join(SERVICE_LOG))
         .with_context(|| format!("creating {RUN_DIR}/{SERVICE_LOG}"))?;
-    let fd = listener.as_raw_fd();
     let mut service = Command::new("/bin/sh");
     service.args(["-c", SUPERVISE]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
-    // SAFETY: only async-signal-safe calls (dup2, fcntl, setpgid) between fork and exec.
-    unsafe {
-        service.pre_exec(move || {
-            if fd == 3 {
-                if libc::fcntl(3, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, 3) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::setpgid(0, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    service.spawn().context("starting `podman system service`")?;
+    crate::sys::process::spawn_with_fd3(&mut service, listener.as_fd())
+        .context("starting `podman system service`")?;
     Ok(())
 }

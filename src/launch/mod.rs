@@ -643,20 +643,6 @@ pub(crate) fn runtime_failed_before_start(code: Option<i32>, pid_file: bool, hoo
     code == Some(126) && !pid_file && !hook_ran
 }
 
-/// Whether one of `set` is pending for this process: blocked in every thread and not yet taken
-/// by the signal thread (a Ctrl-C that reached podman as the terminal's, say).
-fn pending(set: &SigSet) -> bool {
-    let mut p = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigpending fills the set it is given; it is read only once that succeeded.
-    if unsafe { libc::sigpending(p.as_mut_ptr()) } != 0 {
-        return false;
-    }
-    // SAFETY: filled by sigpending above.
-    let p = unsafe { p.assume_init() };
-    // SAFETY: a filled set and a valid signal number.
-    set.iter().any(|s| unsafe { libc::sigismember(&p, s as i32) } == 1)
-}
-
 /// Runs podman once, to its end; the keeper and the signal thread know its pid meanwhile. The
 /// signal thread starts once the first podman exists (a signal before that waits, blocked).
 /// `first`: the first try's status, for the second try, which is not made (that status is
@@ -673,7 +659,7 @@ fn run_podman_once(
     let mut child = {
         let mut state = podman_state();
         if let Some(first) = first {
-            if state.1 || pending(&set) {
+            if state.1 || process::pending(&set) {
                 return Ok(first);
             }
             say("the container runtime failed before the sandbox existed (podman's exit 126, no container; \

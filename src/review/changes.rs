@@ -348,11 +348,8 @@ pub(crate) mod testing {
 
     /// Sets the extended attribute `name` of `p` (not followed) to `value`.
     pub(crate) fn set_xattr(p: &std::path::Path, name: &str, value: &[u8]) {
-        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        let n = std::ffi::CString::new(name).unwrap();
-        // SAFETY: NUL-terminated strings, a buffer and its length.
-        let set = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-        assert_eq!(set, 0, "user xattrs in target/: {}", std::io::Error::last_os_error());
+        let set = crate::sys::untrusted::set_xattr(p, name, value);
+        set.unwrap_or_else(|e| panic!("user xattrs in target/: {e}"));
     }
 }
 

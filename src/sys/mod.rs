@@ -7,14 +7,17 @@
 //! - `quote`: how anything a sandbox named (a path, a setting, a request path) is printed to the
 //!   user: control characters, bidi overrides and bytes that are not UTF-8 escaped, as git's
 //!   `core.quotePath` does, so that no terminal escape reaches a terminal.
-//! - `process`: starting the gate, the keeper and podman with the fork-time setup that must be
-//!   async-signal-safe, waiting on signals, and "is that pid alive" — needed by the launcher,
-//!   the gate's client and live changes alike.
+//! - `process`: starting the gate, the keeper, podman and the sandbox's container engine with
+//!   the fork-time setup that must be async-signal-safe, waiting on signals, SIGPIPE's default,
+//!   and "is that pid alive" — needed by the launcher, the gate's client and live changes alike.
+//! - `fdpass`: a descriptor received over a Unix socket (the gate's listening socket, passed to
+//!   the launcher that registers), owned from the moment it arrives.
 //! - `timing`: the start-up breakdown's marks (`AISB_TIMINGS`, for bench/run).
 //! - `ids`: a session id as a user types it (whole, or its start).
 
+pub(crate) mod fdpass;
 pub mod ids;
-pub(crate) mod process;
+pub mod process;
 pub mod quote;
 pub mod runtime;
 pub mod timing;

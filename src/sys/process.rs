@@ -1,10 +1,14 @@
 //! Processes the launcher starts and watches: one place for the fork-time setup that must be
-//! async-signal-safe (and so `unsafe`), for waiting on signals, for what a signal that ends the
-//! launcher leaves said (`last_words`), and for "is that pid alive". The gate, the keeper and
-//! podman are started here; nothing else in the crate calls `pre_exec` or `sigwaitinfo`.
+//! async-signal-safe (and so `unsafe`), for waiting on signals and asking which are pending, for
+//! a signal's disposition (SIGPIPE's default for a command that prints), for what a signal that
+//! ends the launcher leaves said (`last_words`), and for "is that pid alive". The gate, the
+//! keeper, podman and the sandbox's container engine are started here; nothing else in the crate
+//! calls `pre_exec`, `sigwaitinfo` or `sigpending` (the crate root denies `unsafe` outside
+//! `sys`, so the compiler refuses them elsewhere).
 
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::unistd::Pid;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
@@ -37,6 +41,33 @@ pub(crate) fn spawn(cmd: &mut Command, tie: Tie) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
+/// Spawns `cmd` with `listening` as its descriptor 3, inherited through exec, and in a process
+/// group of its own: systemd's socket activation (`LISTEN_FDS=1` names descriptor 3), for the
+/// sandbox's container engine (`launch::engine`). `listening` is borrowed for the call, so it is
+/// open when the child is forked.
+pub(crate) fn spawn_with_fd3(cmd: &mut Command, listening: BorrowedFd<'_>) -> std::io::Result<Child> {
+    let fd = listening.as_raw_fd();
+    // SAFETY: only async-signal-safe calls (dup2, fcntl, setpgid) between fork and exec, on
+    // descriptors open in the child (`fd` is borrowed across the spawn; 3 is the one made here).
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                // dup2 onto itself would leave close-on-exec set (std opens every descriptor so).
+                if libc::fcntl(3, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, 3) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::setpgid(0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
 /// Reaps `child` when it exits, so no zombie is left while the launcher runs.
 pub(crate) fn reap_later(mut child: Child) {
     std::thread::spawn(move || child.wait());
@@ -53,6 +84,29 @@ pub(crate) fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
     let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
     let sig = Signal::try_from(sig).ok()?;
     Some((sig, info.si_code == libc::SI_KERNEL))
+}
+
+/// Whether one of `set` is pending for this process: blocked in every thread and not yet taken
+/// by the signal thread (a Ctrl-C that reached podman as the terminal's, say). nix has no
+/// `sigpending`, hence libc here.
+pub(crate) fn pending(set: &SigSet) -> bool {
+    let mut p = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the set it is given; it is read only once that succeeded.
+    if unsafe { libc::sigpending(p.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: filled by sigpending above.
+    let p = unsafe { p.assume_init() };
+    // SAFETY: a filled set and a valid signal number.
+    set.iter().any(|s| unsafe { libc::sigismember(&p, s as i32) } == 1)
+}
+
+/// Gives SIGPIPE its default disposition back (std ignores it before `main`): a write to a pipe
+/// whose reader went away then ends the process quietly. `main` decides for which commands.
+pub fn default_sigpipe() {
+    // SAFETY: SIG_DFL installs no handler of ours, so no code runs in a signal context; signal(2)
+    // only sets this process's disposition of SIGPIPE.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 static LAST_WORDS: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
@@ -72,4 +126,39 @@ pub(crate) fn take_last_words() -> Option<String> {
 /// would take it for a process group).
 pub(crate) fn alive(pid: i32) -> bool {
     pid > 0 && kill(Pid::from_raw(pid), None).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child has the socket as its descriptor 3 (though the parent's copy is close-on-exec,
+    /// at 3 or at another number) and leads a process group of its own.
+    #[test]
+    fn spawn_with_fd3_hands_the_socket_over_as_3_in_a_group_of_its_own() {
+        use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+        let dir = tempfile::tempdir().unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(dir.path().join("s")).unwrap();
+        let ours = std::fs::read_link(format!("/proc/self/fd/{}", listener.as_raw_fd())).unwrap();
+        // The listener's own number (3 when the test runs with few descriptors open: then its
+        // close-on-exec flag is cleared), and a copy far from 3 (then it is duplicated onto 3).
+        let far = nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(100)).unwrap();
+        // SAFETY: fcntl has just made this descriptor for this test, which alone holds it.
+        let far = unsafe { OwnedFd::from_raw_fd(far) };
+        for fd in [listener.as_fd(), far.as_fd()] {
+            let mut cmd = Command::new("/bin/sh");
+            // pid, process group (stat's 5th field; the command `sh` has no space), what 3 is.
+            cmd.args(["-c", "echo $$; cut -d' ' -f5 /proc/$$/stat; readlink /proc/$$/fd/3"])
+                .stdout(std::process::Stdio::piped());
+            let out = spawn_with_fd3(&mut cmd, fd).unwrap().wait_with_output().unwrap();
+            let text = String::from_utf8(out.stdout).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 3, "fd {}: {text}", fd.as_raw_fd());
+            assert_eq!(lines[0], lines[1], "its own process group: {text}");
+            assert_eq!(lines[2], ours.to_str().unwrap(), "3 is the listening socket");
+        }
+        // The control: a plain spawn has no descriptor 3 and its parent's group.
+        let plain = Command::new("/bin/sh").args(["-c", "readlink /proc/$$/fd/3"]).output().unwrap();
+        assert!(plain.stdout.is_empty() && !plain.status.success(), "{plain:?}");
+    }
 }

@@ -8,8 +8,10 @@
 //! store: chosen by the user, trusted), and every path below it is reached from that descriptor
 //! one component at a time, each opened with `O_NOFOLLOW` (no `..`, no absolute path), so a
 //! link anywhere on the way is refused, never followed, and a rename on the way cannot move the
-//! walk elsewhere. A file is opened `O_NONBLOCK` and read only if `fstat` says it is a regular
-//! file, up to a cap. Writes go to a new file (`O_EXCL`) renamed over the name, which replaces
+//! walk elsewhere. A file is opened `O_NONBLOCK` and read (or copied) only if `fstat` says it is
+//! a regular file, up to a cap checked against what is read, not only against the length
+//! `fstat` says (the sandbox's word, and the file may grow meanwhile), which sizes no buffer
+//! past `PREALLOC_MAX`. Writes go to a new file (`O_EXCL`) renamed over the name, which replaces
 //! a link or fifo there instead of writing through it.
 //!
 //! `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH)` would do the walk in one call on kernels
@@ -26,6 +28,17 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+/// The most bytes of one file that `Tree::move_out` copies when the move crosses filesystems and
+/// so must copy: the copy goes to the host's disk, and what the sandbox left may be a sparse file
+/// of any length or one still growing. As much as review mode fetches of a sandbox's git objects
+/// (`review::git::OBJECTS_MAX`), so that a pack file of a repository the sandbox put in place of
+/// `.git` is still moved aside.
+pub const MOVE_COPY_MAX: u64 = 8 << 30;
+
+/// The most of the length `fstat` says that a read allocates before reading: past it the buffer
+/// grows with what is read.
+const PREALLOC_MAX: u64 = 64 << 10;
 
 /// What is at a path (never what a link there leads to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -234,8 +247,8 @@ impl Tree {
     pub fn read(&self, rel: &Path, cap: u64) -> io::Result<Vec<u8>> {
         let (f, st) = self.open_file(rel)?;
         // The bound is what is read, not what fstat said: a file that grows meanwhile is refused
-        // too.
-        let mut out = Vec::with_capacity(st.len.min(cap) as usize);
+        // too. What fstat said sizes the buffer up to PREALLOC_MAX only.
+        let mut out = Vec::with_capacity(st.len.min(cap).min(PREALLOC_MAX) as usize);
         f.take(cap + 1).read_to_end(&mut out)?;
         if out.len() as u64 > cap {
             return Err(too_large(rel, cap));
@@ -319,7 +332,8 @@ impl Tree {
     /// way is taken by something that is not a directory, or the place itself, the item goes
     /// below a fresh `.aside-N` instead (nothing in the quarantine is replaced). Across
     /// filesystems it is copied (files, directories, links; a fifo, socket or device is not
-    /// carried) and removed.
+    /// carried) and removed; a file larger than `MOVE_COPY_MAX` is an error naming it, and then
+    /// nothing is removed (what was copied before it stays in the quarantine).
     pub fn move_out(&self, rel: &Path, quarantine: &Path) -> io::Result<PathBuf> {
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
             .create(quarantine)?;
@@ -347,7 +361,7 @@ impl Tree {
         match renameat(dir.as_fd(), name, qdir.as_fd(), qname) {
             Ok(()) => {}
             Err(Errno::EXDEV) => {
-                self.copy_out(rel, &q, &to)?;
+                self.copy_out(rel, &q, &to, MOVE_COPY_MAX)?;
                 self.remove(rel)?;
             }
             Err(e) => return Err(errno(e)),
@@ -363,18 +377,23 @@ impl Tree {
     }
 
     /// Copies what is at `rel` to `to` in the tree `dest` (nothing there yet), streamed: a file
-    /// is copied as it is read, never held whole.
-    fn copy_out(&self, rel: &Path, dest: &Tree, to: &Path) -> io::Result<()> {
+    /// is copied as it is read, never held whole, and at most `max` bytes of each: a file longer
+    /// (as `fstat` says, checked before a byte is read, or as it grows while read) is an error
+    /// naming it, and nothing of it is left at `to`.
+    fn copy_out(&self, rel: &Path, dest: &Tree, to: &Path, max: u64) -> io::Result<()> {
         let Some(st) = self.stat(rel)? else { return Ok(()) };
         match st.kind {
             Kind::File => {
-                let (mut f, st) = self.open_file(rel)?;
-                dest.put(to, &mut f, st.mode, Some(st.mtime_ns), false)?;
+                let (f, st) = self.open_file(rel)?;
+                if st.len > max {
+                    return Err(too_large_to_copy(rel, st.len, max));
+                }
+                dest.put(to, &mut Capped::new(f, max, rel), st.mode, Some(st.mtime_ns), false)?;
             }
             Kind::Dir => {
                 dest.mkdir_all(to, 0o700)?;
                 for (n, _) in self.list(rel)? {
-                    self.copy_out(&rel.join(&n), dest, &to.join(&n))?;
+                    self.copy_out(&rel.join(&n), dest, &to.join(&n), max)?;
                 }
             }
             Kind::Link => dest.symlink(&self.readlink(rel)?, to)?,
@@ -523,6 +542,20 @@ impl Tree {
     }
 }
 
+/// Sets the extended attribute `name` of `p` (not followed) to `value`: for tests that make by
+/// hand what an overlay marks (an opaque directory) or what `Tree::xattr` reads.
+#[cfg(test)]
+pub(crate) fn set_xattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())?;
+    let n = std::ffi::CString::new(name)?;
+    // SAFETY: both strings are NUL-terminated; the value's pointer and length are one slice's.
+    let set = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if set != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The entries of an open directory, with what each is (never followed), sorted by name.
 pub fn entries(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
     let mut dir = Dir::from_fd(fd.try_clone()?).map_err(errno)?;
@@ -549,6 +582,38 @@ pub fn entries(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// The file at `rel` read to at most `max` bytes: a byte more (it grew past the bound while
+/// read) is an error naming it. No more than that byte past the bound is ever read.
+struct Capped<'a> {
+    from: io::Take<std::fs::File>,
+    read: u64,
+    max: u64,
+    rel: &'a Path,
+}
+
+impl<'a> Capped<'a> {
+    fn new(f: std::fs::File, max: u64, rel: &'a Path) -> Capped<'a> {
+        Capped { from: f.take(max.saturating_add(1)), read: 0, max, rel }
+    }
+}
+
+impl Read for Capped<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.from.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.max {
+            return Err(too_large(self.rel, self.max));
+        }
+        Ok(n)
+    }
+}
+
+/// A file `fstat` says is `len` bytes, past the `max` a copy takes.
+fn too_large_to_copy(rel: &Path, len: u64, max: u64) -> io::Error {
+    let what = format!("{} is {len} bytes, more than {max} (not copied)", crate::sys::quote::path(rel));
+    io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
 fn too_large(rel: &Path, cap: u64) -> io::Error {

@@ -5,11 +5,11 @@
 use super::{Refusal, Registered, Reply, Request, socket_path};
 use crate::contract::SessionPolicy;
 use crate::contract::capability::{Capabilities, Capability, missing, required};
+use crate::contract::control::REQUEST_MAX;
 use crate::sys::runtime::private_dir;
 use anyhow::{Context, bail};
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-use std::io::{IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,24 +26,15 @@ fn read_reply(stream: &UnixStream) -> anyhow::Result<(Reply, Option<OwnedFd>)> {
     let mut fd = None;
     let mut buf = [0u8; 4096];
     while !line.ends_with(b"\n") {
-        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg =
-            match recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Ok(m) => m,
-                Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
-                Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
-            };
-        for c in msg.cmsgs().context("reading the gate's reply")? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
-                    // SAFETY: the kernel just installed this descriptor in our table for us.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    fd.get_or_insert(owned);
-                }
-            }
+        let (n, fds) = match crate::sys::fdpass::recv_with_fds(stream, &mut buf) {
+            Ok(got) => got,
+            Err(nix::errno::Errno::ECONNRESET) => return Err(HungUp.into()),
+            Err(e) => return Err(anyhow::Error::from(e).context("reading the gate's reply")),
+        };
+        // The first descriptor passed is the one; any other is closed as it is dropped.
+        if fd.is_none() {
+            fd = fds.into_iter().next();
         }
-        let n = msg.bytes;
         if n == 0 {
             return Err(HungUp.into());
         }
@@ -62,9 +53,22 @@ enum Failed {
     Refused(anyhow::Error),
 }
 
-fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+/// `req` as the line that goes to the gate; one longer than the gate reads is refused here, not
+/// sent (the gate would refuse it without reading it all).
+fn request_line(req: &Request) -> Result<String, Failed> {
     let mut line = serde_json::to_string(req).map_err(|e| Failed::Refused(e.into()))?;
+    if line.len() > REQUEST_MAX {
+        return Err(Failed::Refused(anyhow::anyhow!(
+            "the request is {} bytes, more than the gate's control socket reads in one ({REQUEST_MAX}); not sent",
+            line.len()
+        )));
+    }
     line.push('\n');
+    Ok(line)
+}
+
+fn send(stream: &mut UnixStream, req: &Request) -> Result<(Reply, Option<OwnedFd>), Failed> {
+    let line = request_line(req)?;
     stream.write_all(line.as_bytes()).map_err(|e| Failed::Going(format!("the gate hung up ({e})")))?;
     let (r, fd) = read_reply(stream).map_err(|e| match e.downcast_ref::<HungUp>() {
         Some(_) => Failed::Going("the gate hung up without answering".into()),
@@ -222,6 +226,19 @@ fn start(dir: &Path, self_exe: &Path, port_from: u16) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::policy::budget::host_line;
+
+    /// A request the gate would not read whole is not sent; one at the bound is (the control).
+    #[test]
+    fn a_request_over_the_bound_is_not_sent() {
+        let review = |n: usize| Request::Review { session: "s".repeat(n) };
+        let base = serde_json::to_string(&review(0)).unwrap().len();
+        let at = request_line(&review(REQUEST_MAX - base)).ok().unwrap();
+        assert_eq!(at.len(), REQUEST_MAX + 1, "the bound, and its newline");
+        let Err(Failed::Refused(e)) = request_line(&review(REQUEST_MAX - base + 1)) else {
+            panic!("a request one byte over the bound was not refused")
+        };
+        assert!(e.to_string().contains(&format!("{} bytes", REQUEST_MAX + 1)), "{e}");
+    }
 
     /// A live change must hear back each limit it adds; one the session had is not asked again
     /// (its gate said it at registration). A gate of an older version says none.

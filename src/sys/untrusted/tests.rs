@@ -201,13 +201,52 @@ fn copy_out_and_remove_never_follow_links() {
     let tree = Tree::open(&p).unwrap();
     let dest = t.path().join("copy");
     fs::create_dir(&dest).unwrap();
-    tree.copy_out(Path::new("d"), &Tree::open(&dest).unwrap(), Path::new("d")).unwrap();
+    tree.copy_out(Path::new("d"), &Tree::open(&dest).unwrap(), Path::new("d"), MOVE_COPY_MAX).unwrap();
     let dest = dest.join("d");
     assert_eq!(fs::read(dest.join("e/f")).unwrap(), b"f");
     assert_eq!(fs::read_link(dest.join("link")).unwrap(), outside);
     tree.remove(Path::new("d")).unwrap();
     assert!(!p.join("d").exists());
     assert_eq!(fs::read(outside.join("secret")).unwrap(), b"token");
+}
+
+/// A file longer than the bound, as `fstat` says, is refused before it is read (nothing is left
+/// where it would have gone); one at the bound is copied byte for byte, with its mode (the
+/// control).
+#[test]
+fn copy_out_refuses_a_file_over_the_bound_and_copies_one_at_it() {
+    let (t, p, _) = setup();
+    let at: Vec<u8> = (0..100).collect();
+    fs::write(p.join("at"), &at).unwrap();
+    fs::set_permissions(p.join("at"), fs::Permissions::from_mode(0o751)).unwrap();
+    fs::write(p.join("over"), vec![b'x'; 101]).unwrap();
+    let tree = Tree::open(&p).unwrap();
+    fs::create_dir(t.path().join("copy")).unwrap();
+    let dest = Tree::open(&t.path().join("copy")).unwrap();
+    tree.copy_out(Path::new("at"), &dest, Path::new("at"), 100).unwrap();
+    assert_eq!(fs::read(t.path().join("copy/at")).unwrap(), at);
+    assert_eq!(fs::metadata(t.path().join("copy/at")).unwrap().permissions().mode() & 0o777, 0o751);
+    let e = tree.copy_out(Path::new("over"), &dest, Path::new("over"), 100).unwrap_err();
+    assert_eq!(e.to_string(), "over is 101 bytes, more than 100 (not copied)");
+    assert_eq!(dest.list(Path::new("")).unwrap(), [("at".into(), Kind::File)], "nothing else there");
+}
+
+/// A file that reads longer than `fstat` says (as one still growing does; /proc's say 0) is
+/// stopped at the bound while copied, and its partial copy removed; under the bound it is
+/// copied (the control). `read` is bound the same way.
+#[test]
+fn copy_out_stops_a_file_that_grows_past_the_bound_while_read() {
+    let proc_self = Tree::open(Path::new("/proc/self")).unwrap();
+    let status = Path::new("status");
+    assert_eq!(proc_self.stat(status).unwrap().map(|st| (st.kind, st.len)), Some((Kind::File, 0)));
+    let t = tempfile::tempdir().unwrap();
+    let dest = Tree::open(t.path()).unwrap();
+    let e = proc_self.copy_out(status, &dest, Path::new("cut"), 16).unwrap_err();
+    assert_eq!(e.to_string(), "status is larger than 16 bytes");
+    assert!(dest.list(Path::new("")).unwrap().is_empty(), "no partial copy, no temporary file");
+    assert_eq!(proc_self.read(status, 16).unwrap_err().to_string(), "status is larger than 16 bytes");
+    proc_self.copy_out(status, &dest, Path::new("whole"), 1 << 20).unwrap();
+    assert!(fs::read_to_string(t.path().join("whole")).unwrap().starts_with("Name:"));
 }
 
 #[test]
@@ -303,18 +342,14 @@ fn xattr_reads_a_set_attribute_and_says_none_for_an_unset_one() {
     let (_t, p, _) = setup();
     let tree = Tree::open(&p).unwrap();
     fs::write(p.join("x"), "").unwrap();
-    let c = std::ffi::CString::new(p.join("x").as_os_str().as_bytes()).unwrap();
-    // SAFETY: NUL-terminated strings, a buffer and its length.
-    let set = unsafe { libc::setxattr(c.as_ptr(), c"user.aisb".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
-    if set != 0 {
+    if set_xattr(&p.join("x"), "user.aisb", b"y").is_err() {
         // A filesystem without user xattrs (tmpfs on old kernels): none is the answer there.
         assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), None);
         return;
     }
     assert_eq!(tree.xattr(Path::new("x"), "user.aisb").unwrap(), Some(b"y".to_vec()));
     // An empty value is set (the overlay's origin mark is one): Some, not None.
-    // SAFETY: as above, with a zero length.
-    assert_eq!(unsafe { libc::setxattr(c.as_ptr(), c"user.empty".as_ptr(), b"".as_ptr().cast(), 0, 0) }, 0);
+    set_xattr(&p.join("x"), "user.empty", b"").unwrap();
     assert_eq!(tree.xattr(Path::new("x"), "user.empty").unwrap(), Some(Vec::new()));
     assert_eq!(tree.xattr(Path::new("x"), "user.other").unwrap(), None);
     assert!(tree.xattr(Path::new("missing"), "user.aisb").is_err());
