@@ -20,6 +20,9 @@ use std::collections::BTreeSet;
 pub enum Capability {
     /// A learning run: an unlisted hostname is relayed and logged as learned.
     Learning,
+    /// `rule =` lines: a ruled host's TLS is opened and only the requests they allow go. A gate
+    /// that drops them tunnels the host blind, every request through (no CA is needed for that).
+    Rules,
     /// A push rule limited by ref: each ref a push updates is checked.
     PushRefs,
     /// `budget =` lines: what the session sends to a host is counted and cut.
@@ -33,14 +36,20 @@ pub type Capabilities = BTreeSet<Capability>;
 
 impl Capability {
     /// Every capability this version knows: what its gate enforces.
-    pub const ALL: [Capability; 4] =
-        [Capability::Learning, Capability::PushRefs, Capability::Budgets, Capability::Periods];
+    pub const ALL: [Capability; 5] = [
+        Capability::Learning,
+        Capability::Rules,
+        Capability::PushRefs,
+        Capability::Budgets,
+        Capability::Periods,
+    ];
 
     /// Its name on the control socket (also the name of the flag the versions before the set
     /// wrote, see `contract::control::Reply`).
     pub fn name(self) -> &'static str {
         match self {
             Capability::Learning => "learning",
+            Capability::Rules => "rules",
             Capability::PushRefs => "push_refs",
             Capability::Budgets => "budgets",
             Capability::Periods => "periods",
@@ -56,6 +65,7 @@ impl Capability {
     pub fn without(self) -> &'static str {
         match self {
             Capability::Learning => "cannot learn (it would refuse what a learning run records)",
+            Capability::Rules => "does not read rules (it would let every request to a ruled host through)",
             Capability::PushRefs => {
                 "does not limit a push by ref (it would let every push of such a rule through)"
             }
@@ -89,16 +99,16 @@ pub fn required(policy: &SessionPolicy) -> Capabilities {
         // Where the period counts live: read with `budgets`' periods.
         budget_counts: _,
     } = policy;
-    // Hosts, networks and their denials: every gate's since the first.
+    // Hosts, networks and their denials: every gate's (`deny =` came the day of the first gate).
     let Allowlist { hosts: _, nets: _, deny_hosts: _, deny_nets: _ } = allow;
     let mut need = Capabilities::new();
     if *learn {
         need.insert(Capability::Learning);
     }
     for rule in rules {
-        // Method, path and query: every gate that reads rules (a gate that does not terminates
-        // nothing and passes no request of a ruled host: the sandbox does not trust it).
+        // Method, path and query: every gate that says it reads rules.
         let Rule { host: _, method: _, path: _, query: _, line: _, refs } = rule;
+        need.insert(Capability::Rules);
         if !refs.is_empty() {
             need.insert(Capability::PushRefs);
         }
@@ -134,8 +144,13 @@ mod tests {
         let set = |c: &[Capability]| c.iter().copied().collect::<Capabilities>();
         assert_eq!(required(&SessionPolicy::default()), set(&[]));
         assert_eq!(required(&SessionPolicy { learn: true, ..SessionPolicy::default() }), set(&[Learning]));
-        assert_eq!(required(&with_rules("g.test git-push /r.git refs/heads/a/*")), set(&[PushRefs]));
-        assert_eq!(required(&with_rules("g.test git-push /r.git")), set(&[]), "a push rule without refs");
+        assert_eq!(required(&with_rules("g.test git-push /r.git refs/heads/a/*")), set(&[Rules, PushRefs]));
+        assert_eq!(
+            required(&with_rules("g.test git-push /r.git")),
+            set(&[Rules]),
+            "a push rule without refs"
+        );
+        assert_eq!(required(&with_rules("g.test GET /x")), set(&[Rules]));
         let plain = SessionPolicy { budgets: vec![host_line("a.test 1k")], ..SessionPolicy::default() };
         assert_eq!(required(&plain), set(&[Budgets]));
         let daily = SessionPolicy { budgets: vec![host_line("a.test 1k/day")], ..SessionPolicy::default() };

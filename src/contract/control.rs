@@ -182,6 +182,9 @@ impl Reply {
     /// The flag the versions before `enforces` used for `c`; `None` for a capability added since.
     fn legacy_flag(&mut self, c: Capability) -> Option<&mut bool> {
         Some(match c {
+            // Said by `enforces` alone: a gate of the versions before the set read rules but
+            // said nothing of them, so a ruled session needs a gate of this version or later.
+            Capability::Rules => return None,
             Capability::Learning => &mut self.learning,
             Capability::PushRefs => &mut self.push_refs,
             Capability::Budgets => &mut self.budgets,
@@ -264,8 +267,9 @@ mod tests {
         let was = Registered { port: 18081, ca: Some("PEM".into()), enforces: Capabilities::new() };
         assert_eq!(ok.as_registered(), was);
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
-        // A gate of the version before the set said each capability as a flag of its own.
-        for c in Capability::ALL {
+        // A gate of the version before the set said each capability as a flag of its own (all but
+        // `rules`, which it never said: a ruled session is refused such a gate).
+        for c in Capability::ALL.into_iter().filter(|&c| c != Capability::Rules) {
             let line = format!(r#"{{"ok":true,"port":1,"pid":9,"{}":true}}"#, c.name());
             let old: Reply = serde_json::from_str(&line).unwrap();
             assert_eq!(old.as_registered().enforces, [c].into(), "{line}");
@@ -281,13 +285,16 @@ mod tests {
         assert_eq!(back.as_registered().enforces, Capability::ALL.into());
         let old: serde_json::Value = serde_json::from_str(&line).unwrap();
         for c in Capability::ALL {
-            assert_eq!(old[c.name()].as_bool(), Some(true), "{line}");
+            let flag = (c != Capability::Rules).then_some(true);
+            assert_eq!(old[c.name()].as_bool(), flag, "{line}");
         }
         for c in Capability::ALL {
             let one = Registered { port: 7, ca: None, enforces: [c].into() };
             let line = serde_json::to_string(&Reply::registered(2, one.clone())).unwrap();
             assert_eq!(serde_json::from_str::<Reply>(&line).unwrap().as_registered(), one, "{line}");
         }
+        let rules: Reply = serde_json::from_str(r#"{"ok":true,"port":1,"rules":true}"#).unwrap();
+        assert!(rules.as_registered().enforces.is_empty(), "no flag was ever written for rules");
         let newer: Reply =
             serde_json::from_str(r#"{"ok":true,"port":1,"enforces":["budgets","mcp_tools"]}"#).unwrap();
         assert_eq!(newer.as_registered().enforces, [Capability::Budgets].into());

@@ -50,7 +50,9 @@ pub(crate) fn chosen(upstream: Option<&[u8]>, offered: &[Vec<u8>]) -> Proto {
 
 /// A checked request (`target` its origin-form path and query) in the form the upstream's
 /// version wants: HTTP/2 names the host in the URI (`:authority`) and has no Host header;
-/// HTTP/1.1 takes the origin form and a Host header (a request that came over HTTP/2 had none).
+/// HTTP/1.1 takes the origin form and one Host header, the connection's host in one spelling
+/// (whatever the client wrote: `the_host` checked that it names this host, and a server that
+/// routes on a spelling the check let through, or on a second value, must not see it).
 pub(crate) fn for_upstream(
     parts: &mut Parts,
     proto: Proto,
@@ -75,10 +77,8 @@ pub(crate) fn for_upstream(
         }
         Proto::H1 => {
             parts.uri = target.parse().map_err(|_| "the request target does not parse".to_string())?;
-            if !parts.headers.contains_key(header::HOST) {
-                let v = HeaderValue::from_str(&authority).map_err(|_| "the host is not a header value")?;
-                parts.headers.insert(header::HOST, v);
-            }
+            let v = HeaderValue::from_str(&authority).map_err(|_| "the host is not a header value")?;
+            parts.headers.insert(header::HOST, v);
         }
     }
     parts.version = match proto {
@@ -147,9 +147,12 @@ mod tests {
         assert_eq!(p.uri.to_string(), "/v1/x");
         assert_eq!(p.headers["host"], "api.test", "from HTTP/2: the Host header is added");
 
-        let mut p = parts("/v1/x", Some("api.test"));
+        // What the client wrote (another spelling, a second value) is replaced by the one.
+        let mut p = parts("/v1/x", Some("API.test."));
+        p.headers.append("host", HeaderValue::from_static("other.test"));
         for_upstream(&mut p, Proto::H1, "api.test", 8443, "/v1/x").unwrap();
-        assert_eq!(p.headers["host"], "api.test", "a Host header the client sent stays");
+        let hosts: Vec<_> = p.headers.get_all("host").iter().collect();
+        assert_eq!(hosts, ["api.test:8443"]);
         assert_eq!(p.version, hyper::Version::HTTP_11);
     }
 }

@@ -257,7 +257,7 @@ pub(super) async fn proxy_conn(state: Arc<State>, mut client: TcpStream) {
                 &state,
                 &session,
                 &req,
-                (&target, learned, budget.as_ref()),
+                (&policy, &target, learned, budget.as_ref()),
                 client,
                 upstream,
                 leftover,
@@ -601,7 +601,7 @@ async fn tunnel(
     state: &Arc<State>,
     s: &Arc<Session>,
     req: &request::Request,
-    (target, learned, budget): (&Target, bool, Option<&super::budget::Allowance>),
+    (policy, target, learned, budget): (&SessionPolicy, &Target, bool, Option<&super::budget::Allowance>),
     mut client: TcpStream,
     mut upstream: TcpStream,
     mut first: Vec<u8>,
@@ -620,13 +620,16 @@ async fn tunnel(
             return Ok((0, 0));
         }
         // Not on disk: not relayed (the client has its 200, and gets the connection closed).
-        if allow("allowed").is_err() {
+        if let Err(unlogged) = allow("allowed") {
+            let d = unlogged.denial();
+            s.denied.fetch_add(1, Ordering::Relaxed);
+            deny(d.status, &d.reason);
             return Ok((0, 0));
         }
         s.allowed.fetch_add(1, Ordering::Relaxed);
         if let Target::Name(n) = target
             && !learned
-            && (s.secrets.terminates(n) || crate::policy::rule::ruled(&s.policy().rules, n))
+            && (s.secrets.terminates(n) || crate::policy::rule::ruled(&policy.rules, n))
         {
             let up = match s.upstream() {
                 Ok(up) => up,

@@ -406,10 +406,15 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
     };
     // What a response must not carry back: the host's values, and this request's Basic tokens.
     let mut masks = c.secrets.masks(&c.host);
-    if let Err(d) = admit::upstream_parts(c, &mut admitted.parts, &mut masks) {
-        return c.finish(&asked, Stop::from(d));
-    }
-    if let Err(stop) = admit::record(c, &asked, &mut admitted).await {
+    let sendable = match admit::upstream_parts(c, &mut admitted.parts, &mut masks) {
+        Ok(()) => admit::record(c, &asked, &mut admitted).await,
+        Err(d) => Err(Stop::from(d)),
+    };
+    if let Err(stop) = sendable {
+        // Refused after the budget phase took its share: nothing of it went.
+        if let Some(a) = &admitted.budget {
+            a.give_back(admitted.taken);
+        }
         return c.finish(&asked, stop);
     }
     answer::exchange(c, &policy, &asked, admitted, masks).await

@@ -257,6 +257,13 @@ mod tests {
         let what = unheld_change(&SessionPolicy::default(), &plain, &older).unwrap();
         assert!(what.contains("does not count budgets"), "{what}");
         let what = unheld_change(&plain, &pushes, &older).unwrap();
+        assert!(what.contains("does not read rules"), "{what}");
+        // Rules the session had (said at registration), a limit by ref added: that one is asked.
+        let ruled = SessionPolicy {
+            rules: crate::policy::rule::parse("git.test git-push /r.git").unwrap(),
+            ..plain.clone()
+        };
+        let what = unheld_change(&ruled, &pushes, &older).unwrap();
         assert!(what.contains("limit a push by ref"), "{what}");
         // Said by this version's gate: the change holds.
         for (old, new) in [(&plain, &daily), (&SessionPolicy::default(), &plain), (&plain, &pushes)] {

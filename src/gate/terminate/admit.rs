@@ -52,6 +52,8 @@ pub(super) struct Admitted<B = Incoming> {
     pub(super) logged: String,
     pub(super) reason: String,
     pub(super) budget: Option<Allowance>,
+    /// What the budget phase took of `budget` (given back if the request is refused after it).
+    pub(super) taken: u64,
     /// The body's declared length (a budget took it whole then).
     pub(super) declared: Option<u64>,
     pub(super) upgrade: Option<hyper::upgrade::OnUpgrade>,
@@ -105,7 +107,8 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
             return Err(Stop::from(d));
         }
     };
-    Ok(Admitted { parts, body, ahead, scanned, target, logged, reason, budget, declared, upgrade })
+    let taken = if budget.is_some() { wanted } else { 0 };
+    Ok(Admitted { parts, body, ahead, scanned, target, logged, reason, budget, taken, declared, upgrade })
 }
 
 /// The last phase before anything goes upstream: the decision's record. Not on disk, not sent.
@@ -133,6 +136,13 @@ fn plain(status: u16, reason: &str) -> Denial {
 /// The request's target must be this connection's host (`request::names_host`): else a CDN
 /// fronting many names could route the real key to another one.
 fn the_host<B>(c: &Conn, req: &Request<B>) -> Result<(), Stop> {
+    // Two Host headers: a server could route on either (the upstream gets one, in one spelling,
+    // anyway: `proto::for_upstream`).
+    if req.headers().get_all(hyper::header::HOST).iter().nth(1).is_some() {
+        let why = "the request has two Host headers".to_string();
+        let hint = format!("ai-sandbox gate: {why}");
+        return Err(Stop::from(Denial { status: 400, reason: why, hint, ..Denial::default() }));
+    }
     let host_header = req.headers().get(hyper::header::HOST).map(|h| h.to_str().ok());
     let authority = req.uri().authority().map(|a| a.as_str());
     super::super::request::names_host(authority, host_header, &c.host, c.port).map_err(|why| {
@@ -348,7 +358,8 @@ mod tests {
         );
     }
 
-    /// The host a request names must be the connection's: a CDN's other name is refused (421).
+    /// The host a request names must be the connection's: a CDN's other name is refused (421),
+    /// and so is a second Host header (400).
     #[tokio::test]
     async fn a_request_for_another_host_on_the_connection_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -356,6 +367,10 @@ mod tests {
         let mut req = request("GET", "/", &[], "");
         req.headers_mut().insert("host", "other.test".parse().unwrap());
         assert_eq!(denied(run(&c, req).await).status, 421);
+        let mut two = request("GET", "/", &[], "");
+        two.headers_mut().append("host", "other.test".parse().unwrap());
+        let d = denied(run(&c, two).await);
+        assert_eq!((d.status, d.reason.as_str()), (400, "the request has two Host headers"));
         assert!(run(&c, request("GET", "/", &[], "")).await.is_ok());
     }
 
