@@ -85,8 +85,8 @@ fn split_authority(auth: &str, default: Option<u16>) -> Result<(String, u16), He
     Ok((host.to_string(), port))
 }
 
-/// Two spellings of one hostname: case and a trailing dot aside. Every comparison of a name a
-/// request carries with the name it was let through for goes through here.
+/// Two spellings of one hostname: case and trailing dots aside. The plain path's parser and
+/// `names_host` (a terminated request) compare names with it.
 pub(crate) fn same_host(a: &str, b: &str) -> bool {
     let norm = |s: &str| s.trim_end_matches('.').to_ascii_lowercase();
     norm(a) == norm(b)
