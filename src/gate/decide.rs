@@ -9,6 +9,7 @@
 //! (CONNECT to a TLS port) check the SNI before a byte reaches the destination.
 
 use super::tls::Hello;
+use super::view::View;
 pub use crate::contract::SessionPolicy;
 use crate::policy::allow::{HostPattern, IpNet, Ports, canonical, valid_label};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -413,21 +414,18 @@ pub(crate) struct RuleMatch {
     pub(crate) refs: Option<Vec<String>>,
 }
 
-/// The rules' verdict on one request to `host` (pure): `Ok(None)` when the host has no rules
-/// (allowed whole, as before), the rule that allows it, or the refusal with the line that would
-/// allow it. A target the gate would have to guess about is refused whatever the rules say.
-pub(crate) fn check_request(
-    p: &SessionPolicy,
-    host: &str,
-    method: &str,
-    target: &str,
-) -> Result<Option<RuleMatch>, Denial> {
+/// The rules' verdict on one request (pure), from either path (`gate::view`): `Ok(None)` when
+/// its host has no rules (allowed whole, as before), the rule that allows it, or the refusal with
+/// the line that would allow it. A target the gate would have to guess about is refused whatever
+/// the rules say.
+pub(crate) fn check_request(p: &SessionPolicy, r: &View) -> Result<Option<RuleMatch>, Denial> {
     use crate::policy::{rule, url_path};
+    let host = r.host;
     if !rule::ruled(&p.rules, host) {
         return Ok(None);
     }
-    let method = method.to_ascii_uppercase();
-    let normal = url_path::normalise(target).map_err(|why| {
+    let method = r.method.to_ascii_uppercase();
+    let normal = url_path::normalise(r.target).map_err(|why| {
         deny(
             400,
             format!("the request target has {why}"),

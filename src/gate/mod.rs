@@ -8,11 +8,12 @@
 //! launcher registers sessions on; `log` the decision log; `http` the one response writer and the
 //! head readers. For the hosts whose TLS the gate opens (a bound secret's, a host with rules):
 //! `secrets` the placeholders, `terminate` the connection, `normalise`, `scrub` and `response`
-//! what comes back, `push` a push's refs, `ws` a WebSocket's frames, `proto` and `upstream` the HTTP version
-//! and the upstream connection, `grpc` a gRPC call's refusal and messages, `request_body` and
-//! `ws_relay` what the sandbox sends. `budget` counts what each session sends to a budgeted
-//! host. `connect` is the client side inside the sandbox (ssh's ProxyCommand); `splice` the
-//! zero-copy relay; `cluster` the gate as a cluster service (sessions from a policy file
+//! what comes back, `push` a push's refs, `ws` a WebSocket's frames, `proto` and `upstream` the
+//! HTTP version and the upstream connection, `grpc` a gRPC call's refusal and messages,
+//! `request_body` and `ws_relay` what the sandbox sends. `view` is a request as every decision
+//! below the hostname reads it, from either path. `budget` counts what each session sends to a
+//! budgeted host. `connect` is the client side inside the sandbox (ssh's ProxyCommand); `splice`
+//! the zero-copy relay; `cluster` the gate as a cluster service (sessions from a policy file
 //! instead of the control socket).
 
 pub mod connect;
@@ -44,6 +45,7 @@ mod state;
 pub(crate) mod terminate;
 pub mod tls;
 pub(crate) mod upstream;
+pub(crate) mod view;
 pub(crate) mod ws;
 mod ws_relay;
 

@@ -36,6 +36,8 @@ pub struct Request {
     pub(crate) path: String,
     /// Forward only: request body length (Content-Length, else 0).
     pub(crate) body_len: u64,
+    /// Forward only: the header fields as sent, but `Proxy-Authorization` (what `view` shows).
+    pub(crate) headers: hyper::HeaderMap,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +143,18 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 impl Request {
+    /// The request as the decisions below the hostname read it (`gate::view`), for `host`, its
+    /// name as the gate normalised it.
+    pub(crate) fn view<'a>(&'a self, host: &'a str) -> super::view::View<'a> {
+        super::view::View {
+            method: &self.method,
+            host,
+            target: &self.path,
+            headers: &self.headers,
+            body: super::view::Framing::Length(self.body_len),
+        }
+    }
+
     /// A forward request sent with another method spelling and target (the rules' normal form).
     pub(crate) fn retargeted(&self, method: &str, target: &str) -> Request {
         let line_end = self.upstream_head.windows(2).position(|w| w == b"\r\n").unwrap_or(0);
@@ -239,6 +253,7 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
             upstream_head: Vec::new(),
             path: String::new(),
             body_len: 0,
+            headers: hyper::HeaderMap::new(),
         });
     }
 
@@ -267,8 +282,15 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
         p => format!("/{}", p.split('#').next().unwrap_or("")),
     };
     let mut up = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    let mut headers = hyper::HeaderMap::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        if HOP_BY_HOP.contains(&h.name.to_ascii_lowercase().as_str()) {
+        let name = h.name.to_ascii_lowercase();
+        if name != "proxy-authorization" {
+            let bad = || HeadError::Bad("a header field the gate cannot read");
+            let k = hyper::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            headers.append(k, hyper::header::HeaderValue::from_bytes(h.value).map_err(|_| bad())?);
+        }
+        if HOP_BY_HOP.contains(&name.as_str()) {
             continue;
         }
         up.extend_from_slice(h.name.as_bytes());
@@ -287,5 +309,6 @@ pub fn parse(buf: &[u8]) -> Result<Request, HeadError> {
         upstream_head: up,
         path,
         body_len: cl.unwrap_or(0),
+        headers,
     })
 }

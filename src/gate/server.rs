@@ -483,7 +483,7 @@ fn decide(policy: &SessionPolicy, req: &request::Request) -> Result<Decided, Den
     };
     let rule = match (&target, req.kind) {
         (_, Kind::Connect) => decide::unreadable(policy, &target, req.port, &TLS_PORTS).map(|()| None)?,
-        (Target::Name(n), Kind::Forward) => match decide::check_request(policy, n, &req.method, &req.path)? {
+        (Target::Name(n), Kind::Forward) => match decide::check_request(policy, &req.view(n))? {
             // The gate reads a push's command list where it opens TLS; plain HTTP is relayed.
             Some(m) if m.refs.is_some() => {
                 return Err(super::push::unreadable(

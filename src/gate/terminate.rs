@@ -39,6 +39,7 @@ const IDLE: Duration = Duration::from_secs(600);
 
 use super::response::BoxError;
 use super::upstream::{HANDSHAKE_TIMEOUT, Out, Sender, dial_tls, with_alpn};
+use super::view::View;
 
 /// The client's stream with the bytes the gate already read (the ClientHello) put back in front.
 /// It also counts the bytes each way into the session's counters (`gate status`), as a tunnel's
@@ -308,13 +309,13 @@ impl Conn {
         &self,
         policy: &SessionPolicy,
         r: &Asked<'_>,
-        target: &str,
+        view: &View<'_>,
         d: Denial,
     ) -> Result<Option<RuleMatch>, Denial> {
         use super::ask::Verdict;
         match pipeline::ask(&self.state, &self.session, policy, r, &d).await {
             Some(Verdict::Once) => {
-                let normal = crate::policy::url_path::normalise(target).map_err(|_| d.clone())?;
+                let normal = crate::policy::url_path::normalise(view.target).map_err(|_| d.clone())?;
                 Ok(Some(RuleMatch {
                     method: r.method.to_ascii_uppercase(),
                     target: normal.target(),
@@ -324,9 +325,7 @@ impl Conn {
                 }))
             }
             // The watcher changed the policy: the request is decided again under the new one.
-            Some(Verdict::Allowed) => {
-                decide::check_request(&self.session.policy(), &self.host, r.method, target)
-            }
+            Some(Verdict::Allowed) => decide::check_request(&self.session.policy(), view),
             Some(Verdict::Deny) | None => Err(d),
         }
     }
@@ -379,12 +378,6 @@ async fn drain<B: Body<Data = Bytes> + Unpin>(ahead: &Ahead, body: &mut B) {
             _ => break,
         }
     }
-}
-
-/// What a request's head counts against a budget: its method, target and headers as HTTP/1.1
-/// would write them (HTTP/2 compresses them; the count stays the same for both).
-fn head_size(method: &str, target: &str, headers: &hyper::HeaderMap) -> u64 {
-    (method.len() + target.len() + " HTTP/1.1\r\n\r\n".len() + 1) as u64 + super::budget::fields_size(headers)
 }
 
 /// One request through a terminated connection: the request phases under the policy read

@@ -99,6 +99,12 @@ fn forwarded_requests_are_rewritten_to_origin_form() {
     );
     let r = request::parse(raw.as_bytes()).unwrap();
     assert_eq!((r.kind, r.host.as_str(), r.port), (Kind::Forward, "Example.com", 80));
+    // The view (what rules read) has every header as sent but the session's token.
+    let v = r.view("example.com");
+    assert_eq!((v.method, v.host, v.target), ("GET", "example.com", "/a/b?q=1"));
+    let names: Vec<&str> = v.headers.keys().map(|k| k.as_str()).collect();
+    assert_eq!(names, ["host", "proxy-connection", "connection", "accept"]);
+    assert_eq!(v.body, crate::gate::view::Framing::Length(0));
     let up = String::from_utf8(r.upstream_head).unwrap();
     assert_eq!(up, "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n");
     // A query straight after the authority gets its `/`.
@@ -573,16 +579,27 @@ fn a_missing_token_is_a_challenge_and_a_bad_token_a_refusal() {
     assert!(why.contains("wrong or expired session token"), "{why}");
 }
 
+/// The rules' verdict on a plain request, through the view the parser builds (`Request::view`).
+fn check(
+    p: &SessionPolicy,
+    host: &str,
+    method: &str,
+    target: &str,
+) -> Result<Option<decide::RuleMatch>, decide::Denial> {
+    let raw = format!("{method} http://{host}{target} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    decide::check_request(p, &request::parse(raw.as_bytes()).unwrap().view(host))
+}
+
 #[test]
 fn a_push_limited_by_ref_carries_its_patterns_and_an_unlimited_rule_lifts_the_limit() {
     let mut p = policy(&["git.test"]);
     p.rules =
         crate::policy::rule::parse("git.test git-push /a/r.git refs/heads/agent/* refs/tags/v*").unwrap();
-    let push = |p: &SessionPolicy| decide::check_request(p, "git.test", "POST", "/a/r.git/git-receive-pack");
+    let push = |p: &SessionPolicy| check(p, "git.test", "POST", "/a/r.git/git-receive-pack");
     let refs = push(&p).unwrap().unwrap().refs;
     assert_eq!(refs, Some(vec!["refs/heads/agent/*".to_string(), "refs/tags/v*".to_string()]));
     // The ref advertisement is not limited (it reads, it does not push).
-    let advert = decide::check_request(&p, "git.test", "GET", "/a/r.git/info/refs?service=git-receive-pack");
+    let advert = check(&p, "git.test", "GET", "/a/r.git/info/refs?service=git-receive-pack");
     assert_eq!(advert.unwrap().unwrap().refs, None);
     // Two limited rules: their patterns together; an unlimited one for the repository: no limit.
     p.rules.extend(crate::policy::rule::parse("git.test git-push /a/* refs/heads/fix/*").unwrap());
@@ -596,9 +613,9 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
     let mut p = policy(&["api.test", "free.test"]);
     p.rules = crate::policy::rule::parse("api.test GET /repos/**").unwrap();
     // No rules for the host: allowed whole, nothing rewritten.
-    assert_eq!(decide::check_request(&p, "free.test", "DELETE", "/anything"), Ok(None));
+    assert_eq!(check(&p, "free.test", "DELETE", "/anything"), Ok(None));
     // Allowed: the one spelling, the method in capitals, the rule's line.
-    let m = decide::check_request(&p, "api.test", "get", "/repos//a/./b?x=1").unwrap().unwrap();
+    let m = check(&p, "api.test", "get", "/repos//a/./b?x=1").unwrap().unwrap();
     assert_eq!(
         m,
         decide::RuleMatch {
@@ -610,7 +627,7 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
         }
     );
     // Refused: 403, askable, the line to add, the path for the log.
-    let d = decide::check_request(&p, "api.test", "POST", "/repos/a?x=1").unwrap_err();
+    let d = check(&p, "api.test", "POST", "/repos/a?x=1").unwrap_err();
     assert_eq!((d.status, d.askable), (403, true));
     assert_eq!(d.allow.as_deref(), Some("rule = api.test POST /repos/a"));
     assert_eq!(d.path.as_deref(), Some("/repos/a"));
@@ -620,13 +637,13 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
         "blocked by ai-sandbox: add \"rule = api.test POST /repos/a\" to /p/.ai-sandbox/config (api.test has rules, and none allows POST /repos/a)"
     );
     // A spelling the gate would have to guess about: 400, never asked about.
-    let d = decide::check_request(&p, "api.test", "GET", "/repos/a%2Fb").unwrap_err();
+    let d = check(&p, "api.test", "GET", "/repos/a%2Fb").unwrap_err();
     assert_eq!((d.status, d.askable, d.allow.clone()), (400, false, None));
     assert!(d.reason.contains("encoded slash") && d.hint.contains("does not guess"), "{d:?}");
     // A watcher's "once" for a rule refusal adds that rule to the policy it decides with.
     let once =
         decide::with_once(&p, &Target::Name("api.test".into()), 443, Some("rule = api.test POST /repos/a"));
-    assert!(decide::check_request(&once, "api.test", "POST", "/repos/a").unwrap().is_some());
+    assert!(check(&once, "api.test", "POST", "/repos/a").unwrap().is_some());
     let plain = decide::with_once(&p, &Target::Name("api.test".into()), 443, Some("api.test"));
     assert_eq!(plain.rules, p.rules);
 }

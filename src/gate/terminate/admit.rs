@@ -15,7 +15,8 @@ use super::super::push;
 use super::super::request_body::Ahead;
 use super::super::scrub::{self, Masks};
 use super::super::state::Entry;
-use super::{Conn, drain, head_size};
+use super::super::view::{Framing, View};
+use super::{Conn, drain};
 use crate::contract::SessionPolicy;
 use hyper::Request;
 use hyper::body::{Body, Bytes, Incoming};
@@ -81,7 +82,19 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
         return Err(Stop::from(c.misuse_denial(&m)));
     }
     let scanned = ahead.frames.len();
-    let (target, logged, reason, refs) = match rules(c, policy, asked, &target).await? {
+    let view = View {
+        method: parts.method.as_str(),
+        host: &c.host,
+        target: &target,
+        headers: &parts.headers,
+        body: Framing::of(&parts.headers),
+    };
+    // A budgeted host: the request's target and headers, and its body when its length is
+    // declared, are taken whole before anything goes (else the body frame by frame: `Scanned`),
+    // counted as the agent sent them.
+    let declared = view.body.declared();
+    let wanted = view.head_size().saturating_add(declared.unwrap_or(0));
+    let (target, logged, reason, refs) = match rules(c, policy, asked, &view).await? {
         None => (target, asked.path.unwrap_or("/").to_string(), "allowed".to_string(), None),
         Some(m) => {
             parts.method = hyper::Method::from_bytes(m.method.as_bytes())
@@ -92,13 +105,6 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
     if let Some(patterns) = refs {
         pushed_refs(c, policy, &parts, &mut ahead, &mut body, &patterns, &logged).await?;
     }
-    let declared = parts
-        .headers
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    // A budgeted host: the request's target and headers, and its body when its length is
-    // declared, are taken whole before anything goes (else the body frame by frame: `Scanned`).
-    let wanted = head_size(asked.method, &target, &parts.headers).saturating_add(declared.unwrap_or(0));
     let budget = match pipeline::budget(&c.state, &c.session, policy, asked, Need::Whole(wanted)).await {
         Ok(b) => b,
         Err(d) => {
@@ -170,10 +176,10 @@ async fn rules(
     c: &Conn,
     policy: &SessionPolicy,
     asked: &Asked<'_>,
-    target: &str,
+    view: &View<'_>,
 ) -> Result<Option<RuleMatch>, Stop> {
-    match decide::check_request(policy, &c.host, asked.method, target) {
-        Err(d) if d.askable => c.ask(policy, asked, target, d).await,
+    match decide::check_request(policy, view) {
+        Err(d) if d.askable => c.ask(policy, asked, view, d).await,
         v => v,
     }
     .map_err(Stop::from)
