@@ -180,15 +180,17 @@ impl Reply {
         reply
     }
     /// The flag the versions before `enforces` used for `c`; `None` for a capability added since.
+    /// These four are all there will ever be, so a new capability needs nothing here.
     fn legacy_flag(&mut self, c: Capability) -> Option<&mut bool> {
         Some(match c {
-            // Said by `enforces` alone: a gate of the versions before the set read rules but
-            // said nothing of them, so a ruled session needs a gate of this version or later.
-            Capability::Rules => return None,
             Capability::Learning => &mut self.learning,
             Capability::PushRefs => &mut self.push_refs,
             Capability::Budgets => &mut self.budgets,
             Capability::Periods => &mut self.periods,
+            // `Rules` and every capability added since: said by `enforces` alone. A gate of the
+            // versions before the set read rules but said nothing of them, so a ruled session
+            // needs a gate of this version or later.
+            _ => return None,
         })
     }
     /// `Status`.
