@@ -721,3 +721,12 @@ fn a_terminated_request_must_name_its_connections_host() {
     assert_eq!(ok(None, Some(None)), Err("the Host header is not text".into()));
     assert_eq!(ok(None, None), Err("the request has no Host header".into()));
 }
+
+/// A header value the view cannot hold (a control character) is refused, not relayed unread.
+#[test]
+fn a_forwarded_header_the_view_cannot_hold_is_refused() {
+    let ok = request::parse(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: caf\xc3\xa9\r\n\r\n");
+    assert!(ok.is_ok(), "{ok:?}");
+    let bad = request::parse(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x7fb\r\n\r\n");
+    assert!(matches!(bad, Err(request::HeadError::Bad(_))), "{bad:?}");
+}
