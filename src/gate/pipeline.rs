@@ -145,6 +145,46 @@ mod tests {
         );
     }
 
+    /// Over budget with a watcher attached: the request is held and asked. "once" lets it through
+    /// uncounted; "allowed" measures it against the line the watcher's live change raised, which
+    /// may still be too low; "deny" keeps the refusal. Each round is a fresh session.
+    #[tokio::test]
+    async fn a_spent_budget_is_asked_and_each_answer_decides_as_it_says() {
+        use super::super::ask::{Answer, Watch};
+        let asking = |line: &str| SessionPolicy {
+            budgets: vec![host_line(line)],
+            ask: Some(30),
+            ..SessionPolicy::default()
+        };
+        for (verdict, raised, want) in [
+            (Verdict::Once, None, Ok(None)),
+            (Verdict::Allowed, Some("a.test 200"), Ok(Some(50))),
+            (Verdict::Allowed, Some("a.test 120"), Err("budget of 120")),
+            (Verdict::Deny, None, Err("budget of 100")),
+        ] {
+            let (state, s, _dir) = session("a.test 100");
+            s.set_policy(asking("a.test 100"));
+            let (_, mut watcher) = state.asks.add_watcher();
+            let (state, policy) = (Arc::new(state), s.policy());
+            let held = {
+                let (state, s) = (state.clone(), s.clone());
+                tokio::spawn(async move { budget(&state, &s, &policy, &R, Need::Whole(150)).await })
+            };
+            let line = watcher.recv().await.unwrap();
+            let Some(Watch::Ask(q)) = Watch::read(&line) else { panic!("not a question: {line}") };
+            assert_eq!((q.host.as_str(), q.path.as_deref()), ("a.test", Some("/up")), "{q:?}");
+            if let Some(line) = raised {
+                s.set_policy(asking(line));
+            }
+            assert!(state.asks.answer(&Answer { ask: q.ask, verdict }));
+            match (held.await.unwrap(), want) {
+                (Ok(a), Ok(left)) => assert_eq!(a.map(|a| a.left()), left, "{verdict:?} {raised:?}"),
+                (Err(d), Err(said)) => assert!(d.hint.contains(said), "{verdict:?} {raised:?}: {}", d.hint),
+                (got, _) => panic!("{verdict:?} {raised:?}: {:?}", got.map(|a| a.map(|a| a.left()))),
+            }
+        }
+    }
+
     /// The budget phase decides under the policy it is given, not whatever the session holds by
     /// the time it runs: a live change mid-request does not mix two versions.
     #[tokio::test]
