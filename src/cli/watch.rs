@@ -140,7 +140,10 @@ pub fn run() -> anyhow::Result<i32> {
                 None => {}
             }
         }
-        say("the gate went away");
+        say(&format!(
+            "the gate went away (it stopped, or let this watch go with {} messages unread); run ai-sandbox watch again",
+            crate::gate::ask::WATCH_QUEUE
+        ));
         gate_gone.store(true, Ordering::SeqCst);
     });
     let mut host = crate::host::RealHost::default();
