@@ -17,14 +17,22 @@ use std::process::{Command, Stdio};
 /// The service's output, beside its socket (the agent's terminal is the command's).
 const SERVICE_LOG: &str = "service.log";
 
-/// The service under a shell that holds the socket (fd 3) and starts it again if it ends: podman
-/// 5.4 sometimes fails to take an activated socket when another podman is making its user
-/// namespace at the same moment ("unexpected fd received from systemd"; measured: 3 starts in 10
-/// beside a concurrent `podman info`), and a second start joins the namespace that one made.
+/// The service under a shell that holds the socket (fd 3). First `podman unshare true` makes the
+/// engine's user namespace (and its pause process), so that the service joins one that exists:
+/// podman 5.4 loses an activated socket when it starts beside another podman that is making that
+/// namespace at the same moment. Found by reading podman's `pkg/rootless`: the podman that loses
+/// the race to write pause.pid has already closed its inherited descriptors 3.. (meant for the
+/// child it made), then joins the winner's namespace through a second child that it tells
+/// LISTEN_FDS=1 without a descriptor 3: "unexpected fd received from systemd" (5 launches in 10
+/// beside a `podman info`; docs/testing.md). A `podman` the agent runs meanwhile races the
+/// `unshare` instead, which holds no socket. The shell still starts the service again if it ends
+/// (said in the log): a failure with another cause then gets a second chance, in words.
 /// systemd's socket activation wants LISTEN_PID to be the service's own pid: the inner shell's
 /// `$$`, kept through `exec`. Connections made meanwhile wait in the socket's queue.
-const SUPERVISE: &str = "n=0; while [ $n -lt 5 ]; do \
+const SUPERVISE: &str = "podman unshare true 3<&- || echo 'ai-sandbox: podman unshare true failed'; \
+    n=0; while [ $n -lt 5 ]; do \
     sh -c 'LISTEN_PID=$$ LISTEN_FDS=1 exec podman system service --time=0'; \
+    echo \"ai-sandbox: podman system service ended (status $?); starting it again\"; \
     n=$((n+1)); sleep 0.2; done";
 
 pub fn run(command: &[OsString]) -> anyhow::Result<i32> {
