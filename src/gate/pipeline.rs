@@ -170,7 +170,8 @@ mod tests {
                 let (state, s) = (state.clone(), s.clone());
                 tokio::spawn(async move { budget(&state, &s, &policy, &R, Need::Whole(150)).await })
             };
-            let line = watcher.recv().await.unwrap();
+            let asked = tokio::time::timeout(Duration::from_secs(10), watcher.recv());
+            let line = asked.await.expect("the watcher was not asked").unwrap();
             let Some(Watch::Ask(q)) = Watch::read(&line) else { panic!("not a question: {line}") };
             assert_eq!((q.host.as_str(), q.path.as_deref()), ("a.test", Some("/up")), "{q:?}");
             if let Some(line) = raised {
