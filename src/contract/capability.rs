@@ -29,6 +29,8 @@ pub enum Capability {
     Budgets,
     /// A budget over a period: counted across the project's sessions.
     Periods,
+    /// An MCP rule's tools: each `tools/call` checked, each `tools/list` answer filtered.
+    McpTools,
 }
 
 /// A set of capabilities (ordered, so that the first missing one is always the same).
@@ -36,12 +38,13 @@ pub type Capabilities = BTreeSet<Capability>;
 
 impl Capability {
     /// Every capability this version knows: what its gate enforces.
-    pub const ALL: [Capability; 5] = [
+    pub const ALL: [Capability; 6] = [
         Capability::Learning,
         Capability::Rules,
         Capability::PushRefs,
         Capability::Budgets,
         Capability::Periods,
+        Capability::McpTools,
     ];
 
     /// Its name on the control socket (also the name of the flag the versions before the set
@@ -53,6 +56,7 @@ impl Capability {
             Capability::PushRefs => "push_refs",
             Capability::Budgets => "budgets",
             Capability::Periods => "periods",
+            Capability::McpTools => "mcp_tools",
         }
     }
 
@@ -72,6 +76,9 @@ impl Capability {
             Capability::Budgets => "does not count budgets (it would let everything through)",
             Capability::Periods => {
                 "does not keep a budget's count over a period (it would give each session the budget anew)"
+            }
+            Capability::McpTools => {
+                "does not read MCP tool calls (it would let every tool of such a rule be called and listed)"
             }
         }
     }
@@ -107,10 +114,13 @@ pub fn required(policy: &SessionPolicy) -> Capabilities {
     }
     for rule in rules {
         // Method, path and query: every gate that says it reads rules.
-        let Rule { host: _, method: _, path: _, query: _, line: _, refs } = rule;
+        let Rule { host: _, method: _, path: _, query: _, line: _, refs, tools } = rule;
         need.insert(Capability::Rules);
         if !refs.is_empty() {
             need.insert(Capability::PushRefs);
+        }
+        if !tools.is_empty() {
+            need.insert(Capability::McpTools);
         }
     }
     for budget in budgets {
@@ -163,7 +173,7 @@ mod tests {
             assert_eq!(Capability::from_name(c.name()), Some(c));
             assert!(!c.without().is_empty());
         }
-        assert_eq!(Capability::from_name("mcp_tools"), None);
+        assert_eq!(Capability::from_name("a_later_capability"), None);
     }
 
     #[test]

@@ -271,12 +271,16 @@ mod tests {
         assert_eq!((ok.as_status().pid, ok.as_status().port), (9, 18081));
         // A gate of the version before the set said each capability as a flag of its own (all but
         // `rules`, which it never said: a ruled session is refused such a gate).
-        for c in Capability::ALL.into_iter().filter(|&c| c != Capability::Rules) {
+        for c in LEGACY {
             let line = format!(r#"{{"ok":true,"port":1,"pid":9,"{}":true}}"#, c.name());
             let old: Reply = serde_json::from_str(&line).unwrap();
             assert_eq!(old.as_registered().enforces, [c].into(), "{line}");
         }
     }
+
+    /// The capabilities the versions before the set said as flags: these four, no other, ever.
+    const LEGACY: [Capability; 4] =
+        [Capability::Learning, Capability::PushRefs, Capability::Budgets, Capability::Periods];
 
     /// This gate says every capability it has, by name and (for launchers of the version before
     /// the set) as the old flags; a name of a newer version is read as nothing, not an error.
@@ -287,7 +291,7 @@ mod tests {
         assert_eq!(back.as_registered().enforces, Capability::ALL.into());
         let old: serde_json::Value = serde_json::from_str(&line).unwrap();
         for c in Capability::ALL {
-            let flag = (c != Capability::Rules).then_some(true);
+            let flag = LEGACY.contains(&c).then_some(true);
             assert_eq!(old[c.name()].as_bool(), flag, "{line}");
         }
         for c in Capability::ALL {
@@ -298,7 +302,8 @@ mod tests {
         let rules: Reply = serde_json::from_str(r#"{"ok":true,"port":1,"rules":true}"#).unwrap();
         assert!(rules.as_registered().enforces.is_empty(), "no flag was ever written for rules");
         let newer: Reply =
-            serde_json::from_str(r#"{"ok":true,"port":1,"enforces":["budgets","mcp_tools"]}"#).unwrap();
+            serde_json::from_str(r#"{"ok":true,"port":1,"enforces":["budgets","a_later_capability"]}"#)
+                .unwrap();
         assert_eq!(newer.as_registered().enforces, [Capability::Budgets].into());
     }
 }

@@ -412,6 +412,8 @@ pub(crate) struct RuleMatch {
     pub(crate) rule: String,
     /// A push limited by ref: the patterns its commands must match (`gate::push`).
     pub(crate) refs: Option<Vec<String>>,
+    /// An MCP endpoint: the tools it may call and list (`gate::mcp`).
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 /// The rules' verdict on one request (pure), from either path (`gate::view`): `Ok(None)` when
@@ -438,7 +440,8 @@ pub(crate) fn check_request(p: &SessionPolicy, r: &View) -> Result<Option<RuleMa
     match rule::allowing(&p.rules, host, &method, &normal) {
         Some(r) => {
             let refs = rule::push_refs(&p.rules, host, &method, &normal);
-            Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, method }))
+            let tools = rule::mcp_tools(&p.rules, host, &method, &normal);
+            Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, tools, method }))
         }
         None => {
             let line = format!("rule = {}", rule::suggestion(host, &method, &normal));

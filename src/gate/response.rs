@@ -295,6 +295,91 @@ impl Body for GrpcChecked {
     }
 }
 
+/// How an MCP endpoint's answer is read (`mcp`).
+pub(crate) enum McpAnswer {
+    /// One JSON body, held whole (up to `mcp::ANSWER_MOST`) and filtered at its end.
+    Json(Vec<u8>),
+    /// A server-sent-event stream, filtered event by event.
+    Events(super::mcp::Events),
+}
+
+/// An MCP endpoint's answer after it was masked (`Scrubbed`): each `tools/list` result shows
+/// only the tools the rules allow. What the gate cannot read ends the answer with an error (the
+/// client sees it cut), never passes as it was. `on_end` is told how many tools were hidden.
+pub(crate) struct McpFiltered<B> {
+    pub(crate) inner: B,
+    pub(crate) patterns: Vec<String>,
+    pub(crate) answer: McpAnswer,
+    pub(crate) ended: bool,
+    pub(crate) trailers: Option<Frame<Bytes>>,
+    pub(crate) on_end: Option<Box<dyn FnOnce(usize) + Send + Sync>>,
+}
+
+impl<B> McpFiltered<B> {
+    /// What `d` completes; `end`: also what was held.
+    fn take(&mut self, d: &[u8], end: bool) -> Result<Vec<u8>, String> {
+        let (out, hidden) = match &mut self.answer {
+            McpAnswer::Json(held) => {
+                held.extend_from_slice(d);
+                if held.len() > super::mcp::ANSWER_MOST {
+                    return Err(format!("an MCP answer longer than {} MiB", super::mcp::ANSWER_MOST >> 20));
+                }
+                if !end {
+                    return Ok(Vec::new());
+                }
+                super::mcp::filter_json(&std::mem::take(held), &self.patterns)?
+            }
+            McpAnswer::Events(events) => {
+                let mut out = events.push(d, &self.patterns)?;
+                if end {
+                    out.extend(events.end(&self.patterns)?);
+                }
+                (out, events.hidden)
+            }
+        };
+        if end && let Some(f) = self.on_end.take() {
+            f(hidden);
+        }
+        Ok(out)
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for McpFiltered<B> {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(self.trailers.take().map(Ok));
+            }
+            let (data, end) = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => (d, false),
+                    Err(f) => {
+                        self.trailers = Some(f);
+                        (Bytes::new(), true)
+                    }
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => (Bytes::new(), true),
+            };
+            self.ended = end;
+            match self.take(&data, end) {
+                Ok(out) if out.is_empty() => continue,
+                Ok(out) => return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out))))),
+                Err(why) => {
+                    self.ended = true;
+                    self.trailers = None;
+                    return Poll::Ready(Some(Err(format!("ai-sandbox gate: {why}").into())));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Coding, Decoder};

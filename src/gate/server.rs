@@ -491,6 +491,13 @@ fn decide(policy: &SessionPolicy, req: &request::Request) -> Result<Decided, Den
                     &m.path,
                 ));
             }
+            // An MCP endpoint's messages and answers likewise.
+            Some(m) if m.tools.is_some() => {
+                let why =
+                    format!("{n} {} is an MCP endpoint with rules, and plain HTTP is relayed unread", m.path);
+                let hint = format!("blocked by ai-sandbox: {why}; the gate reads MCP over HTTPS (443, 8443)");
+                return Err(Denial { status: 403, reason: why, hint, ..Denial::default() });
+            }
             m => m,
         },
         (Target::Ip(_), Kind::Forward) => None,
@@ -694,6 +701,25 @@ mod tests {
     use super::*;
     use crate::policy::allow::{Allow, Ports};
     use base64::Engine;
+
+    /// Plain HTTP is relayed unread, so a rule that needs the body read (a push limited by ref,
+    /// an MCP endpoint's tools) refuses it; the same host's plain rule lets its request through.
+    #[test]
+    fn plain_http_to_an_endpoint_whose_rule_reads_the_body_is_refused() {
+        let mut policy = SessionPolicy::default();
+        policy.allow.hosts.push((crate::policy::allow::HostPattern::Exact("api.test".into()), None));
+        policy.rules = crate::policy::rule::parse("api.test mcp /mcp search_*").unwrap();
+        policy.rules.extend(crate::policy::rule::parse("api.test git-push /r.git refs/heads/a/*").unwrap());
+        policy.rules.extend(crate::policy::rule::parse("api.test GET /ok").unwrap());
+        let at = |method: &str, path: &str| {
+            let raw = format!("{method} http://api.test{path} HTTP/1.1\r\nHost: api.test\r\n\r\n");
+            decide(&policy, &request::parse(raw.as_bytes()).unwrap())
+        };
+        let d = at("POST", "/mcp").err().expect("an MCP endpoint over plain HTTP");
+        assert!(d.reason.contains("MCP endpoint") && d.hint.contains("HTTPS"), "{d:?}");
+        assert!(at("POST", "/r.git/git-receive-pack").is_err(), "a limited push over plain HTTP");
+        assert!(at("GET", "/ok").is_ok_and(|d| d.rule.is_some()));
+    }
 
     /// One client connection through `proxy_conn`, with the decision log `log`: a request to
     /// the host's loopback port of a listener the test holds. Returns the gate's answer, what

@@ -268,9 +268,9 @@ impl Conn {
     fn finish(&self, r: &Asked, stop: Stop) -> Response<Out> {
         match stop {
             Stop::Denied(d) => self.denied(r, &d),
-            Stop::InBand(pushed) => {
-                let (d, report) = *pushed;
-                self.denied_in_band(r, &d, report)
+            Stop::InBand(answer) => {
+                let (d, body, content_type) = *answer;
+                self.denied_in_band(r, &d, body, content_type)
             }
             Stop::Broken => refusal(400, "ai-sandbox gate: the request body ended abruptly"),
         }
@@ -285,15 +285,20 @@ impl Conn {
         refusal(d.status, &d.hint)
     }
 
-    /// A refused push answered in git's own words (`push::report`): logged as the refusal it
-    /// is, sent as the receive-pack result git reads, so that git prints the reason.
-    fn denied_in_band(&self, r: &Asked, d: &Denial, report: Vec<u8>) -> Response<Out> {
+    /// A refusal answered in the protocol's own words (a push's receive-pack result, an MCP
+    /// call's JSON-RPC errors): logged as the refusal it is, sent as what the client reads, so
+    /// that it shows the reason.
+    fn denied_in_band(
+        &self,
+        r: &Asked,
+        d: &Denial,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> Response<Out> {
         record(&self.state, &self.session, r, d);
-        let mut resp = Response::new(full(report));
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("application/x-git-receive-pack-result"),
-        );
+        let mut resp = Response::new(full(body));
+        resp.headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
         resp.headers_mut()
             .insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
         resp
@@ -322,6 +327,7 @@ impl Conn {
                     path: normal.path(),
                     rule: "(this request, let through once by a watcher)".into(),
                     refs: None,
+                    tools: None,
                 }))
             }
             // The watcher changed the policy: the request is decided again under the new one.

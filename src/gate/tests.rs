@@ -624,6 +624,7 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
             path: "/repos/a/b".into(),
             rule: "api.test GET /repos/**".into(),
             refs: None,
+            tools: None,
         }
     );
     // Refused: 403, askable, the line to add, the path for the log.

@@ -38,6 +38,11 @@ pub struct Rule {
     /// gate: `control::client::register`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refs: Vec<String>,
+    /// An MCP endpoint's rule (`HOST mcp PATH TOOL...`): the tools its `tools/call` may name
+    /// (`*`: any run of characters); `tools/list` answers show only these. Empty: not an MCP
+    /// rule. Never sent to a gate that does not say it reads them (`contract::capability`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
 }
 
 /// A path's segments as byte arrays or as text, each (see `Rule::path`).
@@ -63,7 +68,7 @@ type Bad = (String, &'static str);
 type Segments = Vec<Vec<u8>>;
 type Pairs = Vec<(String, String)>;
 
-const HINT: &str = "write `rule = HOST METHOD /path` (e.g. `rule = api.github.com GET /repos/acme/**`), or `rule = HOST git-fetch [/REPO]` / `git-push [/REPO [refs/heads/agent/*...]]`";
+const HINT: &str = "write `rule = HOST METHOD /path` (e.g. `rule = api.github.com GET /repos/acme/**`), `rule = HOST git-fetch [/REPO]` / `git-push [/REPO [refs/heads/agent/*...]]`, or `rule = HOST mcp /PATH TOOL...` (e.g. `rule = mcp.example.com mcp /mcp search_*`)";
 
 /// Reads a `rule` line's value.
 pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
@@ -95,6 +100,7 @@ pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
             query,
             line: line.clone(),
             refs: Vec::new(),
+            tools: Vec::new(),
         })
     };
     match words[1..] {
@@ -111,6 +117,22 @@ pub fn parse(v: &str) -> Result<Vec<Rule>, Bad> {
         }
         ["git-fetch", _, _, ..] => {
             Err((format!("`{line}`: refs limit a push; a fetch reads every ref the server shows"), HINT))
+        }
+        ["mcp", _] => Err((
+            format!(
+                "`{line}`: an MCP rule names the tools it allows (`*` for any), e.g. `{} mcp /mcp search_*`",
+                words[0]
+            ),
+            HINT,
+        )),
+        ["mcp", path, ref tools @ ..] => {
+            let tools = tools.iter().map(|t| tool_pattern(t)).collect::<Result<Vec<String>, Bad>>()?;
+            // Streamable HTTP: messages are POSTed, the server's stream is a GET, a DELETE ends
+            // the session. Each carries the tools, so every answer on the endpoint is read.
+            ["POST", "GET", "DELETE"]
+                .iter()
+                .map(|m| Ok(Rule { tools: tools.clone(), ..rule(Some(m), path)? }))
+                .collect()
         }
         [method, path] => {
             let m = method.to_ascii_uppercase();
@@ -143,6 +165,39 @@ fn ref_pattern(r: &str) -> Result<String, Bad> {
         return Err(bad("a ref name has no `..`, no trailing `/` and no spaces or control characters"));
     }
     Ok(r.to_string())
+}
+
+/// A tool pattern of an MCP rule: a tool's name (letters, digits, `_`, `-`, `.`, `/`) whose
+/// `*`s match any run of characters.
+fn tool_pattern(t: &str) -> Result<String, Bad> {
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b"_-./*".contains(&b);
+    if t.is_empty() || t.len() > 128 || !t.bytes().all(ok) {
+        return Err((
+            format!(
+                "`{t}`: a tool pattern is a tool's name (letters, digits, `_ - . /`), `*` matching any run of them"
+            ),
+            HINT,
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// Whether an MCP rule's tool pattern matches a tool's name (`*`: any run of characters).
+pub fn tool_matches(pattern: &str, name: &str) -> bool {
+    seg_matches(pattern.as_bytes(), name.as_bytes())
+}
+
+/// The tools a request to an MCP endpoint may call: `None` when some rule that allows it is not
+/// an MCP rule (rules only allow: the widest wins), else every pattern of the rules that allow it.
+pub fn mcp_tools(rules: &[Rule], host: &str, method: &str, target: &Normal) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for r in rules.iter().filter(|r| r.matches(host, method, target)) {
+        if r.tools.is_empty() {
+            return None;
+        }
+        out.extend(r.tools.iter().cloned());
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// Whether a push rule's ref pattern matches a ref name (`*`: any run of bytes, `/` included).
@@ -319,6 +374,27 @@ mod tests {
     fn allows(line: &str, method: &str, target: &str) -> bool {
         let rules = parse(line).unwrap();
         allowing(&rules, "api.test", method, &normalise(target).unwrap()).is_some()
+    }
+
+    #[test]
+    fn an_mcp_rule_allows_its_endpoint_and_carries_its_tools_unless_a_wider_rule_allows_it() {
+        let rules = parse("api.test mcp /mcp search_* create_issue").unwrap();
+        let methods: Vec<_> = rules.iter().map(|r| r.method.clone().unwrap()).collect();
+        assert_eq!(methods, ["POST", "GET", "DELETE"]);
+        let at = normalise("/mcp").unwrap();
+        let tools = mcp_tools(&rules, "api.test", "POST", &at);
+        assert_eq!(tools, Some(vec!["search_*".to_string(), "create_issue".into()]));
+        assert_eq!(mcp_tools(&rules, "api.test", "POST", &normalise("/other").unwrap()), None);
+        assert!(allowing(&rules, "api.test", "PUT", &at).is_none());
+        // A plain rule that allows the same request: no limit (the widest wins).
+        let mut wide = rules.clone();
+        wide.extend(parse("api.test POST /mcp").unwrap());
+        assert_eq!(mcp_tools(&wide, "api.test", "POST", &at), None);
+        assert!(tool_matches("search_*", "search_issues") && !tool_matches("search_*", "delete_x"));
+        assert!(tool_matches("*", "anything") && tool_matches("a", "a") && !tool_matches("a", "ab"));
+        for bad in ["api.test mcp /mcp", "api.test mcp /mcp del;rm", "api.test mcp /mcp x\u{7f}"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

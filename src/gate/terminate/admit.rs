@@ -8,8 +8,10 @@
 //! A phase that stops the request says how (`Stop`); `Conn::finish` counts, logs and answers
 //! it, the one exit for a refusal before anything goes upstream.
 
+use super::super::ask::Verdict;
 use super::super::budget::Allowance;
 use super::super::decide::{self, Denial, RuleMatch};
+use super::super::mcp;
 use super::super::pipeline::{self, Asked, Need};
 use super::super::push;
 use super::super::request_body::Ahead;
@@ -26,8 +28,9 @@ use hyper::http::request::Parts;
 pub(super) enum Stop {
     /// Refused: counted, logged and answered with its hint.
     Denied(Box<Denial>),
-    /// A refused push, answered in git's own words (`push::report`).
-    InBand(Box<(Denial, Vec<u8>)>),
+    /// Refused, answered in the protocol's own words with that body and content type: a push
+    /// (`push::report`), an MCP call (`mcp::Calls::refusal`).
+    InBand(Box<(Denial, Vec<u8>, &'static str)>),
     /// The client broke its body off: answered 400, not a decision.
     Broken,
 }
@@ -58,6 +61,8 @@ pub(super) struct Admitted<B = Incoming> {
     /// The body's declared length (a budget took it whole then).
     pub(super) declared: Option<u64>,
     pub(super) upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// An MCP endpoint's allowed tools: its answers are filtered to them (`mcp`).
+    pub(super) tools: Option<Vec<String>>,
 }
 
 /// The request phases, in order (see the module doc).
@@ -94,16 +99,22 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
     // counted as the agent sent them.
     let declared = view.body.declared();
     let wanted = view.head_size().saturating_add(declared.unwrap_or(0));
-    let (target, logged, reason, refs) = match rules(c, policy, asked, &view).await? {
-        None => (target, asked.path.unwrap_or("/").to_string(), "allowed".to_string(), None),
+    let (target, logged, mut reason, refs, tools) = match rules(c, policy, asked, &view).await? {
+        None => (target, asked.path.unwrap_or("/").to_string(), "allowed".to_string(), None, None),
         Some(m) => {
             parts.method = hyper::Method::from_bytes(m.method.as_bytes())
                 .map_err(|_| Stop::from(plain(400, "the method is not a token")))?;
-            (m.target, m.path, format!("allowed by rule = {}", m.rule), m.refs)
+            (m.target, m.path, format!("allowed by rule = {}", m.rule), m.refs, m.tools)
         }
     };
     if let Some(patterns) = refs {
         pushed_refs(c, policy, &parts, &mut ahead, &mut body, &patterns, &logged).await?;
+    }
+    if let Some(patterns) = &tools {
+        let called = mcp_calls(c, policy, asked, &parts, &mut ahead, &mut body, patterns, &logged).await?;
+        if !called.is_empty() {
+            reason = format!("{reason}; MCP tools/call {}", called.join(", "));
+        }
     }
     let budget = match pipeline::budget(&c.state, &c.session, policy, asked, Need::Whole(wanted)).await {
         Ok(b) => b,
@@ -114,7 +125,20 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
         }
     };
     let taken = if budget.is_some() { wanted } else { 0 };
-    Ok(Admitted { parts, body, ahead, scanned, target, logged, reason, budget, taken, declared, upgrade })
+    Ok(Admitted {
+        parts,
+        body,
+        ahead,
+        scanned,
+        target,
+        logged,
+        reason,
+        budget,
+        taken,
+        declared,
+        upgrade,
+        tools,
+    })
 }
 
 /// The last phase before anything goes upstream: the decision's record. Not on disk, not sent.
@@ -216,7 +240,89 @@ async fn pushed_refs<B: Body<Data = Bytes> + Unpin>(
     // Read (and drop) what git is still sending, so that it reads the answer instead of a
     // reset; a pack larger than this gets the answer over a connection then closed.
     drain(ahead, body).await;
-    Err(Stop::InBand(Box::new((d, report))))
+    Err(Stop::InBand(Box::new((d, report, "application/x-git-receive-pack-result"))))
+}
+
+/// An MCP endpoint's message (`rule = HOST mcp PATH TOOL...`): its whole body, up to
+/// `mcp::BODY_MOST`, read before anything goes upstream, and each `tools/call` checked against
+/// `patterns`. A refusal is asked of a watcher, then answered as JSON-RPC errors the client reads
+/// (the line to add in the refused call's). What cannot be read is refused. The tools called,
+/// for the log.
+#[allow(clippy::too_many_arguments)]
+async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
+    c: &Conn,
+    policy: &SessionPolicy,
+    asked: &Asked<'_>,
+    parts: &Parts,
+    ahead: &mut Ahead,
+    body: &mut B,
+    patterns: &[String],
+    logged: &str,
+) -> Result<Vec<String>, Stop> {
+    // The server's stream (GET) and the session's end (DELETE) carry no message.
+    if parts.method != hyper::Method::POST {
+        return Ok(Vec::new());
+    }
+    let unreadable = |why: &str| {
+        let reason = format!("an MCP message to {} {logged} that the gate cannot read: {why}", c.host);
+        Stop::from(Denial {
+            status: 400,
+            hint: format!("blocked by ai-sandbox: {reason}"),
+            reason,
+            ..Denial::default()
+        })
+    };
+    let header = |h| parts.headers.get(h).map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
+    if header(hyper::header::CONTENT_ENCODING).is_some_and(|e| e != "identity") {
+        return Err(unreadable("it is compressed"));
+    }
+    let json = header(hyper::header::CONTENT_TYPE)
+        .is_some_and(|t| t.split(';').next().is_some_and(|m| m.trim() == "application/json"));
+    if !json {
+        return Err(unreadable("it is not application/json"));
+    }
+    loop {
+        if ahead.seen.len() > mcp::BODY_MOST {
+            return Err(unreadable("it is longer than 1 MiB"));
+        }
+        if ahead.ended {
+            break;
+        }
+        ahead.one(body).await.map_err(|()| Stop::Broken)?;
+    }
+    let calls = mcp::read(&ahead.seen).map_err(|why| unreadable(&why))?;
+    let called = calls.tools().into_iter().map(str::to_string).collect();
+    let Some(tool) = calls.refused(patterns) else { return Ok(called) };
+    let line = format!("rule = {} mcp {logged} {tool}", c.host);
+    let d = Denial {
+        status: 403,
+        reason: format!("MCP tools/call {tool} matches no rule for {} {logged}", c.host),
+        hint: format!(
+            "blocked by ai-sandbox: add \"{line}\" to {} (the MCP rules of {} {logged} do not allow the tool {tool})",
+            policy.config_path, c.host
+        ),
+        allow: Some(line),
+        askable: true,
+        path: Some(logged.to_string()),
+    };
+    match pipeline::ask(&c.state, &c.session, policy, asked, &d).await {
+        Some(Verdict::Once) => return Ok(called),
+        // The watcher's live change: the call is decided again under the policy it made.
+        Some(Verdict::Allowed) => {
+            let now = c.session.policy();
+            let normal = crate::policy::url_path::normalise(logged).map_err(|_| Stop::from(d.clone()))?;
+            match crate::policy::rule::mcp_tools(&now.rules, &c.host, "POST", &normal) {
+                None => return Ok(called),
+                Some(p) if calls.refused(&p).is_none() => return Ok(called),
+                Some(_) => {}
+            }
+        }
+        Some(Verdict::Deny) | None => {}
+    }
+    match calls.refusal(tool, &d.hint) {
+        Some(answer) => Err(Stop::InBand(Box::new((d, answer, "application/json")))),
+        None => Err(Stop::from(d)),
+    }
 }
 
 /// The request as it goes upstream, after its record: the placeholders of this host's secrets
@@ -415,6 +521,56 @@ mod tests {
                 Err(Stop::Denied(d)) => assert!(!written && d.status == 503 && allowed == 0, "{d:?}"),
                 Err(_) => panic!("not a refusal"),
             }
+        }
+    }
+
+    /// An MCP endpoint: a call of an allowed tool goes (the log's reason names it), one of a tool
+    /// no rule allows is answered with JSON-RPC errors carrying the line (nothing dialled), and
+    /// a body the gate cannot read is refused; `tools/list` and a GET stream go.
+    #[tokio::test]
+    async fn an_mcp_call_is_decided_by_its_tool_and_what_cannot_be_read_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test mcp /mcp search_*"), log_in(&dir));
+        let json = [("content-type", "application/json")];
+        let call = |tool: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
+        };
+        let a = run(&c, request("POST", "/mcp", &json, &call("search_issues")))
+            .await
+            .unwrap_or_else(|_| panic!("refused"));
+        assert!(a.reason.ends_with("MCP tools/call search_issues"), "{}", a.reason);
+        assert_eq!(a.tools, Some(vec!["search_*".to_string()]));
+        let Err(Stop::InBand(answer)) =
+            run(&c, request("POST", "/mcp", &json, &call("delete_repository"))).await
+        else {
+            panic!("not answered in band")
+        };
+        let (d, body, kind) = *answer;
+        assert_eq!((d.status, d.askable, kind), (403, true, "application/json"));
+        assert_eq!(d.allow.as_deref(), Some("rule = api.test mcp /mcp delete_repository"));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((v["id"].as_i64(), v["error"]["code"].as_i64()), (Some(7), Some(mcp::REFUSED)));
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("rule = api.test mcp /mcp delete_repository")
+        );
+        let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert!(run(&c, request("POST", "/mcp", &json, list)).await.is_ok());
+        assert!(run(&c, request("GET", "/mcp", &[("accept", "text/event-stream")], "")).await.is_ok());
+        for (headers, body) in [
+            (&[("content-type", "text/plain")][..], list.to_string()),
+            (&json[..], "not json".to_string()),
+            (&[("content-type", "application/json"), ("content-encoding", "gzip")][..], list.to_string()),
+            (
+                &json[..],
+                format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"pad\":\"{}\"}}",
+                    "a".repeat(mcp::BODY_MOST + 1)
+                ),
+            ),
+        ] {
+            let d = denied(run(&c, request("POST", "/mcp", headers, &body)).await);
+            assert_eq!(d.status, 400, "{d:?}");
+            assert!(d.reason.contains("cannot read"), "{d:?}");
         }
     }
 }

@@ -10,7 +10,9 @@ use super::super::normalise;
 use super::super::pipeline::Asked;
 use super::super::proto;
 use super::super::request_body::{OVERLAP, Replay, Scanned};
-use super::super::response::{BoxError, Decoder, GrpcChecked, Scrubbed, mask_headers, masked_reason};
+use super::super::response::{
+    BoxError, Decoder, GrpcChecked, McpAnswer, McpFiltered, Scrubbed, mask_headers, masked_reason,
+};
 use super::super::scrub::{self, Coding, Masks, Scrubber};
 use super::super::secrets::Misuse;
 use super::super::state::Entry;
@@ -33,7 +35,9 @@ pub(super) async fn exchange(
     a: Admitted,
     masks: Masks,
 ) -> Response<Out> {
-    let Admitted { mut parts, body, ahead, scanned, target, logged, budget, declared, upgrade, .. } = a;
+    let Admitted {
+        mut parts, body, ahead, scanned, target, logged, budget, declared, upgrade, tools, ..
+    } = a;
     // Frames after those the phases scanned are scanned as they stream.
     let checked: Vec<u8> =
         ahead.frames.iter().take(scanned).filter_map(|f| f.data_ref()).flatten().copied().collect();
@@ -89,7 +93,7 @@ pub(super) async fn exchange(
             return c.refuse(asked, 502, &why, &format!("ai-sandbox gate: {why}"));
         }
     };
-    filter(c, policy, asked, &logged, resp, masks, upgrade)
+    filter(c, policy, asked, &logged, resp, masks, upgrade, tools)
 }
 
 type Out = super::super::upstream::Out;
@@ -99,7 +103,9 @@ fn owned(asked: &Asked<'_>) -> (String, String, String, u16) {
     (asked.method.to_string(), asked.path.unwrap_or("/").to_string(), asked.host.to_string(), asked.port)
 }
 
-/// The response phases (see the module doc). `logged`: the path the request's record has.
+/// The response phases (see the module doc). `logged`: the path the request's record has;
+/// `tools`: an MCP endpoint's allowed tools (its answers filtered to them, after the masks).
+#[allow(clippy::too_many_arguments)]
 fn filter(
     c: &Conn,
     policy: &SessionPolicy,
@@ -108,6 +114,7 @@ fn filter(
     mut resp: Response<hyper::body::Incoming>,
     masks: Masks,
     upgrade: Option<hyper::upgrade::OnUpgrade>,
+    tools: Option<Vec<String>>,
 ) -> Response<Out> {
     // The status's own reason phrase, never the server's (it could carry a value past the
     // masks); then what the gate cannot read is refused, never passed as it came.
@@ -187,14 +194,32 @@ fn filter(
         if coding != Coding::Identity {
             resp.headers_mut().remove(hyper::header::CONTENT_ENCODING);
         }
+        let mcp = match tools.map(|t| mcp_answer(resp.status(), resp.headers()).map(|a| a.map(|a| (t, a)))) {
+            Some(Err(why)) => {
+                let why = format!("{} {logged} sent {why}", c.host);
+                return c.refuse(asked, 502, &why, &format!("ai-sandbox gate: {why}"));
+            }
+            Some(Ok(m)) => m,
+            None => None,
+        };
+        let scrubbed = move |inner| Scrubbed {
+            inner,
+            scrub,
+            decode: Decoder::of(coding),
+            trailers: None,
+            ended: false,
+            on_end: Some(Box::new(log_masked)),
+        };
+        let Some((patterns, answer)) = mcp else { return resp.map(|inner| scrubbed(inner).boxed()) };
+        let on_end = hidden_note(c, &as_logged);
         return resp.map(|inner| {
-            Scrubbed {
-                inner,
-                scrub,
-                decode: Decoder::of(coding),
-                trailers: None,
+            McpFiltered {
+                inner: scrubbed(inner),
+                patterns,
+                answer,
                 ended: false,
-                on_end: Some(Box::new(log_masked)),
+                trailers: None,
+                on_end: Some(Box::new(on_end)),
             }
             .boxed()
         });
@@ -205,6 +230,37 @@ fn filter(
         websocket(c, policy, asked, &mut resp, client_upgrade, scrub);
     }
     resp.map(|b| b.map_err(BoxError::from).boxed())
+}
+
+/// How an MCP endpoint's answer is read: a JSON body (or an untyped one) or an event stream; an error page passes
+/// as it is (a client reads no tools from it); any other successful answer cannot be read.
+fn mcp_answer(status: StatusCode, headers: &hyper::HeaderMap) -> Result<Option<McpAnswer>, String> {
+    let kind = headers.get(hyper::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("(not text)"));
+    let media = kind.map(|k| k.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    match media.as_deref() {
+        // No type: read as JSON (an empty body, as a DELETE's, passes).
+        Some("application/json") | None => Ok(Some(McpAnswer::Json(Vec::new()))),
+        Some("text/event-stream") => Ok(Some(McpAnswer::Events(Default::default()))),
+        _ if !status.is_success() || status == StatusCode::ACCEPTED => Ok(None),
+        _ => Err(format!(
+            "an answer of type {}, which the gate cannot read on an MCP endpoint",
+            kind.unwrap_or("(none)")
+        )),
+    }
+}
+
+/// The log's note of how many tools an MCP answer hid (none: no note).
+fn hidden_note(c: &Conn, asked: &Asked<'_>) -> impl FnOnce(usize) + Send + Sync + 'static {
+    let (state, session) = (c.state.clone(), c.session.id.clone());
+    let (method, path, host, port) = owned(asked);
+    move |hidden: usize| {
+        if hidden > 0 {
+            let reason =
+                format!("MCP tools/list: {hidden} tool(s) the rules do not allow hidden from the answer");
+            state
+                .note(Entry { path: Some(&path), ..Entry::allowed(&session, &method, &host, port, &reason) });
+        }
+    }
 }
 
 /// A WebSocket (`normalise` refused any other protocol): its frames are read both ways.

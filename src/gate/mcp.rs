@@ -1,0 +1,362 @@
+//! MCP over streamable HTTP, for `rule = HOST mcp PATH TOOL...` (pure): what a request body asks
+//! of the server, the refusal of a tool no rule allows (as JSON-RPC errors the client reads), and
+//! the answers filtered so that a `tools/list` result shows only the allowed tools — in a JSON
+//! body and in each event of a server-sent-event stream.
+//!
+//! What the gate cannot read is refused, never passed: a body that is not JSON-RPC 2.0, a batch
+//! with anything but messages in it, a `tools/call` without a tool's name, an event stream whose
+//! event data is not JSON. Every other method (`initialize`, notifications, `ping`, resources,
+//! prompts) passes as it came. The terminated path reads the body (`terminate::admit`) and
+//! filters the answer (`response::McpFiltered`).
+
+use serde_json::Value;
+
+/// The most of a request body on an MCP endpoint the gate reads to decide (larger: refused).
+pub(crate) const BODY_MOST: usize = 1 << 20;
+/// The most of one answer the gate holds to filter it: a JSON body, or one event of a stream.
+pub(crate) const ANSWER_MOST: usize = 8 << 20;
+/// The JSON-RPC error code of a refusal (the range JSON-RPC leaves to servers).
+pub(crate) const REFUSED: i64 = -32001;
+
+/// The messages of one request body.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Calls {
+    messages: Vec<Message>,
+    batch: bool,
+}
+
+#[derive(Debug, PartialEq)]
+struct Message {
+    /// A request's id (`None`: a notification, or a response to the server).
+    id: Option<Value>,
+    /// The tool a `tools/call` names.
+    tool: Option<String>,
+}
+
+/// Reads a POST body on an MCP endpoint.
+pub(crate) fn read(body: &[u8]) -> Result<Calls, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("it is not JSON ({e})"))?;
+    let (items, batch) = match v {
+        Value::Array(items) if items.is_empty() => return Err("it is an empty batch".into()),
+        Value::Array(items) => (items, true),
+        one => (vec![one], false),
+    };
+    let messages = items.iter().map(message).collect::<Result<_, _>>()?;
+    Ok(Calls { messages, batch })
+}
+
+fn message(v: &Value) -> Result<Message, String> {
+    let Value::Object(m) = v else { return Err("it holds something that is not a JSON-RPC message".into()) };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err("it is not JSON-RPC 2.0".into());
+    }
+    let id = m.get("id").filter(|id| !id.is_null()).cloned();
+    match m.get("method") {
+        Some(Value::String(method)) if method == "tools/call" => {
+            let name = m.get("params").and_then(|p| p.get("name")).and_then(Value::as_str);
+            let tool = name.ok_or("its tools/call names no tool")?.to_string();
+            Ok(Message { id, tool: Some(tool) })
+        }
+        Some(Value::String(_)) => Ok(Message { id, tool: None }),
+        Some(_) => Err("its method is not text".into()),
+        // The client's answer to a server's request (sampling, elicitation).
+        None if m.contains_key("result") || m.contains_key("error") => Ok(Message { id, tool: None }),
+        None => Err("it holds a message that is neither a request nor a response".into()),
+    }
+}
+
+/// Whether one of `patterns` allows `tool`.
+pub(crate) fn allowed(patterns: &[String], tool: &str) -> bool {
+    patterns.iter().any(|p| crate::policy::rule::tool_matches(p, tool))
+}
+
+impl Calls {
+    /// The first tool the body calls that no pattern allows.
+    pub(crate) fn refused(&self, patterns: &[String]) -> Option<&str> {
+        self.messages.iter().filter_map(|m| m.tool.as_deref()).find(|t| !allowed(patterns, t))
+    }
+
+    /// The names of the tools the body calls (for the log).
+    pub(crate) fn tools(&self) -> Vec<&str> {
+        self.messages.iter().filter_map(|m| m.tool.as_deref()).collect()
+    }
+
+    /// The answer to a body with a refused call: a JSON-RPC error for each request in it (none is
+    /// sent), the refused tool's carrying `hint`. `None` when nothing in it awaits an answer.
+    pub(crate) fn refusal(&self, refused: &str, hint: &str) -> Option<Vec<u8>> {
+        let errors: Vec<Value> = self
+            .messages
+            .iter()
+            .filter_map(|m| {
+                let id = m.id.clone()?;
+                let message = match m.tool.as_deref() {
+                    Some(t) if t == refused => hint.to_string(),
+                    _ => format!("not sent: the call of {refused} in the same batch was refused"),
+                };
+                let error = serde_json::json!({ "code": REFUSED, "message": message });
+                Some(serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error }))
+            })
+            .collect();
+        let body = match (self.batch, errors.as_slice()) {
+            (_, []) => return None,
+            (false, [one]) => one.clone(),
+            _ => Value::Array(errors),
+        };
+        Some(body.to_string().into_bytes())
+    }
+}
+
+/// Removes the tools no pattern allows from each `tools/list` result in `v` (a message or a
+/// batch); how many it removed. A listed tool without a name is removed too.
+pub(crate) fn filter(v: &mut Value, patterns: &[String]) -> usize {
+    match v {
+        Value::Array(items) => items.iter_mut().map(|m| filter(m, patterns)).sum(),
+        Value::Object(m) => match m.get_mut("result").and_then(|r| r.get_mut("tools")) {
+            Some(Value::Array(tools)) => {
+                let before = tools.len();
+                tools.retain(|t| t.get("name").and_then(Value::as_str).is_some_and(|n| allowed(patterns, n)));
+                before - tools.len()
+            }
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// A JSON answer, filtered: the bytes to send (as they came when nothing was removed) and how
+/// many tools were removed.
+pub(crate) fn filter_json(body: &[u8], patterns: &[String]) -> Result<(Vec<u8>, usize), String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok((body.to_vec(), 0));
+    }
+    let mut v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("an answer that is not JSON ({e})"))?;
+    match filter(&mut v, patterns) {
+        0 => Ok((body.to_vec(), 0)),
+        n => Ok((v.to_string().into_bytes(), n)),
+    }
+}
+
+/// A server-sent-event stream, filtered event by event as it comes.
+#[derive(Default)]
+pub(crate) struct Events {
+    held: Vec<u8>,
+    /// Tools removed so far.
+    pub(crate) hidden: usize,
+}
+
+impl Events {
+    /// The events complete after `bytes`, filtered; what is left of an event is held.
+    pub(crate) fn push(&mut self, bytes: &[u8], patterns: &[String]) -> Result<Vec<u8>, String> {
+        self.held.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some((end, sep)) = event_end(&self.held) {
+            let event: Vec<u8> = self.held.drain(..end + sep).collect();
+            out.extend(self.event(&event[..end], &event[end..], patterns)?);
+        }
+        if self.held.len() > ANSWER_MOST {
+            return Err(format!("an event longer than {} MiB", ANSWER_MOST >> 20));
+        }
+        Ok(out)
+    }
+
+    /// The stream ended: what was held, as one last event.
+    pub(crate) fn end(&mut self, patterns: &[String]) -> Result<Vec<u8>, String> {
+        let rest = std::mem::take(&mut self.held);
+        if rest.is_empty() {
+            return Ok(rest);
+        }
+        self.event(&rest, b"", patterns)
+    }
+
+    /// One event (its lines, then the blank line that ended it): unchanged unless its data is a
+    /// message with tools to remove; then its other fields as they were and the data on one line.
+    fn event(&mut self, lines: &[u8], sep: &[u8], patterns: &[String]) -> Result<Vec<u8>, String> {
+        let text = std::str::from_utf8(lines).map_err(|_| "an event that is not UTF-8".to_string())?;
+        let mut data: Vec<&str> = Vec::new();
+        let mut other: Vec<&str> = Vec::new();
+        for line in text.split("\r\n").flat_map(|l| l.split(['\n', '\r'])) {
+            match line.strip_prefix("data") {
+                Some(rest) if rest.is_empty() || rest.starts_with(':') => {
+                    let value = rest.strip_prefix(':').unwrap_or(rest);
+                    data.push(value.strip_prefix(' ').unwrap_or(value));
+                }
+                _ => other.push(line),
+            }
+        }
+        let joined = data.join("\n");
+        if joined.trim().is_empty() {
+            return Ok([lines, sep].concat());
+        }
+        let mut v: Value =
+            serde_json::from_str(&joined).map_err(|e| format!("an event whose data is not JSON ({e})"))?;
+        let n = filter(&mut v, patterns);
+        if n == 0 {
+            return Ok([lines, sep].concat());
+        }
+        self.hidden += n;
+        let mut out = String::new();
+        for line in other.iter().filter(|l| !l.is_empty()) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("data: ");
+        out.push_str(&v.to_string());
+        out.push_str("\n\n");
+        Ok(out.into_bytes())
+    }
+}
+
+/// Where the first event in `b` ends: its length and the blank line's (`\n\n`, `\r\n\r\n`,
+/// `\r\r`).
+fn event_end(b: &[u8]) -> Option<(usize, usize)> {
+    let at = |pat: &[u8]| b.windows(pat.len()).position(|w| w == pat).map(|i| (i, pat.len()));
+    [at(b"\r\n\r\n"), at(b"\n\n"), at(b"\r\r")].into_iter().flatten().min_by_key(|(i, _)| *i)
+}
+
+/// A tools/list result's tools, by name (for tests and the log).
+#[cfg(test)]
+fn names(v: &Value) -> Vec<String> {
+    let tools = v.get("result").and_then(|r| r.get("tools")).and_then(Value::as_array);
+    tools.into_iter().flatten().filter_map(|t| t.get("name")?.as_str().map(str::to_string)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pats(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn call(id: u64, tool: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_call_of_a_tool_no_pattern_allows_is_found_in_a_message_and_in_a_batch() {
+        let p = pats(&["search_*", "create_issue"]);
+        let one = read(call(1, "search_issues").as_bytes()).unwrap();
+        assert_eq!((one.refused(&p), one.tools()), (None, vec!["search_issues"]));
+        let bad = read(call(2, "delete_repository").as_bytes()).unwrap();
+        assert_eq!(bad.refused(&p), Some("delete_repository"));
+        let batch = format!(
+            r#"[{},{},{{"jsonrpc":"2.0","method":"notifications/initialized"}}]"#,
+            call(3, "create_issue"),
+            call(4, "delete_repository")
+        );
+        let b = read(batch.as_bytes()).unwrap();
+        assert_eq!(b.refused(&p), Some("delete_repository"));
+        assert_eq!(b.refused(&pats(&["*"])), None);
+        // Other methods are not calls.
+        let list = read(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#).unwrap();
+        assert_eq!((list.refused(&p), list.tools().len()), (None, 0));
+        let answer = read(br#"{"jsonrpc":"2.0","id":6,"result":{}}"#).unwrap();
+        assert_eq!(answer.refused(&p), None);
+    }
+
+    #[test]
+    fn what_is_not_json_rpc_is_not_read_as_if_it_were() {
+        for body in [
+            &b"not json"[..],
+            b"[]",
+            b"[1]",
+            br#"{"id":1,"method":"tools/call","params":{"name":"x"}}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            br#"{"jsonrpc":"2.0","id":1}"#,
+        ] {
+            assert!(read(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn a_refusal_answers_each_request_of_the_body_and_names_the_line_on_the_refused_one() {
+        let b = read(format!("[{},{}]", call(1, "search_issues"), call(2, "delete_repository")).as_bytes())
+            .unwrap();
+        let body = b.refusal("delete_repository", "add \"rule = h mcp /mcp delete_repository\"").unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let errs = v.as_array().unwrap();
+        assert_eq!(errs.len(), 2);
+        assert_eq!(errs[1]["id"], 2);
+        assert_eq!(errs[1]["error"]["code"], REFUSED);
+        assert!(
+            errs[1]["error"]["message"].as_str().unwrap().contains("rule = h mcp /mcp delete_repository")
+        );
+        assert!(errs[0]["error"]["message"].as_str().unwrap().starts_with("not sent"));
+        // One message: one object, with its own id as it was (a string here).
+        let one = read(br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x"}}"#).unwrap();
+        let v: Value = serde_json::from_slice(&one.refusal("x", "no").unwrap()).unwrap();
+        assert_eq!((v["id"].as_str(), v["error"]["message"].as_str()), (Some("a"), Some("no")));
+        let note = read(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#).unwrap();
+        assert_eq!(note.refusal("x", "no"), None);
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"search_issues"},{"name":"create_issue"},{"name":"delete_repository"},{"title":"no name"}]}}"#;
+
+    #[test]
+    fn a_tools_list_shows_only_the_allowed_tools_and_anything_else_passes_as_it_came() {
+        let p = pats(&["search_*", "create_issue"]);
+        let (out, n) = filter_json(LIST.as_bytes(), &p).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((names(&v), n), (vec!["search_issues".to_string(), "create_issue".into()], 2));
+        let batch = format!("[{LIST},{LIST}]");
+        assert_eq!(filter_json(batch.as_bytes(), &p).unwrap().1, 4);
+        // Nothing removed: the bytes as they came (spacing and order kept).
+        let other = br#"{ "jsonrpc":"2.0", "id":2, "result": {"content": [{"type":"text","text":"ok"}]} }"#;
+        assert_eq!(filter_json(other, &p).unwrap(), (other.to_vec(), 0));
+        assert!(filter_json(b"<html>", &p).is_err());
+        assert_eq!(filter_json(b"", &p).unwrap(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn an_event_stream_is_filtered_event_by_event_however_it_is_cut() {
+        let p = pats(&["search_*"]);
+        let stream = format!(
+            "event: message\r\nid: 7\r\ndata: {LIST}\r\n\r\n: a comment\n\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}}\n\n"
+        );
+        for cut in [1, 7, 64, stream.len()] {
+            let mut e = Events::default();
+            let mut out = Vec::new();
+            for piece in stream.as_bytes().chunks(cut) {
+                out.extend(e.push(piece, &p).unwrap());
+            }
+            out.extend(e.end(&p).unwrap());
+            let text = String::from_utf8(out).unwrap();
+            assert_eq!(e.hidden, 3, "cut {cut}");
+            assert!(text.starts_with("event: message\nid: 7\ndata: {"), "{text}");
+            assert!(text.contains("search_issues") && !text.contains("delete_repository"), "{text}");
+            assert!(text.ends_with(
+                ": a comment\n\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n"
+            ));
+        }
+        // An event cut off by the stream's end is still read.
+        let mut e = Events::default();
+        let out = [e.push(format!("data: {LIST}").as_bytes(), &p).unwrap(), e.end(&p).unwrap()].concat();
+        assert!(!String::from_utf8(out).unwrap().contains("create_issue"));
+        // Data split over lines is one message; data that is not JSON is refused.
+        let mut e = Events::default();
+        let split =
+            "data: {\"jsonrpc\":\"2.0\",\ndata: \"id\":1,\"result\":{\"tools\":[{\"name\":\"x\"}]}}\n\n";
+        assert!(!String::from_utf8(e.push(split.as_bytes(), &p).unwrap()).unwrap().contains("\"x\""));
+        assert!(Events::default().push(b"data: <html>\n\n", &p).is_err());
+    }
+
+    #[test]
+    fn an_event_that_never_ends_is_refused_past_the_limit() {
+        let mut e = Events::default();
+        let chunk = vec![b'a'; 1 << 20];
+        let mut failed = false;
+        for _ in 0..=(ANSWER_MOST >> 20) {
+            if e.push(&chunk, &pats(&["*"])).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
+    }
+}
