@@ -22,8 +22,22 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         .filter_map(|l| serde_json::from_str::<Event>(l).ok())
         .filter(|e| e.session == ran.session)
         .collect();
-    let learned: Vec<&str> =
-        events.iter().filter(|e| e.learned && !e.decision.refused()).map(|e| e.host.as_str()).collect();
+    // A learned line of a rule (an MCP tool no rule allows, relayed) is proposed as that line;
+    // its host is in the allowlist already.
+    let is_rule = |e: &Event| e.allow.as_deref().is_some_and(|a| crate::policy::rule::item(a).is_some());
+    let learned: Vec<&str> = events
+        .iter()
+        .filter(|e| e.learned && !e.decision.refused() && !is_rule(e))
+        .map(|e| e.host.as_str())
+        .collect();
+    let mut rules: Vec<String> = Vec::new();
+    for e in events.iter().filter(|e| e.learned && !e.decision.refused()) {
+        if let Some(line) = e.allow.as_ref().filter(|_| is_rule(e))
+            && !rules.contains(line)
+        {
+            rules.push(line.clone());
+        }
+    }
     // Asked for, outside the allowlist, and not reached (a name that does not resolve): said,
     // never proposed (a typo, or a name only another network knows).
     let mut unreached: Vec<String> = Vec::new();
@@ -43,7 +57,16 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         ));
     }
     let groups = learn::propose(learned.iter().copied());
+    let mut accepted = propose_rules(host, &rules)?;
     if groups.is_empty() {
+        if !accepted.is_empty() {
+            let loc = super::app::locate(host, args.policy.project.as_deref())?;
+            super::change::add_lines(host, &loc, &accepted, "allow")?;
+            return Ok(ran.code);
+        }
+        if !rules.is_empty() {
+            return Ok(ran.code);
+        }
         if unreached.is_empty() {
             host.eprint(
                 "ai-sandbox: learn: nothing outside the allowlist was asked for in this run; nothing to add\n",
@@ -77,7 +100,6 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         "learn: interrupted; nothing was written; to add them: ai-sandbox allow {}",
         all.join(" ")
     )));
-    let mut accepted = Vec::new();
     for g in &groups {
         accepted.extend(ask(host, g)?);
     }
@@ -90,6 +112,34 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
     let loc = super::app::locate(host, args.policy.project.as_deref())?;
     super::change::add_lines(host, &loc, &accepted, "allow")?;
     Ok(ran.code)
+}
+
+/// The rule lines a learning run's relayed calls need (MCP tools no rule allows): said, and
+/// those the user accepts returned (none without a terminal: the command that adds them is said).
+fn propose_rules(host: &mut dyn Host, rules: &[String]) -> anyhow::Result<Vec<String>> {
+    if rules.is_empty() {
+        return Ok(Vec::new());
+    }
+    let each: Vec<String> = rules.iter().map(|r| format!("  {}\n", crate::sys::quote::text(r))).collect();
+    host.eprint(&format!(
+        "ai-sandbox: learn: the command called MCP tools the rules do not allow; these lines would:\n{}",
+        each.concat()
+    ));
+    if !host.can_ask() {
+        let quoted: Vec<String> = rules.iter().map(|r| format!("'{r}'")).collect();
+        host.eprint(&format!(
+            "ai-sandbox: learn: nothing was written (no terminal to ask on); to add them: ai-sandbox allow {}\n",
+            quoted.join(" ")
+        ));
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for r in rules {
+        if host.confirm(&format!("add `{r}`? [y/N] "))? {
+            out.push(r.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// The lines of one group the user accepts: the wildcard first when there is one (then only the

@@ -124,21 +124,25 @@ fn a_bound_secret_is_a_placeholder_in_the_agent_pod_and_a_mounted_value_in_the_g
 fn rules_go_to_the_cluster_gate_with_the_ca_both_pods_need_and_no_secret() {
     let o = opts(Some("img"));
     let p = crate::policy::from_text(
-        "allow = github.com\nrule = github.com git-fetch /acme/*\nrule = github.com git-push /acme/r refs/heads/agent/*\n",
+        "allow = github.com\nrule = github.com git-fetch /acme/*\nrule = github.com git-push /acme/r refs/heads/agent/*\nrule = github.com mcp /mcp search_*\n",
     );
     let (c, _) = crate::policy::keys::read("");
     let out = export(&p, &c, &o).unwrap();
     let docs = objects(&out);
     let kind = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k}: {out}"));
-    // The gate's policy carries the rules, as the gate matches them; a push's ref limit too.
+    // The gate's policy carries the rules, as the gate matches them; a push's ref limit and an
+    // MCP endpoint's tools too.
     let policy: serde_json::Value =
         serde_json::from_str(kind("ConfigMap")["data"]["policy.json"].as_str().unwrap()).unwrap();
     let rules = &policy["sessions"][0]["policy"]["rules"];
-    assert_eq!(rules.as_array().map(Vec::len), Some(4), "{policy}");
+    assert_eq!(rules.as_array().map(Vec::len), Some(7), "{policy}");
     assert_eq!(rules[0]["line"], "github.com git-fetch /acme/*", "{policy}");
     assert_eq!(rules[3]["refs"], serde_json::json!(["refs/heads/agent/*"]), "{policy}");
     let back: crate::policy::rule::Rule = serde_json::from_value(rules[3].clone()).unwrap();
     assert_eq!(back.refs, ["refs/heads/agent/*"]);
+    // An MCP rule's tools too (each of its three methods).
+    let mcp: crate::policy::rule::Rule = serde_json::from_value(rules[4].clone()).unwrap();
+    assert_eq!((mcp.method.as_deref(), mcp.tools.as_slice()), (Some("POST"), &["search_*".to_string()][..]));
     // The gate opens TLS: its CA mounted there, trusted in the agent's Pod; no secret anywhere.
     let gate = kind("Deployment").to_string();
     assert!(gate.contains(r#""--ca""#) && gate.contains(r#""secretName":"ai-sandbox-gate-ca""#), "{gate}");

@@ -224,7 +224,7 @@ pub const KEYS: &[Key] = &[
         name: Name::Rule,
         repeats: true,
         shell: false,
-        doc: "HOST METHOD PATH, or HOST git-fetch [REPO], or HOST git-push [REPO [REF...]]: once a host has rules, the gate lets through only the requests they allow (it opens TLS to read them)",
+        doc: "HOST METHOD PATH, or HOST git-fetch [REPO], or HOST git-push [REPO [REF...]], or HOST mcp PATH TOOL... (an MCP endpoint: the tools it may call and list): once a host has rules, the gate lets through only the requests they allow (it opens TLS to read them)",
         example: "api.github.com GET /repos/acme/**",
         widens: Widens::When(rule_widens),
         export: Exports { kube: Export::Carried },

@@ -74,8 +74,9 @@ async def call(s, name, tool, arg):
     except McpError as e:
         print(name, "refused", e.error.code, e.error.message, flush=True)
 
-AUTH = {"authorization": "Bearer " + os.environ["MCP_TOKEN"]}
-print("token", os.environ["MCP_TOKEN"][:17], flush=True)
+TOKEN = os.environ.get("MCP_TOKEN", "")
+AUTH = {"authorization": "Bearer " + TOKEN} if TOKEN else {}
+print("token", TOKEN[:17], flush=True)
 
 async def main():
     async with streamablehttp_client(URL, headers=AUTH) as (r, w, sid):
@@ -94,7 +95,10 @@ async def main():
     ]
     headers = {"accept": "application/json, text/event-stream", "mcp-session-id": session or "", **AUTH}
     r = httpx.post(URL, json=batch, headers=headers, timeout=20)
-    print("batch", r.status_code, json.dumps([m.get("error", {}).get("code") for m in r.json()]), flush=True)
+    try:
+        print("batch", r.status_code, json.dumps([m.get("error", {}).get("code") for m in r.json()]), flush=True)
+    except Exception as e:
+        print("batch", r.status_code, "unreadable", repr(e), flush=True)
 
 asyncio.run(main())
 "#;
@@ -157,4 +161,37 @@ fn an_mcp_servers_tools_are_called_and_listed_as_the_rules_allow() {
         assert!(log.contains("MCP tools/call search_issues"), "{mode}: {log}");
         assert!(log.contains("MCP tools/list: 1 tool(s)"), "{mode}: {log}");
     }
+}
+
+/// A learning run (`ai-sandbox learn`) relays a call of a tool no rule allows, as it relays an
+/// unlisted host, and proposes the line that would allow it; without a terminal nothing is
+/// written. Control: the allowed calls go as in any run.
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps; run by scripts/test"]
+fn learn_proposes_the_mcp_tool_lines_a_trusted_run_needed() {
+    let up = McpUpstream::start("json");
+    let p = Project::new("mcp-learn");
+    let config = format!(
+        "allow = mcp.test\nresolve = mcp.test={}\nrule = mcp.test mcp /mcp search_* create_issue\nupstream_ca = {}\n",
+        up.th.v4,
+        up.dir.join("ca.pem").display()
+    );
+    p.config(&config);
+    std::fs::write(p.path("client.py"), CLIENT).unwrap();
+    chown_user(&p.path("client.py"));
+    let r = sandbox(&p, &["learn", "--", MCP_PYTHON, "client.py"], &[]);
+    let (out, err) = (&r.stdout, &r.stderr);
+    assert_eq!(r.code, 0, "{out}\n{err}");
+    assert!(out.contains("search ok found: allowed-7c1"), "{out}");
+    assert!(out.contains("delete ok deleted: refused-5e3"), "a learning run relays it: {out}");
+    assert!(err.contains("these lines would:\n  rule = mcp.test mcp /mcp delete_repository\n"), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(!err.contains("allow = mcp.test"), "its host is in the allowlist already: {err}");
+    let tools: Vec<String> = up.calls().into_iter().map(|(t, _)| t).collect();
+    assert!(
+        tools.contains(&"delete_repository".to_string()) && tools.contains(&"search_issues".to_string()),
+        "{tools:?}"
+    );
+    let now = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
+    assert_eq!(now, config, "learn wrote without asking");
 }

@@ -63,6 +63,9 @@ pub(super) struct Admitted<B = Incoming> {
     pub(super) upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// An MCP endpoint's allowed tools: its answers are filtered to them (`mcp`).
     pub(super) tools: Option<Vec<String>>,
+    /// A learning run's call of a tool no rule allows, relayed: the line that would allow it
+    /// (the record marks it learned; `ai-sandbox learn` proposes it).
+    pub(super) learned: Option<String>,
 }
 
 /// The request phases, in order (see the module doc).
@@ -110,10 +113,17 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
     if let Some(patterns) = refs {
         pushed_refs(c, policy, &parts, &mut ahead, &mut body, &patterns, &logged).await?;
     }
+    let mut learned = None;
     if let Some(patterns) = &tools {
         let called = mcp_calls(c, policy, asked, &parts, &mut ahead, &mut body, patterns, &logged).await?;
-        if !called.is_empty() {
-            reason = format!("{reason}; MCP tools/call {}", called.join(", "));
+        if !called.tools.is_empty() {
+            reason = format!("{reason}; MCP tools/call {}", called.tools.join(", "));
+        }
+        if let Some(line) = called.learned {
+            reason = format!(
+                "learned: {line} is not in the config; relayed because this is a learning run ({reason})"
+            );
+            learned = Some(line);
         }
     }
     let budget = match pipeline::budget(&c.state, &c.session, policy, asked, Need::Whole(wanted)).await {
@@ -138,6 +148,7 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
         declared,
         upgrade,
         tools,
+        learned,
     })
 }
 
@@ -149,6 +160,8 @@ pub(super) async fn record<B: Body<Data = Bytes> + Unpin>(
 ) -> Result<(), Stop> {
     let entry = Entry {
         path: Some(&a.logged),
+        learned: a.learned.is_some(),
+        allow: a.learned.as_deref(),
         ..Entry::allowed(&c.session.id, asked.method, &c.host, c.port, &a.reason)
     };
     if let Err(unlogged) = c.state.log(entry) {
@@ -243,11 +256,18 @@ async fn pushed_refs<B: Body<Data = Bytes> + Unpin>(
     Err(Stop::InBand(Box::new((d, report, "application/x-git-receive-pack-result"))))
 }
 
+/// What an MCP message called: its tools (for the log), and in a learning run the line that
+/// would allow the one no rule allows (it was relayed).
+struct Called {
+    tools: Vec<String>,
+    learned: Option<String>,
+}
+
 /// An MCP endpoint's message (`rule = HOST mcp PATH TOOL...`): its whole body, up to
 /// `mcp::BODY_MOST`, read before anything goes upstream, and each `tools/call` checked against
 /// `patterns`. A refusal is asked of a watcher, then answered as JSON-RPC errors the client reads
-/// (the line to add in the refused call's). What cannot be read is refused. The tools called,
-/// for the log.
+/// (the line to add in the refused call's); a learning run relays the call instead, as it does
+/// an unlisted host, and `learn` proposes the line. What cannot be read is refused.
 #[allow(clippy::too_many_arguments)]
 async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     c: &Conn,
@@ -258,10 +278,10 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     body: &mut B,
     patterns: &[String],
     logged: &str,
-) -> Result<Vec<String>, Stop> {
+) -> Result<Called, Stop> {
     // The server's stream (GET) and the session's end (DELETE) carry no message.
     if parts.method != hyper::Method::POST {
-        return Ok(Vec::new());
+        return Ok(Called { tools: Vec::new(), learned: None });
     }
     let unreadable = |why: &str| {
         let reason = format!("an MCP message to {} {logged} that the gate cannot read: {why}", c.host);
@@ -291,9 +311,13 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
         ahead.one(body).await.map_err(|()| Stop::Broken)?;
     }
     let calls = mcp::read(&ahead.seen).map_err(|why| unreadable(&why))?;
-    let called = calls.tools().into_iter().map(str::to_string).collect();
-    let Some(tool) = calls.refused(patterns) else { return Ok(called) };
+    let tools = calls.tools().into_iter().map(str::to_string).collect();
+    let Some(tool) = calls.refused(patterns) else { return Ok(Called { tools, learned: None }) };
     let line = format!("rule = {} mcp {logged} {tool}", c.host);
+    if policy.learn {
+        return Ok(Called { tools, learned: Some(line) });
+    }
+    let called = Called { tools, learned: None };
     let d = Denial {
         status: 403,
         reason: format!("MCP tools/call {tool} matches no rule for {} {logged}", c.host),
