@@ -541,11 +541,34 @@ mod tests {
             let r = record(&c, &asked, &mut a).await;
             let allowed = c.session.allowed.load(std::sync::atomic::Ordering::Relaxed);
             match r {
-                Ok(()) => assert!(written && allowed == 1),
+                Ok(()) => {
+                    assert!(written && allowed == 1);
+                    let line = std::fs::read_to_string(dir.path().join("gate.log")).unwrap();
+                    assert!(
+                        line.contains(r#""path":"/""#) && line.contains(r#""decision":"allow""#),
+                        "{line}"
+                    );
+                }
                 Err(Stop::Denied(d)) => assert!(!written && d.status == 503 && allowed == 0, "{d:?}"),
                 Err(_) => panic!("not a refusal"),
             }
         }
+    }
+
+    /// A bound value that cannot be a header value (a line break in it) is refused when it
+    /// would be put in, not sent broken.
+    #[tokio::test]
+    async fn a_value_that_cannot_go_in_a_header_is_refused_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = conn(SessionPolicy::default(), log_in(&dir));
+        c.secrets = Secrets::new(vec![Bound::new("KEY", KEY, "real\nkey", &["api.test"])]);
+        let auth = format!("Bearer {KEY}");
+        let mut a = run(&c, request("GET", "/", &[("authorization", &auth)], ""))
+            .await
+            .unwrap_or_else(|_| panic!("refused"));
+        let mut masks = c.secrets.masks(&c.host);
+        let d = upstream_parts(&c, &mut a.parts, &mut masks).unwrap_err();
+        assert_eq!((d.status, d.reason.as_str()), (400, "a substituted header is not a valid value"));
     }
 
     /// An MCP endpoint: a call of an allowed tool goes (the log's reason names it), one of a tool
