@@ -8,7 +8,10 @@
 //! streamed response (its first event, the last one 20 ms later); then BYTES down and up on
 //! that connection (tunnel and terminated), and the gate's RSS with HELD terminated connections
 //! open.
-//! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate transfer
+//! Two more sessions POST an MCP tools/call (JSON-RPC) to a path with a plain rule and one with
+//! an MCP rule that reads it (`rule = HOST mcp PATH TOOL`).
+//! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate mcp
+//! pathrule|mcprule P50 P99` (ms), `terminate transfer
 //! tunnel|terminated DOWN UP` and `terminate websocket tunnel|terminated DOWN UP` (MB/s), `terminate event tunnel|terminated FIRST_P50 FIRST_P99
 //! END_P50` (ms from the request's write) and `terminate held N IDLE_KIB RSS_KIB`.
 
@@ -200,6 +203,12 @@ fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
                             chunk(&mut s, "data: last\n\n")
                         }
                         && s.write_all(b"0\r\n\r\n").is_ok()
+                } else if let Some(n) = n("/mcp/") {
+                    // An MCP tools/call's answer, after its body of N bytes.
+                    let _ = std::io::copy(&mut (&mut s).take(n), &mut std::io::sink());
+                    let body =
+                        r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}"#;
+                    write!(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).is_ok()
                 } else if let Some(n) = n("/big/") {
                     write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").is_ok()
                         && std::io::copy(&mut std::io::repeat(b'x').take(n), &mut s).is_ok()
@@ -302,6 +311,10 @@ pub(crate) fn run(args: &[String]) {
     }
     rules.extend(ai_sandbox::policy::rule::parse(&format!("{host} GET /")).unwrap());
     let ruled = register(&a, "ruled", vec![bound()], Some(ca_pem.clone()), rules);
+    // An MCP tools/call under a plain rule for its path, and under an MCP rule that reads it.
+    let rule = |line: &str| ai_sandbox::policy::rule::parse(&format!("{host} {line}")).unwrap();
+    let pathrule = register(&a, "pathrule", vec![bound()], Some(ca_pem.clone()), rule("POST /mcp/*"));
+    let mcprule = register(&a, "mcprule", vec![bound()], Some(ca_pem.clone()), rule("mcp /mcp/* search_*"));
     let gate_ca = terminated.ca.clone().expect("the gate's CA in the reply");
     let gate: SocketAddr = ([127, 0, 0, 1], tunnel.port).into();
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
@@ -334,6 +347,28 @@ pub(crate) fn run(args: &[String]) {
             req[i].push(ms(t));
         }
     }
+    // A tools/call on a kept-alive connection of each, in turn.
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues","arguments":{"query":"bench"}}}"#;
+    let post = format!(
+        "POST /mcp/{n} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n\r\n{call}",
+        n = call.len()
+    );
+    let mcp_paths = ["pathrule", "mcprule"];
+    let mut mcp_conns: Vec<_> =
+        mcp_paths.iter().map(|name| open(gate, &token(name), &host, &gate_ca)).collect();
+    let mut mcp = samples(mcp_paths.len(), count);
+    for _ in 0..count {
+        for (i, s) in mcp_conns.iter_mut().enumerate() {
+            let t = Instant::now();
+            s.write_all(post.as_bytes()).unwrap();
+            read_message(s, true).expect("a tools/call's answer");
+            mcp[i].push(ms(t));
+        }
+    }
+    for (i, name) in mcp_paths.iter().enumerate() {
+        println!("terminate mcp {name} {:.3} {:.3}", pct(&mut mcp[i], 0.5), pct(&mut mcp[i], 0.99));
+    }
+    drop(mcp_conns);
     // A streamed response: when its first event arrives, and its end (EVENT_GAP later).
     let events = count.min(100);
     let (mut first, mut last) = (samples(2, events), samples(2, events));
@@ -413,5 +448,5 @@ pub(crate) fn run(args: &[String]) {
     let rss = super::rss_kib(&pid, "VmRSS:");
     println!("terminate held {} {idle} {rss}", held.len());
     drop(held);
-    drop((tunnel, terminated, ruled));
+    drop((tunnel, terminated, ruled, pathrule, mcprule));
 }
