@@ -35,7 +35,8 @@ struct Message {
 
 /// Reads a POST body on an MCP endpoint.
 pub(crate) fn read(body: &[u8]) -> Result<Calls, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("it is not JSON ({e})"))?;
+    let Strict(v) =
+        serde_json::from_slice(body).map_err(|e| format!("it is not JSON as the gate reads it ({e})"))?;
     let (items, batch) = match v {
         Value::Array(items) if items.is_empty() => return Err("it is an empty batch".into()),
         Value::Array(items) => (items, true),
@@ -65,6 +66,63 @@ fn message(v: &Value) -> Result<Message, String> {
     }
 }
 
+/// A JSON value whose objects each name a key once. Parsers differ on a key given twice (most
+/// keep the last, some the first), so the gate could check one call and the server run another:
+/// such a body is refused.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!("the key {k:?} twice in one object")));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// Whether one of `patterns` allows `tool`.
 pub(crate) fn allowed(patterns: &[String], tool: &str) -> bool {
     patterns.iter().any(|p| crate::policy::rule::tool_matches(p, tool))
@@ -74,6 +132,12 @@ impl Calls {
     /// The first tool the body calls that no pattern allows.
     pub(crate) fn refused(&self, patterns: &[String]) -> Option<&str> {
         self.messages.iter().filter_map(|m| m.tool.as_deref()).find(|t| !allowed(patterns, t))
+    }
+
+    /// The first tool the body calls that no pattern allows, other than `tool` (a watcher let
+    /// that one through once; a name is compared whole, never as a pattern).
+    pub(crate) fn refused_besides(&self, patterns: &[String], tool: &str) -> Option<&str> {
+        self.messages.iter().filter_map(|m| m.tool.as_deref()).find(|t| *t != tool && !allowed(patterns, t))
     }
 
     /// The names of the tools the body calls (for the log).
@@ -250,6 +314,12 @@ mod tests {
         let b = read(batch.as_bytes()).unwrap();
         assert_eq!(b.refused(&p), Some("delete_repository"));
         assert_eq!(b.refused(&pats(&["*"])), None);
+        // Once for one refused tool is not once for another in the same batch.
+        let two = format!("[{},{}]", call(5, "delete_repository"), call(6, "*"));
+        let two = read(two.as_bytes()).unwrap();
+        assert_eq!(two.refused_besides(&p, "delete_repository"), Some("*"));
+        assert_eq!(two.refused_besides(&p, "*"), Some("delete_repository"));
+        assert_eq!(b.refused_besides(&p, "delete_repository"), None);
         // Other methods are not calls.
         let list = read(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#).unwrap();
         assert_eq!((list.refused(&p), list.tools().len()), (None, 0));
@@ -269,6 +339,9 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":7}"#,
             br#"{"jsonrpc":"2.0","id":1}"#,
+            // Read as another call by a parser that keeps the first of two keys.
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repository","name":"search_issues"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}"#,
         ] {
             assert!(read(body).is_err(), "{}", String::from_utf8_lossy(body));
         }

@@ -330,7 +330,12 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
         path: Some(logged.to_string()),
     };
     match pipeline::ask(&c.state, &c.session, policy, asked, &d).await {
-        Some(Verdict::Once) => return Ok(called),
+        // Once: this tool, in this body. Another refused tool in the same batch stays refused.
+        Some(Verdict::Once) => {
+            if calls.refused_besides(patterns, tool).is_none() {
+                return Ok(called);
+            }
+        }
         // The watcher's live change: the call is decided again under the policy it made.
         Some(Verdict::Allowed) => {
             let now = c.session.policy();
