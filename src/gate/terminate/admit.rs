@@ -507,11 +507,17 @@ mod tests {
         let c = conn(SessionPolicy::default(), log_in(&dir));
         let mut req = request("GET", "/", &[], "");
         req.headers_mut().insert("host", "other.test".parse().unwrap());
-        assert_eq!(denied(run(&c, req).await).status, 421);
+        let d = denied(run(&c, req).await);
+        assert_eq!((d.status, d.reason.as_str()), (421, "the Host header names other.test, not api.test"));
+        assert_eq!(
+            d.hint,
+            "ai-sandbox gate: the Host header names other.test, not api.test; the tunnel was opened to api.test"
+        );
         let mut two = request("GET", "/", &[], "");
         two.headers_mut().append("host", "other.test".parse().unwrap());
         let d = denied(run(&c, two).await);
         assert_eq!((d.status, d.reason.as_str()), (400, "the request has two Host headers"));
+        assert_eq!(d.hint, "ai-sandbox gate: the request has two Host headers");
         assert!(run(&c, request("GET", "/", &[], "")).await.is_ok());
     }
 
@@ -624,5 +630,61 @@ mod tests {
             assert_eq!(d.status, 400, "{d:?}");
             assert!(d.reason.contains("cannot read"), "{d:?}");
         }
+    }
+
+    /// With a watcher attached, a refusal the rules would lift is asked (and "once" lets it
+    /// go); one no rule could lift (a path the gate would have to guess about) is not asked.
+    #[tokio::test]
+    async fn a_rule_refusal_is_asked_and_a_refusal_no_line_lifts_is_not() {
+        use super::super::super::ask::{Answer, Watch};
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(conn(SessionPolicy { ask: Some(30), ..ruled("api.test GET /v1/*") }, log_in(&dir)));
+        let (_, mut watcher) = c.state.asks.add_watcher();
+        let held = {
+            let c = c.clone();
+            tokio::spawn(async move { run(&c, request("POST", "/v1/x", &[], "")).await.is_ok() })
+        };
+        let line =
+            tokio::time::timeout(std::time::Duration::from_secs(10), watcher.recv()).await.unwrap().unwrap();
+        let Some(Watch::Ask(q)) = Watch::read(&line) else { panic!("not a question: {line}") };
+        assert_eq!(q.allow.as_deref(), Some("rule = api.test POST /v1/x"));
+        assert!(
+            c.state.asks.answer(&Answer { ask: q.ask, verdict: super::super::super::ask::Verdict::Once })
+        );
+        assert!(held.await.unwrap(), "let through once");
+        let d = denied(run(&c, request("GET", "/v1/a%2Fb", &[], "")).await);
+        assert_eq!(d.status, 400);
+        assert!(watcher.try_recv().is_err(), "a refusal no line lifts was asked about");
+    }
+
+    /// A push limited by ref: its command list read before anything goes, each ref checked; a
+    /// compressed one is refused as unreadable; an allowed one goes.
+    #[tokio::test]
+    async fn a_push_limited_by_ref_is_read_and_checked_before_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test git-push /r.git refs/heads/agent/*"), log_in(&dir));
+        let pkt = |r: &str| {
+            let line = format!("{} {} {r}\0report-status\n", "0".repeat(40), "1".repeat(40));
+            format!("{:04x}{line}0000", line.len() + 4)
+        };
+        let c = &c;
+        let push = |r: &str, extra: &[(&'static str, &'static str)]| {
+            let mut h = vec![("content-type", "application/x-git-receive-pack-request")];
+            h.extend_from_slice(extra);
+            let body = pkt(r);
+            async move { run(c, request("POST", "/r.git/git-receive-pack", &h, &body)).await }
+        };
+        assert!(push("refs/heads/agent/x", &[]).await.is_ok(), "an allowed ref");
+        match push("refs/heads/main", &[]).await {
+            Err(Stop::InBand(answer)) => {
+                let (d, report, kind) = *answer;
+                assert_eq!((d.status, kind), (403, "application/x-git-receive-pack-result"));
+                assert!(String::from_utf8_lossy(&report).contains("ng refs/heads/main"));
+            }
+            _ => panic!("a push of refs/heads/main went"),
+        }
+        let d = denied(push("refs/heads/agent/x", &[("content-encoding", "gzip")]).await);
+        assert!(d.reason.contains("it is compressed"), "{d:?}");
+        assert!(push("refs/heads/agent/x", &[("content-encoding", "identity")]).await.is_ok());
     }
 }
