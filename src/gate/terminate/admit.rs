@@ -687,4 +687,50 @@ mod tests {
         assert!(d.reason.contains("it is compressed"), "{d:?}");
         assert!(push("refs/heads/agent/x", &[("content-encoding", "identity")]).await.is_ok());
     }
+
+    /// A body in frames, as a client sends it in pieces.
+    struct Pieces(std::collections::VecDeque<Bytes>);
+
+    impl Body for Pieces {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+            std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
+        }
+    }
+
+    /// A push's command list that comes in two frames is read to its end before the refs are
+    /// checked (the first frame alone is not a list); one that ends before its list does is
+    /// refused as unreadable.
+    #[tokio::test]
+    async fn a_push_whose_command_list_comes_in_pieces_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test git-push /r.git refs/heads/agent/*"), log_in(&dir));
+        let line = format!("{} {} refs/heads/agent/x\0report-status\n", "0".repeat(40), "1".repeat(40));
+        let list = format!("{:04x}{line}0000", line.len() + 4);
+        let (a, b) = list.split_at(30);
+        let policy = c.session.policy();
+        let asked =
+            Asked { method: "POST", host: "api.test", port: 443, path: Some("/r.git/git-receive-pack") };
+        for (pieces, whole) in [(vec![a.to_string(), b.to_string()], true), (vec![a.to_string()], false)] {
+            let body = Pieces(pieces.into_iter().map(Bytes::from).collect());
+            let req = Request::builder()
+                .method("POST")
+                .uri("/r.git/git-receive-pack")
+                .header("host", "api.test")
+                .body(body)
+                .unwrap();
+            match admit(&c, &policy, &asked, req).await {
+                Ok(_) => assert!(whole, "a list cut short went"),
+                Err(Stop::Denied(d)) => {
+                    assert!(!whole, "the whole list was refused: {d:?}");
+                    assert!(d.reason.contains("the body ended before its command list did"), "{d:?}");
+                }
+                Err(_) => panic!("not a refusal"),
+            }
+        }
+    }
 }
