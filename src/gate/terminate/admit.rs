@@ -703,8 +703,8 @@ mod tests {
     }
 
     /// A push's command list that comes in two frames is read to its end before the refs are
-    /// checked (the first frame alone is not a list); one that ends before its list does is
-    /// refused as unreadable.
+    /// checked (the first frame alone is not a list); one that ends before its list does, and
+    /// one longer than the gate reads, are refused as unreadable.
     #[tokio::test]
     async fn a_push_whose_command_list_comes_in_pieces_is_read_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -715,7 +715,15 @@ mod tests {
         let policy = c.session.policy();
         let asked =
             Asked { method: "POST", host: "api.test", port: 443, path: Some("/r.git/git-receive-pack") };
-        for (pieces, whole) in [(vec![a.to_string(), b.to_string()], true), (vec![a.to_string()], false)] {
+        // Commands and no flush past the most the gate reads: refused as too long.
+        let long =
+            std::iter::repeat_n(list[..list.len() - 4].to_string(), push::MOST / 80 + 1).collect::<String>();
+        let cases = [
+            (vec![a.to_string(), b.to_string()], None),
+            (vec![a.to_string()], Some("the body ended before its command list did")),
+            (vec![long.clone(), long], Some("longer than 64 KiB")),
+        ];
+        for (pieces, refused) in cases {
             let body = Pieces(pieces.into_iter().map(Bytes::from).collect());
             let req = Request::builder()
                 .method("POST")
@@ -723,13 +731,12 @@ mod tests {
                 .header("host", "api.test")
                 .body(body)
                 .unwrap();
-            match admit(&c, &policy, &asked, req).await {
-                Ok(_) => assert!(whole, "a list cut short went"),
-                Err(Stop::Denied(d)) => {
-                    assert!(!whole, "the whole list was refused: {d:?}");
-                    assert!(d.reason.contains("the body ended before its command list did"), "{d:?}");
-                }
-                Err(_) => panic!("not a refusal"),
+            match (admit(&c, &policy, &asked, req).await, refused) {
+                (Ok(_), None) => {}
+                (Err(Stop::Denied(d)), Some(why)) => assert!(d.reason.contains(why), "{d:?}"),
+                (Ok(_), Some(why)) => panic!("went, though {why}"),
+                (Err(_), None) => panic!("the whole list was refused"),
+                (Err(_), Some(why)) => panic!("not refused as {why}"),
             }
         }
     }
