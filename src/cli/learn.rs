@@ -32,7 +32,13 @@ pub fn learn_cmd(host: &mut dyn Host, args: &RunArgs) -> anyhow::Result<i32> {
         .collect();
     let mut rules: Vec<String> = Vec::new();
     for e in events.iter().filter(|e| e.learned && !e.decision.refused()) {
-        if let Some(line) = e.allow.as_ref().filter(|_| is_rule(e))
+        // The log is the gate's, but a line in it that a rule does not read as written (a tool
+        // name the sandbox chose) is never proposed.
+        let readable = |l: &&String| {
+            !l.chars().any(char::is_control)
+                && crate::policy::rule::item(l).is_some_and(|v| crate::policy::rule::parse(v).is_ok())
+        };
+        if let Some(line) = e.allow.as_ref().filter(|_| is_rule(e)).filter(readable)
             && !rules.contains(line)
         {
             rules.push(line.clone());
@@ -135,7 +141,7 @@ fn propose_rules(host: &mut dyn Host, rules: &[String]) -> anyhow::Result<Vec<St
     }
     let mut out = Vec::new();
     for r in rules {
-        if host.confirm(&format!("add `{r}`? [y/N] "))? {
+        if host.confirm(&format!("add `{}`? [y/N] ", crate::sys::quote::text(r)))? {
             out.push(r.clone());
         }
     }

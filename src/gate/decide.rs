@@ -440,7 +440,7 @@ pub(crate) fn check_request(p: &SessionPolicy, r: &View) -> Result<Option<RuleMa
     match rule::allowing(&p.rules, host, &method, &normal) {
         Some(r) => {
             let refs = rule::push_refs(&p.rules, host, &method, &normal);
-            let tools = rule::mcp_tools(&p.rules, host, &method, &normal);
+            let tools = rule::mcp_tools(&p.rules, host, &normal);
             Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, tools, method }))
         }
         None => {

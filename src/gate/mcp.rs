@@ -46,10 +46,35 @@ pub(crate) fn read(body: &[u8]) -> Result<Calls, String> {
     Ok(Calls { messages, batch })
 }
 
+/// The keys a server reads in a message, and in a call's `params`.
+const MESSAGE_KEYS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+const PARAMS_KEYS: [&str; 2] = ["name", "arguments"];
+
+/// A key as a parser that ignores case reads it (Go's `encoding/json` also folds `ſ` to `s` and
+/// the Kelvin sign to `k`).
+fn folded(k: &str) -> String {
+    k.to_uppercase().to_lowercase()
+}
+
+/// A key that such a parser would read as one of `known` without being it: refused.
+fn spelled_otherwise(m: &serde_json::Map<String, Value>, known: &[&str]) -> Result<(), String> {
+    match m.keys().find(|k| !known.contains(&k.as_str()) && known.contains(&folded(k).as_str())) {
+        Some(k) => Err(format!("it has the key {k:?}, which some servers read as {:?}", folded(k))),
+        None => Ok(()),
+    }
+}
+
 fn message(v: &Value) -> Result<Message, String> {
     let Value::Object(m) = v else { return Err("it holds something that is not a JSON-RPC message".into()) };
+    spelled_otherwise(m, &MESSAGE_KEYS)?;
     if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err("it is not JSON-RPC 2.0".into());
+    }
+    if m.contains_key("method") && (m.contains_key("result") || m.contains_key("error")) {
+        return Err("it holds a message that is both a request and a response".into());
+    }
+    if let Some(Value::Object(params)) = m.get("params") {
+        spelled_otherwise(params, &PARAMS_KEYS)?;
     }
     let id = m.get("id").filter(|id| !id.is_null()).cloned();
     match m.get("method") {
@@ -66,9 +91,9 @@ fn message(v: &Value) -> Result<Message, String> {
     }
 }
 
-/// A JSON value whose objects each name a key once. Parsers differ on a key given twice (most
-/// keep the last, some the first), so the gate could check one call and the server run another:
-/// such a body is refused.
+/// A JSON value whose objects each name a key once, in any case. Parsers differ on a key given
+/// twice (most keep the last, some the first; some ignore case), so the gate could check one call
+/// and the server run another: such a body is refused.
 struct Strict(Value);
 
 impl<'de> serde::Deserialize<'de> for Strict {
@@ -112,9 +137,12 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
+        let mut seen = std::collections::HashSet::new();
         while let Some(k) = map.next_key::<String>()? {
-            if out.contains_key(&k) {
-                return Err(serde::de::Error::custom(format!("the key {k:?} twice in one object")));
+            if !seen.insert(folded(&k)) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {k:?} twice in one object (case aside)"
+                )));
             }
             let Strict(v) = map.next_value()?;
             out.insert(k, v);
@@ -201,36 +229,74 @@ pub(crate) fn filter_json(body: &[u8], patterns: &[String]) -> Result<(Vec<u8>, 
     }
 }
 
-/// A server-sent-event stream, filtered event by event as it comes.
+/// A server-sent-event stream, filtered event by event as it comes. Lines end as the event
+/// stream format says (CR LF, LF or CR), an empty line ends an event, and a byte-order mark at
+/// the stream's start is not part of its first line: read as a client reads them.
 #[derive(Default)]
 pub(crate) struct Events {
     held: Vec<u8>,
+    /// Where the line being read starts in `held`.
+    line: usize,
+    /// How far `held` was searched for that line's end (each byte is searched once).
+    searched: usize,
+    /// Whether the stream's first bytes were seen (for a byte-order mark).
+    started: bool,
     /// Tools removed so far.
     pub(crate) hidden: usize,
 }
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl Events {
     /// The events complete after `bytes`, filtered; what is left of an event is held.
     pub(crate) fn push(&mut self, bytes: &[u8], patterns: &[String]) -> Result<Vec<u8>, String> {
         self.held.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some((end, sep)) = event_end(&self.held) {
-            let event: Vec<u8> = self.held.drain(..end + sep).collect();
-            out.extend(self.event(&event[..end], &event[end..], patterns)?);
+        if !self.started {
+            if self.held.len() < BOM.len() && BOM.starts_with(&self.held) {
+                return Ok(out);
+            }
+            self.started = true;
+            if self.held.starts_with(BOM) {
+                out.extend(self.held.drain(..BOM.len()));
+            }
         }
+        out.extend(self.events(false, patterns)?);
         if self.held.len() > ANSWER_MOST {
             return Err(format!("an event longer than {} MiB", ANSWER_MOST >> 20));
         }
         Ok(out)
     }
 
-    /// The stream ended: what was held, as one last event.
+    /// The stream ended: what was held, its last line ended and its last event too.
     pub(crate) fn end(&mut self, patterns: &[String]) -> Result<Vec<u8>, String> {
+        self.started = true;
+        let mut out = self.events(true, patterns)?;
         let rest = std::mem::take(&mut self.held);
-        if rest.is_empty() {
-            return Ok(rest);
+        if !rest.is_empty() {
+            out.extend(self.event(&rest, b"", patterns)?);
         }
-        self.event(&rest, b"", patterns)
+        Ok(out)
+    }
+
+    /// The events `held` completes, filtered and taken out of it.
+    fn events(&mut self, at_end: bool, patterns: &[String]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        loop {
+            match line_end(&self.held, self.searched.max(self.line), at_end) {
+                Err(resume) => {
+                    self.searched = resume;
+                    return Ok(out);
+                }
+                // An empty line: the event before it ends.
+                Ok((end, next)) if end == self.line => {
+                    let event: Vec<u8> = self.held.drain(..next).collect();
+                    out.extend(self.event(&event[..end], &event[end..], patterns)?);
+                    (self.line, self.searched) = (0, 0);
+                }
+                Ok((_, next)) => (self.line, self.searched) = (next, next),
+            }
+        }
     }
 
     /// One event (its lines, then the blank line that ended it): unchanged unless its data is a
@@ -271,11 +337,19 @@ impl Events {
     }
 }
 
-/// Where the first event in `b` ends: its length and the blank line's (`\n\n`, `\r\n\r\n`,
-/// `\r\r`).
-fn event_end(b: &[u8]) -> Option<(usize, usize)> {
-    let at = |pat: &[u8]| b.windows(pat.len()).position(|w| w == pat).map(|i| (i, pat.len()));
-    [at(b"\r\n\r\n"), at(b"\n\n"), at(b"\r\r")].into_iter().flatten().min_by_key(|(i, _)| *i)
+/// The end of the line that `b[from..]` is in, and where the next line starts; `Err`: not known
+/// yet, with where to search again (a CR last may be the first half of a CR LF).
+fn line_end(b: &[u8], from: usize, at_end: bool) -> Result<(usize, usize), usize> {
+    let Some(i) = b[from..].iter().position(|&c| c == b'\n' || c == b'\r').map(|i| from + i) else {
+        return Err(b.len());
+    };
+    match (b[i], b.get(i + 1)) {
+        (b'\n', _) => Ok((i, i + 1)),
+        (_, Some(b'\n')) => Ok((i, i + 2)),
+        (_, Some(_)) => Ok((i, i + 1)),
+        (_, None) if at_end => Ok((i, i + 1)),
+        (_, None) => Err(i),
+    }
 }
 
 /// A tools/list result's tools, by name (for tests and the log).
@@ -342,6 +416,13 @@ mod tests {
             // Read as another call by a parser that keeps the first of two keys.
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_repository","name":"search_issues"}}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"x"}}"#,
+            // Read otherwise by a parser that ignores case (Go's encoding/json, C#'s web defaults).
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues","Name":"delete_repository"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":null,"METHOD":"tools/call","params":{"name":"x"}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"search_x\"},\"param\u{17f}\":{\"name\":\"x\"}}".as_bytes(),
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"NAME":"x"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#,
         ] {
             assert!(read(body).is_err(), "{}", String::from_utf8_lossy(body));
         }
@@ -417,6 +498,29 @@ mod tests {
             "data: {\"jsonrpc\":\"2.0\",\ndata: \"id\":1,\"result\":{\"tools\":[{\"name\":\"x\"}]}}\n\n";
         assert!(!String::from_utf8(e.push(split.as_bytes(), &p).unwrap()).unwrap().contains("\"x\""));
         assert!(Events::default().push(b"data: <html>\n\n", &p).is_err());
+    }
+
+    /// Every way the event stream format ends a line, a byte-order mark at the start, and an
+    /// event cut anywhere: each event read as a client reads it.
+    #[test]
+    fn an_events_lines_end_as_the_format_says_and_a_bom_starts_no_line() {
+        let p = pats(&["search_*"]);
+        for (start, blank) in
+            [("", "\n\n"), ("", "\r\r"), ("", "\r\n\r\n"), ("", "\n\r\n"), ("", "\r\n\r"), ("\u{feff}", "\n\n")]
+        {
+            let stream = format!("{start}data: {LIST}{blank}data: {LIST}{blank}");
+            for cut in [1, 2, 3, 5, stream.len()] {
+                let mut e = Events::default();
+                let mut out = Vec::new();
+                for piece in stream.as_bytes().chunks(cut) {
+                    out.extend(e.push(piece, &p).unwrap());
+                }
+                out.extend(e.end(&p).unwrap());
+                let text = String::from_utf8(out).unwrap();
+                assert_eq!(e.hidden, 6, "{start:?} {blank:?} cut {cut}: {text:?}");
+                assert!(!text.contains("delete_repository"), "{text:?}");
+            }
+        }
     }
 
     #[test]

@@ -491,10 +491,10 @@ fn decide(policy: &SessionPolicy, req: &request::Request) -> Result<Decided, Den
                     &m.path,
                 ));
             }
-            // An MCP endpoint's messages and answers likewise.
-            Some(m) if m.tools.is_some() => {
-                let why =
-                    format!("{n} {} is an MCP endpoint with rules, and plain HTTP is relayed unread", m.path);
+            // An MCP endpoint's messages and answers likewise: on a host with MCP rules, every
+            // path (a server may route `/mcp/` or `/MCP` to its endpoint too).
+            Some(m) if crate::policy::rule::host_mcp_tools(&policy.rules, n).is_some() => {
+                let why = format!("{n} has MCP rules, and plain HTTP ({}) is relayed unread", m.path);
                 let hint = format!("blocked by ai-sandbox: {why}; the gate reads MCP over HTTPS (443, 8443)");
                 return Err(Denial { status: 403, reason: why, hint, ..Denial::default() });
             }
@@ -702,8 +702,9 @@ mod tests {
     use crate::policy::allow::{Allow, Ports};
     use base64::Engine;
 
-    /// Plain HTTP is relayed unread, so a rule that needs the body read (a push limited by ref,
-    /// an MCP endpoint's tools) refuses it; the same host's plain rule lets its request through.
+    /// Plain HTTP is relayed unread, so a rule that needs the body read refuses it: a push
+    /// limited by ref, and anything to a host with MCP rules; a plain rule lets its request
+    /// through where neither is.
     #[test]
     fn plain_http_to_an_endpoint_whose_rule_reads_the_body_is_refused() {
         let mut policy = SessionPolicy::default();
@@ -716,7 +717,14 @@ mod tests {
             decide(&policy, &request::parse(raw.as_bytes()).unwrap())
         };
         let d = at("POST", "/mcp").err().expect("an MCP endpoint over plain HTTP");
-        assert!(d.reason.contains("MCP endpoint") && d.hint.contains("HTTPS"), "{d:?}");
+        assert!(d.reason.contains("has MCP rules") && d.hint.contains("HTTPS"), "{d:?}");
+        assert!(at("GET", "/ok").is_err(), "another path of a host with MCP rules over plain HTTP");
+        let mut no_mcp = policy.clone();
+        no_mcp.rules.retain(|r| r.tools.is_empty());
+        let at = |method: &str, path: &str| {
+            let raw = format!("{method} http://api.test{path} HTTP/1.1\r\nHost: api.test\r\n\r\n");
+            decide(&no_mcp, &request::parse(raw.as_bytes()).unwrap())
+        };
         assert!(at("POST", "/r.git/git-receive-pack").is_err(), "a limited push over plain HTTP");
         assert!(at("GET", "/ok").is_ok_and(|d| d.rule.is_some()));
     }

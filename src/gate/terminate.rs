@@ -327,7 +327,9 @@ impl Conn {
                     path: normal.path(),
                     rule: "(this request, let through once by a watcher)".into(),
                     refs: None,
-                    tools: None,
+                    // A host with MCP rules: what goes once is still read as MCP (a path its
+                    // server may route to the endpoint, `/mcp/` or `/MCP`, is no way around).
+                    tools: crate::policy::rule::host_mcp_tools(&policy.rules, &self.host),
                 }))
             }
             // The watcher changed the policy: the request is decided again under the new one.

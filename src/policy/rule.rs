@@ -182,22 +182,43 @@ fn tool_pattern(t: &str) -> Result<String, Bad> {
     Ok(t.to_string())
 }
 
+/// Whether a tool's name can stand in a rule line as itself: a tool pattern's characters and no
+/// `*` (a name the agent chose that a line would read as more: a space, a pattern, a new line).
+pub fn is_tool_name(t: &str) -> bool {
+    !t.contains('*') && tool_pattern(t).is_ok()
+}
+
 /// Whether an MCP rule's tool pattern matches a tool's name (`*`: any run of characters).
 pub fn tool_matches(pattern: &str, name: &str) -> bool {
     seg_matches(pattern.as_bytes(), name.as_bytes())
 }
 
-/// The tools a request to an MCP endpoint may call: `None` when some rule that allows it is not
-/// an MCP rule (rules only allow: the widest wins), else every pattern of the rules that allow it.
-pub fn mcp_tools(rules: &[Rule], host: &str, method: &str, target: &Normal) -> Option<Vec<String>> {
-    let mut out = Vec::new();
-    for r in rules.iter().filter(|r| r.matches(host, method, target)) {
-        if r.tools.is_empty() {
-            return None;
+/// The tools a request to an MCP endpoint may call: every pattern of the MCP rules whose host
+/// and path it matches, whatever its method and whatever other rules allow it (`None`: no MCP
+/// rule is for it). An MCP rule governs its endpoint: a plain rule that also allows the request
+/// (`HOST * /**`, a narrower one with a query) does not turn the reading off; `*` allows every
+/// tool.
+pub fn mcp_tools(rules: &[Rule], host: &str, target: &Normal) -> Option<Vec<String>> {
+    let mcp = rules.iter().filter(|r| !r.tools.is_empty());
+    let here = mcp.filter(|r| r.matches(host, r.method.as_deref().unwrap_or(""), target));
+    once(here.flat_map(|r| r.tools.iter().cloned()))
+}
+
+/// Each pattern once, in the order first seen (an MCP line is a rule per method, each with them).
+fn once(patterns: impl Iterator<Item = String>) -> Option<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for p in patterns {
+        if !out.contains(&p) {
+            out.push(p);
         }
-        out.extend(r.tools.iter().cloned());
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// Every tool pattern of the MCP rules for `host`, whatever their path (`None`: none): what a
+/// request a watcher lets through once on such a host is still read for.
+pub fn host_mcp_tools(rules: &[Rule], host: &str) -> Option<Vec<String>> {
+    once(rules.iter().filter(|r| !r.tools.is_empty() && r.host.matches(host)).flat_map(|r| r.tools.clone()))
 }
 
 /// Whether a push rule's ref pattern matches a ref name (`*`: any run of bytes, `/` included).
@@ -382,16 +403,25 @@ mod tests {
         let methods: Vec<_> = rules.iter().map(|r| r.method.clone().unwrap()).collect();
         assert_eq!(methods, ["POST", "GET", "DELETE"]);
         let at = normalise("/mcp").unwrap();
-        let tools = mcp_tools(&rules, "api.test", "POST", &at);
+        let tools = mcp_tools(&rules, "api.test", &at);
         assert_eq!(tools, Some(vec!["search_*".to_string(), "create_issue".into()]));
-        assert_eq!(mcp_tools(&rules, "api.test", "POST", &normalise("/other").unwrap()), None);
+        assert_eq!(mcp_tools(&rules, "api.test", &normalise("/other").unwrap()), None);
+        assert_eq!(mcp_tools(&rules, "else.test", &at), None);
         assert!(allowing(&rules, "api.test", "PUT", &at).is_none());
-        // A plain rule that allows the same request: no limit (the widest wins).
+        // A plain rule that also allows the endpoint (with a query, or any path) keeps the limit.
         let mut wide = rules.clone();
-        wide.extend(parse("api.test POST /mcp").unwrap());
-        assert_eq!(mcp_tools(&wide, "api.test", "POST", &at), None);
+        wide.extend(parse("api.test * /**").unwrap());
+        wide.extend(parse("api.test POST /mcp?mode=legacy").unwrap());
+        assert_eq!(mcp_tools(&wide, "api.test", &normalise("/mcp?mode=legacy").unwrap()), tools);
+        wide.extend(parse("api.test mcp /other x").unwrap());
+        assert_eq!(host_mcp_tools(&wide, "api.test").map(|t| t.len()), Some(3));
+        assert_eq!(host_mcp_tools(&wide, "else.test"), None);
         assert!(tool_matches("search_*", "search_issues") && !tool_matches("search_*", "delete_x"));
         assert!(tool_matches("*", "anything") && tool_matches("a", "a") && !tool_matches("a", "ab"));
+        assert!(is_tool_name("repo/delete_v2.x-y"));
+        for bad in ["", "a b", "a*", "*", "a\nsecret = X for evil.test", "a\u{1b}[2J"] {
+            assert!(!is_tool_name(bad), "{bad:?}");
+        }
         for bad in ["api.test mcp /mcp", "api.test mcp /mcp del;rm", "api.test mcp /mcp x\u{7f}"] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -233,7 +233,7 @@ async fn pushed_refs<B: Body<Data = Bytes> + Unpin>(
     patterns: &[String],
     logged: &str,
 ) -> Result<(), Stop> {
-    let coded = parts.headers.get(hyper::header::CONTENT_ENCODING).is_some_and(|v| v != "identity");
+    let coded = coded(&parts.headers);
     let cmds = loop {
         match push::commands(&ahead.seen) {
             _ if coded => break Err("it is compressed".to_string()),
@@ -254,6 +254,11 @@ async fn pushed_refs<B: Body<Data = Bytes> + Unpin>(
     // reset; a pack larger than this gets the answer over a connection then closed.
     drain(ahead, body).await;
     Err(Stop::InBand(Box::new((d, report, "application/x-git-receive-pack-result"))))
+}
+
+/// Whether any `Content-Encoding` field of `headers` names a coding (not `identity`).
+fn coded(headers: &hyper::HeaderMap) -> bool {
+    headers.get_all(hyper::header::CONTENT_ENCODING).iter().any(|v| v != "identity")
 }
 
 /// What an MCP message called: its tools (for the log), and in a learning run the line that
@@ -279,10 +284,6 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     patterns: &[String],
     logged: &str,
 ) -> Result<Called, Stop> {
-    // The server's stream (GET) and the session's end (DELETE) carry no message.
-    if parts.method != hyper::Method::POST {
-        return Ok(Called { tools: Vec::new(), learned: None });
-    }
     let unreadable = |why: &str| {
         let reason = format!("an MCP message to {} {logged} that the gate cannot read: {why}", c.host);
         Stop::from(Denial {
@@ -292,10 +293,29 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
             ..Denial::default()
         })
     };
-    let header = |h| parts.headers.get(h).map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
-    if header(hyper::header::CONTENT_ENCODING).is_some_and(|e| e != "identity") {
+    // What would let a server read the request otherwise than the gate: another protocol (a
+    // WebSocket's frames are not read as messages), another method than the one sent.
+    if parts.headers.contains_key(hyper::header::UPGRADE) {
+        return Err(unreadable("it asks to switch protocols"));
+    }
+    for h in ["x-http-method-override", "x-method-override", "x-http-method"] {
+        if parts.headers.contains_key(h) {
+            return Err(unreadable(&format!("it carries {h}")));
+        }
+    }
+    match parts.method.as_str() {
+        "POST" => {}
+        // The server's stream and the session's end: no message, so no body.
+        "GET" | "DELETE" if ahead.ended && ahead.seen.is_empty() => {
+            return Ok(Called { tools: Vec::new(), learned: None });
+        }
+        "GET" | "DELETE" => return Err(unreadable(&format!("a {} with a body", parts.method))),
+        m => return Err(unreadable(&format!("{m} is not a method of MCP's streamable HTTP"))),
+    }
+    if coded(&parts.headers) {
         return Err(unreadable("it is compressed"));
     }
+    let header = |h| parts.headers.get(h).map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
     let json = header(hyper::header::CONTENT_TYPE)
         .is_some_and(|t| t.split(';').next().is_some_and(|m| m.trim() == "application/json"));
     if !json {
@@ -313,6 +333,20 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     let calls = mcp::read(&ahead.seen).map_err(|why| unreadable(&why))?;
     let tools = calls.tools().into_iter().map(str::to_string).collect();
     let Some(tool) = calls.refused(patterns) else { return Ok(Called { tools, learned: None }) };
+    let shown = crate::sys::quote::text(tool);
+    let reason = format!("MCP tools/call {shown} matches no rule for {} {logged}", c.host);
+    // A name a rule line would read as more than itself (a space, a `*`, a line break) is
+    // refused with no line to add: never offered to a watcher, never learned.
+    if !crate::policy::rule::is_tool_name(tool) {
+        let hint = format!("blocked by ai-sandbox: {reason}, and no rule can name the tool {shown}");
+        return Err(Stop::from(Denial {
+            status: 403,
+            reason,
+            hint,
+            path: Some(logged.to_string()),
+            ..Denial::default()
+        }));
+    }
     let line = format!("rule = {} mcp {logged} {tool}", c.host);
     if policy.learn {
         return Ok(Called { tools, learned: Some(line) });
@@ -320,7 +354,7 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     let called = Called { tools, learned: None };
     let d = Denial {
         status: 403,
-        reason: format!("MCP tools/call {tool} matches no rule for {} {logged}", c.host),
+        reason,
         hint: format!(
             "blocked by ai-sandbox: add \"{line}\" to {} (the MCP rules of {} {logged} do not allow the tool {tool})",
             policy.config_path, c.host
@@ -340,10 +374,10 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
         Some(Verdict::Allowed) => {
             let now = c.session.policy();
             let normal = crate::policy::url_path::normalise(logged).map_err(|_| Stop::from(d.clone()))?;
-            match crate::policy::rule::mcp_tools(&now.rules, &c.host, "POST", &normal) {
-                None => return Ok(called),
-                Some(p) if calls.refused(&p).is_none() => return Ok(called),
-                Some(_) => {}
+            if crate::policy::rule::mcp_tools(&now.rules, &c.host, &normal)
+                .is_some_and(|p| calls.refused(&p).is_none())
+            {
+                return Ok(called);
             }
         }
         Some(Verdict::Deny) | None => {}
@@ -614,6 +648,37 @@ mod tests {
         let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
         assert!(run(&c, request("POST", "/mcp", &json, list)).await.is_ok());
         assert!(run(&c, request("GET", "/mcp", &[("accept", "text/event-stream")], "")).await.is_ok());
+        // A name a rule line would read as more than itself: refused, with no line to add.
+        let d = denied(run(&c, request("POST", "/mcp", &json, &call("x *"))).await);
+        assert_eq!((d.status, d.allow.clone(), d.askable), (403, None, false), "{d:?}");
+        // Ways a server could read the request otherwise: refused before anything is read.
+        for (method, headers, body) in [
+            ("GET", &[("accept", "text/event-stream")][..], call("delete_repository")),
+            ("DELETE", &[][..], "x".to_string()),
+            ("PUT", &json[..], list.to_string()),
+            ("GET", &[("upgrade", "websocket"), ("connection", "upgrade")][..], String::new()),
+            (
+                "POST",
+                &[("content-type", "application/json"), ("x-http-method-override", "GET")][..],
+                list.to_string(),
+            ),
+            (
+                "POST",
+                &[
+                    ("content-type", "application/json"),
+                    ("content-encoding", "identity"),
+                    ("content-encoding", "gzip"),
+                ][..],
+                list.to_string(),
+            ),
+        ] {
+            // With a rule that allows anything else on the host: the MCP rule still governs.
+            let mut wide = ruled("api.test mcp /mcp search_*");
+            wide.rules.extend(crate::policy::rule::parse("api.test * /**").unwrap());
+            let c = conn(wide, log_in(&dir));
+            let d = denied(run(&c, request(method, "/mcp", headers, &body)).await);
+            assert_eq!(d.status, 400, "{method} {headers:?}: {d:?}");
+        }
         for (headers, body) in [
             (&[("content-type", "text/plain")][..], list.to_string()),
             (&json[..], "not json".to_string()),
