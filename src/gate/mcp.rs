@@ -505,9 +505,14 @@ mod tests {
     #[test]
     fn an_events_lines_end_as_the_format_says_and_a_bom_starts_no_line() {
         let p = pats(&["search_*"]);
-        for (start, blank) in
-            [("", "\n\n"), ("", "\r\r"), ("", "\r\n\r\n"), ("", "\n\r\n"), ("", "\r\n\r"), ("\u{feff}", "\n\n")]
-        {
+        for (start, blank) in [
+            ("", "\n\n"),
+            ("", "\r\r"),
+            ("", "\r\n\r\n"),
+            ("", "\n\r\n"),
+            ("", "\r\n\r"),
+            ("\u{feff}", "\n\n"),
+        ] {
             let stream = format!("{start}data: {LIST}{blank}data: {LIST}{blank}");
             for cut in [1, 2, 3, 5, stream.len()] {
                 let mut e = Events::default();

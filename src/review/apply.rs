@@ -118,6 +118,23 @@ pub(crate) fn decide(items: &[Item], paths: &[PathBuf], done: &HashSet<PathBuf>)
             out[n] = Verdict::WithDirectory(top.clone());
         }
     }
+    // What lies below a path the project has as a file or a link, which a change makes a
+    // directory: it cannot land while that change does not (the directory is not there to hold
+    // it), named or not. Parents come first, so a chain is settled in one pass.
+    for n in 0..items.len() {
+        if !matches!(out[n], Verdict::Land | Verdict::Conflict(_)) {
+            continue;
+        }
+        let path = &items[n].change.path;
+        let blocked = path.ancestors().skip(1).find_map(|a| {
+            let t = *at.get(a)?;
+            let not_a_dir = items[t].change.old.as_ref().is_some_and(|o| o.kind != Kind::Dir);
+            (not_a_dir && !matches!(out[t], Verdict::Land | Verdict::Done)).then(|| a.to_path_buf())
+        });
+        if let Some(a) = blocked {
+            out[n] = Verdict::WithDirectory(a);
+        }
+    }
     out
 }
 
