@@ -196,12 +196,6 @@ impl Allowance {
     }
 }
 
-/// What header fields count against a budget: each as an HTTP/1.1 line (`name: value\r\n`): a
-/// request's head (`terminate`) and its trailers (`request_body::Scanned`).
-pub(crate) fn fields_size(headers: &hyper::HeaderMap) -> u64 {
-    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
-}
-
 /// The error a relay ends with when the budget cut it (`is_over` tells it apart).
 #[derive(Debug)]
 pub(crate) struct OverBudget;
@@ -336,20 +330,6 @@ mod tests {
         assert!(is_over(&over()));
         assert_eq!(over().to_string(), "over budget", "what a cut relay's error says");
         assert!(!is_over(&std::io::Error::other("else")));
-    }
-
-    #[test]
-    fn a_header_field_counts_as_its_http_1_1_line() {
-        let mut h = hyper::HeaderMap::new();
-        assert_eq!(fields_size(&h), 0);
-        h.insert("x-a", "bc".parse().unwrap());
-        assert_eq!(fields_size(&h), "x-a: bc\r\n".len() as u64);
-        h.append("x-a", "defg".parse().unwrap());
-        h.insert("host", "h.test".parse().unwrap());
-        assert_eq!(
-            fields_size(&h),
-            ("x-a: bc\r\n".len() + "x-a: defg\r\n".len() + "host: h.test\r\n".len()) as u64
-        );
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl Body for Scanned {
             }
             let counted = match (f.data_ref(), f.trailers_ref()) {
                 (Some(d), _) if self.count_data => d.len() as u64,
-                (_, Some(t)) => super::budget::fields_size(t),
+                (_, Some(t)) => super::view::fields_size(t),
                 _ => 0,
             };
             if let Some(a) = self.budget.as_ref().filter(|_| counted > 0)

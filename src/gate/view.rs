@@ -52,11 +52,17 @@ pub(crate) struct View<'a> {
 
 impl View<'_> {
     /// What the head counts against a budget: its request line and each header as HTTP/1.1 would
-    /// write them (`budget::fields_size`); HTTP/2 compresses them, and the count stays the same.
+    /// write them (`fields_size`); HTTP/2 compresses them, and the count stays the same.
     pub(crate) fn head_size(&self) -> u64 {
         let line = self.method.len() + 1 + self.target.len() + " HTTP/1.1\r\n\r\n".len();
-        line as u64 + super::budget::fields_size(self.headers)
+        line as u64 + fields_size(self.headers)
     }
+}
+
+/// What header fields count against a budget: each as an HTTP/1.1 line (`name: value\r\n`): a
+/// request's head (`View::head_size`) and its trailers (`request_body::Scanned`).
+pub(crate) fn fields_size(headers: &HeaderMap) -> u64 {
+    headers.iter().map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64).sum()
 }
 
 #[cfg(test)]
@@ -92,5 +98,19 @@ mod tests {
         assert_eq!(Framing::of(&headers(&[])), Framing::Streamed);
         assert_eq!(Framing::Length(3).declared(), Some(3));
         assert_eq!(Framing::Streamed.declared(), None);
+    }
+
+    #[test]
+    fn a_header_field_counts_as_its_http_1_1_line() {
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(fields_size(&h), 0);
+        h.insert("x-a", "bc".parse().unwrap());
+        assert_eq!(fields_size(&h), "x-a: bc\r\n".len() as u64);
+        h.append("x-a", "defg".parse().unwrap());
+        h.insert("host", "h.test".parse().unwrap());
+        assert_eq!(
+            fields_size(&h),
+            ("x-a: bc\r\n".len() + "x-a: defg\r\n".len() + "host: h.test\r\n".len()) as u64
+        );
     }
 }
