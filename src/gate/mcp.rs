@@ -437,7 +437,7 @@ mod tests {
         let errs = v.as_array().unwrap();
         assert_eq!(errs.len(), 2);
         assert_eq!(errs[1]["id"], 2);
-        assert_eq!(errs[1]["error"]["code"], REFUSED);
+        assert_eq!(errs[1]["error"]["code"], -32001, "the code docs/networking.md gives");
         assert!(
             errs[1]["error"]["message"].as_str().unwrap().contains("rule = h mcp /mcp delete_repository")
         );
