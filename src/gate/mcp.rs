@@ -215,10 +215,19 @@ pub(crate) fn filter(v: &mut Value, patterns: &[String]) -> usize {
     }
 }
 
+/// Whether an answer could hold a `tools` key as a client reads it: the word, an escape that
+/// could spell it, or a NUL (JSON in UTF-16 or UTF-32, which some clients decode). Without any
+/// there is nothing to filter, and the answer is not parsed (most are a tool's result); one that
+/// is not JSON then passes too, as an answer that lists nothing.
+fn may_list(text: &[u8]) -> bool {
+    let has = |w: &[u8]| text.windows(w.len()).any(|x| x == w);
+    has(b"tools") || has(b"\\u") || text.contains(&0)
+}
+
 /// A JSON answer, filtered: the bytes to send (as they came when nothing was removed) and how
 /// many tools were removed.
 pub(crate) fn filter_json(body: &[u8], patterns: &[String]) -> Result<(Vec<u8>, usize), String> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if body.iter().all(u8::is_ascii_whitespace) || !may_list(body) {
         return Ok((body.to_vec(), 0));
     }
     let mut v: Value =
@@ -315,7 +324,7 @@ impl Events {
             }
         }
         let joined = data.join("\n");
-        if joined.trim().is_empty() {
+        if joined.trim().is_empty() || !may_list(joined.as_bytes()) {
             return Ok([lines, sep].concat());
         }
         let mut v: Value =
@@ -463,7 +472,14 @@ mod tests {
         // Nothing removed: the bytes as they came (spacing and order kept).
         let other = br#"{ "jsonrpc":"2.0", "id":2, "result": {"content": [{"type":"text","text":"ok"}]} }"#;
         assert_eq!(filter_json(other, &p).unwrap(), (other.to_vec(), 0));
-        assert!(filter_json(b"<html>", &p).is_err());
+        // Not JSON: refused where it could list tools, passed where it could not.
+        assert!(filter_json(b"<html>tools", &p).is_err());
+        assert!(filter_json("{\"\\u0074ools\":[]".as_bytes(), &p).is_err());
+        assert!(filter_json(b"{\0\"\0t\0o\0o\0l\0s", &p).is_err(), "UTF-16");
+        assert_eq!(filter_json(b"<html>", &p).unwrap(), (b"<html>".to_vec(), 0));
+        // An escaped key is read as the client reads it.
+        let escaped = r#"{"jsonrpc":"2.0","id":1,"result":{"\u0074ools":[{"name":"delete_repository"}]}}"#;
+        assert_eq!(filter_json(escaped.as_bytes(), &p).unwrap().1, 1);
         assert_eq!(filter_json(b"", &p).unwrap(), (Vec::new(), 0));
     }
 
@@ -497,7 +513,9 @@ mod tests {
         let split =
             "data: {\"jsonrpc\":\"2.0\",\ndata: \"id\":1,\"result\":{\"tools\":[{\"name\":\"x\"}]}}\n\n";
         assert!(!String::from_utf8(e.push(split.as_bytes(), &p).unwrap()).unwrap().contains("\"x\""));
-        assert!(Events::default().push(b"data: <html>\n\n", &p).is_err());
+        assert!(Events::default().push(b"data: <html> tools\n\n", &p).is_err());
+        let endpoint = b"event: endpoint\ndata: /messages?session=1\n\n";
+        assert_eq!(Events::default().push(endpoint, &p).unwrap(), endpoint.to_vec(), "lists nothing");
     }
 
     /// Every way the event stream format ends a line, a byte-order mark at the start, and an
