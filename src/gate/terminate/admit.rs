@@ -600,6 +600,25 @@ mod tests {
         }
     }
 
+    /// A host with a bound value is asked for whole resources (a part could split a value the
+    /// masks must find whole); a terminated host without one gets the request as it was.
+    #[tokio::test]
+    async fn a_range_goes_only_where_no_value_is_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        for bound in [true, false] {
+            let mut c = conn(SessionPolicy::default(), log_in(&dir));
+            if !bound {
+                c.secrets = Secrets::new(vec![]);
+            }
+            let mut a = run(&c, request("GET", "/", &[("range", "bytes=0-9")], ""))
+                .await
+                .unwrap_or_else(|_| panic!("refused"));
+            let mut masks = c.secrets.masks(&c.host);
+            upstream_parts(&c, &mut a.parts, &mut masks).unwrap();
+            assert_eq!(a.parts.headers.contains_key("range"), !bound, "bound: {bound}");
+        }
+    }
+
     /// A bound value that cannot be a header value (a line break in it) is refused when it
     /// would be put in, not sent broken.
     #[tokio::test]
