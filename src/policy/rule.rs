@@ -419,6 +419,9 @@ mod tests {
         assert!(tool_matches("search_*", "search_issues") && !tool_matches("search_*", "delete_x"));
         assert!(tool_matches("*", "anything") && tool_matches("a", "a") && !tool_matches("a", "ab"));
         assert!(is_tool_name("repo/delete_v2.x-y"));
+        // A name of up to 128 characters.
+        assert!(parse(&format!("api.test mcp /mcp {}", "a".repeat(128))).is_ok());
+        assert!(parse(&format!("api.test mcp /mcp {}", "a".repeat(129))).is_err());
         for bad in ["", "a b", "a*", "*", "a\nsecret = X for evil.test", "a\u{1b}[2J"] {
             assert!(!is_tool_name(bad), "{bad:?}");
         }
