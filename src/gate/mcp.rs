@@ -3,10 +3,11 @@
 //! the answers filtered so that a `tools/list` result shows only the allowed tools — in a JSON
 //! body and in each event of a server-sent-event stream.
 //!
-//! What the gate cannot read is refused, never passed: a body that is not JSON-RPC 2.0, a batch
-//! with anything but messages in it, a `tools/call` without a tool's name, an event stream whose
-//! event data is not JSON. Every other method (`initialize`, notifications, `ping`, resources,
-//! prompts) passes as it came. The terminated path reads the body (`terminate::admit`) and
+//! What the gate cannot read is refused, never passed: a body that is not JSON-RPC 2.0 (or that
+//! another parser could read otherwise: a key twice, case aside), a batch with anything but
+//! messages in it, a `tools/call` without a tool's name, an answer or event that could list tools
+//! and is not JSON. Every other method (`initialize`, notifications, `ping`, resources, prompts)
+//! passes as it came. The terminated path reads the body (`terminate::admit`) and
 //! filters the answer (`response::McpFiltered`).
 
 use serde_json::Value;
