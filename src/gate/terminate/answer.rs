@@ -232,8 +232,9 @@ fn filter(
     resp.map(|b| b.map_err(BoxError::from).boxed())
 }
 
-/// How an MCP endpoint's answer is read: a JSON body (or an untyped one) or an event stream; an error page passes
-/// as it is (a client reads no tools from it); any other successful answer cannot be read.
+/// How an MCP endpoint's answer is read: a JSON body (or an untyped one) or an event stream; an
+/// error page passes as it is (a client reads no tools from it); any other successful answer
+/// cannot be read.
 fn mcp_answer(status: StatusCode, headers: &hyper::HeaderMap) -> Result<Option<McpAnswer>, String> {
     let kind = headers.get(hyper::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("(not text)"));
     let media = kind.map(|k| k.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
