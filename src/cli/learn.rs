@@ -132,7 +132,10 @@ fn propose_rules(host: &mut dyn Host, rules: &[String]) -> anyhow::Result<Vec<St
         each.concat()
     ));
     if !host.can_ask() {
-        let quoted: Vec<String> = rules.iter().map(|r| format!("'{r}'")).collect();
+        // Each line as one shell word: its path is the sandbox's request's (a `'` in it must not
+        // end the quote in a command the user pastes).
+        let quoted: Vec<String> =
+            rules.iter().map(|r| crate::sys::quote::arg(std::path::Path::new(r))).collect();
         host.eprint(&format!(
             "ai-sandbox: learn: nothing was written (no terminal to ask on); to add them: ai-sandbox allow {}\n",
             quoted.join(" ")
@@ -165,4 +168,33 @@ fn ask(host: &mut dyn Host, g: &Group) -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FakeHost;
+
+    /// Without a terminal, the lines are said and the command that adds them is one the user can
+    /// paste: each line one shell word, whatever the sandbox's path put in it. With one, each is
+    /// asked about, shown escaped.
+    #[test]
+    fn proposed_rule_lines_are_said_pasteable_and_asked_one_by_one() {
+        let rules = vec![
+            "rule = mcp.test mcp /mcp delete_repository".to_string(),
+            "rule = mcp.test mcp /mcp/a'$(touch x)' create".to_string(),
+        ];
+        let mut h = FakeHost::default();
+        assert!(propose_rules(&mut h, &rules).unwrap().is_empty());
+        assert!(
+            h.stderr.contains(
+                "ai-sandbox allow 'rule = mcp.test mcp /mcp delete_repository' 'rule = mcp.test mcp /mcp/a'\\''$(touch x)'\\'' create'\n"
+            ),
+            "{}",
+            h.stderr
+        );
+        let mut h = FakeHost { tty: true, answers: vec![false, true], ..FakeHost::default() };
+        assert_eq!(propose_rules(&mut h, &rules).unwrap(), [rules[1].clone()]);
+        assert!(propose_rules(&mut h, &[]).unwrap().is_empty());
+    }
 }
