@@ -484,6 +484,18 @@ mod tests {
         assert_eq!(filter_json(b"", &p).unwrap(), (Vec::new(), 0));
     }
 
+    /// `stream` through `Events` in pieces of `cut` bytes, then its end: what comes out, and how
+    /// many tools it hid.
+    fn in_pieces(stream: &str, cut: usize, p: &[String]) -> (String, usize) {
+        let mut e = Events::default();
+        let mut out = Vec::new();
+        for piece in stream.as_bytes().chunks(cut) {
+            out.extend(e.push(piece, p).unwrap());
+        }
+        out.extend(e.end(p).unwrap());
+        (String::from_utf8(out).unwrap(), e.hidden)
+    }
+
     #[test]
     fn an_event_stream_is_filtered_event_by_event_however_it_is_cut() {
         let p = pats(&["search_*"]);
@@ -491,14 +503,8 @@ mod tests {
             "event: message\r\nid: 7\r\ndata: {LIST}\r\n\r\n: a comment\n\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}}\n\n"
         );
         for cut in [1, 7, 64, stream.len()] {
-            let mut e = Events::default();
-            let mut out = Vec::new();
-            for piece in stream.as_bytes().chunks(cut) {
-                out.extend(e.push(piece, &p).unwrap());
-            }
-            out.extend(e.end(&p).unwrap());
-            let text = String::from_utf8(out).unwrap();
-            assert_eq!(e.hidden, 3, "cut {cut}");
+            let (text, hidden) = in_pieces(&stream, cut, &p);
+            assert_eq!(hidden, 3, "cut {cut}");
             assert!(text.starts_with("event: message\nid: 7\ndata: {"), "{text}");
             assert!(text.contains("search_issues") && !text.contains("delete_repository"), "{text}");
             assert!(text.ends_with(
@@ -534,14 +540,8 @@ mod tests {
         ] {
             let stream = format!("{start}data: {LIST}{blank}data: {LIST}{blank}");
             for cut in [1, 2, 3, 5, stream.len()] {
-                let mut e = Events::default();
-                let mut out = Vec::new();
-                for piece in stream.as_bytes().chunks(cut) {
-                    out.extend(e.push(piece, &p).unwrap());
-                }
-                out.extend(e.end(&p).unwrap());
-                let text = String::from_utf8(out).unwrap();
-                assert_eq!(e.hidden, 6, "{start:?} {blank:?} cut {cut}: {text:?}");
+                let (text, hidden) = in_pieces(&stream, cut, &p);
+                assert_eq!(hidden, 6, "{start:?} {blank:?} cut {cut}: {text:?}");
                 assert!(!text.contains("delete_repository"), "{text:?}");
             }
         }
