@@ -272,7 +272,7 @@ pub enum Sub {
     /// gate holds: o(nce), s(ession), a(lways: adds the line to the config), d(eny); q quits.
     Watch,
     /// Running sandboxes: session, launcher pid, age, mode, the gate's allowed/refused counts,
-    /// project.
+    /// project; below each, its budgets, its MCP tool calls by tool, and its `exec` commands.
     Ps {
         /// One JSON object per sandbox, in an array.
         #[arg(long)]

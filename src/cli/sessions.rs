@@ -58,6 +58,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         /// What it sent to each budgeted host, against the budget (`budget =` lines).
         #[serde(skip_serializing_if = "Vec::is_empty")]
         budgets: Vec<crate::contract::session::BudgetUse>,
+        /// MCP tool calls by host and tool, as its `mcp` rules decided them.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        mcp: Vec<crate::contract::session::McpUse>,
     }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
@@ -86,6 +89,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                     .into_iter()
                     .chain(r.net_budgets.iter().cloned())
                     .collect(),
+                mcp: counts.map(|c| c.mcp.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -101,6 +105,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         execs: Vec::new(),
         review: Some("waiting"),
         budgets: Vec::new(),
+        mcp: Vec::new(),
     }));
     if json {
         host.print(&format!("{}\n", serde_json::to_string(&rows)?));
@@ -133,6 +138,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         );
         for b in &r.budgets {
             out += &format!("  budget {}: sent {}\n", crate::sys::quote::text(&b.key), b.against());
+        }
+        for m in &r.mcp {
+            out += &format!("  {}\n", m.line());
         }
         for x in &r.execs {
             out += &format!(

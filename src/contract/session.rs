@@ -152,6 +152,34 @@ pub struct SessionStatus {
     /// What the session sent to each budgeted host, against its budget.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) budgets: Vec<BudgetUse>,
+    /// MCP tool calls by host and tool, as the `mcp` rules decided them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) mcp: Vec<McpUse>,
+}
+
+/// The `tools/call`s of one tool on one host that a session's `mcp` rules allowed and refused
+/// (a call a watcher allowed counts as allowed; a learning run's relayed call too). `tool` is
+/// as the agent sent it: whoever prints it escapes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpUse {
+    pub(crate) host: String,
+    pub(crate) tool: String,
+    pub(crate) allowed: u64,
+    pub(crate) refused: u64,
+}
+
+impl McpUse {
+    /// `mcp api.test search_issues: allowed 2, refused 0`, the tool escaped: what `ps` and
+    /// `gate status` show.
+    pub fn line(&self) -> String {
+        format!(
+            "mcp {} {}: allowed {}, refused {}",
+            crate::sys::quote::text(&self.host),
+            crate::sys::quote::text(&self.tool),
+            self.allowed,
+            self.refused
+        )
+    }
 }
 
 /// One budget's count (`budget =` lines): the host or pattern it is kept for (`* HOST` for the

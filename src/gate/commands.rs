@@ -69,6 +69,9 @@ pub fn run(cmd: &GateCmd) -> anyhow::Result<i32> {
                     for b in &s.budgets {
                         println!("    budget {}: sent {}", crate::sys::quote::text(&b.key), b.against());
                     }
+                    for m in &s.mcp {
+                        println!("    {}", m.line());
+                    }
                 }
                 Ok(0)
             }

@@ -12,6 +12,44 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+/// The `tools/call`s a session's MCP rules allowed and refused, by host and tool. The agent
+/// names the tools, so a session keeps at most `McpTally::TOOLS_MOST` of them; calls of any other
+/// are counted under one more name, `McpTally::OTHERS`.
+#[derive(Default)]
+pub(crate) struct McpTally(std::sync::Mutex<std::collections::BTreeMap<(String, String), (u64, u64)>>);
+
+impl McpTally {
+    pub(crate) const TOOLS_MOST: usize = 256;
+    pub(crate) const OTHERS: &'static str = "(other tools)";
+
+    /// Counts one call of `tool` on `host`, allowed or refused.
+    pub(crate) fn add(&self, host: &str, tool: &str, allowed: bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut key = (host.to_string(), tool.to_string());
+        if !m.contains_key(&key) && m.len() >= Self::TOOLS_MOST {
+            key.1 = Self::OTHERS.to_string();
+        }
+        let n = m.entry(key).or_default();
+        if allowed {
+            n.0 += 1;
+        } else {
+            n.1 += 1;
+        }
+    }
+
+    fn uses(&self) -> Vec<crate::contract::session::McpUse> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .map(|((host, tool), &(allowed, refused))| crate::contract::session::McpUse {
+                host: host.clone(),
+                tool: tool.clone(),
+                allowed,
+                refused,
+            })
+            .collect()
+    }
+}
+
 pub(crate) struct Session {
     pub(crate) id: String,
     pub(crate) project: String,
@@ -33,6 +71,8 @@ pub(crate) struct Session {
     upstream_ca: Option<String>,
     /// What the session sent to each budgeted host (`budget`).
     pub(crate) spent: super::budget::Spent,
+    /// The MCP tool calls its rules decided, by host and tool (`ps`).
+    pub(crate) mcp: McpTally,
     /// The project's counts of budgets with a period, shared with its other sessions: opened
     /// when a policy (at registration, or a live change) first has such a line.
     counts: RwLock<Option<Arc<super::periods::Counts>>>,
@@ -55,6 +95,7 @@ impl Session {
             upstream: OnceLock::new(),
             upstream_ca: None,
             spent: Default::default(),
+            mcp: McpTally::default(),
             counts: RwLock::new(None),
         }
     }
@@ -237,6 +278,7 @@ impl State {
                 bytes_up: s.up.load(Ordering::Relaxed),
                 bytes_down: s.down.load(Ordering::Relaxed),
                 budgets: s.budget_uses(),
+                mcp: s.mcp.uses(),
             })
             .collect()
     }
@@ -418,5 +460,36 @@ mod tests {
         std::fs::write(&bad, "nope").unwrap();
         let e = st.open_counts(&new(&daily), &SessionPolicy { budget_counts: Some(bad), ..daily.clone() });
         assert!(e.unwrap_err().contains("do not read"));
+    }
+
+    #[test]
+    fn mcp_calls_are_counted_by_host_and_tool_and_the_names_kept_are_bounded() {
+        let t = McpTally::default();
+        t.add("a.test", "search", true);
+        t.add("a.test", "search", true);
+        t.add("a.test", "search", false);
+        t.add("b.test", "search", false);
+        let u = t.uses();
+        assert_eq!(u.len(), 2);
+        assert_eq!(
+            (u[0].host.as_str(), u[0].tool.as_str(), u[0].allowed, u[0].refused),
+            ("a.test", "search", 2, 1)
+        );
+        assert_eq!((u[1].host.as_str(), u[1].allowed, u[1].refused), ("b.test", 0, 1));
+        assert_eq!(u[0].line(), "mcp a.test search: allowed 2, refused 1");
+        // Two names kept: this fills it.
+        for i in 2..McpTally::TOOLS_MOST {
+            t.add("c.test", &format!("t{i}"), false);
+        }
+        // Full: a name already kept is still counted as itself; a new one under OTHERS.
+        t.add("a.test", "search", true);
+        t.add("c.test", "new", true);
+        t.add("c.test", "newer", false);
+        let u = t.uses();
+        assert_eq!(u.len(), McpTally::TOOLS_MOST + 1);
+        assert_eq!(u.iter().find(|m| m.tool == "search" && m.host == "a.test").unwrap().allowed, 3);
+        let others = u.iter().find(|m| m.tool == McpTally::OTHERS).unwrap();
+        assert_eq!((others.host.as_str(), others.allowed, others.refused), ("c.test", 1, 1));
+        assert!(!u.iter().any(|m| m.tool.starts_with("new")));
     }
 }

@@ -13,7 +13,9 @@ It speaks just enough of two APIs for a real agent CLI to finish one turn with o
   ends, so the test can look at the running agent.
 The first request that offers a shell tool gets a call of that tool running the command in
 FAKE_MODEL_COMMAND (opencode's `bash` as Claude Code's `Bash`); the request that carries the
-tool's output gets a final text reply "FAKE-MODEL-DONE". Anything else gets a short text reply
+tool's output gets a final text reply "FAKE-MODEL-DONE". With FAKE_MODEL_MCP_CALL ("TOOL
+JSON-ARGUMENTS", Anthropic Messages only) the call is of that tool instead (an MCP server's, as
+the agent names it), and the tool's output is logged (`answer`). Anything else gets a short text reply
 (titles, warm-ups) or a 404.
 
 Every request is logged as one JSON line to the file named by FAKE_MODEL_LOG, with whether its
@@ -39,6 +41,7 @@ with open(os.environ["FAKE_MODEL_KEY_FILE"]) as f:
 LOCK = threading.Lock()
 CHAT = os.environ.get("FAKE_MODEL_CHAT", "FAKE-MODEL-DONE")
 HOLD = os.environ.get("FAKE_MODEL_HOLD")
+MCP_CALL = os.environ.get("FAKE_MODEL_MCP_CALL", "")
 SHELL_TOOLS = ("Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
 
 
@@ -75,6 +78,13 @@ def tool_names(tools, items=()):
         if isinstance(it, dict) and it.get("type") == "additional_tools":
             out += tool_names(it.get("tools"))
     return out
+
+
+def tool_output(messages):
+    """What the tool results in an Anthropic request say, as one JSON text (None: none)."""
+    results = [b for m in messages or [] if isinstance(m.get("content"), list) for b in m["content"]
+               if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return json.dumps([r.get("content") for r in results])[:600] if results else None
 
 
 def has_tool_output(items):
@@ -159,14 +169,18 @@ class Handler(BaseHTTPRequestHandler):
     def anthropic(self, req):
         tools = tool_names(req.get("tools"))
         done = has_tool_output(req.get("messages"))
-        call = None if done else next((t for t in tools if t in ("Bash", "bash")), None)
+        mcp_tool, _, mcp_args = MCP_CALL.partition(" ")
+        wanted = (mcp_tool,) if MCP_CALL else ("Bash", "bash")
+        call = None if done else next((t for t in tools if t in wanted), None)
         log(method="POST", path="/v1/messages", api="anthropic", auth_ok=self.credential_ok(),
-            stream=bool(req.get("stream")), tools=tools, tool_output=done, called=call)
+            stream=bool(req.get("stream")), tools=tools, tool_output=done, called=call,
+            answer=tool_output(req.get("messages")))
         if not self.credential_ok():
             return self.send(401, {"type": "error", "error": {"type": "authentication_error",
                                                               "message": "invalid x-api-key"}})
         text = "FAKE-MODEL-DONE" if done else "ok"
-        block = ({"type": "tool_use", "id": "toolu_e2e1", "name": call, "input": shell_call(call)}
+        args = json.loads(mcp_args) if MCP_CALL else shell_call(call)
+        block = ({"type": "tool_use", "id": "toolu_e2e1", "name": call, "input": args}
                  if call else {"type": "text", "text": text})
         stop = "tool_use" if call else "end_turn"
         usage = {"input_tokens": 10, "output_tokens": 5}

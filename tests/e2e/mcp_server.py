@@ -7,7 +7,8 @@ message it receives is appended to $MCP_LOG as a JSON line: {"method", "tool", "
   create_issue(title)      answers "created: " + title
   delete_repository(name)  answers "deleted: " + name (the tests' rules never allow it)
 
-Usage: mcp_server.py CERT KEY json|sse
+Usage: mcp_server.py CERT KEY json|sse [h2]   (h2: served by hypercorn, offering HTTP/2 and
+HTTP/1.1; else by uvicorn, HTTP/1.1 only)
 """
 import json, os, sys
 
@@ -16,6 +17,7 @@ from mcp.server.fastmcp import FastMCP
 
 LOG = os.environ["MCP_LOG"]
 cert, key, mode = sys.argv[1:4]
+h2 = sys.argv[4:] == ["h2"]
 
 # host 0.0.0.0: no DNS-rebinding check (it allows localhost names only, and the gate forwards
 # the test host's name).
@@ -77,5 +79,16 @@ class Logged:
         return await self.app(scope, recv, send)
 
 
-uvicorn.run(Logged(mcp.streamable_http_app()), host="0.0.0.0", port=443, ssl_certfile=cert,
-            ssl_keyfile=key, log_level="warning")
+app = Logged(mcp.streamable_http_app())
+if h2:
+    import asyncio
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = ["0.0.0.0:443"]
+    config.certfile, config.keyfile = cert, key
+    config.alpn_protocols = ["h2", "http/1.1"]
+    asyncio.run(serve(app, config))
+else:
+    uvicorn.run(app, host="0.0.0.0", port=443, ssl_certfile=cert, ssl_keyfile=key, log_level="warning")

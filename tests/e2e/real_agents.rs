@@ -16,10 +16,10 @@ use std::sync::Mutex;
 
 /// A fake model API (tests/e2e/fake_model_api.py) on a test host's port 443, with a
 /// certificate for the real API hostnames from a CA made for this test.
-struct ModelApi {
+pub(crate) struct ModelApi {
     server: Child,
     log: PathBuf,
-    ca: PathBuf,
+    pub(crate) ca: PathBuf,
     th: TestHost,
 }
 
@@ -35,7 +35,12 @@ impl ModelApi {
     }
 
     /// `start`, with more of the fake's variables (`FAKE_MODEL_CHAT`, `FAKE_MODEL_HOLD`).
-    fn start_with(name: &str, command: &str, key: &str, more: &[(&str, &std::ffi::OsStr)]) -> ModelApi {
+    pub(crate) fn start_with(
+        name: &str,
+        command: &str,
+        key: &str,
+        more: &[(&str, &std::ffi::OsStr)],
+    ) -> ModelApi {
         let th = TestHost::new();
         let dir = env().root.join(format!("model-api-{name}-{}", th.ns));
         std::fs::create_dir_all(&dir).unwrap();
@@ -56,7 +61,7 @@ impl ModelApi {
     }
 
     /// The requests it has seen, one JSON object each.
-    fn requests(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn requests(&self) -> Vec<serde_json::Value> {
         json_lines(&self.log)
     }
 
@@ -94,7 +99,7 @@ impl ModelApi {
     /// HOST` line uncommented): the
     /// sandbox holds a placeholder, the gate trusts the test CA upstream (`upstream_ca`, a file
     /// outside the project) and the agent trusts the gate's CA (set up by the sandbox).
-    fn project_bound(&self, preset: &str, secret: &str, host: &str) -> Project {
+    pub(crate) fn project_bound(&self, preset: &str, secret: &str, host: &str) -> Project {
         let p = Project::new(&format!("{preset}-bound"));
         sandbox(&p, &["init", "--preset", preset], &[]).ok();
         let mut text = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
@@ -128,7 +133,7 @@ fn held_only_a_placeholder(p: &Project, key: &str) {
 const AIDER_BIN: &str = "/opt/aisb-aider/bin";
 
 /// PATH with the test user's npm prefix and aider's venv, where scripts/install-agents put the CLIs.
-fn agent_path() -> String {
+pub(crate) fn agent_path() -> String {
     let bin = env().home.join(".npm-global/bin");
     let aider = std::path::Path::new(AIDER_BIN).join("aider");
     for agent in ["claude", "codex", "gemini", "opencode"].map(|a| bin.join(a)).into_iter().chain([aider]) {

@@ -116,6 +116,9 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
     let mut learned = None;
     if let Some(patterns) = &tools {
         let called = mcp_calls(c, policy, asked, &parts, &mut ahead, &mut body, patterns, &logged).await?;
+        for tool in &called.tools {
+            c.session.mcp.add(&c.host, tool, true);
+        }
         if !called.tools.is_empty() {
             reason = format!("{reason}; MCP tools/call {}", called.tools.join(", "));
         }
@@ -338,6 +341,7 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     // A name a rule line would read as more than itself (a space, a `*`, a line break) is
     // refused with no line to add: never offered to a watcher, never learned.
     if !crate::policy::rule::is_tool_name(tool) {
+        c.session.mcp.add(&c.host, tool, false);
         let hint = format!("blocked by ai-sandbox: {reason}, and no rule can name the tool {shown}");
         return Err(Stop::from(Denial {
             status: 403,
@@ -382,6 +386,7 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
         }
         Some(Verdict::Deny) | None => {}
     }
+    c.session.mcp.add(&c.host, tool, false);
     match calls.refusal(tool, &d.hint) {
         Some(answer) => Err(Stop::InBand(Box::new((d, answer, "application/json")))),
         None => Err(Stop::from(d)),
