@@ -443,6 +443,19 @@ pub(crate) fn check_request(p: &SessionPolicy, r: &View) -> Result<Option<RuleMa
             let tools = rule::mcp_tools(&p.rules, host, &normal);
             Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, tools, method }))
         }
+        // A `*` in the path (sent as it is, or as %2A) a rule line would read as a pattern,
+        // allowing more than this request: no line is offered.
+        None if path.contains('*') => Err(Denial {
+            path: Some(path.clone()),
+            ..deny(
+                403,
+                format!("{method} {path} matches no rule for {host}"),
+                format!(
+                    "blocked by ai-sandbox: {host} has rules, and none allows {method} {path}; no line is offered, since a rule reads `*` as a pattern (write the line you mean in {})",
+                    p.config_path
+                ),
+            )
+        }),
         None => {
             let line = format!("rule = {}", rule::suggestion(host, &method, &normal));
             Err(Denial {

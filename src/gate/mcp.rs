@@ -18,6 +18,27 @@ pub(crate) const BODY_MOST: usize = 1 << 20;
 pub(crate) const ANSWER_MOST: usize = 8 << 20;
 /// The JSON-RPC error code of a refusal (the range JSON-RPC leaves to servers).
 pub(crate) const REFUSED: i64 = -32001;
+/// The longest tool name a call may give (MCP says 128 characters; a rule's pattern is at most
+/// 128 bytes): a longer one is refused unread, never logged or counted.
+const TOOL_NAME_MOST: usize = 128;
+
+/// Whether a request's Content-Type is JSON as the gate reads it: `application/json`, with no
+/// parameter but `charset=utf-8`. A server decodes the body by its charset (in UTF-7, `+AGU-`
+/// is an `e` the gate would not see), so any other is refused.
+pub(crate) fn json_type(v: &[u8]) -> bool {
+    let Ok(t) = std::str::from_utf8(v) else { return false };
+    let mut parts = t.split(';');
+    if !parts.next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")) {
+        return false;
+    }
+    parts.all(|p| {
+        let Some((k, v)) = p.split_once('=') else { return p.trim().is_empty() };
+        let v = v.trim();
+        let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+        k.trim().eq_ignore_ascii_case("charset")
+            && (v.eq_ignore_ascii_case("utf-8") || v.eq_ignore_ascii_case("utf8"))
+    })
+}
 
 /// The messages of one request body.
 #[derive(Debug, PartialEq)]
@@ -82,6 +103,9 @@ fn message(v: &Value) -> Result<Message, String> {
         Some(Value::String(method)) if method == "tools/call" => {
             let name = m.get("params").and_then(|p| p.get("name")).and_then(Value::as_str);
             let tool = name.ok_or("its tools/call names no tool")?.to_string();
+            if tool.len() > TOOL_NAME_MOST {
+                return Err(format!("its tools/call names a tool longer than {TOOL_NAME_MOST} bytes"));
+            }
             Ok(Message { id, tool: Some(tool) })
         }
         Some(Value::String(_)) => Ok(Message { id, tool: None }),
@@ -94,7 +118,8 @@ fn message(v: &Value) -> Result<Message, String> {
 
 /// A JSON value whose objects each name a key once, in any case. Parsers differ on a key given
 /// twice (most keep the last, some the first; some ignore case), so the gate could check one call
-/// and the server run another: such a body is refused.
+/// and the server run another, or filter one tool list and the client read another: such a body
+/// or answer is refused.
 struct Strict(Value);
 
 impl<'de> serde::Deserialize<'de> for Strict {
@@ -231,8 +256,8 @@ pub(crate) fn filter_json(body: &[u8], patterns: &[String]) -> Result<(Vec<u8>, 
     if body.iter().all(u8::is_ascii_whitespace) || !may_list(body) {
         return Ok((body.to_vec(), 0));
     }
-    let mut v: Value =
-        serde_json::from_slice(body).map_err(|e| format!("an answer that is not JSON ({e})"))?;
+    let Strict(mut v) = serde_json::from_slice(body)
+        .map_err(|e| format!("an answer that is not JSON as the gate reads it ({e})"))?;
     match filter(&mut v, patterns) {
         0 => Ok((body.to_vec(), 0)),
         n => Ok((v.to_string().into_bytes(), n)),
@@ -278,6 +303,11 @@ impl Events {
         Ok(out)
     }
 
+    /// How many bytes of an event are held, waiting for its end.
+    pub(crate) fn holding(&self) -> usize {
+        self.held.len()
+    }
+
     /// The stream ended: what was held, its last line ended and its last event too.
     pub(crate) fn end(&mut self, patterns: &[String]) -> Result<Vec<u8>, String> {
         self.started = true;
@@ -289,20 +319,25 @@ impl Events {
         Ok(out)
     }
 
-    /// The events `held` completes, filtered and taken out of it.
+    /// The events `held` completes, filtered and taken out of it (at once, after the last: a
+    /// piece of many short events is not moved once per event).
     fn events(&mut self, at_end: bool, patterns: &[String]) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
+        // Where the event being read starts in `held`.
+        let mut start = 0;
         loop {
             match line_end(&self.held, self.searched.max(self.line), at_end) {
                 Err(resume) => {
-                    self.searched = resume;
+                    self.held.drain(..start);
+                    (self.line, self.searched) = (self.line - start, resume - start);
                     return Ok(out);
                 }
                 // An empty line: the event before it ends.
                 Ok((end, next)) if end == self.line => {
-                    let event: Vec<u8> = self.held.drain(..next).collect();
-                    out.extend(self.event(&event[..end], &event[end..], patterns)?);
-                    (self.line, self.searched) = (0, 0);
+                    let event = self.held[start..next].to_vec();
+                    out.extend(self.event(&event[..end - start], &event[end - start..], patterns)?);
+                    start = next;
+                    (self.line, self.searched) = (next, next);
                 }
                 Ok((_, next)) => (self.line, self.searched) = (next, next),
             }
@@ -328,8 +363,8 @@ impl Events {
         if joined.trim().is_empty() || !may_list(joined.as_bytes()) {
             return Ok([lines, sep].concat());
         }
-        let mut v: Value =
-            serde_json::from_str(&joined).map_err(|e| format!("an event whose data is not JSON ({e})"))?;
+        let Strict(mut v) = serde_json::from_str(&joined)
+            .map_err(|e| format!("an event whose data is not JSON as the gate reads it ({e})"))?;
         let n = filter(&mut v, patterns);
         if n == 0 {
             return Ok([lines, sep].concat());
@@ -381,6 +416,56 @@ mod tests {
         format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
         )
+    }
+
+    #[test]
+    fn json_is_utf8_json_with_no_other_parameter_and_names_are_bounded() {
+        for ok in [
+            "application/json",
+            "APPLICATION/JSON ; Charset=\"utf-8\"",
+            "application/json;charset=UTF8",
+            "application/json;",
+        ] {
+            assert!(json_type(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "application/json; charset=utf-7",
+            "application/json; charset=shift_jis",
+            "application/json; charset=utf-8; q=1",
+            "application/json; boundary",
+            "application/json-rpc",
+            "text/json",
+            "",
+        ] {
+            assert!(!json_type(bad.as_bytes()), "{bad}");
+        }
+        assert!(!json_type(b"application/json\xff"));
+        let name = "n".repeat(TOOL_NAME_MOST);
+        assert!(read(call(1, &name).as_bytes()).is_ok());
+        let e = read(call(1, &format!("{name}n")).as_bytes()).unwrap_err();
+        assert!(e.contains("longer than 128 bytes"), "{e}");
+    }
+
+    #[test]
+    fn an_answer_with_a_key_twice_is_refused_as_a_client_could_read_either() {
+        let p = pats(&["ok"]);
+        let twice =
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"hidden"}],"tools":[{"name":"ok"}]}}"#;
+        assert!(filter_json(twice.as_bytes(), &p).unwrap_err().contains("twice"));
+        let mut e = Events::default();
+        let event = format!("data: {twice}\n\n");
+        assert!(e.push(event.as_bytes(), &p).unwrap_err().contains("twice"));
+        // Control: once, filtered.
+        let once = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"hidden"},{"name":"ok"}]}}"#;
+        assert_eq!(filter_json(once.as_bytes(), &p).unwrap().1, 1);
+    }
+
+    #[test]
+    fn the_strict_reader_reads_every_json_type_as_serde_json_does() {
+        let doc = r#"{"t":true,"f":false,"neg":-3,"pos":7,"big":18446744073709551615,"x":1.5,
+            "n":null,"s":"\u00e9","a":[1,"x",[],{}],"o":{"k":{"z":null}}}"#;
+        let Strict(v) = serde_json::from_str(doc).unwrap();
+        assert_eq!(v, serde_json::from_str::<Value>(doc).unwrap());
     }
 
     #[test]
@@ -511,10 +596,18 @@ mod tests {
                 ": a comment\n\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n"
             ));
         }
-        // An event cut off by the stream's end is still read.
+        // An event cut off by the stream's end is still read, and filtered.
         let mut e = Events::default();
         let out = [e.push(format!("data: {LIST}").as_bytes(), &p).unwrap(), e.end(&p).unwrap()].concat();
-        assert!(!String::from_utf8(out).unwrap().contains("create_issue"));
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("search_issues") && !out.contains("create_issue"), "{out}");
+        // A complete event goes at once, however short, and a byte-order mark as soon as it is
+        // whole (nothing is held that a client is waiting for).
+        let mut e = Events::default();
+        assert_eq!(e.push(b"\n\n", &p).unwrap(), b"\n\n");
+        let mut e = Events::default();
+        assert_eq!(e.push(BOM, &p).unwrap(), BOM);
+        assert_eq!(e.push(b"\n\n", &p).unwrap(), b"\n\n");
         // Data split over lines is one message; data that is not JSON is refused.
         let mut e = Events::default();
         let split =
@@ -545,6 +638,14 @@ mod tests {
                 assert!(!text.contains("delete_repository"), "{text:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_event_is_held_up_to_the_limit_and_not_a_byte_more() {
+        let mut e = Events::default();
+        assert_eq!(e.push(&vec![b'a'; ANSWER_MOST], &pats(&["*"])).unwrap(), b"");
+        assert_eq!(e.holding(), ANSWER_MOST);
+        assert!(e.push(b"a", &pats(&["*"])).is_err());
     }
 
     #[test]

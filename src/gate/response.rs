@@ -313,6 +313,8 @@ pub(crate) struct McpFiltered<B> {
     pub(crate) ended: bool,
     pub(crate) trailers: Option<Frame<Bytes>>,
     pub(crate) on_end: Option<Box<dyn FnOnce(usize) + Send + Sync>>,
+    /// What `answer` holds, of the session's bound.
+    pub(crate) held: super::state::McpHeld,
 }
 
 impl<B> McpFiltered<B> {
@@ -324,6 +326,7 @@ impl<B> McpFiltered<B> {
                 if held.len() > super::mcp::ANSWER_MOST {
                     return Err(format!("an MCP answer longer than {} MiB", super::mcp::ANSWER_MOST >> 20));
                 }
+                self.held.set(held.len())?;
                 if !end {
                     return Ok(Vec::new());
                 }
@@ -331,6 +334,7 @@ impl<B> McpFiltered<B> {
             }
             McpAnswer::Events(events) => {
                 let mut out = events.push(d, &self.patterns)?;
+                self.held.set(events.holding())?;
                 if end {
                     out.extend(events.end(&self.patterns)?);
                 }

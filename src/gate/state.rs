@@ -50,6 +50,52 @@ impl McpTally {
     }
 }
 
+/// What one MCP message being read holds of its session's `McpHeld::MOST`: a request's body
+/// until it is decided, an answer's JSON or its event until it is filtered. The agent decides
+/// how many it sends at once and how slowly, so a session's together are bounded (each is
+/// bounded too: `mcp::BODY_MOST`, `mcp::ANSWER_MOST`); given back when dropped.
+pub(crate) struct McpHeld {
+    session: Arc<Session>,
+    n: usize,
+}
+
+impl McpHeld {
+    /// A session's MCP messages hold at most this many bytes at once.
+    pub(crate) const MOST: usize = 64 << 20;
+
+    pub(crate) fn new(session: &Arc<Session>) -> McpHeld {
+        McpHeld { session: session.clone(), n: 0 }
+    }
+
+    /// This message now holds `n` bytes; `Err` (and nothing taken) when its session's would
+    /// then hold more than `MOST`.
+    pub(crate) fn set(&mut self, n: usize) -> Result<(), String> {
+        let all = &self.session.mcp_held;
+        if n <= self.n {
+            all.fetch_sub(self.n - n, Ordering::Relaxed);
+        } else {
+            let more = n - self.n;
+            all.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                now.checked_add(more).filter(|&sum| sum <= Self::MOST)
+            })
+            .map_err(|_| {
+                format!(
+                    "the sandbox's MCP messages the gate holds at once would pass {} MiB",
+                    Self::MOST >> 20
+                )
+            })?;
+        }
+        self.n = n;
+        Ok(())
+    }
+}
+
+impl Drop for McpHeld {
+    fn drop(&mut self) {
+        self.session.mcp_held.fetch_sub(self.n, Ordering::Relaxed);
+    }
+}
+
 pub(crate) struct Session {
     pub(crate) id: String,
     pub(crate) project: String,
@@ -73,6 +119,8 @@ pub(crate) struct Session {
     pub(crate) spent: super::budget::Spent,
     /// The MCP tool calls its rules decided, by host and tool (`ps`).
     pub(crate) mcp: McpTally,
+    /// Bytes of MCP messages its requests and answers hold at once (`McpHeld`).
+    mcp_held: AtomicUsize,
     /// The project's counts of budgets with a period, shared with its other sessions: opened
     /// when a policy (at registration, or a live change) first has such a line.
     counts: RwLock<Option<Arc<super::periods::Counts>>>,
@@ -96,6 +144,7 @@ impl Session {
             upstream_ca: None,
             spent: Default::default(),
             mcp: McpTally::default(),
+            mcp_held: AtomicUsize::new(0),
             counts: RwLock::new(None),
         }
     }
@@ -491,5 +540,29 @@ mod tests {
         let others = u.iter().find(|m| m.tool == McpTally::OTHERS).unwrap();
         assert_eq!((others.host.as_str(), others.allowed, others.refused), ("c.test", 1, 1));
         assert!(!u.iter().any(|m| m.tool.starts_with("new")));
+    }
+
+    #[test]
+    fn a_sessions_held_mcp_bytes_are_bounded_together_and_given_back() {
+        let s = Arc::new(Session::new("s".into(), "/p".into(), "t".into(), SessionPolicy::default()));
+        let other = Arc::new(Session::new("o".into(), "/p".into(), "t".into(), SessionPolicy::default()));
+        let mut a = McpHeld::new(&s);
+        let mut b = McpHeld::new(&s);
+        a.set(McpHeld::MOST - 10).unwrap();
+        b.set(10).unwrap();
+        let e = b.set(11).unwrap_err();
+        assert!(e.contains("64 MiB"), "{e}");
+        assert_eq!(s.mcp_held.load(Ordering::Relaxed), McpHeld::MOST, "a refusal takes nothing");
+        // Another session's are its own.
+        McpHeld::new(&other).set(McpHeld::MOST).unwrap();
+        // Less, then dropped: given back.
+        a.set(5).unwrap();
+        b.set(McpHeld::MOST - 5).unwrap();
+        assert!(McpHeld::new(&s).set(1).is_err());
+        drop(a);
+        assert_eq!(s.mcp_held.load(Ordering::Relaxed), McpHeld::MOST - 5);
+        drop(b);
+        assert_eq!(s.mcp_held.load(Ordering::Relaxed), 0);
+        McpHeld::new(&s).set(McpHeld::MOST).unwrap();
     }
 }

@@ -637,6 +637,13 @@ fn a_host_with_rules_gets_what_they_allow_and_a_refusal_names_the_line() {
         d.hint,
         "blocked by ai-sandbox: add \"rule = api.test POST /repos/a\" to /p/.ai-sandbox/config (api.test has rules, and none allows POST /repos/a)"
     );
+    // A `*` in the path, as sent or as %2A: a line would read it as a pattern and allow more
+    // than this request, so none is offered and it is not asked about.
+    for star in ["/repos/a*", "/x/%2A"] {
+        let d = check(&p, "api.test", "POST", star).unwrap_err();
+        assert_eq!((d.status, d.askable, d.allow.clone()), (403, false, None), "{star}");
+        assert!(d.hint.contains("no line is offered") && d.path.as_deref().unwrap().contains('*'), "{d:?}");
+    }
     // A spelling the gate would have to guess about: 400, never asked about.
     let d = check(&p, "api.test", "GET", "/repos/a%2Fb").unwrap_err();
     assert_eq!((d.status, d.askable, d.allow.clone()), (400, false, None));

@@ -194,13 +194,25 @@ pub fn tool_matches(pattern: &str, name: &str) -> bool {
 }
 
 /// The tools a request to an MCP endpoint may call: every pattern of the MCP rules whose host
-/// and path it matches, whatever its method and whatever other rules allow it (`None`: no MCP
-/// rule is for it). An MCP rule governs its endpoint: a plain rule that also allows the request
-/// (`HOST * /**`, a narrower one with a query) does not turn the reading off; `*` allows every
-/// tool.
+/// and path it matches, whatever its method, query and whatever other rules allow it (`None`: no
+/// MCP rule is for it). An MCP rule governs its endpoint: a plain rule that also allows the
+/// request (`HOST * /**`, a narrower one with a query) does not turn the reading off; `*` allows
+/// every tool. It governs what a lenient server routes to the endpoint too: a path below it (a
+/// mounted app), and its spellings in another case or with `;` parameters (Express ignores case
+/// and a trailing `/`), so that another rule, or a watcher's answer, for `/MCP/` still has its
+/// calls read.
 pub fn mcp_tools(rules: &[Rule], host: &str, target: &Normal) -> Option<Vec<String>> {
-    let mcp = rules.iter().filter(|r| !r.tools.is_empty());
-    let here = mcp.filter(|r| r.matches(host, r.method.as_deref().unwrap_or(""), target));
+    let lenient: Vec<Vec<u8>> = target
+        .segments
+        .iter()
+        .map(|s| s.split(|&b| b == b';').next().unwrap_or(s).to_ascii_lowercase())
+        .collect();
+    let at_or_below = |r: &Rule| {
+        [&target.segments, &lenient]
+            .into_iter()
+            .any(|segs| (1..=segs.len()).any(|k| path_matches(&r.path, &segs[..k])))
+    };
+    let here = rules.iter().filter(|r| !r.tools.is_empty() && r.host.matches(host) && at_or_below(r));
     once(here.flat_map(|r| r.tools.iter().cloned()))
 }
 
@@ -413,6 +425,13 @@ mod tests {
         wide.extend(parse("api.test * /**").unwrap());
         wide.extend(parse("api.test POST /mcp?mode=legacy").unwrap());
         assert_eq!(mcp_tools(&wide, "api.test", &normalise("/mcp?mode=legacy").unwrap()), tools);
+        // What a lenient server routes to the endpoint: read as it.
+        for other in ["/MCP", "/mcp/", "/Mcp;a=b", "/mcp/x/y", "/mcp;v=1/"] {
+            assert_eq!(mcp_tools(&wide, "api.test", &normalise(other).unwrap()), tools, "{other}");
+        }
+        for other in ["/", "/mcp-docs", "/x/mcp", "/mc"] {
+            assert_eq!(mcp_tools(&wide, "api.test", &normalise(other).unwrap()), None, "{other}");
+        }
         wide.extend(parse("api.test mcp /other x").unwrap());
         assert_eq!(host_mcp_tools(&wide, "api.test").map(|t| t.len()), Some(3));
         assert_eq!(host_mcp_tools(&wide, "else.test"), None);

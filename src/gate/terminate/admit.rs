@@ -16,7 +16,7 @@ use super::super::pipeline::{self, Asked, Need};
 use super::super::push;
 use super::super::request_body::Ahead;
 use super::super::scrub::{self, Masks};
-use super::super::state::Entry;
+use super::super::state::{Entry, McpHeld};
 use super::super::view::{Framing, View};
 use super::{Conn, drain};
 use crate::contract::SessionPolicy;
@@ -318,16 +318,27 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     if coded(&parts.headers) {
         return Err(unreadable("it is compressed"));
     }
-    let header = |h| parts.headers.get(h).map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
-    let json = header(hyper::header::CONTENT_TYPE)
-        .is_some_and(|t| t.split(';').next().is_some_and(|m| m.trim() == "application/json"));
-    if !json {
-        return Err(unreadable("it is not application/json"));
+    let types: Vec<_> = parts.headers.get_all(hyper::header::CONTENT_TYPE).iter().collect();
+    if !matches!(types[..], [t] if mcp::json_type(t.as_bytes())) {
+        return Err(unreadable("it is not application/json in UTF-8 (one Content-Type, no other parameter)"));
     }
+    let mut held = McpHeld::new(&c.session);
     loop {
         if ahead.seen.len() > mcp::BODY_MOST {
             return Err(unreadable("it is longer than 1 MiB"));
         }
+        // Its frames and their bytes: each kept until the request goes.
+        held.set(ahead.seen.len().saturating_mul(2)).map_err(|why| {
+            let reason = format!("an MCP message to {} {logged}: {why}", c.host);
+            Stop::from(Denial {
+                status: 503,
+                hint: format!(
+                    "blocked by ai-sandbox: {reason}; send it again when its other MCP messages are answered"
+                ),
+                reason,
+                ..Denial::default()
+            })
+        })?;
         if ahead.ended {
             break;
         }
@@ -338,11 +349,14 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     let Some(tool) = calls.refused(patterns) else { return Ok(Called { tools, learned: None }) };
     let shown = crate::sys::quote::text(tool);
     let reason = format!("MCP tools/call {shown} matches no rule for {} {logged}", c.host);
-    // A name a rule line would read as more than itself (a space, a `*`, a line break) is
-    // refused with no line to add: never offered to a watcher, never learned.
-    if !crate::policy::rule::is_tool_name(tool) {
+    // A name a rule line would read as more than itself (a space, a `*`, a line break), or a
+    // path with a `*` (a pattern in the line), is refused with no line to add: never offered to a
+    // watcher, never learned.
+    if !crate::policy::rule::is_tool_name(tool) || logged.contains('*') {
         c.session.mcp.add(&c.host, tool, false);
-        let hint = format!("blocked by ai-sandbox: {reason}, and no rule can name the tool {shown}");
+        let hint = format!(
+            "blocked by ai-sandbox: {reason}, and no rule line can name the tool {shown} at that path"
+        );
         return Err(Stop::from(Denial {
             status: 403,
             reason,
@@ -672,9 +686,23 @@ mod tests {
         let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
         assert!(run(&c, request("POST", "/mcp", &json, list)).await.is_ok());
         assert!(run(&c, request("GET", "/mcp", &[("accept", "text/event-stream")], "")).await.is_ok());
-        // A name a rule line would read as more than itself: refused, with no line to add.
+        // A name a rule line would read as more than itself: refused, with no line to add. So is
+        // a call at a path with a `*`, which a line would read as a pattern (a lenient server's
+        // path below the endpoint, allowed by another rule). Control: a name of 128 bytes.
         let d = denied(run(&c, request("POST", "/mcp", &json, &call("x *"))).await);
         assert_eq!((d.status, d.allow.clone(), d.askable), (403, None, false), "{d:?}");
+        let mut below = ruled("api.test mcp /mcp search_*");
+        below.rules.extend(crate::policy::rule::parse("api.test POST /mcp/**").unwrap());
+        let b = conn(below, log_in(&dir));
+        let d = denied(run(&b, request("POST", "/mcp/a%2A", &json, &call("delete_x"))).await);
+        assert_eq!((d.status, d.allow.clone(), d.askable), (403, None, false), "{d:?}");
+        let Err(Stop::InBand(answer)) = run(&b, request("POST", "/mcp/a", &json, &call("delete_x"))).await
+        else {
+            panic!("not answered in band")
+        };
+        assert_eq!(answer.0.allow.as_deref(), Some("rule = api.test mcp /mcp/a delete_x"));
+        let long = format!("search_{}", "s".repeat(121));
+        assert!(run(&c, request("POST", "/mcp", &json, &call(&long))).await.is_ok());
         // Ways a server could read the request otherwise: refused before anything is read.
         for (method, headers, body) in [
             ("GET", &[("accept", "text/event-stream")][..], call("delete_repository")),
@@ -703,9 +731,26 @@ mod tests {
             let d = denied(run(&c, request(method, "/mcp", headers, &body)).await);
             assert_eq!(d.status, 400, "{method} {headers:?}: {d:?}");
         }
+        // A charset a server would decode otherwise, a parameter, two types: refused. Controls:
+        // UTF-8 named in its usual spellings.
+        for t in [
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=\"UTF-8\"",
+            "application/json;charset=utf8",
+        ] {
+            assert!(run(&c, request("POST", "/mcp", &[("content-type", t)], list)).await.is_ok(), "{t}");
+        }
         for (headers, body) in [
+            (&[("content-type", "application/json; charset=utf-7")][..], list.to_string()),
+            (&[("content-type", "application/json; charset=utf-8; x=y")][..], list.to_string()),
+            (
+                &[("content-type", "application/json"), ("content-type", "application/json")][..],
+                list.to_string(),
+            ),
+            (&[][..], list.to_string()),
             (&[("content-type", "text/plain")][..], list.to_string()),
             (&json[..], "not json".to_string()),
+            (&json[..], call(&"s".repeat(129))),
             (&[("content-type", "application/json"), ("content-encoding", "gzip")][..], list.to_string()),
             (
                 &json[..],

@@ -15,7 +15,7 @@ use super::super::response::{
 };
 use super::super::scrub::{self, Coding, Masks, Scrubber};
 use super::super::secrets::Misuse;
-use super::super::state::Entry;
+use super::super::state::{Entry, McpHeld};
 use super::super::ws;
 use super::super::ws_relay::WsWatch;
 use super::admit::Admitted;
@@ -220,6 +220,7 @@ fn filter(
                 ended: false,
                 trailers: None,
                 on_end: Some(Box::new(on_end)),
+                held: McpHeld::new(&c.session),
             }
             .boxed()
         });
