@@ -614,6 +614,9 @@ mod tests {
             "data: {\"jsonrpc\":\"2.0\",\ndata: \"id\":1,\"result\":{\"tools\":[{\"name\":\"x\"}]}}\n\n";
         assert!(!String::from_utf8(e.push(split.as_bytes(), &p).unwrap()).unwrap().contains("\"x\""));
         assert!(Events::default().push(b"data: <html> tools\n\n", &p).is_err());
+        // A field that only starts with `data` is another field: a client reads no data from it.
+        let other = b"datum: <html> tools\ndata:\n\n";
+        assert_eq!(Events::default().push(other, &p).unwrap(), other.to_vec());
         let endpoint = b"event: endpoint\ndata: /messages?session=1\n\n";
         assert_eq!(Events::default().push(endpoint, &p).unwrap(), endpoint.to_vec(), "lists nothing");
     }
