@@ -619,6 +619,32 @@ mod tests {
         }
     }
 
+    /// A learning run relays a call of a tool no rule allows, and its record says so: learned,
+    /// with the line `learn` proposes. Control: an allowed call's record is neither.
+    #[tokio::test]
+    async fn a_learning_runs_relayed_mcp_call_is_recorded_learned_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(SessionPolicy { learn: true, ..ruled("api.test mcp /mcp search_*") }, log_in(&dir));
+        let json = [("content-type", "application/json")];
+        let call = |tool: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}"}}}}"#)
+        };
+        let asked = Asked { method: "POST", host: "api.test", port: 443, path: Some("/mcp") };
+        let lines = || std::fs::read_to_string(dir.path().join("gate.log")).unwrap();
+        let mut a = run(&c, request("POST", "/mcp", &json, &call("search_x")))
+            .await
+            .unwrap_or_else(|_| panic!("refused"));
+        record(&c, &asked, &mut a).await.unwrap_or_else(|_| panic!("not recorded"));
+        assert!(!lines().contains("learned") && !lines().contains(r#""allow":"#), "{}", lines());
+        let mut a = run(&c, request("POST", "/mcp", &json, &call("delete_x")))
+            .await
+            .unwrap_or_else(|_| panic!("refused"));
+        record(&c, &asked, &mut a).await.unwrap_or_else(|_| panic!("not recorded"));
+        let last = lines().lines().last().unwrap().to_string();
+        assert!(last.contains(r#""learned":true"#), "{last}");
+        assert!(last.contains(r#""allow":"rule = api.test mcp /mcp delete_x""#), "{last}");
+    }
+
     /// A host with a bound value is asked for whole resources (a part could split a value the
     /// masks must find whole); a terminated host without one gets the request as it was.
     #[tokio::test]
@@ -701,6 +727,12 @@ mod tests {
             panic!("not answered in band")
         };
         assert_eq!(answer.0.allow.as_deref(), Some("rule = api.test mcp /mcp/a delete_x"));
+        // A body of 1 MiB exactly is read; one byte more is refused (below).
+        let base = r#"{"jsonrpc":"2.0","id":1,"method":"x","pad":""}"#;
+        let most =
+            base.replace(r#""pad":"""#, &format!(r#""pad":"{}""#, "a".repeat(mcp::BODY_MOST - base.len())));
+        assert_eq!(most.len(), mcp::BODY_MOST);
+        assert!(run(&c, request("POST", "/mcp", &json, &most)).await.is_ok());
         let long = format!("search_{}", "s".repeat(121));
         assert!(run(&c, request("POST", "/mcp", &json, &call(&long))).await.is_ok());
         // Ways a server could read the request otherwise: refused before anything is read.
@@ -763,6 +795,7 @@ mod tests {
             let d = denied(run(&c, request("POST", "/mcp", headers, &body)).await);
             assert_eq!(d.status, 400, "{d:?}");
             assert!(d.reason.contains("cannot read"), "{d:?}");
+            assert_eq!(d.hint, format!("blocked by ai-sandbox: {}", d.reason));
         }
     }
 
