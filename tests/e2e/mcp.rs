@@ -121,8 +121,9 @@ asyncio.run(main())
 
 /// The same session against a server that answers with JSON and one that answers with event
 /// streams, each with HTTP/1.1 only and with HTTP/2 (the client offers it, the server chooses
-/// it, so the gate reads each HTTP/2 stream's messages): the allowed tools listed and called (the server received both calls), the refused
-/// one answered with the line and never received, a batch with a refused call refused whole.
+/// it, so the gate reads each HTTP/2 stream's messages): the allowed tools listed and called
+/// (the server received both calls), the refused one answered with the line and never
+/// received, a batch with a refused call refused whole; `ps` counts the calls by tool.
 /// The server's token is bound to it (`secret = MCP_TOKEN for mcp.test`, the usual case of a
 /// hosted MCP server): the server received the real token, the sandbox held a placeholder.
 ///
