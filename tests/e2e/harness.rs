@@ -483,12 +483,15 @@ fn read_request(s: &mut std::net::TcpStream) {
 impl TestHost {
     pub fn new() -> TestHost {
         let n = HOSTS.fetch_add(1, Ordering::SeqCst);
-        assert!(n < 60, "more than 60 test hosts in one run: give TestHost more address blocks");
+        assert!(n < 120, "more than 120 test hosts in one run: give TestHost more address blocks");
         let n = n + 1;
+        // A /30 each, in documentation blocks: 60 in 198.51.100.0/24 (its top is cluster.rs's
+        // and the bench's), then 60 in 203.0.113.0/24.
+        let (net, k) = if n <= 60 { ("198.51.100", n) } else { ("203.0.113", n - 60) };
         let tag = run_tag();
         let ns = format!("{HOST_NS}{tag}-{n}");
         let (veth, peer) = (format!("{HOST_VETH}{tag}x{n}"), format!("aisbn{tag}x{n}"));
-        let (h4, v4) = (format!("198.51.100.{}", 4 * n + 1), format!("198.51.100.{}", 4 * n + 2));
+        let (h4, v4) = (format!("{net}.{}", 4 * k + 1), format!("{net}.{}", 4 * k + 2));
         let (h6, v6) = (format!("fd99:a15b:0:{n}::1"), format!("fd99:a15b:0:{n}::2"));
         sh(&["ip", "netns", "add", &ns]);
         sh(&["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &ns]);
