@@ -291,7 +291,8 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
         (r["project"].as_str() == p.dir.to_str()).then(|| r["session"].as_str().unwrap().to_string())
     });
     let id = id.expect("ps lists the sandbox");
-    let short = sandbox(&p, &["exec", "--session", &id[..4], "--", "true"], &[]);
+    // Eight of its twelve characters: with the whole suite running at once, four can name two.
+    let short = sandbox(&p, &["exec", "--session", &id[..8], "--", "true"], &[]);
     assert_eq!(short.code, 0, "a shortened id: {}", short.stderr);
     let none = sandbox(&p, &["exec", "--session", "zzzz", "--", "true"], &[]);
     assert!(none.code != 0 && none.stderr.contains("no running sandbox zzzz"), "{}", none.stderr);
@@ -327,7 +328,7 @@ fn exec_runs_a_command_beside_the_agent_under_the_same_policy() {
     assert!(seen, "the launcher did not report it: {}", said.lock().unwrap());
     let logs = sandbox(&p, &["logs", "--denied"], &[]);
     assert!(logs.ok().stdout.contains(&format!("tcp {dest}")), "{}", logs.stdout);
-    let by_start = sandbox(&p, &["logs", "--session", &id[..4]], &[]);
+    let by_start = sandbox(&p, &["logs", "--session", &id[..8]], &[]);
     assert!(
         by_start.ok().stdout.contains(&format!("tcp {dest}")),
         "logs --session with a shortened id: {}",
