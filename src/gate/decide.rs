@@ -443,9 +443,8 @@ pub(crate) fn check_request(p: &SessionPolicy, r: &View) -> Result<Option<RuleMa
             let tools = rule::mcp_tools(&p.rules, host, &normal);
             Ok(Some(RuleMatch { target: normal.target(), path, rule: r.line.clone(), refs, tools, method }))
         }
-        // A `*` in the path (sent as it is, or as %2A) a rule line would read as a pattern,
-        // allowing more than this request: no line is offered.
-        None if path.contains('*') => Err(Denial {
+        // A path a rule line would read as a pattern: no line is offered.
+        None if !rule::line_can_name(&path) => Err(Denial {
             path: Some(path.clone()),
             ..deny(
                 403,

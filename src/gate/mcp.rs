@@ -27,17 +27,23 @@ const TOOL_NAME_MOST: usize = 128;
 /// is an `e` the gate would not see), so any other is refused.
 pub(crate) fn json_type(v: &[u8]) -> bool {
     let Ok(t) = std::str::from_utf8(v) else { return false };
-    let mut parts = t.split(';');
-    if !parts.next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")) {
+    let (media, mut parameters) = media_type(t);
+    if media != "application/json" {
         return false;
     }
-    parts.all(|p| {
+    parameters.all(|p| {
         let Some((k, v)) = p.split_once('=') else { return p.trim().is_empty() };
         let v = v.trim();
         let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
         k.trim().eq_ignore_ascii_case("charset")
             && (v.eq_ignore_ascii_case("utf-8") || v.eq_ignore_ascii_case("utf8"))
     })
+}
+
+/// A Content-Type's media type, lowercased, and its parameters as written.
+pub(crate) fn media_type(t: &str) -> (String, std::str::Split<'_, char>) {
+    let mut parts = t.split(';');
+    (parts.next().unwrap_or("").trim().to_ascii_lowercase(), parts)
 }
 
 /// The messages of one request body.

@@ -188,6 +188,12 @@ pub fn is_tool_name(t: &str) -> bool {
     !t.contains('*') && tool_pattern(t).is_ok()
 }
 
+/// Whether a rule line can name this path as itself: a `*` in it (sent as it is, or as %2A) a
+/// line would read as a pattern, allowing more than the request that was refused.
+pub fn line_can_name(path: &str) -> bool {
+    !path.contains('*')
+}
+
 /// Whether an MCP rule's tool pattern matches a tool's name (`*`: any run of characters).
 pub fn tool_matches(pattern: &str, name: &str) -> bool {
     seg_matches(pattern.as_bytes(), name.as_bytes())

@@ -352,7 +352,7 @@ async fn mcp_calls<B: Body<Data = Bytes> + Unpin>(
     // A name a rule line would read as more than itself (a space, a `*`, a line break), or a
     // path with a `*` (a pattern in the line), is refused with no line to add: never offered to a
     // watcher, never learned.
-    if !crate::policy::rule::is_tool_name(tool) || logged.contains('*') {
+    if !crate::policy::rule::is_tool_name(tool) || !crate::policy::rule::line_can_name(logged) {
         c.session.mcp.add(&c.host, tool, false);
         let hint = format!(
             "blocked by ai-sandbox: {reason}, and no rule line can name the tool {shown} at that path"
@@ -866,6 +866,40 @@ mod tests {
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
             std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
+        }
+    }
+
+    /// A GET or DELETE on an MCP endpoint carries no message: with no body it goes; a body
+    /// whose first frame is empty and whose next holds a byte is refused as a body, not taken
+    /// for none (nor is a first frame with the byte). Control: a POST's call in pieces goes.
+    #[tokio::test]
+    async fn an_mcp_get_whose_body_begins_with_an_empty_frame_is_a_get_with_a_body() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test mcp /mcp search_*"), log_in(&dir));
+        let policy = c.session.policy();
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search_x"}}"#;
+        let (head, tail) = call.split_at(9);
+        let cases = [
+            ("GET", vec![], None),
+            ("DELETE", vec![], None),
+            ("GET", vec!["", "x"], Some("a GET with a body")),
+            ("DELETE", vec!["", "x"], Some("a DELETE with a body")),
+            ("GET", vec!["x"], Some("a GET with a body")),
+            ("POST", vec![head, tail], None),
+        ];
+        for (method, pieces, refused) in cases {
+            let asked = Asked { method, host: "api.test", port: 443, path: Some("/mcp") };
+            let body = Pieces(pieces.into_iter().map(|p| Bytes::from(p.to_string())).collect());
+            let mut req = Request::builder().method(method).uri("/mcp").header("host", "api.test");
+            if method == "POST" {
+                req = req.header("content-type", "application/json");
+            }
+            match (admit(&c, &policy, &asked, req.body(body).unwrap()).await, refused) {
+                (Ok(_), None) => {}
+                (Err(Stop::Denied(d)), Some(why)) => assert!(d.reason.contains(why), "{method}: {d:?}"),
+                (Ok(_), Some(why)) => panic!("{method} went, though {why}"),
+                (Err(_), _) => panic!("{method} was not decided as it should be"),
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 
 use super::super::decide::Denial;
 use super::super::grpc;
+use super::super::mcp;
 use super::super::normalise;
 use super::super::pipeline::Asked;
 use super::super::proto;
@@ -238,7 +239,7 @@ fn filter(
 /// cannot be read.
 fn mcp_answer(status: StatusCode, headers: &hyper::HeaderMap) -> Result<Option<McpAnswer>, String> {
     let kind = headers.get(hyper::header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("(not text)"));
-    let media = kind.map(|k| k.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    let media = kind.map(|k| mcp::media_type(k).0);
     match media.as_deref() {
         // No type: read as JSON (an empty body, as a DELETE's, passes).
         Some("application/json") | None => Ok(Some(McpAnswer::Json(Vec::new()))),
