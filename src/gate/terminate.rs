@@ -20,6 +20,7 @@ use super::grpc;
 use super::pipeline::{self, Asked};
 use super::proto::{self, Proto};
 use super::request_body::{Ahead, DRAIN};
+use super::scrub::Masks;
 use super::secrets::{Misuse, Secrets};
 use super::state::{Entry, Session, State};
 use http_body_util::{BodyExt, Full};
@@ -92,6 +93,9 @@ struct Conn {
     state: Arc<State>,
     session: Arc<Session>,
     secrets: Secrets,
+    /// What a response must not carry back: the spellings of the host's values (each request
+    /// clones them and adds its own Basic tokens).
+    masks: Masks,
     host: String,
     port: u16,
     addr: std::net::SocketAddr,
@@ -153,10 +157,12 @@ pub(crate) async fn serve(
         Err(why) => (None, Some(why)),
     };
     let secrets = session.secrets.clone();
+    let masks = secrets.masks(&host);
     let conn = Arc::new(Conn {
         state,
         session,
         secrets,
+        masks,
         host,
         port,
         addr,
@@ -406,7 +412,7 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
         Err(stop) => return c.finish(&asked, stop),
     };
     // What a response must not carry back: the host's values, and this request's Basic tokens.
-    let mut masks = c.secrets.masks(&c.host);
+    let mut masks = c.masks.clone();
     let sendable = match admit::upstream_parts(c, &mut admitted.parts, &mut masks) {
         Ok(()) => admit::record(c, &asked, &mut admitted).await,
         Err(d) => Err(Stop::from(d)),

@@ -461,10 +461,12 @@ mod tests {
         ];
         let session = Arc::new(Session::new("s1".into(), "/p".into(), "t".into(), policy));
         assert!(state.register(session.clone()));
+        let secrets = Secrets::new(bound);
         Conn {
             state,
             session,
-            secrets: Secrets::new(bound),
+            masks: secrets.masks("api.test"),
+            secrets,
             host: "api.test".into(),
             port: 443,
             // Unroutable by construction: a phase that dialled would fail the test, not reach out.
