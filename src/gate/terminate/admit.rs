@@ -719,6 +719,12 @@ mod tests {
         // path below the endpoint, allowed by another rule). Control: a name of 128 bytes.
         let d = denied(run(&c, request("POST", "/mcp", &json, &call("x *"))).await);
         assert_eq!((d.status, d.allow.clone(), d.askable), (403, None, false), "{d:?}");
+        assert_eq!(d.reason, "MCP tools/call x * matches no rule for api.test /mcp");
+        assert_eq!(
+            d.hint,
+            "blocked by ai-sandbox: MCP tools/call x * matches no rule for api.test /mcp, and no rule line can name the tool x * at that path"
+        );
+        assert_eq!(d.path.as_deref(), Some("/mcp"));
         let mut below = ruled("api.test mcp /mcp search_*");
         below.rules.extend(crate::policy::rule::parse("api.test POST /mcp/**").unwrap());
         let b = conn(below, log_in(&dir));
@@ -869,6 +875,33 @@ mod tests {
         ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
             std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
         }
+    }
+
+    /// A sandbox's MCP messages held at once are bounded: past `McpHeld::MOST` a call is
+    /// refused 503 with what to do; with room again, the same call goes.
+    #[tokio::test]
+    async fn an_mcp_call_past_the_sandboxs_held_bytes_is_refused_until_there_is_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = conn(ruled("api.test mcp /mcp search_*"), log_in(&dir));
+        let json = [("content-type", "application/json")];
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search_x"}}"#;
+        let mut others = McpHeld::new(&c.session);
+        others.set(McpHeld::MOST - call.len()).unwrap();
+        let d = denied(run(&c, request("POST", "/mcp", &json, call)).await);
+        assert_eq!(d.status, 503);
+        assert_eq!(
+            d.reason,
+            "an MCP message to api.test /mcp: the sandbox's MCP messages the gate holds at once would pass 64 MiB"
+        );
+        assert_eq!(
+            d.hint,
+            format!(
+                "blocked by ai-sandbox: {}; send it again when its other MCP messages are answered",
+                d.reason
+            )
+        );
+        drop(others);
+        assert!(run(&c, request("POST", "/mcp", &json, call)).await.is_ok(), "refused with room");
     }
 
     /// A GET or DELETE on an MCP endpoint carries no message: with no body it goes; a body
