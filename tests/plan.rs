@@ -381,6 +381,11 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     assert!(!argv.iter().any(|a| a.contains(store)), "no store is mounted: {argv:?}");
     assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
     assert!(out.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{out}");
+    let said = "# note: state = claude, state = ~/.config/gh/hosts.yml: the agent holds the login in clear, its refresh token too";
+    assert!(out.contains(said), "{out}");
+    let mut none = host("allow = example.com\n", &[]);
+    let plain = dry_run(&mut none, &["--", "true"]);
+    assert!(!plain.contains("holds the login"), "no state line, no login: {plain}");
     for line in [
         format!("#   {store}/claude/login/.credentials.json -> ~/.claude/.credentials.json (claudeAiOauth)"),
         format!("#   {store}/claude/login/.claude.json -> ~/.claude/.claude.json (oauthAccount, userID,"),

@@ -158,15 +158,20 @@ pub struct LoginCopy {
     pub(crate) fields: Option<&'static [&'static str]>,
 }
 
+/// A `state` line's value as the user wrote it: an agent (`claude`) or a file (`~/PATH`).
+fn state_named(s: &crate::policy::agent_state::AgentState) -> String {
+    match s.name.as_str() {
+        "home" => format!("~/{}", s.home_file(&s.files[0].name).display()),
+        agent => agent.to_string(),
+    }
+}
+
 fn logins(p: &Policy, f: &Facts) -> Option<Logins> {
     let files: Vec<LoginCopy> = p
         .agent_state
         .iter()
         .flat_map(|s| {
-            let state = match s.name.as_str() {
-                "home" => format!("~/{}", s.home_file(&s.files[0].name).display()),
-                agent => agent.to_string(),
-            };
+            let state = state_named(s);
             s.files.iter().map(move |l| LoginCopy {
                 state: state.clone(),
                 store: s.store_file(&f.agents_dir, &l.name),
@@ -416,6 +421,14 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         });
     }
     n.extend(gate_ca::notices(p, f));
+    let states: Vec<String> = p.agent_state.iter().map(|s| format!("state = {}", state_named(s))).collect();
+    if !states.is_empty() {
+        // What a bound secret is not: the login's tokens are in the sandbox HOME as they are.
+        n.push(format!(
+            "{}: the agent holds the login in clear, its refresh token too, and could send it to any host the sandbox reaches",
+            states.join(", ")
+        ));
+    }
     let entries = p.allow.hosts.len() + p.allow.nets.len();
     match p.net {
         NetMode::Full => n.push(
