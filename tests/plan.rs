@@ -381,8 +381,16 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     assert!(!argv.iter().any(|a| a.contains(store)), "no store is mounted: {argv:?}");
     assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
     assert!(out.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{out}");
-    let said = "# note: state = claude, state = ~/.config/gh/hosts.yml: the agent holds the login in clear, its refresh token too";
+    let held = "# note: state = claude: the login's tokens stay with the gate; the sandbox holds placeholders, and the gate \
+                makes its refreshes at https://platform.claude.com/v1/oauth/token (the allowlist must name platform.claude.com)";
+    assert!(out.contains(held), "{out}");
+    let said = "# note: state = ~/.config/gh/hosts.yml: the agent holds the login in clear, with any refresh token it carries";
     assert!(out.contains(said), "{out}");
+    // Control: with no gate (`--net none`), the agent holds Claude's login in clear.
+    let mut offline = host("state = claude\n", &[]);
+    let out_none = dry_run(&mut offline, &["--net", "none", "--", "true"]);
+    assert!(out_none.contains("# note: state = claude: the agent holds the login in clear"), "{out_none}");
+    assert!(!out_none.contains("stay with the gate"), "{out_none}");
     let mut none = host("allow = example.com\n", &[]);
     let plain = dry_run(&mut none, &["--", "true"]);
     assert!(!plain.contains("holds the login"), "no state line, no login: {plain}");

@@ -121,8 +121,13 @@ pub enum Intent {
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::Result<Facts> {
     let launching = intent == Intent::Launch;
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let Resolved { values: secrets, missing: missing_secrets, bound } =
+    let Resolved { values: secrets, missing: missing_secrets, mut bound } =
         resolve_secrets(host, p, &home, launching)?;
+    let agents_dir = agents_dir(host);
+    let held = match launching {
+        true => held_logins(host, p, &agents_dir, &mut bound)?,
+        false => Vec::new(),
+    };
     let upstream_ca = match (&p.upstream_ca, launching) {
         (Some(f), true) => Some(read_upstream_ca(host, f, &home)?),
         _ => None,
@@ -154,10 +159,11 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
         token: if launching { host.random_hex(16)? } else { TOKEN_PLACEHOLDER.into() },
         gate_port: p.gate_port,
         relays: Vec::new(),
-        agents_dir: agents_dir(host),
+        agents_dir,
         secrets,
         missing_secrets,
         bound,
+        held,
         upstream_ca,
         // Set from the gate's reply at launch; a dry run shows where it would go.
         gate_ca: (!launching && p.terminates())
@@ -369,6 +375,7 @@ fn resolve_secrets(
                     placeholder,
                     value: v,
                     hosts: s.hosts.clone(),
+                    login: None,
                 });
             }
             None if host.env_not_text(&s.name) => {
@@ -382,6 +389,58 @@ fn resolve_secrets(
         }
     }
     Ok(Resolved { values, missing, bound })
+}
+
+/// The tokens of the logins the gate holds (ADR 0087), read from the store at launch: each is
+/// bound to its hosts for the gate, and the sandbox's copy of the login gets its placeholder. A
+/// token the store lacks (not logged in yet) is not held: a login made inside is the agent's.
+fn held_logins(
+    host: &mut dyn Host,
+    p: &Policy,
+    agents_dir: &Path,
+    bound: &mut Vec<crate::gate::secrets::Bound>,
+) -> anyhow::Result<Vec<crate::plan::session::HeldGiven>> {
+    use crate::contract::session::{LoginRef, login_field};
+    let mut given = Vec::new();
+    if !p.gate {
+        return Ok(given);
+    }
+    for s in &p.agent_state {
+        let Some(login) = crate::policy::agents::held(&s.name) else { continue };
+        for t in login.tokens {
+            let store = s.store_file(agents_dir, t.file);
+            let Some(text) = host.read_file(&store)? else { continue };
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+            let Some(real) = login_field(&json, t.field).filter(|v| !v.is_empty()) else { continue };
+            let placeholder = held_placeholder(host, t.prefix, real.len())?;
+            let field: Vec<String> = t.field.iter().map(|f| f.to_string()).collect();
+            bound.push(crate::gate::secrets::Bound {
+                name: format!("the {} login's {}", s.name, field.join(".")),
+                placeholder: placeholder.clone(),
+                value: real.to_string(),
+                hosts: t.hosts.iter().map(|h| h.to_string()).collect(),
+                login: t.answer.map(|answer| LoginRef {
+                    store: store.clone(),
+                    field: field.clone(),
+                    endpoint: login.endpoint.into(),
+                    answer: answer.into(),
+                    expiry: login.expiry.iter().map(|f| f.to_string()).collect(),
+                }),
+            });
+            given.push(crate::plan::session::HeldGiven { store, field, placeholder });
+        }
+    }
+    Ok(given)
+}
+
+/// A placeholder of a login token's shape: its prefix, the gate's mark, then random hex up to
+/// the real token's length (at least 32 hex digits), so that a CLI's check of the prefix or its
+/// length class passes, and a user who sees it knows what it is.
+fn held_placeholder(host: &mut dyn Host, prefix: &str, len: usize) -> anyhow::Result<String> {
+    let head = format!("{prefix}{}", crate::gate::secrets::PREFIX);
+    let digits = len.saturating_sub(head.len()).max(32);
+    let hex = host.random_hex(digits.div_ceil(2))?;
+    Ok(format!("{head}{}", &hex[..digits]))
 }
 
 #[cfg(test)]

@@ -121,6 +121,25 @@ pub struct Bound {
     pub(crate) value: String,
     /// Exact host names (lowercase) the value may be sent to, over TLS the gate terminates.
     pub(crate) hosts: Vec<String>,
+    /// A login's token held by the gate (`state = claude`): where the store keeps it, so that
+    /// the gate's refresh writes the new one there (`gate::login`). `None`: a `secret` line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) login: Option<LoginRef>,
+}
+
+/// Where a login's token lives in the user's login store, and which token endpoint renews it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginRef {
+    /// The store file (the user's own directory; no sandbox reaches it).
+    pub(crate) store: std::path::PathBuf,
+    /// The token's place in the file's JSON (`claudeAiOauth`, `accessToken`).
+    pub(crate) field: Vec<String>,
+    /// The token endpoint, `HOST/PATH`, whose answers carry the token's next value.
+    pub(crate) endpoint: String,
+    /// The token's name in the endpoint's JSON answer (`access_token`).
+    pub(crate) answer: String,
+    /// Where the store keeps the login's expiry, in milliseconds since the epoch.
+    pub(crate) expiry: Vec<String>,
 }
 
 /// Never prints the value.
@@ -134,7 +153,7 @@ impl Bound {
     /// A secret `value` bound to `hosts`, seen in the sandbox as `placeholder`.
     pub fn new(name: &str, placeholder: &str, value: &str, hosts: &[&str]) -> Bound {
         let hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Bound { name: name.into(), placeholder: placeholder.into(), value: value.into(), hosts }
+        Bound { name: name.into(), placeholder: placeholder.into(), value: value.into(), hosts, login: None }
     }
 }
 
@@ -212,6 +231,29 @@ fn human(b: u64) -> String {
         }
     }
     b.to_string()
+}
+
+/// The string at `field` in a login file's JSON (`None`: absent, or not a string).
+pub(crate) fn login_field<'a>(v: &'a serde_json::Value, field: &[impl AsRef<str>]) -> Option<&'a str> {
+    field.iter().try_fold(v, |v, k| v.get(k.as_ref()))?.as_str()
+}
+
+/// Sets `field` of a login file's JSON to `to` where the objects on the way exist (a login
+/// that lacks them is left as it is: nothing is made up). Whether it was set.
+pub(crate) fn set_login_field(
+    v: &mut serde_json::Value,
+    field: &[impl AsRef<str>],
+    to: serde_json::Value,
+) -> bool {
+    let Some((last, path)) = field.split_last() else { return false };
+    let parent = path.iter().try_fold(v, |v, k| v.get_mut(k.as_ref()));
+    match parent.and_then(|p| p.as_object_mut()) {
+        Some(o) if o.contains_key(last.as_ref()) => {
+            o.insert(last.as_ref().to_string(), to);
+            true
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

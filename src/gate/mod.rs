@@ -28,6 +28,7 @@ pub mod decide;
 pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod log;
+pub(crate) mod login;
 pub(crate) mod mcp;
 pub(crate) mod normalise;
 pub(crate) mod ocsf;

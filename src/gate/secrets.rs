@@ -55,15 +55,63 @@ impl Misuse {
     }
 }
 
-/// A session's bound secrets.
+/// A session's bound secrets. A login's token the gate holds (`state = claude`) is read from
+/// its cell at each use: the gate's refresh replaces it there for every session of that login
+/// (`login`).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Secrets(Vec<Bound>);
+pub(crate) struct Secrets(Vec<Bound>, Vec<Option<super::login::Cell>>);
 
 impl Secrets {
     pub(crate) fn new(all: Vec<Bound>) -> Secrets {
-        Secrets(
-            all.into_iter().filter(|b| b.placeholder.starts_with(PREFIX) && !b.value.is_empty()).collect(),
-        )
+        let all: Vec<Bound> =
+            all.into_iter().filter(|b| b.placeholder.contains(PREFIX) && !b.value.is_empty()).collect();
+        let cells = all.iter().map(|b| b.login.as_ref().map(|l| super::login::cell(l, &b.value))).collect();
+        Secrets(all, cells)
+    }
+
+    /// Each secret with its value now.
+    fn now(&self) -> impl Iterator<Item = (&Bound, Cow<'_, str>)> {
+        self.0.iter().zip(&self.1).map(|(b, cell)| match cell {
+            Some(c) => (b, Cow::Owned(c.get())),
+            None => (b, Cow::Borrowed(b.value.as_str())),
+        })
+    }
+
+    /// Whether `host` + `path` is the token endpoint of a login the gate holds here.
+    pub(crate) fn renews(&self, host: &str, path: &str) -> bool {
+        let at = format!("{}{path}", host.to_ascii_lowercase());
+        self.0.iter().any(|b| b.login.as_ref().is_some_and(|l| l.endpoint == at))
+    }
+
+    /// The held tokens a token endpoint's answer renews: each token's login, and the
+    /// placeholder the sandbox keeps for it.
+    pub(crate) fn renewed_at(
+        &self,
+        endpoint: &str,
+    ) -> impl Iterator<Item = (&crate::contract::session::LoginRef, &str)> {
+        self.0.iter().filter_map(move |b| {
+            b.login.as_ref().filter(|l| l.endpoint == endpoint).map(|l| (l, b.placeholder.as_str()))
+        })
+    }
+
+    /// A request body on its way to `host` (a token endpoint's), with the placeholders of
+    /// secrets bound there replaced by their values now; `Err` when one is bound elsewhere, or
+    /// a value holds a byte that JSON or a form would have to escape (never sent as it is).
+    pub(crate) fn substitute_body(&self, body: &[u8], host: &str) -> Result<Vec<u8>, String> {
+        if let Some(m) = self.misuse(body, Some(host)) {
+            return Err(m.reason(host, false));
+        }
+        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
+        if let Some((b, _)) =
+            mine.iter().find(|(_, v)| !v.bytes().all(|c| c.is_ascii_alphanumeric() || b"-._~".contains(&c)))
+        {
+            return Err(format!(
+                "the value of {} holds a character a request body would have to escape",
+                b.name
+            ));
+        }
+        let pairs = mine.iter().map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes()));
+        Ok(replace_all(body, pairs).unwrap_or_else(|| body.to_vec()))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -96,9 +144,9 @@ impl Secrets {
         if let Some(m) = self.misuse(value, Some(host)) {
             return Err(m);
         }
-        let mine: Vec<&Bound> = self.0.iter().filter(|b| b.bound_to(host)).collect();
+        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
         let swap =
-            |v: &[u8]| replace_all(v, mine.iter().map(|b| (b.placeholder.as_bytes(), b.value.as_bytes())));
+            |v: &[u8]| replace_all(v, mine.iter().map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes())));
         if let Some(creds) = basic(value)
             && let Some(new) = swap(&creds)
         {
@@ -111,9 +159,9 @@ impl Secrets {
     /// The spellings of the real values of `host`'s secrets that a response from it must not
     /// carry back to the agent: a server that echoes a credential (`scrub`).
     pub(crate) fn masks(&self, host: &str) -> super::scrub::Masks {
-        let mine = self.0.iter().filter(|b| b.bound_to(host));
+        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
         super::scrub::Masks::new(
-            mine.map(|b| (b.name.as_str(), b.value.as_bytes(), b.placeholder.as_bytes())),
+            mine.iter().map(|(b, v)| (b.name.as_str(), v.as_bytes(), b.placeholder.as_bytes())),
         )
     }
 }
@@ -221,12 +269,14 @@ mod tests {
                 placeholder: PH.into(),
                 value: "sk-real-1".into(),
                 hosts: vec!["api.example.com".into(), "up.example.com".into()],
+                login: None,
             },
             Bound {
                 name: "GH_TOKEN".into(),
                 placeholder: PH2.into(),
                 value: "ghp_real".into(),
                 hosts: vec!["github.com".into()],
+                login: None,
             },
         ])
     }
@@ -363,6 +413,7 @@ mod tests {
             placeholder: placeholder.into(),
             value: value.into(),
             hosts: vec!["h.test".into()],
+            login: None,
         };
         // An empty placeholder would match everywhere; an empty value would erase the header.
         assert!(Secrets::new(vec![bad("", "v"), bad(PH, "")]).is_empty());

@@ -94,8 +94,9 @@ struct Conn {
     session: Arc<Session>,
     secrets: Secrets,
     /// What a response must not carry back: the spellings of the host's values (each request
-    /// clones them and adds its own Basic tokens).
-    masks: Masks,
+    /// clones them and adds its own Basic tokens), made again when a held login's token changes
+    /// (the `login` generation they were made at).
+    masks: std::sync::Mutex<(u64, Masks)>,
     host: String,
     port: u16,
     addr: std::net::SocketAddr,
@@ -108,6 +109,7 @@ struct Conn {
 
 mod admit;
 mod answer;
+mod renew;
 
 use admit::Stop;
 
@@ -157,7 +159,7 @@ pub(crate) async fn serve(
         Err(why) => (None, Some(why)),
     };
     let secrets = session.secrets.clone();
-    let masks = secrets.masks(&host);
+    let masks = std::sync::Mutex::new((super::login::generation(), secrets.masks(&host)));
     let conn = Arc::new(Conn {
         state,
         session,
@@ -269,6 +271,16 @@ fn record(state: &State, session: &Session, r: &Asked, d: &Denial) {
 }
 
 impl Conn {
+    /// The host's masks now (see `masks`).
+    fn masks(&self) -> Masks {
+        let mut m = self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        let now = super::login::generation();
+        if m.0 != now {
+            *m = (now, self.secrets.masks(&self.host));
+        }
+        m.1.clone()
+    }
+
     /// The one exit for a request a phase stopped before anything went upstream: counted,
     /// logged and answered (`admit::Stop`).
     fn finish(&self, r: &Asked, stop: Stop) -> Response<Out> {
@@ -412,7 +424,7 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
         Err(stop) => return c.finish(&asked, stop),
     };
     // What a response must not carry back: the host's values, and this request's Basic tokens.
-    let mut masks = c.masks.clone();
+    let mut masks = c.masks();
     let sendable = match admit::upstream_parts(c, &mut admitted.parts, &mut masks) {
         Ok(()) => admit::record(c, &asked, &mut admitted).await,
         Err(d) => Err(Stop::from(d)),
@@ -423,6 +435,9 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
             a.give_back(admitted.taken);
         }
         return c.finish(&asked, stop);
+    }
+    if method == "POST" && c.secrets.renews(&c.host, &path) {
+        return renew::renew(c, &asked, admitted).await;
     }
     answer::exchange(c, &policy, &asked, admitted, masks).await
 }

@@ -219,6 +219,11 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         if held == *was {
             continue;
         }
+        // A copy with a placeholder in it is the gate's login (ADR 0087): the gate wrote any
+        // refresh to the store itself, and a placeholder never becomes the store's.
+        if memchr::memmem::find(&part, crate::gate::secrets::PREFIX.as_bytes()).is_some() {
+            continue;
+        }
         let store = read_store(&c.store)?;
         write_store(&c.store, &merged(store.as_deref(), &part, c.fields))?;
         // What the HOME holds is now the store's: taken once, never again.
@@ -279,6 +284,7 @@ pub(crate) fn give(l: &Logins) -> anyhow::Result<Vec<String>> {
         }
         let Some(store) = from else { continue };
         let Some(part) = login_part(&store, c.fields) else { continue };
+        let part = with_placeholders(&part, &c.held);
         // Whatever else the sandbox left there (a link, a fifo) is replaced, never followed.
         let existing = read_home(&home, &c.home_rel).ok().flatten();
         home.write(&c.home_rel, &merged(existing.as_deref(), &part, c.fields), 0o600)
@@ -291,6 +297,19 @@ pub(crate) fn give(l: &Logins) -> anyhow::Result<Vec<String>> {
     }
     std::fs::write(&l.record, text).with_context(|| format!("writing {}", l.record.display()))?;
     Ok(notices)
+}
+
+/// `part` (a login's JSON) with each held token replaced by its placeholder (ADR 0087); a place
+/// the login lacks stays absent.
+fn with_placeholders(part: &[u8], held: &[(Vec<String>, String)]) -> Vec<u8> {
+    if held.is_empty() {
+        return part.to_vec();
+    }
+    let Ok(mut v) = serde_json::from_slice::<Value>(part) else { return part.to_vec() };
+    for (field, placeholder) in held {
+        crate::contract::session::set_login_field(&mut v, field, Value::String(placeholder.clone()));
+    }
+    serde_json::to_vec_pretty(&v).expect("json")
 }
 
 #[cfg(test)]
@@ -409,6 +428,7 @@ mod tests {
                 legacy: Some(tmp.join("agents/claude/.claude/.claude.json")),
                 home_rel: PathBuf::from(".claude/.claude.json"),
                 fields: Some(FIELDS),
+                held: Vec::new(),
             }],
         }
     }
@@ -466,6 +486,7 @@ mod tests {
             legacy: None,
             home_rel: PathBuf::from(".claude/.credentials.json"),
             fields: Some(&["claudeAiOauth"]),
+            held: Vec::new(),
         });
         std::fs::create_dir_all(&l.home).unwrap();
         write_store(&l.files[0].store, br#"{"userID":"u1"}"#).unwrap();

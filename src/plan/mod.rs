@@ -156,6 +156,9 @@ pub struct LoginCopy {
     /// Relative to the sandbox HOME.
     pub(crate) home_rel: PathBuf,
     pub(crate) fields: Option<&'static [&'static str]>,
+    /// The tokens of it the gate holds: their places, and the placeholder each gets in the
+    /// sandbox's copy (ADR 0087).
+    pub(crate) held: Vec<(Vec<String>, String)>,
 }
 
 /// A `state` line's value as the user wrote it: an agent (`claude`) or a file (`~/PATH`).
@@ -172,12 +175,22 @@ fn logins(p: &Policy, f: &Facts) -> Option<Logins> {
         .iter()
         .flat_map(|s| {
             let state = state_named(s);
-            s.files.iter().map(move |l| LoginCopy {
-                state: state.clone(),
-                store: s.store_file(&f.agents_dir, &l.name),
-                legacy: s.legacy_file(&f.agents_dir, &l.name),
-                home_rel: s.home_file(&l.name),
-                fields: l.fields,
+            s.files.iter().map(move |l| {
+                let store = s.store_file(&f.agents_dir, &l.name);
+                let held = f
+                    .held
+                    .iter()
+                    .filter(|h| h.store == store)
+                    .map(|h| (h.field.clone(), h.placeholder.clone()))
+                    .collect();
+                LoginCopy {
+                    state: state.clone(),
+                    legacy: s.legacy_file(&f.agents_dir, &l.name),
+                    home_rel: s.home_file(&l.name),
+                    fields: l.fields,
+                    store,
+                    held,
+                }
             })
         })
         .collect();
@@ -421,12 +434,23 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         });
     }
     n.extend(gate_ca::notices(p, f));
-    let states: Vec<String> = p.agent_state.iter().map(|s| format!("state = {}", state_named(s))).collect();
-    if !states.is_empty() {
+    let (held, clear): (Vec<_>, Vec<_>) =
+        p.agent_state.iter().partition(|s| p.gate && crate::policy::agents::held(&s.name).is_some());
+    for s in held {
+        let endpoint = crate::policy::agents::held(&s.name).map_or("", |l| l.endpoint);
+        let host = endpoint.split('/').next().unwrap_or(endpoint);
+        n.push(format!(
+            "state = {}: the login's tokens stay with the gate; the sandbox holds placeholders, and the gate makes its \
+             refreshes at https://{endpoint} (the allowlist must name {host})",
+            state_named(s)
+        ));
+    }
+    let clear: Vec<String> = clear.iter().map(|s| format!("state = {}", state_named(s))).collect();
+    if !clear.is_empty() {
         // What a bound secret is not: the login's tokens are in the sandbox HOME as they are.
         n.push(format!(
-            "{}: the agent holds the login in clear, its refresh token too, and could send it to any host the sandbox reaches",
-            states.join(", ")
+            "{}: the agent holds the login in clear, with any refresh token it carries, and could send it to any host the sandbox reaches",
+            clear.join(", ")
         ));
     }
     let entries = p.allow.hosts.len() + p.allow.nets.len();

@@ -83,6 +83,9 @@ pub struct Facts {
     /// Secrets bound to hosts, each with its per-session placeholder (which `secrets` holds
     /// under the same name); the values go to the gate only, at registration.
     pub(crate) bound: Vec<crate::gate::secrets::Bound>,
+    /// The login tokens the gate holds (ADR 0087): each store file's token places and the
+    /// placeholders the sandbox's copy gets there.
+    pub(crate) held: Vec<HeldGiven>,
     /// The `upstream_ca` file's text, read at launch (for the gate).
     pub(crate) upstream_ca: Option<String>,
     /// The gate's CA certificate, once the gate is terminating TLS for this session: the
@@ -241,4 +244,12 @@ pub(crate) fn nft_program(aisb_nft: Option<String>, on_path: impl FnOnce() -> Op
 
 pub(crate) fn container_name(session_id: &str) -> String {
     format!("aisb-{session_id}")
+}
+
+/// A login token the gate holds, as the sandbox's copy of the login gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldGiven {
+    pub(crate) store: PathBuf,
+    pub(crate) field: Vec<String>,
+    pub(crate) placeholder: String,
 }

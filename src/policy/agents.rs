@@ -16,6 +16,67 @@ const CLAUDE: &[(&str, &[&str])] = &[
 const CODEX: &[(&str, &[&str])] =
     &[("auth.json", &["OPENAI_API_KEY", "tokens", "last_refresh", "auth_mode"])];
 
+/// A token of a login that the gate holds (ADR 0087): the sandbox's copy of the login has a
+/// placeholder of the same prefix and length in its place, which the gate swaps for the token
+/// on `hosts` only.
+pub(crate) struct HeldToken {
+    /// The login file (as in the agent's list above) and the token's place in its JSON.
+    pub(crate) file: &'static str,
+    pub(crate) field: &'static [&'static str],
+    /// What the real tokens start with; the placeholder starts with it too.
+    pub(crate) prefix: &'static str,
+    pub(crate) hosts: &'static [&'static str],
+    /// Its name in the token endpoint's JSON answer (`None`: no endpoint renews it).
+    pub(crate) answer: Option<&'static str>,
+}
+
+/// A login whose tokens the gate holds, and where it renews them.
+pub(crate) struct HeldLogin {
+    pub(crate) tokens: &'static [HeldToken],
+    /// `HOST/PATH` of the token endpoint (a refresh is made there by the gate).
+    pub(crate) endpoint: &'static str,
+    /// Where the login file keeps the expiry, in milliseconds since the epoch.
+    pub(crate) expiry: &'static [&'static str],
+}
+
+/// Claude Code's login (docs/agent-logins.md): the OAuth access token goes to the API host, the
+/// refresh token to the token endpoint only; a Console login's key to the API host.
+const CLAUDE_HELD: HeldLogin = HeldLogin {
+    tokens: &[
+        HeldToken {
+            file: ".credentials.json",
+            field: &["claudeAiOauth", "accessToken"],
+            prefix: "sk-ant-oat01-",
+            hosts: &["api.anthropic.com"],
+            answer: Some("access_token"),
+        },
+        HeldToken {
+            file: ".credentials.json",
+            field: &["claudeAiOauth", "refreshToken"],
+            prefix: "sk-ant-ort01-",
+            hosts: &["platform.claude.com"],
+            answer: Some("refresh_token"),
+        },
+        HeldToken {
+            file: ".claude.json",
+            field: &["primaryApiKey"],
+            prefix: "sk-ant-api03-",
+            hosts: &["api.anthropic.com"],
+            answer: None,
+        },
+    ],
+    endpoint: "platform.claude.com/v1/oauth/token",
+    expiry: &["claudeAiOauth", "expiresAt"],
+};
+
+/// The login of `agent` that the gate holds (`None`: the agent holds its login in clear).
+pub(crate) fn held(agent: &str) -> Option<&'static HeldLogin> {
+    match agent {
+        "claude" => Some(&CLAUDE_HELD),
+        _ => None,
+    }
+}
+
 /// A known agent: (name, directory under HOME, variable that points the CLI at it, login files
 /// with their fields).
 pub(crate) type Known =

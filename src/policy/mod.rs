@@ -237,7 +237,10 @@ impl Policy {
     /// Whether the gate opens TLS for some host (a bound secret's, or one with rules): then the
     /// sandbox trusts the gate's CA.
     pub(crate) fn terminates(&self) -> bool {
-        self.gate && (self.secrets.iter().any(|s| !s.hosts.is_empty()) || !self.rules.is_empty())
+        self.gate
+            && (self.secrets.iter().any(|s| !s.hosts.is_empty())
+                || !self.rules.is_empty()
+                || self.agent_state.iter().any(|s| agents::held(&s.name).is_some()))
     }
 }
 

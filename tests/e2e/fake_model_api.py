@@ -42,6 +42,9 @@ LOCK = threading.Lock()
 CHAT = os.environ.get("FAKE_MODEL_CHAT", "FAKE-MODEL-DONE")
 HOLD = os.environ.get("FAKE_MODEL_HOLD")
 MCP_CALL = os.environ.get("FAKE_MODEL_MCP_CALL", "")
+# A login's token endpoint (FAKE_MODEL_TOKENS: a file of {"refresh", "access", "next"}): a
+# refresh with the refresh token "refresh" is answered with "access" and "next".
+TOKENS = os.environ.get("FAKE_MODEL_TOKENS")
 SHELL_TOOLS = ("Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
 
 
@@ -162,8 +165,23 @@ class Handler(BaseHTTPRequestHandler):
             return self.gemini(path, req)
         if path.endswith("/chat/completions"):
             return self.chat(req)
+        if path == "/v1/oauth/token" and TOKENS:
+            return self.token(req)
         log(method="POST", path=path, auth_ok=self.credential_ok())
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
+
+    # --- A login's token endpoint ---------------------------------------------------------------
+    def token(self, req):
+        with open(TOKENS) as f:
+            t = json.load(f)
+        sent = str(req.get("refresh_token", ""))
+        ok = req.get("grant_type") == "refresh_token" and sent == t["refresh"]
+        log(method="POST", path="/v1/oauth/token", api="token", refresh_ok=ok,
+            placeholder="aisb_placeholder_" in sent)
+        if not ok:
+            return self.send(400, {"error": "invalid_grant", "error_description": "refresh token unknown"})
+        self.send(200, {"token_type": "Bearer", "access_token": t["access"], "refresh_token": t["next"],
+                        "expires_in": 28800, "scope": "user:inference user:profile"})
 
     # --- Anthropic Messages -------------------------------------------------------------------
     def anthropic(self, req):

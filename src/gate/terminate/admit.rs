@@ -465,7 +465,7 @@ mod tests {
         Conn {
             state,
             session,
-            masks: secrets.masks("api.test"),
+            masks: std::sync::Mutex::new((0, secrets.masks("api.test"))),
             secrets,
             host: "api.test".into(),
             port: 443,
