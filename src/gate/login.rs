@@ -127,3 +127,119 @@ fn write_store(
     tmp.persist(store).map_err(|e| format!("writing {at}: {e}"))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::Bound;
+    use crate::gate::secrets::Secrets;
+
+    const PA: &str = "sk-ant-oat01-aisb_placeholder_aaaa";
+    const PR: &str = "sk-ant-ort01-aisb_placeholder_rrrr";
+    const ENDPOINT: &str = "platform.claude.com/v1/oauth/token";
+
+    fn login(store: &std::path::Path, field: &str, answer: &str) -> LoginRef {
+        LoginRef {
+            store: store.to_path_buf(),
+            field: vec!["claudeAiOauth".into(), field.into()],
+            endpoint: ENDPOINT.into(),
+            answer: answer.into(),
+            expiry: vec!["claudeAiOauth".into(), "expiresAt".into()],
+        }
+    }
+
+    /// A session of the login in `store`, holding `access` and `refresh`.
+    fn session(store: &std::path::Path, access: &str, refresh: &str) -> Secrets {
+        let mut a = Bound::new("access", PA, access, &["api.anthropic.com"]);
+        a.login = Some(login(store, "accessToken", "access_token"));
+        let mut r = Bound::new("refresh", PR, refresh, &["platform.claude.com"]);
+        r.login = Some(login(store, "refreshToken", "refresh_token"));
+        Secrets::new(vec![a, r])
+    }
+
+    fn store(dir: &tempfile::TempDir) -> PathBuf {
+        let store = dir.path().join(".credentials.json");
+        let login = r#"{"claudeAiOauth":{"accessToken":"A1","refreshToken":"R1","expiresAt":1,"scopes":["user:inference"]},"other":1}"#;
+        std::fs::write(&store, login).unwrap();
+        store
+    }
+
+    #[test]
+    fn a_refresh_answer_goes_to_the_store_and_every_session_and_the_cli_reads_placeholders() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let one = session(&store, "A1", "R1");
+        let two = session(&store, "A1", "R1");
+        let body = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}"}}"#);
+        let sent = one.substitute_body(body.as_bytes(), "platform.claude.com").unwrap();
+        assert_eq!(sent, br#"{"grant_type":"refresh_token","refresh_token":"R1"}"#);
+        assert!(one.renews("platform.claude.com", "/v1/oauth/token"));
+        assert!(
+            !one.renews("platform.claude.com", "/v1/oauth/token/")
+                && !one.renews("api.anthropic.com", "/v1/oauth/token")
+        );
+
+        let answer =
+            br#"{"access_token":"A2","refresh_token":"R2","expires_in":60,"scope":"user:inference"}"#;
+        let (rewritten, unstored) = take_answer(answer, one.renewed_at(ENDPOINT), 1_000).unwrap();
+        assert_eq!(unstored, None);
+        let v: Value = serde_json::from_slice(&rewritten).unwrap();
+        assert_eq!((v["access_token"].as_str(), v["refresh_token"].as_str()), (Some(PA), Some(PR)));
+        assert_eq!(v["scope"], "user:inference", "the rest of the answer as it came");
+        let s: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+        assert_eq!(s["claudeAiOauth"]["accessToken"], "A2");
+        assert_eq!(s["claudeAiOauth"]["refreshToken"], "R2");
+        assert_eq!(s["claudeAiOauth"]["expiresAt"], 61_000);
+        assert_eq!(s["other"], 1, "the rest of the store as it was");
+        // The other session of the login sends the new tokens, and masks them.
+        let bearer = format!("Bearer {PA}");
+        assert_eq!(two.substitute(bearer.as_bytes(), "api.anthropic.com"), Ok(Some(b"Bearer A2".to_vec())));
+        let again = two.substitute_body(body.as_bytes(), "platform.claude.com").unwrap();
+        assert_eq!(again, br#"{"grant_type":"refresh_token","refresh_token":"R2"}"#);
+        let mut scrub = crate::gate::scrub::Scrubber::new(two.masks("api.anthropic.com"));
+        assert_eq!(scrub.whole(b"echo A2").unwrap(), format!("echo {PA}").into_bytes());
+    }
+
+    #[test]
+    fn what_is_not_a_token_answer_is_left_and_a_store_that_cannot_be_written_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let s = session(&store, "A1", "R1");
+        for answer in
+            [&br#"{"error":"invalid_grant"}"#[..], b"not json", br#"{"access_token":""}"#, br#"["A2"]"#]
+        {
+            assert_eq!(
+                take_answer(answer, s.renewed_at(ENDPOINT), 0),
+                None,
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+        assert_eq!(take_answer(br#"{"access_token":"A2"}"#, s.renewed_at("other.test/token"), 0), None);
+        std::fs::remove_file(&store).unwrap();
+        let (rewritten, unstored) =
+            take_answer(br#"{"access_token":"A3"}"#, s.renewed_at(ENDPOINT), 0).unwrap();
+        assert!(String::from_utf8(rewritten).unwrap().contains(PA));
+        assert!(unstored.is_some_and(|e| e.contains("reading")));
+        let bearer = format!("Bearer {PA}");
+        assert_eq!(
+            s.substitute(bearer.as_bytes(), "api.anthropic.com"),
+            Ok(Some(b"Bearer A3".to_vec())),
+            "the gate's sessions go on"
+        );
+    }
+
+    #[test]
+    fn a_body_is_refused_when_a_placeholder_goes_elsewhere_or_a_value_would_need_escaping() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let s = session(&store, "A1", "R1");
+        let body = format!(r#"{{"refresh_token":"{PR}","x":"{PA}"}}"#);
+        let e = s.substitute_body(body.as_bytes(), "platform.claude.com").unwrap_err();
+        assert!(e.contains("exfiltration attempt") && e.contains("access"), "{e}");
+        let odd = session(&dir.path().join("odd.json"), "A1", "R\"1");
+        let e = odd.substitute_body(PR.as_bytes(), "platform.claude.com").unwrap_err();
+        assert!(e.contains("would have to escape"), "{e}");
+        assert_eq!(s.substitute_body(b"plain", "platform.claude.com").unwrap(), b"plain", "control");
+    }
+}

@@ -477,6 +477,40 @@ mod tests {
     }
 
     #[test]
+    fn a_held_token_is_given_as_its_placeholder_and_never_taken_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut l = logins(tmp.path());
+        let field = vec!["claudeAiOauth".to_string(), "accessToken".to_string()];
+        l.files[0] = LoginCopy {
+            state: "claude".into(),
+            store: tmp.path().join("agents/claude/login/.credentials.json"),
+            legacy: None,
+            home_rel: PathBuf::from(".claude/.credentials.json"),
+            fields: Some(&["claudeAiOauth"]),
+            held: vec![(field, "sk-ant-oat01-aisb_placeholder_ab".into())],
+        };
+        std::fs::create_dir_all(&l.home).unwrap();
+        write_store(&l.files[0].store, br#"{"claudeAiOauth":{"accessToken":"REAL","expiresAt":1}}"#).unwrap();
+        give(&l).unwrap();
+        let inside = l.home.join(".claude/.credentials.json");
+        let given = std::fs::read_to_string(&inside).unwrap();
+        assert!(given.contains("sk-ant-oat01-aisb_placeholder_ab") && !given.contains("REAL"), "{given}");
+        // The CLI rewrote its file (a refresh the gate made): nothing goes back.
+        std::fs::write(
+            &inside,
+            br#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-aisb_placeholder_ab","expiresAt":2}}"#,
+        )
+        .unwrap();
+        assert!(take(&l).unwrap().is_empty());
+        let store = std::fs::read_to_string(&l.files[0].store).unwrap();
+        assert!(store.contains("REAL") && !store.contains("placeholder"), "{store}");
+        // Control: a login made inside (no placeholder in it) goes back as before.
+        std::fs::write(&inside, br#"{"claudeAiOauth":{"accessToken":"NEW","expiresAt":3}}"#).unwrap();
+        assert_eq!(take(&l).unwrap().len(), 1);
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("NEW"));
+    }
+
+    #[test]
     fn each_file_of_a_login_is_recorded_and_taken_on_its_own() {
         let tmp = tempfile::tempdir().unwrap();
         let mut l = logins(tmp.path());

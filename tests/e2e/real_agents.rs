@@ -411,7 +411,10 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
     );
     let log = gate_log();
     assert!(!log.contains(&next) && !log.contains(&refresh), "a token in the gate's log");
-    assert!(log.contains("login refreshed by the gate: the new tokens are in the store"), "the refresh's record");
+    assert!(
+        log.contains("login refreshed by the gate: the new tokens are in the store"),
+        "the refresh's record"
+    );
     let _ = std::fs::remove_dir_all(&data);
 }
 
