@@ -409,7 +409,13 @@ fn held_logins(
         let Some(login) = crate::policy::agents::held(&s.name) else { continue };
         for t in login.tokens {
             let store = s.store_file(agents_dir, t.file);
-            let Some(text) = host.read_file(&store)? else { continue };
+            // A login still in the layout before ADR 0056 is moved to the store as it is given.
+            let legacy = s.legacy_file(agents_dir, t.file);
+            let text = match host.read_file(&store)? {
+                Some(t) => Some(t),
+                None => legacy.map(|l| host.read_file(&l)).transpose()?.flatten(),
+            };
+            let Some(text) = text else { continue };
             let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
             let Some(real) = login_field(&json, t.field).filter(|v| !v.is_empty()) else { continue };
             let placeholder = held_placeholder(host, t.prefix, real.len())?;

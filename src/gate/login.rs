@@ -10,7 +10,7 @@
 //! turns (`turn`): each is made with the refresh token the last one left, never with one
 //! already spent.
 
-use crate::contract::session::{LoginRef, set_login_field};
+use crate::contract::session::{LoginRef, login_field, set_login_field};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,8 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// A held token's value now.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Cell(Arc<RwLock<String>>);
+
+/// Never prints the value.
+impl std::fmt::Debug for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cell(held)")
+    }
+}
 
 impl Cell {
     pub(crate) fn get(&self) -> String {
@@ -45,15 +52,41 @@ pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
 }
 
-/// The cell of `l`'s token, holding `registered`: what the launcher read from the store just
-/// now is the newest value (the gate writes a refresh to the store before it answers).
+/// The cell of `l`'s token, holding what the store holds now: the gate writes each refresh
+/// there before it answers, and `login import` writes a new login there, so the store is the
+/// newest (a refresh between the launcher's read and this registration is not undone). What the
+/// launcher registered stands in when the store cannot be read.
 pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
+    let stored = std::fs::read(&l.store).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let now = stored.as_ref().and_then(|v| login_field(v, &l.field)).filter(|v| !v.is_empty());
+    set(l, now.unwrap_or(registered))
+}
+
+fn set(l: &LoginRef, value: &str) -> Cell {
     let mut all = cells().lock().unwrap_or_else(|e| e.into_inner());
     let c = all.entry((l.store.clone(), l.field.clone())).or_insert_with(|| Cell(Default::default()));
-    if c.get() != registered {
-        c.set(registered);
+    if c.get() != value {
+        c.set(value);
     }
     c.clone()
+}
+
+/// A request to a held login's token endpoint, checked before the gate puts the real refresh
+/// token in it: a JSON object naming each key once (in any case), with `grant_type`
+/// `refresh_token` and `refresh_token` one of this session's `placeholders`. Anything else
+/// there is refused: an exchange of a code or of another refresh token would put another
+/// account's tokens in the user's store and in every session of the login.
+pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), String> {
+    let v =
+        super::mcp::strict_json(body).map_err(|e| format!("its body is not JSON read one way only: {e}"))?;
+    let field = |k: &str| v.get(k).and_then(Value::as_str);
+    if field("grant_type") != Some("refresh_token") {
+        return Err("it is not a refresh (grant_type refresh_token)".into());
+    }
+    match field("refresh_token") {
+        Some(t) if placeholders.contains(&t) => Ok(()),
+        _ => Err("its refresh_token is not this sandbox's placeholder".into()),
+    }
 }
 
 /// The turn of one login's refresh: held from before its refresh token is put in the request
@@ -91,7 +124,7 @@ pub(crate) fn take_answer<'a>(
     let mut failed = Vec::new();
     for (store, tokens) in &stores {
         for (l, new) in tokens {
-            cell(l, new);
+            set(l, new);
         }
         if let Err(e) = write_store(store, tokens, expires_in.map(|s| now_ms + u128::from(s) * 1000)) {
             failed.push(e);
@@ -227,6 +260,59 @@ mod tests {
             Ok(Some(b"Bearer A3".to_vec())),
             "the gate's sessions go on"
         );
+    }
+
+    #[test]
+    fn only_the_refresh_of_this_sessions_placeholder_goes_to_the_token_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(&store(&dir), "A1", "R1");
+        let mine = s.refresh_placeholders(ENDPOINT);
+        assert_eq!(mine, [PR], "the refresh token's placeholder, not the access token's");
+        assert!(s.refresh_placeholders("other.test/token").is_empty());
+        let ok = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"c"}}"#);
+        assert_eq!(check_refresh(ok.as_bytes(), &mine), Ok(()));
+        for (body, why) in [
+            (
+                r#"{"grant_type":"authorization_code","code":"c","refresh_token":"x"}"#.to_string(),
+                "not a refresh",
+            ),
+            (
+                r#"{"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-attackers-own"}"#.into(),
+                "not this sandbox's",
+            ),
+            (r#"{"grant_type":"refresh_token"}"#.into(), "not this sandbox's"),
+            (
+                format!(r#"{{"grant_type":"refresh_token","refresh_token":"x","refresh_token":"{PR}"}}"#),
+                "one way only",
+            ),
+            (
+                format!(r#"{{"grant_type":"refresh_token","Refresh_Token":"x","refresh_token":"{PR}"}}"#),
+                "one way only",
+            ),
+            (format!("grant_type=refresh_token&refresh_token={PR}"), "one way only"),
+        ] {
+            let e = check_refresh(body.as_bytes(), &mine).unwrap_err();
+            assert!(e.contains(why), "{body}: {e}");
+        }
+        // The refresh token goes in no header, even to its own host; the access token does.
+        let bearer = format!("Bearer {PR}");
+        assert_eq!(s.substitute(bearer.as_bytes(), "platform.claude.com"), Ok(None));
+        let bearer = format!("Bearer {PA}");
+        assert_eq!(s.substitute(bearer.as_bytes(), "api.anthropic.com"), Ok(Some(b"Bearer A1".to_vec())));
+        assert!(!format!("{s:?}").contains("A1") && !format!("{s:?}").contains("R1"), "{s:?}");
+    }
+
+    #[test]
+    fn a_new_session_takes_the_stores_token_over_an_older_one_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        // The launcher read A0 before a refresh wrote A1 to the store: A1 stands.
+        let late = session(&store, "A0", "R0");
+        let bearer = format!("Bearer {PA}");
+        assert_eq!(late.substitute(bearer.as_bytes(), "api.anthropic.com"), Ok(Some(b"Bearer A1".to_vec())));
+        // Control: with no store to read, what was registered.
+        let none = session(&dir.path().join("gone.json"), "A9", "R9");
+        assert_eq!(none.substitute(bearer.as_bytes(), "api.anthropic.com"), Ok(Some(b"Bearer A9".to_vec())));
     }
 
     #[test]

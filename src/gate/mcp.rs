@@ -122,6 +122,11 @@ fn message(v: &Value) -> Result<Message, String> {
     }
 }
 
+/// `body` as JSON whose objects each name a key once, in any case (`Strict`).
+pub(crate) fn strict_json(body: &[u8]) -> Result<Value, String> {
+    serde_json::from_slice::<Strict>(body).map(|Strict(v)| v).map_err(|e| e.to_string())
+}
+
 /// A JSON value whose objects each name a key once, in any case. Parsers differ on a key given
 /// twice (most keep the last, some the first; some ignore case), so the gate could check one call
 /// and the server run another, or filter one tool list and the client read another: such a body

@@ -26,6 +26,15 @@ impl Bound {
     fn bound_to(&self, host: &str) -> bool {
         self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }
+    /// A held login's token bound to its own token endpoint's host (the refresh token): it goes
+    /// only into the body of a refresh the gate checked (`login::check_refresh`), never into a
+    /// header.
+    fn body_only(&self) -> bool {
+        self.login.as_ref().is_some_and(|l| {
+            let host = l.endpoint.split('/').next().unwrap_or_default();
+            self.bound_to(host)
+        })
+    }
 }
 
 /// A placeholder found where its secret may not go.
@@ -81,6 +90,12 @@ impl Secrets {
     pub(crate) fn renews(&self, host: &str, path: &str) -> bool {
         let at = format!("{}{path}", host.to_ascii_lowercase());
         self.0.iter().any(|b| b.login.as_ref().is_some_and(|l| l.endpoint == at))
+    }
+
+    /// The placeholders a refresh at `endpoint` may carry (`login::check_refresh`).
+    pub(crate) fn refresh_placeholders(&self, endpoint: &str) -> Vec<&str> {
+        let mine = |b: &&Bound| b.body_only() && b.login.as_ref().is_some_and(|l| l.endpoint == endpoint);
+        self.0.iter().filter(mine).map(|b| b.placeholder.as_str()).collect()
     }
 
     /// The held tokens a token endpoint's answer renews: each token's login, and the
@@ -144,7 +159,8 @@ impl Secrets {
         if let Some(m) = self.misuse(value, Some(host)) {
             return Err(m);
         }
-        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
+        let mine: Vec<(&Bound, Cow<'_, str>)> =
+            self.now().filter(|(b, _)| b.bound_to(host) && !b.body_only()).collect();
         let swap =
             |v: &[u8]| replace_all(v, mine.iter().map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes())));
         if let Some(creds) = basic(value)
@@ -159,7 +175,16 @@ impl Secrets {
     /// The spellings of the real values of `host`'s secrets that a response from it must not
     /// carry back to the agent: a server that echoes a credential (`scrub`).
     pub(crate) fn masks(&self, host: &str) -> super::scrub::Masks {
-        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
+        self.masks_of(|b| b.bound_to(host))
+    }
+
+    /// `masks`, and those of every held login's tokens (a token endpoint's answer may carry any).
+    pub(crate) fn masks_with_logins(&self, host: &str) -> super::scrub::Masks {
+        self.masks_of(|b| b.bound_to(host) || b.login.is_some())
+    }
+
+    fn masks_of(&self, which: impl Fn(&Bound) -> bool) -> super::scrub::Masks {
+        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| which(b)).collect();
         super::scrub::Masks::new(
             mine.iter().map(|(b, v)| (b.name.as_str(), v.as_bytes(), b.placeholder.as_bytes())),
         )

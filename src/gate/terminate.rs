@@ -424,8 +424,17 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
         Err(stop) => return c.finish(&asked, stop),
     };
     // What a response must not carry back: the host's values, and this request's Basic tokens.
+    // A held login's token that changed between the masks and the substitution (a refresh just
+    // then) could go out unmasked: the request is refused, to be sent again.
+    let generation = super::login::generation();
     let mut masks = c.masks();
     let sendable = match admit::upstream_parts(c, &mut admitted.parts, &mut masks) {
+        Ok(()) if super::login::generation() != generation => Err(Stop::from(Denial {
+            status: 503,
+            reason: "a held login's token changed while the request was made ready".into(),
+            hint: "ai-sandbox gate: a login's token was refreshed just now; send the request again".into(),
+            ..Denial::default()
+        })),
         Ok(()) => admit::record(c, &asked, &mut admitted).await,
         Err(d) => Err(Stop::from(d)),
     };

@@ -219,9 +219,21 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         if held == *was {
             continue;
         }
-        // A copy with a placeholder in it is the gate's login (ADR 0087): the gate wrote any
-        // refresh to the store itself, and a placeholder never becomes the store's.
-        if memchr::memmem::find(&part, crate::gate::secrets::PREFIX.as_bytes()).is_some() {
+        // A login the gate holds (ADR 0087) is never taken back: the gate wrote any refresh to
+        // the store itself, a placeholder never becomes the store's, and a login the agent put
+        // in its place could be another account's.
+        let placeholder = memchr::memmem::find(&part, crate::gate::secrets::PREFIX.as_bytes()).is_some();
+        if !c.held.is_empty() && !placeholder {
+            out.push(format!(
+                "the {} login in this sandbox ({}) was replaced by one without the gate's placeholders; the gate holds \
+                 your login, so this one is not carried to your other projects (to change the login, log in on the host \
+                 and run `ai-sandbox login import {}`)",
+                c.state,
+                quote::path(&c.home_rel),
+                c.state
+            ));
+        }
+        if !c.held.is_empty() || placeholder {
             continue;
         }
         let store = read_store(&c.store)?;
@@ -504,8 +516,17 @@ mod tests {
         assert!(take(&l).unwrap().is_empty());
         let store = std::fs::read_to_string(&l.files[0].store).unwrap();
         assert!(store.contains("REAL") && !store.contains("placeholder"), "{store}");
-        // Control: a login made inside (no placeholder in it) goes back as before.
+        // A login the agent put in its place (another account's, perhaps) does not go back either,
+        // and is said.
         std::fs::write(&inside, br#"{"claudeAiOauth":{"accessToken":"NEW","expiresAt":3}}"#).unwrap();
+        let said = take(&l).unwrap();
+        assert!(
+            said.len() == 1 && said[0].contains("replaced by one without the gate's placeholders"),
+            "{said:?}"
+        );
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("REAL"));
+        // Control: with no token held (the store had no login), a login made inside goes back.
+        l.files[0].held.clear();
         assert_eq!(take(&l).unwrap().len(), 1);
         assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("NEW"));
     }

@@ -409,7 +409,20 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
         stored.contains(&access) && stored.contains(&next) && !stored.contains("aisb_placeholder"),
         "{stored}"
     );
+    // Misuse: the refresh token's placeholder sent to the API host (allowed, but not where it
+    // goes) is refused and logged; control: the access token's placeholder works there.
+    let probe = "for t in ort01 oat01; do p=$(grep -o \"sk-ant-$t-aisb_placeholder_[0-9a-f]*\" \"$CLAUDE_CONFIG_DIR/.credentials.json\"); \
+                 printf '%s=' $t; curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $p\" https://api.anthropic.com/v1/models; done";
+    let r = sandbox(&p, &["--", "sh", "-c", probe], &[("XDG_DATA_HOME", data.to_str().unwrap())]);
+    r.ok();
+    assert!(r.stdout.contains("ort01=403 ") && r.stdout.contains("oat01=200 "), "{}\n{}", r.stdout, r.stderr);
     let log = gate_log();
+    assert!(
+        log.contains(
+            "exfiltration attempt: the placeholder of the claude login's claudeAiOauth.refreshToken"
+        ),
+        "{log}"
+    );
     assert!(!log.contains(&next) && !log.contains(&refresh), "a token in the gate's log");
     assert!(
         log.contains("login refreshed by the gate: the new tokens are in the store"),

@@ -39,9 +39,15 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         }
     }
     let endpoint = format!("{}{}", c.host, asked.path.unwrap_or("/"));
+    if let Err(why) = login::check_refresh(&sent, &c.secrets.refresh_placeholders(&endpoint)) {
+        let why = format!(
+            "a request to the token endpoint of a login the gate holds is refused: {why} (a login is made on the host: \
+             `ai-sandbox login import AGENT`)"
+        );
+        return fail(403, why);
+    }
     // One refresh of this login at a time, each with the refresh token the last one left.
-    let turn = login::turn(&endpoint);
-    let _turn = turn.lock().await;
+    let turn = login::turn(&endpoint).lock_owned().await;
     let body = match c.secrets.substitute_body(&sent, &c.host) {
         Ok(b) => b,
         Err(why) => return fail(403, why),
@@ -56,57 +62,94 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
     if let Err(why) = proto::for_upstream(&mut parts, sender.proto(), &c.host, c.port, &target) {
         return fail(400, why);
     }
-    let resp = sender.send(Request::from_parts(parts, full(body))).await;
-    c.put_back(sender).await;
-    let resp = match resp {
-        Ok(r) => r,
-        Err(e) => return fail(502, format!("{} did not answer: {e}", c.host)),
+    // Once the real refresh token is sent, the server may spend it: the exchange runs to its
+    // end and the new tokens are stored even if the client goes away (its own task).
+    let task = Exchange {
+        secrets: c.secrets.clone(),
+        state: c.state.clone(),
+        session: c.session.id.clone(),
+        host: c.host.clone(),
+        port: c.port,
+        path: asked.path.unwrap_or("/").to_string(),
+        endpoint,
     };
-    let (mut head, incoming) = resp.into_parts();
-    let coding = head.headers.get(CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("(not text)"));
-    if !matches!(super::super::scrub::coding(coding), Ok(Coding::Identity)) {
-        return fail(
-            502,
-            format!("the token endpoint of {} answered in a coding the gate does not read here", c.host),
-        );
-    }
-    let answer = match Limited::new(incoming, MAX).collect().await {
-        Ok(b) => b.to_bytes().to_vec(),
-        Err(_) => {
-            return fail(502, format!("the token endpoint of {} answered over 64 KiB or broke off", c.host));
-        }
+    let req = Request::from_parts(parts, full(body));
+    let done = tokio::spawn(async move {
+        let _turn = turn;
+        task.run(sender.send(req).await).await
+    });
+    let (mut head, answer) = match done.await {
+        Ok(Ok(answered)) => answered,
+        Ok(Err(why)) => return fail(502, why),
+        Err(e) => return fail(502, format!("the refresh at {} ended: {e}", c.host)),
     };
-    let now_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    let renewed = match head.status.is_success() {
-        true => login::take_answer(&answer, c.secrets.renewed_at(&endpoint), now_ms),
-        false => None,
-    };
-    let answer = match renewed {
-        Some((rewritten, unstored)) => {
-            let reason = match unstored {
-                None => {
-                    "login refreshed by the gate: the new tokens are in the store, placeholders in the answer"
-                        .to_string()
-                }
-                Some(why) => format!(
-                    "login refreshed by the gate; the store was not written (this gate's sessions use the new tokens): {why}"
-                ),
-            };
-            c.state.note(Entry {
-                path: asked.path,
-                ..Entry::allowed(&c.session.id, asked.method, &c.host, c.port, &reason)
-            });
-            rewritten
-        }
-        None => answer,
-    };
-    // Whatever else the answer holds of a real value (the masks are made after the refresh).
-    let mut scrub = Scrubber::new(c.secrets.masks(&c.host));
+    // Whatever else the answer holds of a real value, of any token of the login (the masks are
+    // made after the refresh).
+    let mut scrub = Scrubber::new(c.secrets.masks_with_logins(&c.host));
     head.headers.remove(TRANSFER_ENCODING);
     mask_headers(&mut scrub, &mut head.headers);
     let answer = scrub.whole(&answer).unwrap_or(answer);
     head.headers.insert(CONTENT_LENGTH, HeaderValue::from(answer.len()));
     head.extensions.remove::<hyper::ext::ReasonPhrase>();
     hyper::Response::from_parts(head, full(answer))
+}
+
+/// What the refresh's own task needs of its connection.
+struct Exchange {
+    secrets: super::super::secrets::Secrets,
+    state: std::sync::Arc<super::super::state::State>,
+    session: String,
+    host: String,
+    port: u16,
+    path: String,
+    endpoint: String,
+}
+
+impl Exchange {
+    /// The answer read whole, and its tokens taken in: a 2xx answer must be a token answer
+    /// (anything else at a token endpoint is not passed on: it could hold a token no mask
+    /// knows).
+    async fn run(
+        self,
+        resp: Result<hyper::Response<hyper::body::Incoming>, hyper::Error>,
+    ) -> Result<(hyper::http::response::Parts, Vec<u8>), String> {
+        let host = &self.host;
+        let resp = resp.map_err(|e| format!("{host} did not answer: {e}"))?;
+        let (head, incoming) = resp.into_parts();
+        let coding = head.headers.get(CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("(not text)"));
+        if !matches!(super::super::scrub::coding(coding), Ok(Coding::Identity)) {
+            return Err(format!(
+                "the token endpoint of {host} answered in a coding the gate does not read here"
+            ));
+        }
+        let answer = match Limited::new(incoming, MAX).collect().await {
+            Ok(b) => b.to_bytes().to_vec(),
+            Err(_) => return Err(format!("the token endpoint of {host} answered over 64 KiB or broke off")),
+        };
+        if !head.status.is_success() {
+            return Ok((head, answer));
+        }
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let Some((rewritten, unstored)) =
+            login::take_answer(&answer, self.secrets.renewed_at(&self.endpoint), now_ms)
+        else {
+            return Err(format!(
+                "the token endpoint of {host} answered {} with no token the gate reads",
+                head.status
+            ));
+        };
+        let reason = match unstored {
+            None => {
+                "login refreshed by the gate: the new tokens are in the store, placeholders in the answer"
+                    .to_string()
+            }
+            Some(why) => format!(
+                "login refreshed by the gate; the store was not written (this gate's sessions use the new tokens): {why}"
+            ),
+        };
+        let entry = Entry::allowed(&self.session, "POST", host, self.port, &reason);
+        self.state.note(Entry { path: Some(&self.path), ..entry });
+        Ok((head, rewritten))
+    }
 }
