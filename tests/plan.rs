@@ -576,6 +576,7 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
         gate: false,
         tls: false,
         host_image: true,
+        logins: Vec::new(),
         policy: ai_sandbox::contract::SessionPolicy {
             gate_ports: vec![],
             config_path: String::new(),
@@ -616,6 +617,22 @@ fn ps_lists_running_sandboxes_with_their_mode_and_project() {
     sessions::ps_cmd(&mut h, false).unwrap();
     let row = h.stdout.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>();
     assert_eq!(row[3], "learn", "{}", h.stdout);
+    // Who holds each `state` line's login, from the launch's record.
+    if let Some(rec) = h.running[0].record.as_mut() {
+        rec.logins = vec!["claude: held by the gate".into(), "codex: in the agent's hands, in clear".into()];
+    }
+    h.stdout.clear();
+    sessions::ps_cmd(&mut h, false).unwrap();
+    assert!(
+        h.stdout
+            .contains("  login claude: held by the gate\n  login codex: in the agent's hands, in clear\n"),
+        "{}",
+        h.stdout
+    );
+    h.stdout.clear();
+    sessions::ps_cmd(&mut h, true).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&h.stdout).unwrap();
+    assert_eq!(v[0]["logins"][0], "claude: held by the gate");
 }
 
 #[test]
@@ -1061,6 +1078,7 @@ fn running(session: &str, project: &str) -> ai_sandbox::live::Running {
             gate: true,
             tls: false,
             host_image: true,
+            logins: Vec::new(),
             policy: Default::default(),
         }),
         path: format!("/run/user/1000/ai-sandbox/sessions/{session}/live.json").into(),

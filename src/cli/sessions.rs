@@ -61,6 +61,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         /// MCP tool calls by host and tool, as its `mcp` rules decided them.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         mcp: Vec<crate::contract::session::McpUse>,
+        /// Its `state` lines' logins, and who holds each (the gate, or the agent in clear).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        logins: Vec<String>,
     }
     let runtime = runtime_dir(host);
     let gate = host.gate_sessions(&runtime);
@@ -90,6 +93,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
                     .chain(r.net_budgets.iter().cloned())
                     .collect(),
                 mcp: counts.map(|c| c.mcp.clone()).unwrap_or_default(),
+                logins: r.record.as_ref().map(|rec| rec.logins.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -106,6 +110,7 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         review: Some("waiting"),
         budgets: Vec::new(),
         mcp: Vec::new(),
+        logins: Vec::new(),
     }));
     if json {
         host.print(&format!("{}\n", serde_json::to_string(&rows)?));
@@ -141,6 +146,9 @@ pub fn ps_cmd(host: &mut dyn Host, json: bool) -> anyhow::Result<i32> {
         }
         for m in &r.mcp {
             out += &format!("  {}\n", m.line());
+        }
+        for l in &r.logins {
+            out += &format!("  login {}\n", crate::sys::quote::text(l));
         }
         for x in &r.execs {
             out += &format!(

@@ -26,4 +26,7 @@ pub struct Record {
     /// can say a missing one in words (absent in records of older versions: false).
     #[serde(default)]
     pub host_image: bool,
+    /// Each `state` line's login and who holds it (`ps` says it): `claude: held by the gate`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logins: Vec<String>,
 }

@@ -33,6 +33,9 @@ fn what_has_no_cluster_meaning_is_refused_by_line_and_nothing_is_printed() {
         errs[0].message.contains("loopback")
             && errs[0].hint.as_deref().unwrap_or_default().contains("ClusterIP")
     );
+    // A login: what the export does with it (nothing), and why.
+    assert!(errs[2].message.contains("the export carries no login to the cluster"), "{errs:?}");
+    assert!(errs[2].hint.as_deref().unwrap_or_default().contains("secret = NAME for HOST"), "{errs:?}");
     // Positive control: the same config without those lines exports.
     let ok = export_of("allow = github.com\nallow = 10.0.0.0/8:443\ndeny = 10.1.2.3\n", Some("img")).unwrap();
     assert!(ok.contains("\"kind\": \"NetworkPolicy\"") && ok.contains("\"10.1.2.3/32\""), "{ok}");

@@ -343,6 +343,7 @@ mod tests {
             gate: true,
             tls: false,
             host_image: true,
+            logins: Vec::new(),
             policy: crate::contract::SessionPolicy {
                 budgets: vec![crate::policy::budget::host_line(budget)],
                 ..crate::contract::SessionPolicy::default()
@@ -391,6 +392,7 @@ mod tests {
             gate: false,
             tls: false,
             host_image: true,
+            logins: Vec::new(),
             policy: crate::contract::SessionPolicy {
                 net_budgets: vec![budget],
                 ..crate::contract::SessionPolicy::default()

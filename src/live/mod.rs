@@ -246,6 +246,7 @@ mod tests {
             gate,
             tls: gate,
             host_image: true,
+            logins: Vec::new(),
             policy: crate::contract::SessionPolicy {
                 allow: crate::policy::allow::Allowlist {
                     hosts: vec![(HostPattern::Exact("a.test".into()), None)],

@@ -212,7 +212,24 @@ fn live_record(p: &Policy, f: &Facts) -> crate::contract::Record {
         tls: f.gate_ca.is_some(),
         policy: crate::contract::SessionPolicy::of(p, Some(&f.state_dir)),
         host_image: p.image == crate::policy::Image::Host,
+        logins: login_holders(p, f),
     }
+}
+
+/// Each `state` line's login and who holds it: the gate, when the launch gave the sandbox
+/// placeholders of its tokens (ADR 0087); else the agent, in clear.
+fn login_holders(p: &Policy, f: &Facts) -> Vec<String> {
+    p.agent_state
+        .iter()
+        .map(|s| {
+            let held = s.files.iter().any(|l| {
+                let store = s.store_file(&f.agents_dir, &l.name);
+                f.held.iter().any(|h| h.store == store)
+            });
+            let who = if held { "held by the gate" } else { "in the agent's hands, in clear" };
+            format!("{}: {who}", state_named(s))
+        })
+        .collect()
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {

@@ -293,8 +293,11 @@ pub const KEYS: &[Key] = &[
         widens: Widens::When(|v| Some(crate::policy::agents::shared_words(v))),
         export: Exports {
             kube: Export::Refused(
-                "keeps the agent's login on this machine",
-                "give the Pod a PersistentVolumeClaim for the agent's home, or use an API key (`secret =`)",
+                "keeps the agent's login on this machine: the export carries no login to the cluster (a gate there would \
+                 hold its refresh token in a Secret that whoever reads the namespace's Secrets reads, and could not \
+                 write a refresh back to your login store)",
+                "use an API key bound to its host (`secret = NAME for HOST`), which the cluster gate holds, or give the Pod \
+                 a PersistentVolumeClaim for the agent's home (the agent then holds the login in clear)",
             ),
         },
     },

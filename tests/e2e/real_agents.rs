@@ -377,6 +377,7 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
     let in_environ = environments_containing(&reals);
     let home = data.join("ai-sandbox/homes");
     let held_home = files_containing(&home, &reals);
+    let ps = sandbox(&p, &["ps"], &[("XDG_DATA_HOME", data.to_str().unwrap())]);
     std::fs::write(p.path("done"), "").unwrap();
     let out = child.wait_with_output();
     let all = format!(
@@ -397,6 +398,11 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
     );
     assert!(leaks.is_empty() && in_environ.is_empty(), "a real token in /proc: {leaks:?} {in_environ:?}");
     assert!(held_home.is_empty(), "a real token in the sandbox HOME while it ran: {held_home:?}");
+    assert!(
+        ps.stdout.contains("  login claude: held by the gate\n"),
+        "`ps` says who holds the login: {}",
+        ps.stdout
+    );
     let given =
         std::fs::read_to_string(find_file(&home, ".credentials.json").expect("the sandbox's login")).unwrap();
     assert!(
