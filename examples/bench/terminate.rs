@@ -8,6 +8,10 @@
 //! streamed response (its first event, the last one 20 ms later); then BYTES down and up on
 //! that connection (tunnel and terminated), and the gate's RSS with HELD terminated connections
 //! open.
+//! A fifth holds a login (ADR 0087): its first request on a new connection, and its refresh
+//! (made by the gate at the server's token endpoint, and stored) beside a POST of the same size,
+//! counting the server's token requests (`terminate refresh N UPSTREAM P50 P99 POST_P50
+//! POST_P99`).
 //! Two more sessions POST an MCP tools/call (JSON-RPC) to a path with a plain rule and one with
 //! an MCP rule that reads it (`rule = HOST mcp PATH TOOL`).
 //! Prints `terminate setup|request tunnel|terminated|ruled P50 P99` (ms), `terminate mcp
@@ -24,6 +28,11 @@ use std::time::Instant;
 const PORT: u16 = 8443;
 const PLACEHOLDER: &str = "aisb_placeholder_0000000000000000bench000000000000";
 const KEY: &str = "bench-real-key";
+/// The held login's placeholders (its access token's, its refresh token's).
+const LOGIN_ACCESS: &str = "sk-ant-oat01-aisb_placeholder_00000000bench0000login00000000";
+const LOGIN_REFRESH: &str = "sk-ant-ort01-aisb_placeholder_00000000bench0000login00000000";
+/// The token requests the bench server has answered (a refresh through the gate is one each).
+static REFRESHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// The server's pause between a streamed response's first event and its last.
 const EVENT_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -209,6 +218,31 @@ fn serve(listener: TcpListener, cfg: Arc<rustls::ServerConfig>) {
                     let body =
                         r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}"#;
                     write!(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).is_ok()
+                } else if head.starts_with("POST /oauth/token ") {
+                    // A held login's refresh: counted; answered with the next tokens when the
+                    // gate put a real refresh token (never a placeholder) in the body.
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<u64>())
+                        })
+                        .and_then(Result::ok)
+                        .unwrap_or(0);
+                    let mut body = Vec::new();
+                    let _ = (&mut s).take(len).read_to_end(&mut body);
+                    let body = String::from_utf8_lossy(&body);
+                    let real = body.contains("bench-refresh-") && !body.contains("aisb_placeholder");
+                    let n = REFRESHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    let answer = match real {
+                        true => format!(
+                            r#"{{"access_token":"bench-access-{n}","refresh_token":"bench-refresh-{n}","expires_in":3600}}"#
+                        ),
+                        false => r#"{"error":"invalid_grant"}"#.to_string(),
+                    };
+                    let status = if real { "200 OK" } else { "400 Bad Request" };
+                    write!(s, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}", answer.len()).is_ok()
                 } else if let Some(n) = n("/big/") {
                     write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").is_ok()
                         && std::io::copy(&mut std::io::repeat(b'x').take(n), &mut s).is_ok()
@@ -249,7 +283,9 @@ pub(super) fn register(
 
 /// The token of the session `register` made for `name`.
 pub(super) fn token(name: &str) -> String {
-    format!("{:032x}", (std::process::id() as u128) << 64 | name.len() as u128 | 0x7e57_0000)
+    // Each name its own (not its length: "ruled" and "login" would share one).
+    let n = name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    format!("{:032x}", (std::process::id() as u128) << 64 | u128::from(n))
 }
 
 /// A TLS stream to `host` through the gate's CONNECT, trusting `roots` (PEM).
@@ -315,12 +351,39 @@ pub(crate) fn run(args: &[String]) {
     let rule = |line: &str| ai_sandbox::policy::rule::parse(&format!("{host} {line}")).unwrap();
     let pathrule = register(&a, "pathrule", vec![bound()], Some(ca_pem.clone()), rule("POST /mcp/*"));
     let mcprule = register(&a, "mcprule", vec![bound()], Some(ca_pem.clone()), rule("mcp /mcp/* search_*"));
+    // A login the gate holds (ADR 0087): its access token bound to the host, its refresh token
+    // renewed at HOST/oauth/token, both in a store file of the bench's own.
+    let store = std::env::temp_dir().join(format!("aisb-bench-login-{}.json", std::process::id()));
+    let tokens = r#"{"claudeAiOauth":{"accessToken":"bench-access-0","refreshToken":"bench-refresh-0","expiresAt":0}}"#;
+    std::fs::write(&store, tokens).unwrap();
+    let endpoint = format!("{host}/oauth/token");
+    let held_token = |field: &str, answer: &str, refresh: bool| {
+        let expiry = ["claudeAiOauth", "expiresAt"];
+        ai_sandbox::contract::LoginRef::new(
+            &store,
+            &["claudeAiOauth", field],
+            &endpoint,
+            answer,
+            &expiry,
+            refresh,
+        )
+    };
+    let login_bound = vec![
+        ai_sandbox::gate::control::Bound::new("login access", LOGIN_ACCESS, "bench-access-0", &[&host])
+            .held(held_token("accessToken", "access_token", false)),
+        ai_sandbox::gate::control::Bound::new("login refresh", LOGIN_REFRESH, "bench-refresh-0", &[&host])
+            .held(held_token("refreshToken", "refresh_token", true)),
+    ];
+    let login = register(&a, "login", login_bound, Some(ca_pem.clone()), vec![]);
     let gate_ca = terminated.ca.clone().expect("the gate's CA in the reply");
     let gate: SocketAddr = ([127, 0, 0, 1], tunnel.port).into();
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
+    let login_request =
+        format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {LOGIN_ACCESS}\r\n\r\n");
+    let request_of = |name: &str| if name == "login" { &login_request } else { &request };
     // Each path's samples are taken in turn (tunnel, terminated, ruled, tunnel, ...), so what
     // the machine does meanwhile falls on all of them alike.
-    let paths = [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca)];
+    let paths = [("tunnel", &ca_pem), ("terminated", &gate_ca), ("ruled", &gate_ca), ("login", &gate_ca)];
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let samples =
         |paths: usize, n: usize| -> Vec<Vec<f64>> { (0..paths).map(|_| Vec::with_capacity(n)).collect() };
@@ -330,7 +393,7 @@ pub(crate) fn run(args: &[String]) {
         for (i, (name, roots)) in paths.iter().enumerate() {
             let t = Instant::now();
             let mut s = open(gate, &token(name), &host, roots);
-            s.write_all(request.as_bytes()).unwrap();
+            s.write_all(request_of(name).as_bytes()).unwrap();
             read_message(&mut s, true).expect("an answer");
             setup[i].push(ms(t));
             drop(s);
@@ -342,11 +405,55 @@ pub(crate) fn run(args: &[String]) {
     for _ in 0..count {
         for (i, s) in conns.iter_mut().enumerate() {
             let t = Instant::now();
-            s.write_all(request.as_bytes()).unwrap();
+            s.write_all(request_of(paths[i].0).as_bytes()).unwrap();
             read_message(s, true).expect("an answer");
             req[i].push(ms(t));
         }
     }
+    // A held login's refresh on its kept-alive connection (the gate makes it upstream, stores
+    // the new tokens, answers placeholders), beside a POST of the same size on the bound key's.
+    let refresh = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{LOGIN_REFRESH}"}}"#);
+    let posts = [
+        format!(
+            "POST /oauth/token HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{refresh}",
+            refresh.len()
+        ),
+        format!(
+            "POST /up/{n} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {n}\r\n\r\n{refresh}",
+            n = refresh.len()
+        ),
+    ];
+    let refreshes = count.min(200);
+    let before = REFRESHES.load(std::sync::atomic::Ordering::Relaxed);
+    // One after the other, not in turn: a refresh changes a held token, after which every
+    // terminated connection makes its masks again (the POSTs would pay for the refreshes).
+    let mut renew = samples(2, refreshes);
+    for (i, conn) in [(1, 1), (0, 3)] {
+        for _ in 0..refreshes {
+            let t = Instant::now();
+            conns[conn].write_all(posts[i].as_bytes()).unwrap();
+            let head = read_message(&mut conns[conn], false).expect("an answer");
+            let mut body = Vec::new();
+            read_body(&mut conns[conn], &head, &mut body).expect("its body");
+            renew[i].push(ms(t));
+            if i == 0 {
+                let (head, body) = (String::from_utf8_lossy(&head), String::from_utf8_lossy(&body));
+                assert!(head.starts_with("HTTP/1.1 200") && body.contains(LOGIN_ACCESS), "{head}{body}");
+                assert!(!body.contains("bench-access") && !body.contains("bench-refresh"), "{body}");
+            }
+        }
+    }
+    let upstream = REFRESHES.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let stored = std::fs::read_to_string(&store).unwrap();
+    assert!(stored.contains(&format!("bench-refresh-{upstream}\"")), "the last refresh is stored: {stored}");
+    let (r50, r99, p50, p99) = (
+        pct(&mut renew[0], 0.5),
+        pct(&mut renew[0], 0.99),
+        pct(&mut renew[1], 0.5),
+        pct(&mut renew[1], 0.99),
+    );
+    println!("terminate refresh {refreshes} {upstream} {r50:.3} {r99:.3} {p50:.3} {p99:.3}");
+    let _ = std::fs::remove_file(&store);
     // A tools/call on a kept-alive connection of each, in turn.
     let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues","arguments":{"query":"bench"}}}"#;
     let post = format!(
@@ -448,5 +555,5 @@ pub(crate) fn run(args: &[String]) {
     let rss = super::rss_kib(&pid, "VmRSS:");
     println!("terminate held {} {idle} {rss}", held.len());
     drop(held);
-    drop((tunnel, terminated, ruled, pathrule, mcprule));
+    drop((tunnel, terminated, ruled, pathrule, mcprule, login));
 }

@@ -431,6 +431,7 @@ fn held_logins(
                     endpoint: login.endpoint.into(),
                     answer: answer.into(),
                     expiry: login.expiry.iter().map(|f| f.to_string()).collect(),
+                    refresh: t.refresh,
                 }),
             });
             given.push(crate::plan::session::HeldGiven { store, field, placeholder });

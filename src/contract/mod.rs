@@ -34,4 +34,4 @@ pub mod session;
 pub mod watch;
 
 pub use live::Record;
-pub use session::{Bound, SessionPolicy, SessionStatus};
+pub use session::{Bound, LoginRef, SessionPolicy, SessionStatus};

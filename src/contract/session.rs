@@ -140,6 +140,10 @@ pub struct LoginRef {
     pub(crate) answer: String,
     /// Where the store keeps the login's expiry, in milliseconds since the epoch.
     pub(crate) expiry: Vec<String>,
+    /// The login's refresh token: it goes only into the body of a refresh the gate checked,
+    /// never into a header.
+    #[serde(default)]
+    pub(crate) refresh: bool,
 }
 
 /// Never prints the value.
@@ -149,7 +153,36 @@ impl std::fmt::Debug for Bound {
     }
 }
 
+impl LoginRef {
+    /// The token at `field` of the login file `store`, renewed at `endpoint` (`HOST/PATH`)
+    /// whose JSON answer names it `answer`; `refresh`: the login's refresh token.
+    pub fn new(
+        store: &std::path::Path,
+        field: &[&str],
+        endpoint: &str,
+        answer: &str,
+        expiry: &[&str],
+        refresh: bool,
+    ) -> LoginRef {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        LoginRef {
+            store: store.into(),
+            field: strings(field),
+            endpoint: endpoint.into(),
+            answer: answer.into(),
+            expiry: strings(expiry),
+            refresh,
+        }
+    }
+}
+
 impl Bound {
+    /// This secret as a login's token the gate holds (`gate::login`).
+    pub fn held(mut self, login: LoginRef) -> Bound {
+        self.login = Some(login);
+        self
+    }
+
     /// A secret `value` bound to `hosts`, seen in the sandbox as `placeholder`.
     pub fn new(name: &str, placeholder: &str, value: &str, hosts: &[&str]) -> Bound {
         let hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();

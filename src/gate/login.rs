@@ -178,6 +178,7 @@ mod tests {
             endpoint: ENDPOINT.into(),
             answer: answer.into(),
             expiry: vec!["claudeAiOauth".into(), "expiresAt".into()],
+            refresh: answer == "refresh_token",
         }
     }
 

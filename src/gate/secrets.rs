@@ -26,14 +26,10 @@ impl Bound {
     fn bound_to(&self, host: &str) -> bool {
         self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }
-    /// A held login's token bound to its own token endpoint's host (the refresh token): it goes
-    /// only into the body of a refresh the gate checked (`login::check_refresh`), never into a
-    /// header.
+    /// A held login's refresh token: it goes only into the body of a refresh the gate checked
+    /// (`login::check_refresh`), never into a header.
     fn body_only(&self) -> bool {
-        self.login.as_ref().is_some_and(|l| {
-            let host = l.endpoint.split('/').next().unwrap_or_default();
-            self.bound_to(host)
-        })
+        self.login.as_ref().is_some_and(|l| l.refresh)
     }
 }
 

@@ -28,6 +28,8 @@ pub(crate) struct HeldToken {
     pub(crate) hosts: &'static [&'static str],
     /// Its name in the token endpoint's JSON answer (`None`: no endpoint renews it).
     pub(crate) answer: Option<&'static str>,
+    /// The refresh token: it goes only into the body of a refresh, never into a header.
+    pub(crate) refresh: bool,
 }
 
 /// A login whose tokens the gate holds, and where it renews them.
@@ -49,6 +51,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             prefix: "sk-ant-oat01-",
             hosts: &["api.anthropic.com"],
             answer: Some("access_token"),
+            refresh: false,
         },
         HeldToken {
             file: ".credentials.json",
@@ -56,6 +59,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             prefix: "sk-ant-ort01-",
             hosts: &["platform.claude.com"],
             answer: Some("refresh_token"),
+            refresh: true,
         },
         HeldToken {
             file: ".claude.json",
@@ -63,6 +67,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             prefix: "sk-ant-api03-",
             hosts: &["api.anthropic.com"],
             answer: None,
+            refresh: false,
         },
     ],
     endpoint: "platform.claude.com/v1/oauth/token",

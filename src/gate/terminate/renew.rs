@@ -76,12 +76,19 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
     let req = Request::from_parts(parts, full(body));
     let done = tokio::spawn(async move {
         let _turn = turn;
-        task.run(sender.send(req).await).await
+        let sent = sender.send(req).await;
+        (task.run(sent).await, sender)
     });
-    let (mut head, answer) = match done.await {
-        Ok(Ok(answered)) => answered,
-        Ok(Err(why)) => return fail(502, why),
+    let answered = match done.await {
+        Ok((answered, sender)) => {
+            c.put_back(sender).await;
+            answered
+        }
         Err(e) => return fail(502, format!("the refresh at {} ended: {e}", c.host)),
+    };
+    let (mut head, answer) = match answered {
+        Ok(answered) => answered,
+        Err(why) => return fail(502, why),
     };
     // Whatever else the answer holds of a real value, of any token of the login (the masks are
     // made after the refresh).
