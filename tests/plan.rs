@@ -381,8 +381,10 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     assert!(!argv.iter().any(|a| a.contains(store)), "no store is mounted: {argv:?}");
     assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
     assert!(out.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{out}");
-    let held = "# note: state = claude: the login's tokens stay with the gate; the sandbox holds placeholders, and the gate \
-                makes its refreshes at https://platform.claude.com/v1/oauth/token (the allowlist must name platform.claude.com)";
+    let held = "# note: state = claude: the login's tokens stay with the gate (claudeAiOauth.accessToken to api.anthropic.com; \
+                claudeAiOauth.refreshToken only in refreshes at https://platform.claude.com/v1/oauth/token; primaryApiKey to \
+                api.anthropic.com); the sandbox holds placeholders, and the gate makes the refreshes (the allowlist must name \
+                platform.claude.com); a login made inside, with none in the store, is the agent's";
     assert!(out.contains(held), "{out}");
     let said = "# note: state = ~/.config/gh/hosts.yml: the agent holds the login in clear, with any refresh token it carries";
     assert!(out.contains(said), "{out}");

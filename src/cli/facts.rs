@@ -418,12 +418,22 @@ fn held_logins(
             let Some(text) = text else { continue };
             let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
             let Some(real) = login_field(&json, t.field).filter(|v| !v.is_empty()) else { continue };
-            let placeholder = held_placeholder(host, t.prefix, real.len())?;
+            // A JWT is held by its signature (its claims stay readable); anything else whole.
+            let jwt = t.jwt.then(|| crate::contract::session::jwt_parts(real)).flatten();
+            let (value, shown_len) = match jwt {
+                Some((_, signature)) => (signature, signature.len()),
+                None => (real, real.len()),
+            };
+            let held = held_placeholder(host, if jwt.is_some() { "" } else { t.prefix }, shown_len)?;
+            let placeholder = match jwt {
+                Some((signed, _)) => format!("{signed}.{held}"),
+                None => held.clone(),
+            };
             let field: Vec<String> = t.field.iter().map(|f| f.to_string()).collect();
             bound.push(crate::gate::secrets::Bound {
                 name: format!("the {} login's {}", s.name, field.join(".")),
-                placeholder: placeholder.clone(),
-                value: real.to_string(),
+                placeholder: held,
+                value: value.to_string(),
                 hosts: t.hosts.iter().map(|h| h.to_string()).collect(),
                 login: t.answer.map(|answer| LoginRef {
                     store: store.clone(),
@@ -432,6 +442,7 @@ fn held_logins(
                     answer: answer.into(),
                     expiry: login.expiry.iter().map(|f| f.to_string()).collect(),
                     refresh: t.refresh,
+                    jwt: jwt.is_some(),
                 }),
             });
             given.push(crate::plan::session::HeldGiven { store, field, placeholder });
@@ -445,7 +456,11 @@ fn held_logins(
 /// length class passes, and a user who sees it knows what it is.
 fn held_placeholder(host: &mut dyn Host, prefix: &str, len: usize) -> anyhow::Result<String> {
     let head = format!("{prefix}{}", crate::gate::secrets::PREFIX);
-    let digits = len.saturating_sub(head.len()).max(32);
+    let mut digits = len.saturating_sub(head.len()).max(32);
+    // A length base64url can decode (as a JWT's signature must be: never 1 more than a multiple of 4).
+    if (head.len() + digits) % 4 == 1 {
+        digits += 1;
+    }
     let hex = host.random_hex(digits.div_ceil(2))?;
     Ok(format!("{head}{}", &hex[..digits]))
 }

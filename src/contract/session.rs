@@ -144,6 +144,17 @@ pub struct LoginRef {
     /// never into a header.
     #[serde(default)]
     pub(crate) refresh: bool,
+    /// A JWT held by its signature: the value is the signature, and the sandbox's copy is the
+    /// real header and claims with the placeholder as its signature (`jwt_parts`).
+    #[serde(default)]
+    pub(crate) jwt: bool,
+}
+
+/// A JWT's `header.claims` and its signature (`None`: not three dot-separated parts).
+pub(crate) fn jwt_parts(token: &str) -> Option<(&str, &str)> {
+    let (signed, signature) = token.rsplit_once('.')?;
+    (signed.split('.').count() == 2 && !signature.is_empty() && !signed.starts_with('.'))
+        .then_some((signed, signature))
 }
 
 /// Never prints the value.
@@ -172,6 +183,7 @@ impl LoginRef {
             answer: answer.into(),
             expiry: strings(expiry),
             refresh,
+            jwt: false,
         }
     }
 }

@@ -10,7 +10,7 @@
 //! turns (`turn`): each is made with the refresh token the last one left, never with one
 //! already spent.
 
-use crate::contract::session::{LoginRef, login_field, set_login_field};
+use crate::contract::session::{LoginRef, jwt_parts, login_field, set_login_field};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,7 +59,17 @@ pub(crate) fn generation() -> u64 {
 pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
     let stored = std::fs::read(&l.store).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     let now = stored.as_ref().and_then(|v| login_field(v, &l.field)).filter(|v| !v.is_empty());
-    set(l, now.unwrap_or(registered))
+    set(l, now.map_or(registered, |t| held_part(l, t).1))
+}
+
+/// What of a token the gate holds, and what the sandbox sees in its place: a JWT held by its
+/// signature keeps its header and claims in view (`signed.PLACEHOLDER`); any other token is
+/// held whole. `(shown before the placeholder, held)`.
+fn held_part<'a>(l: &LoginRef, token: &'a str) -> (Option<&'a str>, &'a str) {
+    match l.jwt.then(|| jwt_parts(token)).flatten() {
+        Some((signed, signature)) => (Some(signed), signature),
+        None => (None, token),
+    }
 }
 
 fn set(l: &LoginRef, value: &str) -> Cell {
@@ -115,7 +125,11 @@ pub(crate) fn take_answer<'a>(
         if new.is_empty() {
             continue;
         }
-        json.insert(l.answer.clone(), Value::String(placeholder.to_string()));
+        let shown = match held_part(l, &new).0 {
+            Some(signed) => format!("{signed}.{placeholder}"),
+            None => placeholder.to_string(),
+        };
+        json.insert(l.answer.clone(), Value::String(shown));
         stores.entry(l.store.clone()).or_default().push((l, new));
     }
     if stores.is_empty() {
@@ -124,7 +138,7 @@ pub(crate) fn take_answer<'a>(
     let mut failed = Vec::new();
     for (store, tokens) in &stores {
         for (l, new) in tokens {
-            set(l, new);
+            set(l, held_part(l, new).1);
         }
         if let Err(e) = write_store(store, tokens, expires_in.map(|s| now_ms + u128::from(s) * 1000)) {
             failed.push(e);
@@ -179,6 +193,7 @@ mod tests {
             answer: answer.into(),
             expiry: vec!["claudeAiOauth".into(), "expiresAt".into()],
             refresh: answer == "refresh_token",
+            jwt: false,
         }
     }
 

@@ -82,7 +82,8 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 /// as placeholders; and a CA variable the user set, which then does not name the gate's CA.
 pub(crate) fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let mut n = Vec::new();
-    for b in &f.bound {
+    // A held login's tokens are said by its `state` line's notice (`plan::notices`).
+    for b in f.bound.iter().filter(|b| !f.held.iter().any(|h| h.placeholder.contains(&b.placeholder))) {
         n.push(format!(
             "{}: the sandbox holds a placeholder; the gate puts the value into HTTPS requests to {} only",
             b.name,

@@ -454,12 +454,26 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let (held, clear): (Vec<_>, Vec<_>) =
         p.agent_state.iter().partition(|s| p.gate && crate::policy::agents::held(&s.name).is_some());
     for s in held {
-        let endpoint = crate::policy::agents::held(&s.name).map_or("", |l| l.endpoint);
+        let Some(login) = crate::policy::agents::held(&s.name) else { continue };
+        let endpoint = login.endpoint;
         let host = endpoint.split('/').next().unwrap_or(endpoint);
+        let goes: Vec<String> = login
+            .tokens
+            .iter()
+            .map(|t| {
+                let to = match (t.refresh, t.hosts) {
+                    (true, _) => format!("only in refreshes at https://{endpoint}"),
+                    (false, []) => "nowhere".to_string(),
+                    (false, hosts) => format!("to {}", hosts.join(", ")),
+                };
+                format!("{} {to}", t.field.join("."))
+            })
+            .collect();
         n.push(format!(
-            "state = {}: the login's tokens stay with the gate; the sandbox holds placeholders, and the gate makes its \
-             refreshes at https://{endpoint} (the allowlist must name {host})",
-            state_named(s)
+            "state = {}: the login's tokens stay with the gate ({}); the sandbox holds placeholders, and the gate makes \
+             the refreshes (the allowlist must name {host}); a login made inside, with none in the store, is the agent's",
+            state_named(s),
+            goes.join("; ")
         ));
     }
     let clear: Vec<String> = clear.iter().map(|s| format!("state = {}", state_named(s))).collect();

@@ -30,6 +30,10 @@ pub(crate) struct HeldToken {
     pub(crate) answer: Option<&'static str>,
     /// The refresh token: it goes only into the body of a refresh, never into a header.
     pub(crate) refresh: bool,
+    /// A JWT whose claims the CLI reads (its expiry, its account): the placeholder keeps the
+    /// real header and claims and has the placeholder in place of the signature, which is what
+    /// the gate holds (a JWT's claims are not a credential; its signature is).
+    pub(crate) jwt: bool,
 }
 
 /// A login whose tokens the gate holds, and where it renews them.
@@ -52,6 +56,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             hosts: &["api.anthropic.com"],
             answer: Some("access_token"),
             refresh: false,
+            jwt: false,
         },
         HeldToken {
             file: ".credentials.json",
@@ -60,6 +65,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             hosts: &["platform.claude.com"],
             answer: Some("refresh_token"),
             refresh: true,
+            jwt: false,
         },
         HeldToken {
             file: ".claude.json",
@@ -68,16 +74,65 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
             hosts: &["api.anthropic.com"],
             answer: None,
             refresh: false,
+            jwt: false,
         },
     ],
     endpoint: "platform.claude.com/v1/oauth/token",
     expiry: &["claudeAiOauth", "expiresAt"],
 };
 
+/// Codex's ChatGPT login (docs/agent-logins.md): the access token (a JWT whose expiry Codex
+/// reads) goes to chatgpt.com, the refresh token to the token endpoint only; the id token (a JWT
+/// whose claims Codex reads, and which OpenAI trades for an API key) goes nowhere; an API key
+/// to api.openai.com.
+const CODEX_HELD: HeldLogin = HeldLogin {
+    tokens: &[
+        HeldToken {
+            file: "auth.json",
+            field: &["tokens", "access_token"],
+            prefix: "",
+            hosts: &["chatgpt.com"],
+            answer: Some("access_token"),
+            refresh: false,
+            jwt: true,
+        },
+        HeldToken {
+            file: "auth.json",
+            field: &["tokens", "refresh_token"],
+            prefix: "",
+            hosts: &["auth.openai.com"],
+            answer: Some("refresh_token"),
+            refresh: true,
+            jwt: false,
+        },
+        HeldToken {
+            file: "auth.json",
+            field: &["tokens", "id_token"],
+            prefix: "",
+            hosts: &[],
+            answer: Some("id_token"),
+            refresh: false,
+            jwt: true,
+        },
+        HeldToken {
+            file: "auth.json",
+            field: &["OPENAI_API_KEY"],
+            prefix: "sk-",
+            hosts: &["api.openai.com"],
+            answer: None,
+            refresh: false,
+            jwt: false,
+        },
+    ],
+    endpoint: "auth.openai.com/oauth/token",
+    expiry: &[],
+};
+
 /// The login of `agent` that the gate holds (`None`: the agent holds its login in clear).
 pub(crate) fn held(agent: &str) -> Option<&'static HeldLogin> {
     match agent {
         "claude" => Some(&CLAUDE_HELD),
+        "codex" => Some(&CODEX_HELD),
         _ => None,
     }
 }

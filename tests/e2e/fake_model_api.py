@@ -142,6 +142,12 @@ class Handler(BaseHTTPRequestHandler):
         if path.endswith("/responses") and self.headers.get("Upgrade", "").lower() == "websocket":
             return self.websocket()
         log(method="GET", path=path, auth_ok=self.credential_ok())
+        if path == "/backend-api/wham/accounts/check":
+            # Codex's workspace routing with a ChatGPT login: the account of the request's
+            # ChatGPT-Account-Id, served here.
+            account = self.headers.get("chatgpt-account-id", "")
+            return self.send(200, {"accounts": [{"id": account, "workspace_backend_origin": "https://chatgpt.com",
+                                                 "account_routing_override": "NO_CONSTRAINT"}]})
         if path.endswith("/models"):
             return self.send(200, {"object": "list", "data": [], "models": []})
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
@@ -165,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.gemini(path, req)
         if path.endswith("/chat/completions"):
             return self.chat(req)
-        if path == "/v1/oauth/token" and TOKENS:
+        if path in ("/v1/oauth/token", "/oauth/token") and TOKENS:
             return self.token(req)
         log(method="POST", path=path, auth_ok=self.credential_ok())
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
@@ -176,12 +182,15 @@ class Handler(BaseHTTPRequestHandler):
             t = json.load(f)
         sent = str(req.get("refresh_token", ""))
         ok = req.get("grant_type") == "refresh_token" and sent == t["refresh"]
-        log(method="POST", path="/v1/oauth/token", api="token", refresh_ok=ok,
+        log(method="POST", path=self.path, api="token", refresh_ok=ok,
             placeholder="aisb_placeholder_" in sent)
         if not ok:
             return self.send(400, {"error": "invalid_grant", "error_description": "refresh token unknown"})
-        self.send(200, {"token_type": "Bearer", "access_token": t["access"], "refresh_token": t["next"],
-                        "expires_in": 28800, "scope": "user:inference user:profile"})
+        answer = {"token_type": "Bearer", "access_token": t["access"], "refresh_token": t["next"],
+                  "expires_in": 28800, "scope": "user:inference user:profile"}
+        if "id" in t:
+            answer["id_token"] = t["id"]
+        self.send(200, answer)
 
     # --- Anthropic Messages -------------------------------------------------------------------
     def anthropic(self, req):

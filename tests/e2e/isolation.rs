@@ -189,11 +189,16 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
     let look = "cd \"$CODEX_HOME\" && cat auth.json; for f in config.toml AGENTS.md sessions; do [ -e $f ] && echo \"found $f\"; done; true";
     let rb = sandbox(&b, &["--", "sh", "-c", look], &vars);
     rb.ok();
-    // Control: B is logged in with the login A made.
-    assert!(rb.stdout.contains(&format!("sk-a-{t}")), "A's login is not in B: {}", rb.stdout);
+    // Control: B is logged in with the login A made, its key and id token as the gate's
+    // placeholders (the gate holds them: ADR 0087).
+    assert!(
+        rb.stdout.contains("\"sk-aisb_placeholder_") && !rb.stdout.contains(&format!("sk-a-{t}")),
+        "A's login is not in B, held by the gate: {}",
+        rb.stdout
+    );
     assert!(!rb.stdout.contains("found"), "B saw what A planted beside its login: {}", rb.stdout);
     assert!(
-        rb.stdout.contains(&format!("idt-{t}")) && !rb.stdout.contains("command"),
+        rb.stdout.contains("\"id_token\": \"aisb_placeholder_") && !rb.stdout.contains("command"),
         "B saw what A planted inside a login field: {}",
         rb.stdout
     );
@@ -205,17 +210,30 @@ fn the_agent_store_carries_the_login_from_project_to_project_and_nothing_else() 
         &vars,
     );
     assert_eq!(rc.ok().stdout.trim(), "no-login");
-    // B refreshes the login: A's next session has it, and still has its own settings.
-    let refresh =
+    // B puts another login in place of the one the gate holds: it is said and not carried back;
+    // A's next session has the held login, and still has its own settings.
+    let other =
         format!("echo '{{\"OPENAI_API_KEY\":\"sk-b-{t}\",\"tokens\":null}}' > \"$CODEX_HOME/auth.json\"");
-    sandbox(&b, &["--", "sh", "-c", &refresh], &vars).ok();
+    let rr = sandbox(&b, &["--", "sh", "-c", &other], &vars);
+    rr.ok();
+    assert!(rr.stderr.contains("replaced by one without the gate's placeholders"), "{}", rr.stderr);
     let ra =
         sandbox(&a, &["--", "sh", "-c", "cd \"$CODEX_HOME\" && cat auth.json && cat config.toml"], &vars);
     ra.ok();
-    assert!(ra.stdout.contains(&format!("sk-b-{t}")) && ra.stdout.contains("notify"), "{}", ra.stdout);
-    // The store holds the login fields only; the real ~/.codex is untouched.
+    assert!(
+        ra.stdout.contains("\"sk-aisb_placeholder_") && !ra.stdout.contains(&format!("sk-b-{t}")),
+        "{}",
+        ra.stdout
+    );
+    assert!(ra.stdout.contains("notify"), "{}", ra.stdout);
+    // The store holds the login fields only, A's; the real ~/.codex is untouched.
     let store = std::fs::read_to_string(data.join("ai-sandbox/agents/codex/login/auth.json")).unwrap();
-    assert!(store.contains(&format!("sk-b-{t}")) && !store.contains("notify"), "{store}");
+    assert!(
+        store.contains(&format!("sk-a-{t}"))
+            && !store.contains(&format!("sk-b-{t}"))
+            && !store.contains("notify"),
+        "{store}"
+    );
     let files: Vec<_> = std::fs::read_dir(data.join("ai-sandbox/agents/codex/login"))
         .unwrap()
         .flatten()

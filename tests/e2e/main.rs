@@ -21,6 +21,7 @@ mod keys;
 mod lifecycle;
 mod limits;
 mod live;
+mod logins;
 mod mcp;
 mod newcomer;
 mod offline;

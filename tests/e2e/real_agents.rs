@@ -20,16 +20,17 @@ pub(crate) struct ModelApi {
     server: Child,
     log: PathBuf,
     pub(crate) ca: PathBuf,
-    th: TestHost,
+    pub(crate) th: TestHost,
 }
 
 /// The API hostnames the fake serves (its certificate names them; each project pins them to it).
-const API_HOSTS: [&str; 5] = [
+pub(crate) const API_HOSTS: [&str; 6] = [
     "api.anthropic.com",
     "api.openai.com",
     "chatgpt.com",
     "generativelanguage.googleapis.com",
     "platform.claude.com",
+    "auth.openai.com",
 ];
 
 impl ModelApi {
@@ -150,7 +151,7 @@ pub(crate) fn agent_path() -> String {
 /// What the fake model has the agent run: write a file in the project, say so, then wait for
 /// the test (which meanwhile scans every command line for the key) to write `done`. No command
 /// substitution: Gemini CLI's shell tool refuses any `$(…)`.
-fn tool_command(agent: &str) -> String {
+pub(crate) fn tool_command(agent: &str) -> String {
     format!(
         "echo written-by-{agent} > agent-wrote.txt && touch agent-running && \
          timeout 60 sh -c 'until [ -e done ]; do sleep 0.1; done'"
@@ -314,167 +315,6 @@ fn claude_code_with_a_bound_key_never_holds_it() {
         api.requests().iter().any(|r| r["api"] == "anthropic" && r["stream"] == true && r["auth_ok"] == true),
         "Claude Code's streamed request arrived with the real key:\n{all}"
     );
-}
-
-/// Claude Code logged in through the store (`state = claude`), with an access token that has
-/// expired: the CLI's refresh goes to the fake token endpoint with the real refresh token (put
-/// there by the gate), the new access token reaches the fake API, and the sandbox only ever
-/// holds placeholders: its HOME's login, every process's command line and environment while
-/// the agent runs. The store gets the new tokens; control: the fake API refuses anything else.
-#[test]
-#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
-fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
-    let id = std::process::id();
-    let (old_access, refresh) =
-        (format!("sk-ant-oat01-e2e-old-{id}-a0"), format!("sk-ant-ort01-e2e-{id}-r1"));
-    let (access, next) = (format!("sk-ant-oat01-e2e-new-{id}-a1"), format!("sk-ant-ort01-e2e-{id}-r2"));
-    let dir = env().root.join(format!("login-tokens-{id}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tokens = dir.join("tokens.json");
-    let t = serde_json::json!({"refresh": refresh, "access": access, "next": next});
-    std::fs::write(&tokens, t.to_string()).unwrap();
-    let vars = [("FAKE_MODEL_TOKENS", tokens.as_os_str())];
-    let api = ModelApi::start_with("claude-login", &tool_command("claude"), &access, &vars);
-    let p = api.project("claude", "NODE_EXTRA_CA_CERTS", None);
-    let mut text = std::fs::read_to_string(p.path(".ai-sandbox/config")).unwrap();
-    assert!(text.contains("\nstate = claude"), "the preset carries the login:\n{text}");
-    text += &format!("allow = platform.claude.com\nupstream_ca = {}\n", api.ca.display());
-    p.config(&text);
-    // The store of a data dir of this test's own: an expired login.
-    let data = env().home.join(format!("e2e-data-held-login-{id}"));
-    let store = data.join("ai-sandbox/agents/claude/login");
-    std::fs::create_dir_all(&store).unwrap();
-    let now_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let creds = serde_json::json!({"claudeAiOauth": {
-        "accessToken": old_access, "refreshToken": refresh, "expiresAt": now_ms - 60_000,
-        "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}});
-    std::fs::write(store.join(".credentials.json"), creds.to_string()).unwrap();
-    let account = serde_json::json!({"hasCompletedOnboarding": true, "oauthAccount": {
-        "accountUuid": "e2e", "emailAddress": "e2e@example.invalid", "organizationUuid": "e2e"}});
-    std::fs::write(store.join(".claude.json"), account.to_string()).unwrap();
-    for d in [
-        &data,
-        &data.join("ai-sandbox"),
-        &data.join("ai-sandbox/agents"),
-        &data.join("ai-sandbox/agents/claude"),
-    ] {
-        chown_user(d);
-    }
-    for f in [store.clone(), store.join(".credentials.json"), store.join(".claude.json")] {
-        chown_user(&f);
-    }
-    let reals = [old_access.as_str(), refresh.as_str(), access.as_str(), next.as_str()];
-    let path = agent_path();
-    let args = ["--", "claude", "-p", "Write the file.", "--dangerously-skip-permissions"];
-    let child = spawn_sandbox_with_secret_env(
-        &p,
-        &args,
-        &[("PATH", &path), ("XDG_DATA_HOME", data.to_str().unwrap())],
-    );
-    let started = wait_for(120, || p.path("agent-running").exists());
-    let leaks = command_lines_containing(&reals);
-    let in_environ = environments_containing(&reals);
-    let home = data.join("ai-sandbox/homes");
-    let held_home = files_containing(&home, &reals);
-    let ps = sandbox(&p, &["ps"], &[("XDG_DATA_HOME", data.to_str().unwrap())]);
-    std::fs::write(p.path("done"), "").unwrap();
-    let out = child.wait_with_output();
-    let all = format!(
-        "stdout:\n{}\nstderr:\n{}\nrequests:\n{:#?}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        api.requests()
-    );
-    assert!(started && out.status.success(), "{all}");
-    let reqs = api.requests();
-    assert!(
-        reqs.iter().any(|r| r["api"] == "token" && r["refresh_ok"] == true && r["placeholder"] == false),
-        "the token endpoint got the real refresh token:\n{all}"
-    );
-    assert!(
-        reqs.iter().any(|r| r["api"] == "anthropic" && r["auth_ok"] == true && r["tool_output"] == true),
-        "the model API got the refreshed access token:\n{all}"
-    );
-    assert!(leaks.is_empty() && in_environ.is_empty(), "a real token in /proc: {leaks:?} {in_environ:?}");
-    assert!(held_home.is_empty(), "a real token in the sandbox HOME while it ran: {held_home:?}");
-    assert!(
-        ps.stdout.contains("  login claude: held by the gate\n"),
-        "`ps` says who holds the login: {}",
-        ps.stdout
-    );
-    let given =
-        std::fs::read_to_string(find_file(&home, ".credentials.json").expect("the sandbox's login")).unwrap();
-    assert!(
-        given.contains("sk-ant-oat01-aisb_placeholder_") && given.contains("sk-ant-ort01-aisb_placeholder_"),
-        "{given}"
-    );
-    assert!(files_containing(&home, &reals).is_empty(), "a real token in the sandbox HOME after it ran");
-    let stored = std::fs::read_to_string(store.join(".credentials.json")).unwrap();
-    assert!(
-        stored.contains(&access) && stored.contains(&next) && !stored.contains("aisb_placeholder"),
-        "{stored}"
-    );
-    // Misuse: the refresh token's placeholder sent to the API host (allowed, but not where it
-    // goes) is refused and logged; control: the access token's placeholder works there.
-    let probe = "for t in ort01 oat01; do p=$(grep -o \"sk-ant-$t-aisb_placeholder_[0-9a-f]*\" \"$CLAUDE_CONFIG_DIR/.credentials.json\"); \
-                 printf '%s=' $t; curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $p\" https://api.anthropic.com/v1/models; done";
-    let r = sandbox(&p, &["--", "sh", "-c", probe], &[("XDG_DATA_HOME", data.to_str().unwrap())]);
-    r.ok();
-    assert!(r.stdout.contains("ort01=403 ") && r.stdout.contains("oat01=200 "), "{}\n{}", r.stdout, r.stderr);
-    let log = gate_log();
-    assert!(
-        log.contains(
-            "exfiltration attempt: the placeholder of the claude login's claudeAiOauth.refreshToken"
-        ),
-        "{log}"
-    );
-    assert!(!log.contains(&next) && !log.contains(&refresh), "a token in the gate's log");
-    assert!(
-        log.contains("login refreshed by the gate: the new tokens are in the store"),
-        "the refresh's record"
-    );
-    let _ = std::fs::remove_dir_all(&data);
-}
-
-/// The processes whose environment holds one of `secrets` (readable as root).
-fn environments_containing(secrets: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
-        if secrets.iter().any(|s| env.windows(s.len()).any(|w| w == s.as_bytes())) {
-            found.push(e.path().display().to_string());
-        }
-    }
-    found
-}
-
-/// The files below `dir` that hold one of `secrets`.
-fn files_containing(dir: &std::path::Path, secrets: &[&str]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return found };
-    for e in entries.flatten() {
-        let (path, kind) = (e.path(), e.file_type().unwrap());
-        if kind.is_dir() {
-            found.extend(files_containing(&path, secrets));
-        } else if kind.is_file()
-            && let Ok(b) = std::fs::read(&path)
-            && secrets.iter().any(|s| b.windows(s.len()).any(|w| w == s.as_bytes()))
-        {
-            found.push(path);
-        }
-    }
-    found
-}
-
-fn find_file(dir: &std::path::Path, name: &str) -> Option<PathBuf> {
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
-        let path = e.path();
-        match e.file_type().ok()?.is_dir() {
-            true => find_file(&path, name),
-            false => (e.file_name() == name).then_some(path),
-        }
-    })
 }
 
 #[test]
