@@ -470,6 +470,19 @@ mod tests {
     use super::*;
     use crate::host::FakeHost;
 
+    #[test]
+    fn a_held_tokens_placeholder_has_its_prefix_its_length_and_a_length_base64url_reads() {
+        let mut h = FakeHost::default();
+        let p = held_placeholder(&mut h, "sk-ant-oat01-", 108).unwrap();
+        assert!(p.starts_with("sk-ant-oat01-aisb_placeholder_") && p.len() == 108, "{p}");
+        // Short tokens still get 32 random digits; no length is 1 more than a multiple of 4.
+        let p = held_placeholder(&mut h, "", 10).unwrap();
+        assert_eq!(p.len(), "aisb_placeholder_".len() + 32 + 1, "{p}");
+        for len in 40..60 {
+            assert_ne!(held_placeholder(&mut h, "", len).unwrap().len() % 4, 1, "{len}");
+        }
+    }
+
     /// A script in `~/.local/bin` is mounted with its install's `lib` only when there is one
     /// (podman refuses a mount of what does not exist: `statfs ~/.local/lib`).
     #[test]

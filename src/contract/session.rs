@@ -153,8 +153,9 @@ pub struct LoginRef {
 /// A JWT's `header.claims` and its signature (`None`: not three dot-separated parts).
 pub(crate) fn jwt_parts(token: &str) -> Option<(&str, &str)> {
     let (signed, signature) = token.rsplit_once('.')?;
-    (signed.split('.').count() == 2 && !signature.is_empty() && !signed.starts_with('.'))
-        .then_some((signed, signature))
+    let (header, claims) = signed.split_once('.')?;
+    let part = |p: &str| !p.is_empty() && !p.contains('.');
+    (part(header) && part(claims) && part(signature)).then_some((signed, signature))
 }
 
 /// Never prints the value.
@@ -304,6 +305,21 @@ pub(crate) fn set_login_field(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jwt_splits_at_its_signature_and_anything_else_does_not() {
+        assert_eq!(jwt_parts("h.c.s"), Some(("h.c", "s")));
+        for not in ["h.c", "h.c.", ".c.s", "h..s", "h.c.s.x", "opaque", ""] {
+            assert_eq!(jwt_parts(not), None, "{not}");
+        }
+        let mut v = serde_json::json!({"a": {"b": "x"}});
+        assert!(set_login_field(&mut v, &["a", "b"], "y".into()));
+        assert!(!set_login_field(&mut v, &["a", "c"], "y".into()), "a place the login lacks is not made");
+        assert!(!set_login_field(&mut v, &["z", "b"], "y".into()));
+        assert!(!set_login_field(&mut v, &[] as &[&str], "y".into()));
+        assert_eq!(login_field(&v, &["a", "b"]), Some("y"));
+        assert_eq!(login_field(&v, &["a"]), None, "not a string");
+    }
 
     #[test]
     fn a_budgets_use_reads_in_the_configs_units() {

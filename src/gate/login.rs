@@ -332,6 +332,49 @@ mod tests {
     }
 
     #[test]
+    fn a_jwt_is_held_by_its_signature_and_a_refresh_answers_its_new_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("auth.json");
+        std::fs::write(&store, r#"{"tokens":{"access_token":"h.c1.S1","refresh_token":"R1"}}"#).unwrap();
+        let jwt = |field: &str, answer: &str| LoginRef {
+            store: store.clone(),
+            field: vec!["tokens".into(), field.into()],
+            endpoint: "auth.openai.com/oauth/token".into(),
+            answer: answer.into(),
+            expiry: vec![],
+            refresh: answer == "refresh_token",
+            jwt: answer != "refresh_token",
+        };
+        const SIG: &str = "aisb_placeholder_5151";
+        let s = Secrets::new(vec![
+            Bound::new("access", SIG, "ignored: the store is read", &["chatgpt.com"])
+                .held(jwt("access_token", "access_token")),
+            Bound::new("refresh", PR, "R1", &["auth.openai.com"]).held(jwt("refresh_token", "refresh_token")),
+        ]);
+        // The sandbox's h.c1.PLACEHOLDER becomes the stored token.
+        let bearer = format!("Bearer h.c1.{SIG}");
+        assert_eq!(s.substitute(bearer.as_bytes(), "chatgpt.com"), Ok(Some(b"Bearer h.c1.S1".to_vec())));
+        let answer = br#"{"access_token":"h.c2.S2","refresh_token":"R2","id_token":"x"}"#;
+        let (rewritten, unstored) =
+            take_answer(answer, s.renewed_at("auth.openai.com/oauth/token"), 0).unwrap();
+        assert_eq!(unstored, None);
+        let v: Value = serde_json::from_slice(&rewritten).unwrap();
+        assert_eq!(v["access_token"], format!("h.c2.{SIG}"), "the new claims, the same placeholder");
+        assert_eq!(v["refresh_token"], PR);
+        assert_eq!(v["id_token"], "x", "a token this session does not hold passes as it came");
+        let stored: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+        assert_eq!(stored["tokens"]["access_token"], "h.c2.S2", "the store holds the whole token");
+        let bearer = format!("Bearer h.c2.{SIG}");
+        assert_eq!(s.substitute(bearer.as_bytes(), "chatgpt.com"), Ok(Some(b"Bearer h.c2.S2".to_vec())));
+        // An answer whose token is not a JWT: held whole, answered as the bare placeholder.
+        let (rewritten, _) =
+            take_answer(br#"{"access_token":"opaque"}"#, s.renewed_at("auth.openai.com/oauth/token"), 0)
+                .unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&rewritten).unwrap()["access_token"], SIG);
+        assert_eq!(s.substitute(SIG.as_bytes(), "chatgpt.com"), Ok(Some(b"opaque".to_vec())));
+    }
+
+    #[test]
     fn a_body_is_refused_when_a_placeholder_goes_elsewhere_or_a_value_would_need_escaping() {
         let dir = tempfile::tempdir().unwrap();
         let store = store(&dir);
