@@ -381,7 +381,7 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     assert!(!argv.iter().any(|a| a.contains(store)), "no store is mounted: {argv:?}");
     assert!(!argv.iter().any(|a| a.starts_with("/home/dev/.claude:")), "the real ~/.claude is never mounted");
     assert!(out.contains("CLAUDE_CONFIG_DIR=/home/dev/.claude"), "{out}");
-    let held = "# note: state = claude: the login's tokens stay with the gate (claudeAiOauth.accessToken to api.anthropic.com; \
+    let held = "# note: state = claude: the gate holds the tokens your login store has (claudeAiOauth.accessToken to api.anthropic.com; \
                 claudeAiOauth.refreshToken only in refreshes at https://platform.claude.com/v1/oauth/token; primaryApiKey to \
                 api.anthropic.com); the sandbox holds placeholders, and the gate makes the refreshes (the allowlist must name \
                 platform.claude.com); a login made inside, with none in the store, is the agent's";
@@ -392,7 +392,7 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     let mut offline = host("state = claude\n", &[]);
     let out_none = dry_run(&mut offline, &["--net", "none", "--", "true"]);
     assert!(out_none.contains("# note: state = claude: the agent holds the login in clear"), "{out_none}");
-    assert!(!out_none.contains("stay with the gate"), "{out_none}");
+    assert!(!out_none.contains("the gate holds"), "{out_none}");
     let mut none = host("allow = example.com\n", &[]);
     let plain = dry_run(&mut none, &["--", "true"]);
     assert!(!plain.contains("holds the login"), "no state line, no login: {plain}");

@@ -420,10 +420,7 @@ fn held_logins(
             let Some(real) = login_field(&json, t.field).filter(|v| !v.is_empty()) else { continue };
             // A JWT is held by its signature (its claims stay readable); anything else whole.
             let jwt = t.jwt.then(|| crate::contract::session::jwt_parts(real)).flatten();
-            let (value, shown_len) = match jwt {
-                Some((_, signature)) => (signature, signature.len()),
-                None => (real, real.len()),
-            };
+            let shown_len = jwt.map_or(real.len(), |(_, signature)| signature.len());
             let held = held_placeholder(host, if jwt.is_some() { "" } else { t.prefix }, shown_len)?;
             let placeholder = match jwt {
                 Some((signed, _)) => format!("{signed}.{held}"),
@@ -433,7 +430,7 @@ fn held_logins(
             bound.push(crate::gate::secrets::Bound {
                 name: format!("the {} login's {}", s.name, field.join(".")),
                 placeholder: held,
-                value: value.to_string(),
+                value: real.to_string(),
                 hosts: t.hosts.iter().map(|h| h.to_string()).collect(),
                 login: t.answer.map(|answer| LoginRef {
                     store: store.clone(),

@@ -59,16 +59,15 @@ pub(crate) fn generation() -> u64 {
 pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
     let stored = std::fs::read(&l.store).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     let now = stored.as_ref().and_then(|v| login_field(v, &l.field)).filter(|v| !v.is_empty());
-    set(l, now.map_or(registered, |t| held_part(l, t).1))
+    set(l, now.unwrap_or(registered))
 }
 
-/// What of a token the gate holds, and what the sandbox sees in its place: a JWT held by its
-/// signature keeps its header and claims in view (`signed.PLACEHOLDER`); any other token is
-/// held whole. `(shown before the placeholder, held)`.
-fn held_part<'a>(l: &LoginRef, token: &'a str) -> (Option<&'a str>, &'a str) {
+/// What the sandbox sees in place of `token`: a JWT held by its signature keeps its header and
+/// claims in view (`signed.PLACEHOLDER`); any other token is the placeholder alone.
+fn shown(l: &LoginRef, token: &str, placeholder: &str) -> String {
     match l.jwt.then(|| jwt_parts(token)).flatten() {
-        Some((signed, signature)) => (Some(signed), signature),
-        None => (None, token),
+        Some((signed, _)) => format!("{signed}.{placeholder}"),
+        None => placeholder.to_string(),
     }
 }
 
@@ -89,6 +88,17 @@ fn set(l: &LoginRef, value: &str) -> Cell {
 pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), String> {
     let v =
         super::mcp::strict_json(body).map_err(|e| format!("its body is not JSON read one way only: {e}"))?;
+    // Only what a CLI's refresh holds, each a string: a server that read the body another way
+    // (a form smuggled into a value) would find nothing else to act on.
+    let Value::Object(members) = &v else { return Err("its body is not a JSON object".into()) };
+    if let Some((k, _)) = members.iter().find(|(k, v)| !REFRESH_KEYS.contains(&k.as_str()) || !v.is_string())
+    {
+        return Err(format!(
+            "its body holds {} (a refresh holds strings in {} only)",
+            quote_key(k),
+            REFRESH_KEYS.join(", ")
+        ));
+    }
     let field = |k: &str| v.get(k).and_then(Value::as_str);
     if field("grant_type") != Some("refresh_token") {
         return Err("it is not a refresh (grant_type refresh_token)".into());
@@ -97,6 +107,33 @@ pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), St
         Some(t) if placeholders.contains(&t) => Ok(()),
         _ => Err("its refresh_token is not this sandbox's placeholder".into()),
     }
+}
+
+/// The tokens an OAuth token answer carries.
+const TOKEN_FIELDS: &[&str] = &["access_token", "refresh_token", "id_token"];
+
+/// The members of a refresh's JSON body (Claude Code's; Codex's adds `refresh_reason`).
+const REFRESH_KEYS: &[&str] = &["grant_type", "refresh_token", "client_id", "scope", "refresh_reason"];
+
+fn quote_key(k: &str) -> String {
+    crate::sys::quote::text(&format!("{k:?}"))
+}
+
+/// A request to a held login's token endpoint, its head: JSON said once (`application/json`,
+/// at most a UTF-8 charset), not compressed, no query (a server that read a query or another
+/// content type could take another grant than the one checked).
+pub(crate) fn check_refresh_head(headers: &hyper::HeaderMap, query: Option<&str>) -> Result<(), String> {
+    let types: Vec<_> = headers.get_all(hyper::header::CONTENT_TYPE).iter().collect();
+    if types.len() != 1 || !super::mcp::json_type(types[0].as_bytes()) {
+        return Err("it is not said once to be application/json".into());
+    }
+    if headers.contains_key(hyper::header::CONTENT_ENCODING) {
+        return Err("its body is encoded".into());
+    }
+    if query.is_some() {
+        return Err("it has a query".into());
+    }
+    Ok(())
 }
 
 /// The turn of one login's refresh: held from before its refresh token is put in the request
@@ -120,25 +157,26 @@ pub(crate) fn take_answer<'a>(
     let Ok(Value::Object(mut json)) = serde_json::from_slice::<Value>(answer) else { return None };
     let expires_in = json.get("expires_in").and_then(Value::as_u64);
     let mut stores: HashMap<PathBuf, Vec<(&LoginRef, String)>> = HashMap::new();
+    let mut taken = Vec::new();
     for (l, placeholder) in renewed {
         let Some(Value::String(new)) = json.get(&l.answer).cloned() else { continue };
         if new.is_empty() {
             continue;
         }
-        let shown = match held_part(l, &new).0 {
-            Some(signed) => format!("{signed}.{placeholder}"),
-            None => placeholder.to_string(),
-        };
-        json.insert(l.answer.clone(), Value::String(shown));
+        json.insert(l.answer.clone(), Value::String(shown(l, &new, placeholder)));
+        taken.push(l.answer.clone());
         stores.entry(l.store.clone()).or_default().push((l, new));
     }
     if stores.is_empty() {
         return None;
     }
+    // A token of the answer this session holds no placeholder for (the store lacked it at
+    // launch) is not the agent's either: the CLI keeps its old one.
+    json.retain(|k, _| !TOKEN_FIELDS.contains(&k.as_str()) || taken.contains(k));
     let mut failed = Vec::new();
     for (store, tokens) in &stores {
         for (l, new) in tokens {
-            set(l, held_part(l, new).1);
+            set(l, new);
         }
         if let Err(e) = write_store(store, tokens, expires_in.map(|s| now_ms + u128::from(s) * 1000)) {
             failed.push(e);
@@ -288,10 +326,22 @@ mod tests {
         let ok = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"c"}}"#);
         assert_eq!(check_refresh(ok.as_bytes(), &mine), Ok(()));
         for (body, why) in [
+            (r#"{"grant_type":"authorization_code","refresh_token":"x"}"#.to_string(), "not a refresh"),
             (
                 r#"{"grant_type":"authorization_code","code":"c","refresh_token":"x"}"#.to_string(),
-                "not a refresh",
+                "holds \"code\"",
             ),
+            (
+                format!(
+                    r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","x":"&grant_type=refresh_token&refresh_token=theirs"}}"#
+                ),
+                "holds \"x\"",
+            ),
+            (
+                format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","scope":["a"]}}"#),
+                "holds \"scope\"",
+            ),
+            (format!(r#"["grant_type","refresh_token","{PR}"]"#), "not a JSON object"),
             (
                 r#"{"grant_type":"refresh_token","refresh_token":"sk-ant-ort01-attackers-own"}"#.into(),
                 "not this sandbox's",
@@ -309,6 +359,31 @@ mod tests {
         ] {
             let e = check_refresh(body.as_bytes(), &mine).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
+        }
+        // The head: JSON said once, not encoded, no query.
+        let head = |pairs: &[(&str, &str)]| {
+            let mut h = hyper::HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(hyper::header::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            }
+            h
+        };
+        assert_eq!(
+            check_refresh_head(&head(&[("content-type", "application/json; charset=utf-8")]), None),
+            Ok(())
+        );
+        for (h, q, why) in [
+            (head(&[("content-type", "application/x-www-form-urlencoded")]), None, "application/json"),
+            (head(&[]), None, "application/json"),
+            (
+                head(&[("content-type", "application/json"), ("content-type", "application/json")]),
+                None,
+                "once",
+            ),
+            (head(&[("content-type", "application/json"), ("content-encoding", "gzip")]), None, "encoded"),
+            (head(&[("content-type", "application/json")]), Some("grant_type=x"), "query"),
+        ] {
+            assert!(check_refresh_head(&h, q).unwrap_err().contains(why), "{h:?} {q:?}");
         }
         // The refresh token goes in no header, even to its own host; the access token does.
         let bearer = format!("Bearer {PR}");
@@ -361,11 +436,21 @@ mod tests {
         let v: Value = serde_json::from_slice(&rewritten).unwrap();
         assert_eq!(v["access_token"], format!("h.c2.{SIG}"), "the new claims, the same placeholder");
         assert_eq!(v["refresh_token"], PR);
-        assert_eq!(v["id_token"], "x", "a token this session does not hold passes as it came");
+        assert!(
+            v.get("id_token").is_none(),
+            "a token this session holds no placeholder for is not passed on"
+        );
         let stored: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
         assert_eq!(stored["tokens"]["access_token"], "h.c2.S2", "the store holds the whole token");
         let bearer = format!("Bearer h.c2.{SIG}");
         assert_eq!(s.substitute(bearer.as_bytes(), "chatgpt.com"), Ok(Some(b"Bearer h.c2.S2".to_vec())));
+        // A session that still holds the old claims sends the new token whole (its signature
+        // only ever after its own claims).
+        let old = format!("Bearer h.c1.{SIG}");
+        assert_eq!(s.substitute(old.as_bytes(), "chatgpt.com"), Ok(Some(b"Bearer h.c2.S2".to_vec())));
+        let mut scrub = crate::gate::scrub::Scrubber::new(s.masks("chatgpt.com"));
+        let echo = scrub.whole(b"got h.c2.S2 and x.y.S2").unwrap();
+        assert_eq!(echo, format!("got h.c2.{SIG} and x.y.{SIG}").into_bytes());
         // An answer whose token is not a JWT: held whole, answered as the bare placeholder.
         let (rewritten, _) =
             take_answer(br#"{"access_token":"opaque"}"#, s.renewed_at("auth.openai.com/oauth/token"), 0)

@@ -31,6 +31,10 @@ impl Bound {
     fn body_only(&self) -> bool {
         self.login.as_ref().is_some_and(|l| l.refresh)
     }
+    /// A JWT held by its signature: its placeholder stands after the token's header and claims.
+    fn jwt(&self) -> bool {
+        self.login.as_ref().is_some_and(|l| l.jwt)
+    }
 }
 
 /// A placeholder found where its secret may not go.
@@ -121,8 +125,7 @@ impl Secrets {
                 b.name
             ));
         }
-        let pairs = mine.iter().map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes()));
-        Ok(replace_all(body, pairs).unwrap_or_else(|| body.to_vec()))
+        Ok(swap(body, &mine).unwrap_or_else(|| body.to_vec()))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -157,15 +160,13 @@ impl Secrets {
         }
         let mine: Vec<(&Bound, Cow<'_, str>)> =
             self.now().filter(|(b, _)| b.bound_to(host) && !b.body_only()).collect();
-        let swap =
-            |v: &[u8]| replace_all(v, mine.iter().map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes())));
         if let Some(creds) = basic(value)
-            && let Some(new) = swap(&creds)
+            && let Some(new) = swap(&creds, &mine)
         {
             let scheme = &value[..value.len() - value.trim_ascii_start().len() + 6];
             return Ok(Some([scheme, STANDARD.encode(new).as_bytes()].concat()));
         }
-        Ok(swap(value))
+        Ok(swap(value, &mine))
     }
 
     /// The spellings of the real values of `host`'s secrets that a response from it must not
@@ -179,12 +180,54 @@ impl Secrets {
         self.masks_of(|b| b.bound_to(host) || b.login.is_some())
     }
 
+    /// A held JWT is masked whole (as its header and claims before its placeholder) and by its
+    /// signature alone.
     fn masks_of(&self, which: impl Fn(&Bound) -> bool) -> super::scrub::Masks {
-        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| which(b)).collect();
-        super::scrub::Masks::new(
-            mine.iter().map(|(b, v)| (b.name.as_str(), v.as_bytes(), b.placeholder.as_bytes())),
-        )
+        let mut spelled: Vec<(&str, String, String)> = Vec::new();
+        for (b, v) in self.now().filter(|(b, _)| which(b)) {
+            let jwt = b.jwt().then(|| crate::contract::session::jwt_parts(&v)).flatten();
+            if let Some((signed, signature)) = jwt {
+                spelled.push((&b.name, signature.to_string(), b.placeholder.clone()));
+                spelled.push((&b.name, v.to_string(), format!("{signed}.{}", b.placeholder)));
+            } else {
+                spelled.push((&b.name, v.to_string(), b.placeholder.clone()));
+            }
+        }
+        super::scrub::Masks::new(spelled.iter().map(|(n, v, p)| (*n, v.as_bytes(), p.as_bytes())))
     }
+}
+
+/// `v` with the placeholders of `mine` replaced by their values; a held JWT's placeholder with
+/// the header and claims before it (`x.y.PLACEHOLDER`, whatever they are), so that its
+/// signature only ever travels after its own claims. `None`: nothing replaced.
+fn swap(v: &[u8], mine: &[(&Bound, Cow<'_, str>)]) -> Option<Vec<u8>> {
+    let plain = replace_all(
+        v,
+        mine.iter().filter(|(b, _)| !b.jwt()).map(|(b, v)| (b.placeholder.as_bytes(), v.as_bytes())),
+    );
+    let mut cur = plain.clone().unwrap_or_else(|| v.to_vec());
+    let mut swapped = false;
+    for (b, real) in mine.iter().filter(|(b, _)| b.jwt()) {
+        while let Some(i) = find(&cur, b.placeholder.as_bytes()) {
+            let start = jwt_start(&cur, i);
+            cur = [&cur[..start], real.as_bytes(), &cur[i + b.placeholder.len()..]].concat();
+            swapped = true;
+        }
+    }
+    if swapped { Some(cur) } else { plain }
+}
+
+/// Where the JWT whose signature starts at `at` starts: two base64url parts, each followed by a
+/// dot, before it (else `at`: a placeholder standing alone).
+fn jwt_start(b: &[u8], at: usize) -> usize {
+    let part = |c: u8| c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
+    let back = |end: usize| -> Option<usize> {
+        // `end` is just past a dot; the part before that dot, if it has one.
+        let dot = end.checked_sub(1).filter(|&d| b[d] == b'.')?;
+        let start = b[..dot].iter().rposition(|&c| !part(c)).map_or(0, |i| i + 1);
+        (start < dot).then_some(start)
+    };
+    back(at).and_then(back).unwrap_or(at)
 }
 
 /// Whether `bytes` could hold a placeholder in any spelling `misuse` reads: only then is it
@@ -425,6 +468,23 @@ mod tests {
         assert!(s.terminates("api.example.com") && s.terminates("GitHub.com"));
         assert!(!s.terminates("example.com") && !s.terminates("x.api.example.com"));
         assert!(Secrets::default().is_empty() && !Secrets::default().terminates("github.com"));
+    }
+
+    #[test]
+    fn a_held_jwt_starts_two_base64url_parts_before_its_placeholder() {
+        for (text, start) in [
+            (&b"Bearer h.c.PH"[..], 7),
+            (b"h-_1.c2.PH", 0),
+            (b"x=h.c.PH", 2),
+            (b"PH", 0),
+            (b"Bearer PH", 7),
+            (b".c.PH", 3),
+            (b"h..PH", 3),
+            (b"c.PH", 2),
+        ] {
+            let at = text.len() - 2;
+            assert_eq!(jwt_start(text, at), start, "{}", String::from_utf8_lossy(text));
+        }
     }
 
     #[test]

@@ -470,8 +470,9 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             })
             .collect();
         n.push(format!(
-            "state = {}: the login's tokens stay with the gate ({}); the sandbox holds placeholders, and the gate makes \
-             the refreshes (the allowlist must name {host}); a login made inside, with none in the store, is the agent's",
+            "state = {}: the gate holds the tokens your login store has ({}); the sandbox holds placeholders, and the \
+             gate makes the refreshes (the allowlist must name {host}); a login made inside, with none in the store, is \
+             the agent's",
             state_named(s),
             goes.join("; ")
         ));

@@ -16,7 +16,9 @@ use super::admit::Admitted;
 use super::{Conn, full};
 use http_body_util::{BodyExt, Limited};
 use hyper::Request;
-use hyper::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING};
+use hyper::header::{
+    ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, TRANSFER_ENCODING,
+};
 
 /// A token request or answer larger than this is not one.
 const MAX: usize = 64 << 10;
@@ -39,7 +41,9 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         }
     }
     let endpoint = format!("{}{}", c.host, asked.path.unwrap_or("/"));
-    if let Err(why) = login::check_refresh(&sent, &c.secrets.refresh_placeholders(&endpoint)) {
+    let checked = login::check_refresh_head(&parts.headers, parts.uri.query())
+        .and_then(|()| login::check_refresh(&sent, &c.secrets.refresh_placeholders(&endpoint)));
+    if let Err(why) = checked {
         let why = format!(
             "a request to the token endpoint of a login the gate holds is refused: {why} (a login is made on the host: \
              `ai-sandbox login import AGENT`)"
@@ -53,6 +57,7 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         Err(why) => return fail(403, why),
     };
     parts.headers.remove(TRANSFER_ENCODING);
+    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     parts.headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     let mut sender = match c.sender().await {
