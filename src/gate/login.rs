@@ -1,5 +1,5 @@
-//! Logins the gate holds (ADR 0087): a `state` agent's tokens (Claude Code's OAuth access and
-//! refresh tokens) are in the sandbox only as placeholders; the gate swaps them for the real
+//! Logins the gate holds (ADR 0087): a `state` agent's tokens (Claude Code's and Codex's OAuth
+//! access and refresh tokens, Codex's id token) are in the sandbox only as placeholders; the gate swaps them for the real
 //! tokens on the login's own hosts (`secrets`), and makes the CLI's refresh itself: the token
 //! endpoint's answer goes to the user's login store and to every session of that login, and the
 //! CLI gets its placeholders back in place of the new tokens (`terminate::renew`).
@@ -62,8 +62,9 @@ pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
     set(l, now.unwrap_or(registered))
 }
 
-/// What the sandbox sees in place of `token`: a JWT held by its signature keeps its header and
-/// claims in view (`signed.PLACEHOLDER`); any other token is the placeholder alone.
+/// What the sandbox sees in place of `token`: a held JWT keeps its header and claims in view,
+/// with the placeholder where its signature was (`signed.PLACEHOLDER`); any other token is the
+/// placeholder alone.
 fn shown(l: &LoginRef, token: &str, placeholder: &str) -> String {
     match l.jwt.then(|| jwt_parts(token)).flatten() {
         Some((signed, _)) => format!("{signed}.{placeholder}"),
@@ -81,8 +82,9 @@ fn set(l: &LoginRef, value: &str) -> Cell {
 }
 
 /// A request to a held login's token endpoint, checked before the gate puts the real refresh
-/// token in it: a JSON object naming each key once (in any case), with `grant_type`
-/// `refresh_token` and `refresh_token` one of this session's `placeholders`. Anything else
+/// token in it: a JSON object naming each key once (in any case), only a refresh's keys
+/// (`REFRESH_KEYS`) with string values, `grant_type` `refresh_token` and `refresh_token` one of
+/// this session's `placeholders`. Anything else
 /// there is refused: an exchange of a code or of another refresh token would put another
 /// account's tokens in the user's store and in every session of the login.
 pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), String> {
@@ -268,7 +270,9 @@ mod tests {
 
         let answer =
             br#"{"access_token":"A2","refresh_token":"R2","expires_in":60,"scope":"user:inference"}"#;
+        let before = generation();
         let (rewritten, unstored) = take_answer(answer, one.renewed_at(ENDPOINT), 1_000).unwrap();
+        assert!(generation() > before, "a changed token is a new generation (the masks are made again)");
         assert_eq!(unstored, None);
         let v: Value = serde_json::from_slice(&rewritten).unwrap();
         assert_eq!((v["access_token"].as_str(), v["refresh_token"].as_str()), (Some(PA), Some(PR)));
@@ -285,6 +289,11 @@ mod tests {
         assert_eq!(again, br#"{"grant_type":"refresh_token","refresh_token":"R2"}"#);
         let mut scrub = crate::gate::scrub::Scrubber::new(two.masks("api.anthropic.com"));
         assert_eq!(scrub.whole(b"echo A2").unwrap(), format!("echo {PA}").into_bytes());
+        // A token endpoint's answer is masked of every token of the login, whatever its host.
+        let mut scrub = crate::gate::scrub::Scrubber::new(two.masks_with_logins("platform.claude.com"));
+        assert_eq!(scrub.whole(b"A2 R2").unwrap(), format!("{PA} {PR}").into_bytes());
+        let mut only_host = crate::gate::scrub::Scrubber::new(two.masks("platform.claude.com"));
+        assert_eq!(only_host.whole(b"A2 R2").unwrap(), format!("A2 {PR}").into_bytes(), "control");
     }
 
     #[test]
@@ -390,7 +399,8 @@ mod tests {
         assert_eq!(s.substitute(bearer.as_bytes(), "platform.claude.com"), Ok(None));
         let bearer = format!("Bearer {PA}");
         assert_eq!(s.substitute(bearer.as_bytes(), "api.anthropic.com"), Ok(Some(b"Bearer A1".to_vec())));
-        assert!(!format!("{s:?}").contains("A1") && !format!("{s:?}").contains("R1"), "{s:?}");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("A1") && !shown.contains("R1") && shown.contains("Cell(held)"), "{shown}");
     }
 
     #[test]

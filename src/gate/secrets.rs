@@ -471,6 +471,16 @@ mod tests {
     }
 
     #[test]
+    fn only_a_held_jwt_takes_the_parts_before_its_placeholder_with_it() {
+        // A secret line's placeholder after dotted text: the text stays.
+        let v = format!("token=v1.key.{PH}");
+        assert_eq!(
+            secrets().substitute(v.as_bytes(), "api.example.com"),
+            Ok(Some(b"token=v1.key.sk-real-1".to_vec()))
+        );
+    }
+
+    #[test]
     fn a_held_jwt_starts_two_base64url_parts_before_its_placeholder() {
         for (text, start) in [
             (&b"Bearer h.c.PH"[..], 7),
