@@ -733,20 +733,27 @@ pub fn pid_of_launcher(p: &Project) -> Option<i32> {
 /// Every process's command line on this machine that contains one of `secrets` (any local user
 /// can read them in /proc).
 pub fn command_lines_containing(secrets: &[&str]) -> Vec<String> {
-    let mut leaks = Vec::new();
+    procs_holding("cmdline", secrets)
+        .into_iter()
+        .map(|(proc, cmd)| {
+            format!("{}: {}", proc.display(), String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// Every process's `/proc/PID/FILE` (its `cmdline`, its `environ`) that contains one of
+/// `secrets`, once for each secret it holds: the process's directory and the file's bytes.
+pub fn procs_holding(file: &str, secrets: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let Ok(bytes) = std::fs::read(e.path().join(file)) else { continue };
         for s in secrets {
-            if cmd.windows(s.len()).any(|w| w == s.as_bytes()) {
-                leaks.push(format!(
-                    "{}: {}",
-                    e.path().display(),
-                    String::from_utf8_lossy(&cmd).replace('\0', " ")
-                ));
+            if bytes.windows(s.len()).any(|w| w == s.as_bytes()) {
+                found.push((e.path(), bytes.clone()));
             }
         }
     }
-    leaks
+    found
 }
 
 /// The test user's session directories.

@@ -8,7 +8,7 @@
 //! token's placeholder works on its host), and `ps` says the gate holds the login.
 
 use crate::harness::*;
-use crate::real_agents::{API_HOSTS, ModelApi, agent_path, tool_command};
+use crate::real_agents::{API_HOSTS, CODEX_EXEC, ModelApi, agent_path, tool_command};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ fn held_login_turn(l: Login) {
     let child = spawn_sandbox_with_secret_env(&p, &l.args, &[("PATH", &path), data_var]);
     let started = wait_for(120, || p.path("agent-running").exists());
     let leaks = command_lines_containing(&reals);
-    let in_environ = environments_containing(&reals);
+    let in_environ: Vec<_> = procs_holding("environ", &reals).into_iter().map(|(proc, _)| proc).collect();
     let home = data.join("ai-sandbox/homes");
     let held_home = files_containing(&home, &reals);
     let ps = sandbox(&p, &["ps"], &[data_var]);
@@ -205,14 +205,7 @@ fn codexs_chatgpt_login_stays_with_the_gate_through_a_refresh() {
             sig(&new_id),
         ],
         auth_host: "auth.openai.com",
-        args: vec![
-            "--",
-            "codex",
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "Write the file.",
-        ],
+        args: [&CODEX_EXEC[..], &["Write the file."]].concat(),
         probe: probe.into(),
         probed: vec!["id_token=403 ", "access_token=200 "],
         misuse: "the codex login's tokens.id_token",
@@ -222,18 +215,6 @@ fn codexs_chatgpt_login_stays_with_the_gate_through_a_refresh() {
 /// A JWT's signature: what the gate holds of it (its claims the CLI reads in the clear).
 fn sig(token: &str) -> String {
     token.rsplit('.').next().unwrap().to_string()
-}
-
-/// The processes whose environment holds one of `secrets` (readable as root).
-fn environments_containing(secrets: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
-        if secrets.iter().any(|s| env.windows(s.len()).any(|w| w == s.as_bytes())) {
-            found.push(e.path().display().to_string());
-        }
-    }
-    found
 }
 
 /// The files below `dir` that hold one of `secrets`.

@@ -135,6 +135,10 @@ fn held_only_a_placeholder(p: &Project, key: &str) {
     assert!(seen.starts_with("aisb_placeholder_") && !seen.contains(key), "the agent's env held: {seen}");
 }
 
+/// `codex exec` as the tests run it in a sandbox (its prompt follows).
+pub(crate) const CODEX_EXEC: [&str; 5] =
+    ["--", "codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"];
+
 /// Where scripts/install-agents puts aider (a venv of its own, readable by the test user).
 const AIDER_BIN: &str = "/opt/aisb-aider/bin";
 
@@ -275,7 +279,7 @@ fn claude_code_works_through_the_gate_and_a_refused_api_is_said_at_once() {
 fn codex_works_over_websocket_and_sse_and_a_refused_api_is_said_at_once() {
     let key = format!("sk-e2e-codex-{}-4b9a21", std::process::id());
     let api = ModelApi::start("codex", &tool_command("codex"), &key);
-    let exec = ["--", "codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"];
+    let exec = CODEX_EXEC;
     let prompt = "Write the file.";
     // Codex's default transport: the Responses API over a WebSocket.
     let p = api.project("codex", "CODEX_CA_CERTIFICATE", None);
@@ -323,14 +327,7 @@ fn codex_with_a_bound_key_never_holds_it() {
     let key = format!("sk-e2e-codex-{}-b0a11d", std::process::id());
     let api = ModelApi::start("codex-bound", &bound_tool_command("codex", "CODEX_API_KEY"), &key);
     let p = api.project_bound("codex", "CODEX_API_KEY", "api.openai.com");
-    let args = [
-        "--",
-        "codex",
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        "Write the file.",
-    ];
+    let args = [&CODEX_EXEC[..], &["Write the file."]].concat();
     let all = one_turn(&api, &p, "codex", &args, ("CODEX_API_KEY", &key));
     held_only_a_placeholder(&p, &key);
     let ws = |r: &serde_json::Value| r["transport"] == "websocket" && r["called"].is_string();
