@@ -407,17 +407,21 @@ fn held_logins(
     }
     for s in &p.agent_state {
         let Some(login) = crate::policy::agents::held(&s.name) else { continue };
+        // Each login file read once, for all of its tokens (`None`: absent, or not JSON).
+        let mut files: std::collections::BTreeMap<&str, Option<serde_json::Value>> = Default::default();
         for t in login.tokens {
             let store = s.store_file(agents_dir, t.file);
-            // A login still in the layout before ADR 0056 is moved to the store as it is given.
-            let legacy = s.legacy_file(agents_dir, t.file);
-            let text = match host.read_file(&store)? {
-                Some(t) => Some(t),
-                None => legacy.map(|l| host.read_file(&l)).transpose()?.flatten(),
-            };
-            let Some(text) = text else { continue };
-            let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
-            let Some(real) = login_field(&json, t.field).filter(|v| !v.is_empty()) else { continue };
+            if !files.contains_key(t.file) {
+                // A login still in the layout before ADR 0056 is moved to the store as it is given.
+                let legacy = s.legacy_file(agents_dir, t.file);
+                let text = match host.read_file(&store)? {
+                    Some(t) => Some(t),
+                    None => legacy.map(|l| host.read_file(&l)).transpose()?.flatten(),
+                };
+                files.insert(t.file, text.and_then(|t| serde_json::from_str(&t).ok()));
+            }
+            let Some(json) = &files[t.file] else { continue };
+            let Some(real) = login_field(json, t.field).filter(|v| !v.is_empty()) else { continue };
             // A JWT is held by its signature (its claims stay readable); anything else whole.
             let jwt = t.jwt.then(|| crate::contract::session::jwt_parts(real)).flatten();
             let shown_len = jwt.map_or(real.len(), |(_, signature)| signature.len());
