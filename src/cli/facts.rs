@@ -121,7 +121,7 @@ pub enum Intent {
 pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::Result<Facts> {
     let launching = intent == Intent::Launch;
     let home = PathBuf::from(host.env("HOME").context("HOME is not set")?);
-    let Resolved { values: secrets, missing: missing_secrets, mut bound } =
+    let Resolved { values: secrets, missing: missing_secrets, mut bound, aws_from } =
         resolve_secrets(host, p, &home, launching)?;
     let agents_dir = agents_dir(host);
     let held = match launching {
@@ -162,6 +162,7 @@ pub fn gather_facts(host: &mut dyn Host, p: &Policy, intent: Intent) -> anyhow::
         agents_dir,
         secrets,
         missing_secrets,
+        aws_from,
         bound,
         held,
         upstream_ca,
@@ -310,6 +311,8 @@ struct Resolved {
     missing: Vec<String>,
     /// The bound ones, with their values, for the gate.
     bound: Vec<crate::gate::secrets::Bound>,
+    /// Where `secret = aws` read (or would read) its credentials.
+    aws_from: Option<String>,
 }
 
 /// `upstream_ca = FILE`, read at launch: PEM text (the gate parses it).
@@ -341,9 +344,29 @@ fn resolve_secrets(
     launching: bool,
 ) -> anyhow::Result<Resolved> {
     use crate::policy::env::SecretSource;
+    use crate::policy::secret::AwsPart;
     let (mut values, mut missing, mut bound) = (Vec::new(), Vec::new(), Vec::new());
+    // `secret = aws`: one read for its three variables.
+    let (mut aws, mut aws_from): (Option<super::aws::AwsCreds>, _) = (None, None);
     for s in &p.secrets {
         let value = match (&s.from, launching) {
+            (SecretSource::Aws { profile, part }, false) => {
+                let said = super::aws::said(profile.as_deref());
+                aws_from = Some(said.clone());
+                Some(format!("<{} from {said}>", part.var()))
+            }
+            (SecretSource::Aws { profile, part }, true) => {
+                if aws.is_none() {
+                    let read = super::aws::read(host, home, profile.as_deref())?;
+                    aws_from = Some(read.from.clone());
+                    aws = Some(read);
+                }
+                match aws.as_ref().and_then(|c| c.part(*part)) {
+                    Some(v) => Some(v.to_string()),
+                    // No session token: long-term keys sign without one.
+                    None => continue,
+                }
+            }
             (SecretSource::Env, false) => Some(format!("<secret from ${}>", s.name)),
             (SecretSource::File(f), false) => Some(format!("<secret from {f}>")),
             (SecretSource::Env, true) => host.env(&s.name),
@@ -364,18 +387,25 @@ fn resolve_secrets(
                 // Per session and random: what the sandbox holds is worth nothing elsewhere.
                 let placeholder = match launching {
                     true => format!("{}{}", crate::gate::secrets::PREFIX, host.random_hex(16)?),
+                    false if matches!(s.from, SecretSource::Aws { .. }) => {
+                        format!(
+                            "<placeholder made at launch; the gate signs with {v} for {}>",
+                            s.hosts.join(", ")
+                        )
+                    }
                     false => format!(
                         "<placeholder made at launch; the gate sends {v} only to {}>",
                         s.hosts.join(", ")
                     ),
                 };
                 values.push((s.name.clone(), placeholder.clone()));
-                bound.push(crate::gate::secrets::Bound {
-                    name: s.name.clone(),
-                    placeholder,
-                    value: v,
-                    hosts: s.hosts.clone(),
-                    login: None,
+                let b = crate::gate::secrets::Bound::new(&s.name, &placeholder, &v, &[]);
+                let hosts = s.hosts.clone();
+                bound.push(match &s.from {
+                    // The secret key signs, in the gate: it is sent nowhere.
+                    SecretSource::Aws { part: AwsPart::SecretKey, .. } => b.signs(AwsPart::SecretKey),
+                    SecretSource::Aws { part, .. } => crate::gate::secrets::Bound { hosts, ..b.signs(*part) },
+                    _ => crate::gate::secrets::Bound { hosts, ..b },
                 });
             }
             None if host.env_not_text(&s.name) => {
@@ -388,7 +418,7 @@ fn resolve_secrets(
             None => missing.push(s.name.clone()),
         }
     }
-    Ok(Resolved { values, missing, bound })
+    Ok(Resolved { values, missing, bound, aws_from })
 }
 
 /// The tokens of the logins the gate holds (ADR 0087), read from the store at launch: each is
@@ -436,6 +466,7 @@ fn held_logins(
                 placeholder: held,
                 value: real.to_string(),
                 hosts: t.hosts.iter().map(|h| h.to_string()).collect(),
+                aws: None,
                 login: t.answer.map(|answer| LoginRef {
                     store: store.clone(),
                     field: field.clone(),

@@ -2,6 +2,7 @@
 //! so a bad `--allow` is reported the same way as a bad config line.
 
 pub mod app;
+mod aws;
 pub mod change;
 pub mod doctor;
 pub mod exec;

@@ -125,6 +125,10 @@ pub struct Bound {
     /// the gate's refresh writes the new one there (`gate::login`). `None`: a `secret` line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) login: Option<LoginRef>,
+    /// One of the AWS credentials the gate signs with (`secret = aws for HOST`,
+    /// `gate::sigv4`): never put into a request as it is, only signed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) aws: Option<crate::policy::secret::AwsPart>,
 }
 
 /// Where a login's token lives in the user's login store, and which token endpoint renews it.
@@ -196,10 +200,23 @@ impl Bound {
         self
     }
 
+    /// This secret as one of the AWS credentials the gate signs with (`gate::sigv4`).
+    pub fn signs(mut self, part: crate::policy::secret::AwsPart) -> Bound {
+        self.aws = Some(part);
+        self
+    }
+
     /// A secret `value` bound to `hosts`, seen in the sandbox as `placeholder`.
     pub fn new(name: &str, placeholder: &str, value: &str, hosts: &[&str]) -> Bound {
         let hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Bound { name: name.into(), placeholder: placeholder.into(), value: value.into(), hosts, login: None }
+        Bound {
+            name: name.into(),
+            placeholder: placeholder.into(),
+            value: value.into(),
+            hosts,
+            login: None,
+            aws: None,
+        }
     }
 }
 

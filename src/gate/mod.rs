@@ -42,6 +42,7 @@ pub(crate) mod response;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
 pub mod server;
+pub(crate) mod sigv4;
 pub(crate) mod splice;
 mod state;
 pub(crate) mod terminate;

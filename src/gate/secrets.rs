@@ -31,10 +31,22 @@ impl Bound {
     fn body_only(&self) -> bool {
         self.login.as_ref().is_some_and(|l| l.refresh)
     }
+    /// Held back from every request as it is: a refresh token (only into a checked refresh's
+    /// body) and the AWS credentials (only signed with: `sigv4`).
+    fn held_back(&self) -> bool {
+        self.body_only() || self.aws.is_some()
+    }
     /// A JWT held by its signature: its placeholder stands after the token's header and claims.
     fn jwt(&self) -> bool {
         self.login.as_ref().is_some_and(|l| l.jwt)
     }
+}
+
+/// A session's AWS credentials, each as (placeholder, value).
+pub(crate) struct AwsHeld<'a> {
+    pub(crate) key_id: (&'a str, &'a str),
+    pub(crate) secret: (&'a str, &'a str),
+    pub(crate) token: Option<(&'a str, &'a str)>,
 }
 
 /// A placeholder found where its secret may not go.
@@ -56,6 +68,12 @@ impl Misuse {
     }
     /// The refusal's hint: where the secret does go.
     pub(crate) fn hint(&self) -> String {
+        if self.hosts.is_empty() {
+            return format!(
+                "ai-sandbox gate: exfiltration attempt refused: this request carries the placeholder of {}, which the gate keeps: it is sent nowhere",
+                self.secret
+            );
+        }
         format!(
             "ai-sandbox gate: exfiltration attempt refused: this request carries the placeholder of {}, which goes only to {} over HTTPS",
             self.secret,
@@ -128,6 +146,21 @@ impl Secrets {
         Ok(swap(body, &mine).unwrap_or_else(|| body.to_vec()))
     }
 
+    /// The AWS credentials the gate signs requests to `host` with, each as (placeholder,
+    /// value): key id, secret key, session token (`None`: no `secret = aws` is bound to `host`).
+    pub(crate) fn aws(&self, host: &str) -> Option<AwsHeld<'_>> {
+        use crate::policy::secret::AwsPart;
+        let part = |p: AwsPart| {
+            self.0.iter().find(|b| b.aws == Some(p)).map(|b| (b.placeholder.as_str(), b.value.as_str()))
+        };
+        let bound = self.0.iter().any(|b| b.aws == Some(AwsPart::KeyId) && b.bound_to(host));
+        Some(AwsHeld {
+            key_id: part(AwsPart::KeyId).filter(|_| bound)?,
+            secret: part(AwsPart::SecretKey)?,
+            token: part(AwsPart::SessionToken),
+        })
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -159,7 +192,7 @@ impl Secrets {
             return Err(m);
         }
         let mine: Vec<(&Bound, Cow<'_, str>)> =
-            self.now().filter(|(b, _)| b.bound_to(host) && !b.body_only()).collect();
+            self.now().filter(|(b, _)| b.bound_to(host) && !b.held_back()).collect();
         if let Some(creds) = basic(value)
             && let Some(new) = swap(&creds, &mine)
         {
@@ -334,6 +367,7 @@ mod tests {
                 value: "sk-real-1".into(),
                 hosts: vec!["api.example.com".into(), "up.example.com".into()],
                 login: None,
+                aws: None,
             },
             Bound {
                 name: "GH_TOKEN".into(),
@@ -341,6 +375,7 @@ mod tests {
                 value: "ghp_real".into(),
                 hosts: vec!["github.com".into()],
                 login: None,
+                aws: None,
             },
         ])
     }
@@ -505,6 +540,7 @@ mod tests {
             value: value.into(),
             hosts: vec!["h.test".into()],
             login: None,
+            aws: None,
         };
         // An empty placeholder would match everywhere; an empty value would erase the header.
         assert!(Secrets::new(vec![bad("", "v"), bad(PH, "")]).is_empty());

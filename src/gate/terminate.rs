@@ -110,6 +110,7 @@ struct Conn {
 mod admit;
 mod answer;
 mod renew;
+mod sign;
 
 use admit::Stop;
 
@@ -407,8 +408,8 @@ async fn drain<B: Body<Data = Bytes> + Unpin>(ahead: &Ahead, body: &mut B) {
 }
 
 /// One request through a terminated connection: the request phases under the policy read
-/// once for it (`admit`), the placeholders substituted and the decision recorded, then upstream
-/// and the response phases (`answer`).
+/// once for it (`admit`), the placeholders substituted (an AWS signature made again: `sign`)
+/// and the decision recorded, then upstream and the response phases (`answer`).
 async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
     let policy = c.session.policy();
     let method = req.method().as_str().to_string();
@@ -419,6 +420,8 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
         r.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
         return r;
     }
+    // What an AWS signature covers, as the client sent it (`sign`).
+    let sent = sign::AsSent::of(c, &req);
     let mut admitted = match admit::admit(c, &policy, &asked, req).await {
         Ok(a) => a,
         Err(stop) => return c.finish(&asked, stop),
@@ -435,7 +438,10 @@ async fn relay(c: &Conn, req: Request<Incoming>) -> Response<Out> {
             hint: "ai-sandbox gate: a login's token was refreshed just now; send the request again".into(),
             ..Denial::default()
         })),
-        Ok(()) => admit::record(c, &asked, &mut admitted).await,
+        Ok(()) => match sign::resign(c, sent.as_ref(), &mut admitted, &mut masks).await {
+            Ok(()) => admit::record(c, &asked, &mut admitted).await,
+            Err(d) => Err(Stop::from(d)),
+        },
         Err(d) => Err(Stop::from(d)),
     };
     if let Err(stop) = sendable {

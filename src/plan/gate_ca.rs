@@ -83,7 +83,11 @@ pub(crate) fn env(p: &Policy, f: &Facts) -> Vec<(String, String)> {
 pub(crate) fn notices(p: &Policy, f: &Facts) -> Vec<String> {
     let mut n = Vec::new();
     // A held login's tokens are said by its `state` line's notice (`plan::notices`).
-    for b in f.bound.iter().filter(|b| !f.held.iter().any(|h| h.placeholder.contains(&b.placeholder))) {
+    // So are the AWS credentials the gate signs with (`secret = aws`).
+    let said_elsewhere = |b: &&crate::gate::secrets::Bound| {
+        b.aws.is_some() || f.held.iter().any(|h| h.placeholder.contains(&b.placeholder))
+    };
+    for b in f.bound.iter().filter(|b| !said_elsewhere(b)) {
         n.push(format!(
             "{}: the sandbox holds a placeholder; the gate puts the value into HTTPS requests to {} only",
             b.name,

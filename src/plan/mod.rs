@@ -229,7 +229,19 @@ fn login_holders(p: &Policy, f: &Facts) -> Vec<String> {
             let who = if held { "held by the gate" } else { "in the agent's hands, in clear" };
             format!("{}: {who}", state_named(s))
         })
+        .chain(
+            aws_signs(p)
+                .filter(|_| p.gate)
+                .map(|hosts| format!("aws: held by the gate, which signs for {hosts}")),
+        )
         .collect()
+}
+
+/// The hosts `secret = aws` is bound to (`None`: no such line).
+fn aws_signs(p: &Policy) -> Option<String> {
+    use crate::policy::env::SecretSource;
+    let s = p.secrets.iter().find(|s| matches!(s.from, SecretSource::Aws { .. }))?;
+    Some(s.hosts.join(", "))
 }
 
 pub fn build(p: &Policy, f: &Facts) -> Plan {
@@ -475,6 +487,21 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
              the agent's",
             state_named(s),
             goes.join("; ")
+        ));
+    }
+    if let (Some(hosts), true) = (aws_signs(p), p.gate) {
+        let vars: Vec<&str> = p
+            .secrets
+            .iter()
+            .filter(|s| matches!(s.from, crate::policy::env::SecretSource::Aws { .. }))
+            .filter(|s| f.secrets.iter().any(|(n, _)| *n == s.name))
+            .map(|s| s.name.as_str())
+            .collect();
+        n.push(format!(
+            "secret = aws: the gate holds your AWS credentials (from {}) and signs the requests to {hosts} that the \
+             sandbox signed with its placeholders ({}); they go nowhere else",
+            f.aws_from.as_deref().unwrap_or("?"),
+            vars.join(", ")
         ));
     }
     let clear: Vec<String> = clear.iter().map(|s| format!("state = {}", state_named(s))).collect();

@@ -80,6 +80,9 @@ pub struct Facts {
     pub(crate) secrets: Vec<(String, String)>,
     /// Secrets the user listed that have no value (said at launch).
     pub(crate) missing_secrets: Vec<String>,
+    /// Where `secret = aws` read the AWS credentials the gate signs with (a dry run: where it
+    /// would).
+    pub(crate) aws_from: Option<String>,
     /// Secrets bound to hosts, each with its per-session placeholder (which `secrets` holds
     /// under the same name); the values go to the gate only, at registration.
     pub(crate) bound: Vec<crate::gate::secrets::Bound>,

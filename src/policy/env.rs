@@ -6,7 +6,7 @@
 //! one value instead of being lost to flag order, and no host proxy leaks in.
 
 use super::allow::{IpNet, Ports};
-pub(crate) use super::secret::{SecretSource, parse_secret};
+pub(crate) use super::secret::{SecretLine, SecretSource, parse_secret};
 use super::{Inputs, NetMode};
 use crate::config::Config;
 use crate::error::{Diagnostic, Origin};
@@ -98,6 +98,13 @@ pub(crate) fn user_env(
         let (v, at) = (e.value.as_str(), Origin::Config(e.line));
         if e.key == "secret" {
             match parse_secret(v) {
+                // One line, the three variables an AWS client reads.
+                Ok(SecretLine { from: SecretSource::Aws { profile, .. }, hosts, .. }) => {
+                    for part in crate::policy::secret::AwsPart::ALL {
+                        let from = SecretSource::Aws { profile: profile.clone(), part };
+                        given.push((part.var().to_string(), Given::Secret(from, hosts.clone()), at.clone()));
+                    }
+                }
                 Ok(l) => given.push((l.name, Given::Secret(l.from, l.hosts), at)),
                 Err((msg, hint)) => diags.push(Diagnostic::new(at, msg).hint(hint)),
             }

@@ -268,10 +268,10 @@ pub const KEYS: &[Key] = &[
         name: Name::Secret,
         repeats: true,
         shell: false,
-        doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder",
+        doc: "NAME [from FILE] [for HOST, ...]: a value from your environment or a 0600 file, never written in the config; bound to hosts, the sandbox sees only a placeholder (`aws[:PROFILE] for HOST, ...`: your AWS credentials, which the gate signs with)",
         example: "ANTHROPIC_API_KEY",
         widens: Widens::When(secret_widens),
-        export: Exports { kube: Export::Carried },
+        export: Exports { kube: Export::Checked(secret_exports) },
     },
     Key {
         name: Name::UpstreamCa,
@@ -568,8 +568,26 @@ fn rule_widens(v: &str) -> Option<String> {
     ))
 }
 
+/// `secret = aws` stays on this machine: the cluster gate does not sign.
+fn secret_exports(v: &str, _: &ExportCx) -> Option<(String, &'static str)> {
+    match parse_secret(v) {
+        Ok(SecretLine { from: SecretSource::Aws { .. }, .. }) => Some((
+            format!(
+                "`secret = {}`: the export carries no AWS credentials to the cluster (its gate does not sign AWS requests)",
+                v.trim()
+            ),
+            "give the Pod AWS credentials of the cluster's own (an IAM role for its service account), or leave the line out of the export",
+        )),
+        _ => None,
+    }
+}
+
 fn secret_widens(v: &str) -> Option<String> {
     Some(match parse_secret(v) {
+        Ok(SecretLine { from: SecretSource::Aws { .. }, hosts, .. }) => format!(
+            "lets the sandbox use your AWS credentials at {}: the gate signs its requests there (the agent sees only placeholders)",
+            hosts.join(", ")
+        ),
         Ok(l) if !l.hosts.is_empty() => format!(
             "lets the sandbox use {} at {} (the gate puts it into requests there; the agent sees only a placeholder)",
             l.name,

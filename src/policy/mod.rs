@@ -530,16 +530,31 @@ fn bindings(p: &Policy, c: &mut Collector) {
             pat.matches(h) && ports.as_ref().map_or(no_port, |r| r.contains(&Ports::one(443)))
         })
     };
-    for s in p.secrets.iter().filter(|s| !s.hosts.is_empty()) {
+    use secret::{AwsPart, SecretSource};
+    // `secret = aws`'s three variables are one line: said once, by its key id.
+    let said =
+        |from: &SecretSource| !matches!(from, SecretSource::Aws { part, .. } if *part != AwsPart::KeyId);
+    for s in p.secrets.iter().filter(|s| !s.hosts.is_empty() && said(&s.from)) {
+        let aws = matches!(s.from, SecretSource::Aws { .. });
+        let name = if aws { "secret = aws (your AWS credentials)" } else { s.name.as_str() };
         if !p.gate && p.net != NetMode::None {
             let why = match p.net {
                 NetMode::Full => "--net full has no gate",
                 _ => "--no-gate leaves no gate",
             };
+            let hint = match aws {
+                true => "run with the gate (--net allow), which signs the requests; or write `secret = AWS_ACCESS_KEY_ID` and \
+                         `secret = AWS_SECRET_ACCESS_KEY` to hand the agent the keys themselves"
+                    .to_string(),
+                false => format!("run with the gate (--net allow), or write `secret = {}` to hand the agent the value itself", s.name),
+            };
             c.bad(
                 s.at.clone(),
-                format!("{} is bound to {}, but {why} to put its value into requests", s.name, s.hosts.join(", ")),
-                format!("run with the gate (--net allow), or write `secret = {}` to hand the agent the value itself", s.name),
+                format!(
+                    "{name} is bound to {}, but {why} to put its value into requests",
+                    s.hosts.join(", ")
+                ),
+                hint,
             );
             continue;
         }
@@ -549,7 +564,7 @@ fn bindings(p: &Policy, c: &mut Collector) {
             if !allowed && p.net == NetMode::Allow {
                 c.bad(
                     s.at.clone(),
-                    format!("{} is bound to {h}, which the allow lines do not let through on 443", s.name),
+                    format!("{name} is bound to {h}, which the allow lines do not let through on 443"),
                     format!("add `allow = {h}` (a secret goes only to a host the sandbox may reach)"),
                 );
             }

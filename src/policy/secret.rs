@@ -7,6 +7,7 @@
 //! (see `gate::secrets`); unbound, the agent holds the value itself.
 
 use super::allow::{Allow, HostPattern};
+use serde::{Deserialize, Serialize};
 
 /// Where a secret's value comes from, read only when a sandbox launches (never by a dry run,
 /// never into the Policy).
@@ -16,6 +17,34 @@ pub(crate) enum SecretSource {
     Env,
     /// A file (`secret = NAME from FILE`), absolute or `~/`, owned by the user, mode 0600 or less.
     File(String),
+    /// One of the user's AWS credentials (`secret = aws[:PROFILE] for HOST`): from the
+    /// environment (`AWS_ACCESS_KEY_ID`, ...), else the shared credentials file's profile
+    /// (`PROFILE`, else `$AWS_PROFILE`, else `default`). The gate signs with them (ADR 0088).
+    Aws { profile: Option<String>, part: AwsPart },
+}
+
+/// Which of a set of AWS credentials a bound secret is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AwsPart {
+    /// `AWS_ACCESS_KEY_ID`: in the signature's credential, to the bound hosts.
+    KeyId,
+    /// `AWS_SECRET_ACCESS_KEY`: signs, and goes nowhere.
+    SecretKey,
+    /// `AWS_SESSION_TOKEN`: a signed header or query parameter, to the bound hosts.
+    SessionToken,
+}
+
+impl AwsPart {
+    pub const ALL: [AwsPart; 3] = [AwsPart::KeyId, AwsPart::SecretKey, AwsPart::SessionToken];
+    /// The variable the sandbox holds its placeholder in.
+    pub fn var(self) -> &'static str {
+        match self {
+            AwsPart::KeyId => "AWS_ACCESS_KEY_ID",
+            AwsPart::SecretKey => "AWS_SECRET_ACCESS_KEY",
+            AwsPart::SessionToken => "AWS_SESSION_TOKEN",
+        }
+    }
 }
 
 /// One `secret` line, read.
@@ -33,6 +62,23 @@ pub(crate) fn parse_secret(v: &str) -> Result<SecretLine, (String, &'static str)
         None => (v, Vec::new()),
         Some((rest, list)) => (rest, bound_hosts(list)?),
     };
+    let aws = rest.trim();
+    if aws == "aws" || aws.starts_with("aws:") {
+        let profile = aws.strip_prefix("aws:").map(str::trim);
+        if profile.is_some_and(|p| {
+            p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@+".contains(&b))
+        }) {
+            return Err((format!("`{aws}`: the AWS profile is not a profile name"), AWS_HINT));
+        }
+        if hosts.is_empty() {
+            return Err((
+                "`secret = aws` needs `for HOST`: the gate signs requests to those hosts, and the sandbox holds placeholders".into(),
+                AWS_HINT,
+            ));
+        }
+        let from = SecretSource::Aws { profile: profile.map(String::from), part: AwsPart::KeyId };
+        return Ok(SecretLine { name: "aws".into(), from, hosts });
+    }
     let (name, from) = match rest.split_once(" from ") {
         None => (rest, SecretSource::Env),
         Some((name, file)) => {
@@ -45,6 +91,8 @@ pub(crate) fn parse_secret(v: &str) -> Result<SecretLine, (String, &'static str)
     };
     Ok(SecretLine { name: name.trim().to_string(), from, hosts })
 }
+
+const AWS_HINT: &str = "write `secret = aws for bedrock-runtime.us-east-1.amazonaws.com` (your AWS credentials from the environment or ~/.aws/credentials), or `secret = aws:PROFILE for HOST`";
 
 /// `HOST[, HOST...]` after `for`: exact names only (a wildcard would send the key to any name
 /// under it, an attacker's included), no ports (it goes over HTTPS on the gate's TLS ports).

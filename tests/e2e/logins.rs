@@ -218,7 +218,7 @@ fn sig(token: &str) -> String {
 }
 
 /// The files below `dir` that hold one of `secrets`.
-fn files_containing(dir: &Path, secrets: &[&str]) -> Vec<PathBuf> {
+pub(crate) fn files_containing(dir: &Path, secrets: &[&str]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else { return found };
     for e in entries.flatten() {

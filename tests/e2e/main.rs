@@ -4,6 +4,7 @@
 //! machine set-up); `scripts/test` runs them with `--ignored`, and any failure fails CI.
 
 mod agents;
+mod aws;
 mod budgets;
 mod clients;
 mod cluster;

@@ -1,0 +1,420 @@
+//! AWS Signature Version 4, the pure part (`secret = aws for HOST`, ADR 0088). An AWS client
+//! signs each request with its secret key, which never travels: so the gate cannot put the real
+//! key into a request as it does a bound token. The sandbox's client signs with per-session
+//! placeholder credentials instead; for a request to a bound host the gate checks that it was
+//! signed with them (`verify`: the signature of the request as the client sent it, so the gate
+//! re-signs only what the sandbox's own client signed) and signs it again with the user's real
+//! credentials (`resign`), which stay with the gate.
+//!
+//! The canonical request is AWS's: the method, the path (as sent for S3, with its dot segments
+//! removed and encoded once more for every other service: the client chose, and `verify` finds
+//! which), the query decoded and encoded again in AWS's strict form and sorted, the signed
+//! headers (values trimmed, runs of spaces made one), and the payload's hash (the client's
+//! `x-amz-content-sha256`, else the body's SHA-256, or `UNSIGNED-PAYLOAD` in a presigned URL).
+//! A body signed chunk by chunk (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`) is refused: each chunk's
+//! signature chains on the one before, from the secret key (say so, not pass it half-signed).
+
+use ring::{digest, hmac};
+use subtle::ConstantTimeEq;
+
+pub(crate) const ALGORITHM: &str = "AWS4-HMAC-SHA256";
+
+/// The payload hash a presigned URL signs in S3's form.
+const UNSIGNED: &str = "UNSIGNED-PAYLOAD";
+
+/// One set of AWS credentials (real, or the sandbox's placeholders).
+#[derive(Clone, Copy)]
+pub(crate) struct Creds<'a> {
+    pub(crate) key_id: &'a str,
+    pub(crate) secret: &'a str,
+    pub(crate) token: Option<&'a str>,
+}
+
+/// Where the signature travels: the `Authorization` header, or a presigned URL's query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    Header,
+    Query,
+}
+
+/// A request's signature as the client made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Signature {
+    pub(crate) form: Form,
+    pub(crate) key_id: String,
+    /// `DATE/REGION/SERVICE/aws4_request`.
+    pub(crate) scope: String,
+    pub(crate) amz_date: String,
+    /// The signed headers' names, lowercase and sorted.
+    pub(crate) signed: Vec<String>,
+    pub(crate) hex: String,
+}
+
+/// A request as the signer reads it.
+pub(crate) struct Head<'a> {
+    pub(crate) method: &'a str,
+    /// The path as sent (percent-encoded).
+    pub(crate) path: &'a str,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) headers: &'a hyper::HeaderMap,
+    /// The `Host` header's value, or the request's authority (HTTP/2).
+    pub(crate) host: &'a str,
+}
+
+/// How the client made its canonical request, found by `verify` and kept by `resign`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Variant {
+    normalised: bool,
+    pub(crate) payload: String,
+}
+
+/// The signature a request carries (`Ok(None)`: it carries none in SigV4's form).
+pub(crate) fn parse(head: &Head) -> Result<Option<Signature>, String> {
+    let auth = head.headers.get_all(hyper::header::AUTHORIZATION).iter().collect::<Vec<_>>();
+    let in_query = pairs(head.query).iter().any(|(k, _)| k.eq_ignore_ascii_case(b"X-Amz-Signature"));
+    let header = match auth.as_slice() {
+        [] => None,
+        [one] => Some(one.to_str().map_err(|_| "its Authorization header is not text".to_string())?),
+        _ => return Err("it carries two Authorization headers".into()),
+    };
+    match (header.filter(|h| h.starts_with("AWS4-")), in_query) {
+        (None, false) => Ok(None),
+        (Some(_), true) => Err("it is signed twice, in its header and in its query".into()),
+        (Some(h), false) => from_header(h).map(Some),
+        (None, true) => from_query(head.query).map(Some),
+    }
+}
+
+fn from_header(h: &str) -> Result<Signature, String> {
+    let rest = h
+        .strip_prefix(ALGORITHM)
+        .and_then(|r| r.strip_prefix(' '))
+        .ok_or_else(|| format!("its signature is not {ALGORITHM} (SigV4a and others are not re-signed)"))?;
+    let (mut credential, mut signed, mut hex) = (None, None, None);
+    for part in rest.split(',').map(str::trim) {
+        let slot = match part.split_once('=') {
+            Some(("Credential", v)) => (&mut credential, v),
+            Some(("SignedHeaders", v)) => (&mut signed, v),
+            Some(("Signature", v)) => (&mut hex, v),
+            _ => return Err(format!("its Authorization header has `{part}`, which SigV4 does not")),
+        };
+        if slot.0.replace(slot.1).is_some() {
+            return Err("its Authorization header names a part twice".into());
+        }
+    }
+    let missing = || "its Authorization header lacks Credential, SignedHeaders or Signature".to_string();
+    let amz_date = String::new();
+    signature(
+        Form::Header,
+        credential.ok_or_else(missing)?,
+        signed.ok_or_else(missing)?,
+        hex.ok_or_else(missing)?,
+        amz_date,
+    )
+}
+
+fn from_query(query: Option<&str>) -> Result<Signature, String> {
+    let all = pairs(query);
+    let one = |name: &str| -> Result<String, String> {
+        let mut found = all.iter().filter(|(k, _)| k == name.as_bytes());
+        match (found.next(), found.next()) {
+            (Some((_, v)), None) => {
+                String::from_utf8(v.clone()).map_err(|_| format!("its presigned URL's {name} is not text"))
+            }
+            _ => Err(format!("its presigned URL has no single {name}")),
+        }
+    };
+    if one("X-Amz-Algorithm")? != ALGORITHM {
+        return Err(format!("its presigned URL is not signed with {ALGORITHM}"));
+    }
+    let (credential, signed, hex) =
+        (one("X-Amz-Credential")?, one("X-Amz-SignedHeaders")?, one("X-Amz-Signature")?);
+    signature(Form::Query, &credential, &signed, &hex, one("X-Amz-Date")?)
+}
+
+fn signature(
+    form: Form,
+    credential: &str,
+    signed: &str,
+    hex: &str,
+    amz_date: String,
+) -> Result<Signature, String> {
+    let (key_id, scope) = credential.split_once('/').ok_or("its credential has no scope")?;
+    let parts: Vec<&str> = scope.split('/').collect();
+    let scoped = matches!(parts.as_slice(), [date, region, service, "aws4_request"]
+        if date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()) && !region.is_empty() && !service.is_empty());
+    if !scoped || key_id.is_empty() {
+        return Err(format!("its credential scope `{scope}` is not DATE/REGION/SERVICE/aws4_request"));
+    }
+    let names: Vec<String> = signed.split(';').map(String::from).collect();
+    let sorted = names.windows(2).all(|w| w[0] < w[1]);
+    let plain = names.iter().all(|n| {
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    });
+    if !sorted || !plain || !names.iter().any(|n| n == "host") {
+        return Err(format!("its signed headers `{signed}` are not lowercase names, sorted, with host"));
+    }
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err("its signature is not 64 lowercase hex digits".into());
+    }
+    Ok(Signature {
+        form,
+        key_id: key_id.into(),
+        scope: scope.into(),
+        amz_date,
+        signed: names,
+        hex: hex.into(),
+    })
+}
+
+/// The payload hashes the client may have signed: its own `x-amz-content-sha256`, else the
+/// body's (which `body` must then hold), or S3's unsigned payload in a presigned URL.
+pub(crate) fn payloads(head: &Head, sig: &Signature, body: Option<&[u8]>) -> Result<Vec<String>, String> {
+    if let Some(v) = head.headers.get("x-amz-content-sha256") {
+        let v = v.to_str().map_err(|_| "its x-amz-content-sha256 is not text")?;
+        if v.starts_with("STREAMING-") && v != "STREAMING-UNSIGNED-PAYLOAD-TRAILER" {
+            return Err(format!(
+                "its body is signed chunk by chunk ({v}), which the gate does not sign again; configure the client to send \
+                 an unsigned or hashed payload"
+            ));
+        }
+        return Ok(vec![v.to_string()]);
+    }
+    let body = body.ok_or("its body is needed for its hash")?;
+    let hash = hex(digest::digest(&digest::SHA256, body).as_ref());
+    Ok(match sig.form {
+        Form::Query => vec![UNSIGNED.into(), hash],
+        Form::Header => vec![hash],
+    })
+}
+
+/// Whether the body's hash is needed to check and make the signature.
+pub(crate) fn needs_body(head: &Head) -> bool {
+    !head.headers.contains_key("x-amz-content-sha256")
+}
+
+/// How the client made the signature `sig` of `head` with `creds`' secret; `Err` when no
+/// canonical request of it matches.
+pub(crate) fn verify(
+    head: &Head,
+    sig: &Signature,
+    secret: &str,
+    body: Option<&[u8]>,
+) -> Result<Variant, String> {
+    let headers = canonical_headers(head, &sig.signed, |_, v| Ok(v.to_string()))?;
+    let amz_date = amz_date(head, sig)?;
+    for payload in payloads(head, sig, body)? {
+        for normalised in [false, true] {
+            let v = Variant { normalised, payload: payload.clone() };
+            let query = canonical_query(head.query, sig.form);
+            let cr = canonical(head, &v, &query, &headers, &sig.signed.join(";"));
+            let mine = sign(secret, &sig.scope, &amz_date, &cr);
+            if bool::from(mine.as_bytes().ct_eq(sig.hex.as_bytes())) {
+                return Ok(v);
+            }
+        }
+    }
+    Err("its signature was not made with this session's AWS placeholder credentials".into())
+}
+
+/// The request signed again, with `real` in place of the placeholders (`placeholder`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Resigned {
+    /// The new `Authorization`, and the session token header's new value (when it had one).
+    Header { authorization: String, token: Option<String>, hex: String },
+    /// The new query, the new signature last.
+    Query { query: String, hex: String },
+}
+
+/// `head` (as it goes upstream) signed with `real`, the way `v` says the client signed it:
+/// the key id and the session token the placeholders stood for, the signed headers that are
+/// still there.
+pub(crate) fn resign(
+    head: &Head,
+    sig: &Signature,
+    v: &Variant,
+    real: Creds,
+    placeholder: Creds,
+) -> Result<Resigned, String> {
+    let amz_date = amz_date(head, sig)?;
+    let token_for = |sent: &str| match (placeholder.token, real.token) {
+        (Some(p), Some(t)) if sent == p => Ok(t.to_string()),
+        _ => Err("its session token is not this session's placeholder".to_string()),
+    };
+    match sig.form {
+        Form::Header => {
+            let names: Vec<String> = sig
+                .signed
+                .iter()
+                .filter(|n| *n == "host" || head.headers.contains_key(n.as_str()))
+                .cloned()
+                .collect();
+            let mut token = None;
+            let headers = canonical_headers(head, &names, |name, value| {
+                if name != "x-amz-security-token" {
+                    return Ok(value.to_string());
+                }
+                let t = token_for(value)?;
+                token = Some(t.clone());
+                Ok(t)
+            })?;
+            let query = canonical_query(head.query, Form::Header);
+            let list = names.join(";");
+            let hex = sign(real.secret, &sig.scope, &amz_date, &canonical(head, v, &query, &headers, &list));
+            let authorization = format!(
+                "{ALGORITHM} Credential={}/{}, SignedHeaders={list}, Signature={hex}",
+                real.key_id, sig.scope
+            );
+            Ok(Resigned::Header { authorization, token, hex })
+        }
+        Form::Query => {
+            if sig.signed.iter().any(|n| n != "host" && !head.headers.contains_key(n.as_str())) {
+                return Err("a header its presigned URL signs is not in the request".into());
+            }
+            let mut kept = Vec::new();
+            for (k, val) in pairs(head.query) {
+                let val = match k.as_slice() {
+                    b"X-Amz-Signature" => continue,
+                    b"X-Amz-Credential" => format!("{}/{}", real.key_id, sig.scope).into_bytes(),
+                    b"X-Amz-Security-Token" => token_for(&String::from_utf8_lossy(&val))?.into_bytes(),
+                    _ => val,
+                };
+                kept.push(format!("{}={}", encode(&k, false), encode(&val, false)));
+            }
+            let query = kept.join("&");
+            let headers = canonical_headers(head, &sig.signed, |_, v| Ok(v.to_string()))?;
+            let cq = canonical_query(Some(&query), Form::Header);
+            let hex = sign(
+                real.secret,
+                &sig.scope,
+                &amz_date,
+                &canonical(head, v, &cq, &headers, &sig.signed.join(";")),
+            );
+            Ok(Resigned::Query { query: format!("{query}&X-Amz-Signature={hex}"), hex })
+        }
+    }
+}
+
+fn amz_date(head: &Head, sig: &Signature) -> Result<String, String> {
+    let d = match sig.form {
+        Form::Query => sig.amz_date.clone(),
+        Form::Header => match head.headers.get("x-amz-date") {
+            Some(v) => v.to_str().map_err(|_| "its x-amz-date is not text")?.to_string(),
+            None => return Err("it has no x-amz-date header (a Date header is not read)".into()),
+        },
+    };
+    let ok = d.len() == 16
+        && d.as_bytes()[8] == b'T'
+        && d.ends_with('Z')
+        && d.starts_with(sig.scope.get(..8).unwrap_or("-"));
+    if !ok {
+        return Err(format!("its date `{d}` is not YYYYMMDDTHHMMSSZ of its scope's day"));
+    }
+    Ok(d)
+}
+
+fn canonical(head: &Head, v: &Variant, query: &str, headers: &str, signed: &str) -> String {
+    let path = match v.normalised {
+        false if head.path.is_empty() => "/".to_string(),
+        false => head.path.to_string(),
+        true => encode(remove_dot_segments(head.path), true),
+    };
+    format!("{}\n{path}\n{query}\n{headers}\n{signed}\n{}", head.method, v.payload)
+}
+
+/// `name:value\n` for each signed header (`value` may change one: the session token).
+fn canonical_headers(
+    head: &Head,
+    names: &[String],
+    mut value: impl FnMut(&str, &str) -> Result<String, String>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    for name in names {
+        let joined = if name == "host" {
+            head.host.to_string()
+        } else {
+            let mut all = Vec::new();
+            for v in head.headers.get_all(name.as_str()) {
+                let text = v.to_str().map_err(|_| format!("its signed header {name} is not text"))?;
+                all.push(text.split_ascii_whitespace().collect::<Vec<_>>().join(" "));
+            }
+            if all.is_empty() {
+                return Err(format!("its signed header {name} is not in the request"));
+            }
+            all.join(",")
+        };
+        out += &format!("{name}:{}\n", value(name, &joined)?);
+    }
+    Ok(out)
+}
+
+/// The query's pairs, decoded (a key without `=` has an empty value).
+fn pairs(query: Option<&str>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let decode = |s: &str| super::secrets::percent_decode(s.as_bytes());
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn canonical_query(query: Option<&str>, form: Form) -> String {
+    let mut all: Vec<(String, String)> = pairs(query)
+        .into_iter()
+        .filter(|(k, _)| !(form == Form::Query && k == b"X-Amz-Signature"))
+        .map(|(k, v)| (encode(&k, false), encode(&v, false)))
+        .collect();
+    all.sort();
+    all.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+}
+
+/// AWS's URI encoding: every byte but `A-Za-z0-9-_.~` (and `/` when `slash`) as `%XX`.
+fn encode(s: impl AsRef<[u8]>, slash: bool) -> String {
+    let mut out = String::with_capacity(s.as_ref().len());
+    for &b in s.as_ref() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out += &format!("%{b:02X}");
+        }
+    }
+    out
+}
+
+/// RFC 3986's dot segments removed, and empty segments (AWS's canonical path, as botocore and
+/// the services make it for every service but S3).
+fn remove_dot_segments(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let last = if path.ends_with('/') && !out.is_empty() { "/" } else { "" };
+    format!("/{}{last}", out.join("/"))
+}
+
+fn sign(secret: &str, scope: &str, amz_date: &str, canonical: &str) -> String {
+    let mac = |key: &[u8], data: &str| hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes());
+    let mut key = mac(format!("AWS4{secret}").as_bytes(), scope.split('/').next().unwrap_or(""));
+    for part in scope.split('/').skip(1) {
+        key = mac(key.as_ref(), part);
+    }
+    let hashed = hex(digest::digest(&digest::SHA256, canonical.as_bytes()).as_ref());
+    hex(mac(key.as_ref(), &format!("{ALGORITHM}\n{amz_date}\n{scope}\n{hashed}")).as_ref())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

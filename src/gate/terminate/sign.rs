@@ -1,0 +1,144 @@
+//! A request to a host `secret = aws` is bound to, signed again by the gate (ADR 0088): after
+//! every request phase let it through and before its record, a request that the sandbox's client
+//! signed with the placeholder key id is checked against the placeholder secret (the request as
+//! the client sent it, `AsSent`) and signed with the real credentials as it goes upstream. Its
+//! body is read whole first when the signature covers the body's hash (the client sent no
+//! `x-amz-content-sha256`): at most `MAX`. The pure part is `sigv4`.
+
+use super::super::decide::Denial;
+use super::super::scrub::Masks;
+use super::super::sigv4::{self, Head, Resigned};
+use super::Conn;
+use super::admit::Admitted;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
+
+/// A signed body larger than this is refused (the gate holds it whole to hash it).
+const MAX: usize = 16 << 20;
+
+/// The request as the client sent it (what its signature covers), before any phase changed it.
+pub(super) struct AsSent {
+    method: String,
+    path: String,
+    query: Option<String>,
+    headers: hyper::HeaderMap,
+    host: String,
+}
+
+impl AsSent {
+    /// `None` when no AWS credentials are bound to the connection's host.
+    pub(super) fn of<B>(c: &Conn, req: &hyper::Request<B>) -> Option<AsSent> {
+        c.secrets.aws(&c.host)?;
+        let host = match req.headers().get(HOST) {
+            Some(h) => h.to_str().unwrap_or("").to_string(),
+            None => req.uri().authority().map_or_else(String::new, |a| a.to_string()),
+        };
+        Some(AsSent {
+            method: req.method().as_str().to_string(),
+            path: req.uri().path().to_string(),
+            query: req.uri().query().map(String::from),
+            headers: req.headers().clone(),
+            host,
+        })
+    }
+
+    fn head(&self) -> Head<'_> {
+        Head {
+            method: &self.method,
+            path: &self.path,
+            query: self.query.as_deref(),
+            headers: &self.headers,
+            host: &self.host,
+        }
+    }
+}
+
+pub(super) async fn resign(
+    c: &Conn,
+    sent: Option<&AsSent>,
+    a: &mut Admitted<Incoming>,
+    masks: &mut Masks,
+) -> Result<(), Denial> {
+    let Some(held) = sent.and_then(|_| c.secrets.aws(&c.host)) else { return Ok(()) };
+    let creds = |of: for<'a> fn((&'a str, &'a str)) -> &'a str| sigv4::Creds {
+        key_id: of(held.key_id),
+        secret: of(held.secret),
+        token: held.token.map(of),
+    };
+    let (placeholder, real) = (creds(|p| p.0), creds(|p| p.1));
+    let Some(sent) = sent else { return Ok(()) };
+    let refused = |status: u16, why: String| {
+        let reason = format!("a request to {} signed for AWS is refused: {why}", c.host);
+        Denial { status, hint: format!("ai-sandbox gate: {reason}"), reason, ..Denial::default() }
+    };
+    let head = sent.head();
+    let sig = match sigv4::parse(&head) {
+        Ok(Some(sig)) if sig.key_id == placeholder.key_id => sig,
+        // Not signed, or with a key the gate does not hold: it goes as it is.
+        Ok(_) => return Ok(()),
+        Err(why) => return Err(refused(400, why)),
+    };
+    let body = match sigv4::needs_body(&head) {
+        true => Some(whole(a).await.map_err(|why| refused(413, why))?),
+        false => None,
+    };
+    let v =
+        sigv4::verify(&head, &sig, placeholder.secret, body.as_deref()).map_err(|why| refused(403, why))?;
+    // As it goes upstream: its path and query now, and the authority `proto::for_upstream` sends.
+    let (path, query) = match a.target.split_once('?') {
+        Some((p, q)) => (p.to_string(), Some(q.to_string())),
+        None => (a.target.clone(), None),
+    };
+    let host = match c.port {
+        443 => c.host.clone(),
+        p => format!("{}:{p}", c.host),
+    };
+    let method = a.parts.method.as_str().to_string();
+    let up = Head {
+        method: &method,
+        path: &path,
+        query: query.as_deref(),
+        headers: &a.parts.headers,
+        host: &host,
+    };
+    let signed = sigv4::resign(&up, &sig, &v, real, placeholder).map_err(|why| refused(403, why))?;
+    let value = |s: &str| {
+        let mut v = HeaderValue::from_str(s)
+            .map_err(|_| refused(400, "a signed value is not a header value".into()))?;
+        v.set_sensitive(true);
+        Ok::<_, Denial>(v)
+    };
+    let hex = match signed {
+        Resigned::Header { authorization, token, hex } => {
+            a.parts.headers.insert(AUTHORIZATION, value(&authorization)?);
+            if let Some(t) = token {
+                a.parts.headers.insert("x-amz-security-token", value(&t)?);
+            }
+            hex
+        }
+        Resigned::Query { query, hex } => {
+            a.target = format!("{path}?{query}");
+            hex
+        }
+    };
+    // A server that echoes the request does not hand the agent a signature of the real key.
+    masks.add(hex.as_bytes(), sig.hex.as_bytes(), "the AWS signature");
+    a.reason = format!("{}; signed by the gate with your AWS credentials", a.reason);
+    Ok(())
+}
+
+/// The body read whole (it stays in the request's frames, to stream and be counted as any).
+async fn whole(a: &mut Admitted<Incoming>) -> Result<Vec<u8>, String> {
+    while !a.ahead.ended {
+        if a.ahead.seen.len() > MAX {
+            return Err(format!(
+                "its body is over {} MiB, and the gate hashes a signed body whole",
+                MAX >> 20
+            ));
+        }
+        a.ahead.one(&mut a.body).await.map_err(|()| "its body broke off".to_string())?;
+    }
+    let body: Vec<u8> =
+        a.ahead.frames.iter().filter_map(|f| f.data_ref()).flat_map(Bytes::as_ref).copied().collect();
+    Ok(body)
+}
