@@ -1385,3 +1385,49 @@ fn a_full_runtime_directory_starts_nothing_and_says_which_and_why() {
     h.free = Some(1 << 30);
     assert_eq!(app::run(&mut h, &cli.run).unwrap(), 0);
 }
+
+#[test]
+fn secret_aws_gives_the_sandbox_placeholders_and_says_the_gate_signs() {
+    let cfg = "allow = bedrock-runtime.us-east-1.amazonaws.com\nsecret = aws for bedrock-runtime.us-east-1.amazonaws.com\n";
+    let creds = [("AWS_ACCESS_KEY_ID", "AKIAREALKEYID"), ("AWS_SECRET_ACCESS_KEY", "real/secret+key")];
+    let cli = Cli::try_parse_from(["ai-sandbox", "--", "true"]).unwrap();
+    let mut h = host(cfg, &creds);
+    app::run(&mut h, &cli.run).unwrap();
+    let (_, env) = h.launched[0].env_file.clone().expect("env file");
+    assert!(!env.contains("AKIAREALKEYID") && !env.contains("real/secret+key"), "{env}");
+    for var in ["AWS_ACCESS_KEY_ID=aisb_placeholder_", "AWS_SECRET_ACCESS_KEY=aisb_placeholder_"] {
+        assert!(env.contains(var), "{var} in {env}");
+    }
+    assert!(!env.contains("AWS_SESSION_TOKEN"), "long-term keys have no session token: {env}");
+    let said = "secret = aws: the gate holds your AWS credentials (from your environment) and signs the requests to \
+                bedrock-runtime.us-east-1.amazonaws.com that the sandbox signed with its placeholders \
+                (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); they go nowhere else";
+    assert!(h.stderr.contains(said), "{}", h.stderr);
+    assert!(
+        !h.stderr.contains("AWS_SECRET_ACCESS_KEY: the sandbox holds a placeholder"),
+        "said once: {}",
+        h.stderr
+    );
+    // A profile of the credentials file, with its session token; the environment's keys are not it.
+    let text = "[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = d\n[work]\n\
+                aws_access_key_id = ASIAWORK\naws_secret_access_key = w\naws_session_token = tok\n";
+    let mut h = host(&cfg.replace("aws for", "aws:work for"), &creds);
+    h.files.push(("/home/dev/.aws/credentials".into(), text.into()));
+    app::run(&mut h, &cli.run).unwrap();
+    let (_, env) = h.launched[0].env_file.clone().expect("env file");
+    assert!(env.contains("AWS_SESSION_TOKEN=aisb_placeholder_") && !env.contains("tok\n"), "{env}");
+    assert!(h.stderr.contains("(from /home/dev/.aws/credentials [work])"), "{}", h.stderr);
+    // None anywhere: nothing starts, and the error says where it looked and what to do.
+    let mut h = host(cfg, &[]);
+    let e = format!("{:#}", app::run(&mut h, &cli.run).unwrap_err());
+    assert!(e.contains("no AWS credentials") && e.contains("aws configure export-credentials"), "{e}");
+    assert!(h.launched.is_empty());
+    // The dry run reads nothing and says where it would.
+    let mut h = host(cfg, &creds);
+    let out = dry_run(&mut h, &["--", "true"]);
+    assert!(!out.contains("AKIAREALKEYID") && !out.contains("real/secret+key"), "{out}");
+    assert!(
+        out.contains("the gate signs with <AWS_SECRET_ACCESS_KEY from AWS_ACCESS_KEY_ID in your environment"),
+        "{out}"
+    );
+}

@@ -552,4 +552,49 @@ mod tests {
         let s = format!("{:?}", secrets());
         assert!(!s.contains("sk-real-1") && !s.contains("ghp_real") && s.contains("API_KEY"), "{s}");
     }
+
+    /// `secret = aws for aws.test`: the key id and token bound there, the secret key nowhere.
+    fn aws(token: bool) -> Secrets {
+        use crate::policy::secret::AwsPart;
+        let mut all = vec![
+            Bound::new("AWS_ACCESS_KEY_ID", "aisb_placeholder_kid0", "AKIAREAL", &["aws.test"])
+                .signs(AwsPart::KeyId),
+            Bound::new("AWS_SECRET_ACCESS_KEY", "aisb_placeholder_sec0", "realsecret", &[])
+                .signs(AwsPart::SecretKey),
+            Bound::new("API_KEY", PH, "sk-real-1", &["api.example.com"]),
+        ];
+        if token {
+            all.push(
+                Bound::new("AWS_SESSION_TOKEN", "aisb_placeholder_tok0", "realtoken", &["aws.test"])
+                    .signs(AwsPart::SessionToken),
+            );
+        }
+        Secrets::new(all)
+    }
+
+    #[test]
+    fn aws_credentials_are_found_for_their_hosts_and_never_substituted_as_they_are() {
+        let s = aws(true);
+        let held = s.aws("AWS.test").expect("bound there");
+        assert_eq!(held.key_id, ("aisb_placeholder_kid0", "AKIAREAL"));
+        assert_eq!(held.secret, ("aisb_placeholder_sec0", "realsecret"));
+        assert_eq!(held.token, Some(("aisb_placeholder_tok0", "realtoken")));
+        assert!(s.aws("api.example.com").is_none(), "not bound there");
+        assert!(aws(false).aws("aws.test").unwrap().token.is_none());
+        // Only the signer replaces them: a header to their host keeps the placeholders.
+        let auth = b"AWS4-HMAC-SHA256 Credential=aisb_placeholder_kid0/x";
+        assert_eq!(s.substitute(auth, "aws.test"), Ok(None));
+        assert_eq!(s.substitute(b"aisb_placeholder_tok0", "aws.test"), Ok(None));
+        // Control: another secret on its own host is substituted.
+        assert_eq!(s.substitute(PH.as_bytes(), "api.example.com"), Ok(Some(b"sk-real-1".to_vec())));
+        // Elsewhere the key id is misuse; the secret key is misuse everywhere, its host included.
+        assert_eq!(s.substitute(auth, "api.example.com").unwrap_err().secret, "AWS_ACCESS_KEY_ID");
+        let m = s.substitute(b"aisb_placeholder_sec0", "aws.test").unwrap_err();
+        assert_eq!(m.secret, "AWS_SECRET_ACCESS_KEY");
+        assert!(m.hint().contains("which the gate keeps: it is sent nowhere"), "{}", m.hint());
+        assert!(Misuse::of(&s.0[0]).hint().contains("goes only to aws.test over HTTPS"));
+        // Without its secret key a session has nothing to sign with.
+        let lone = Secrets::new(vec![s.0[0].clone()]);
+        assert!(lone.aws("aws.test").is_none());
+    }
 }
