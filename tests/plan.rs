@@ -1426,8 +1426,22 @@ fn secret_aws_gives_the_sandbox_placeholders_and_says_the_gate_signs() {
     let mut h = host(cfg, &creds);
     let out = dry_run(&mut h, &["--", "true"]);
     assert!(!out.contains("AKIAREALKEYID") && !out.contains("real/secret+key"), "{out}");
+    let would = "the gate signs with <AWS_SECRET_ACCESS_KEY from AWS_ACCESS_KEY_ID in your environment, else \
+                 /home/dev/.aws/credentials [default]>";
+    assert!(out.contains(would), "{out}");
+    assert!(!out.contains("is not an AWS endpoint name"), "{out}");
+    // A host that is not AWS's is said; control: the AWS one above was not.
+    let odd = "allow = s3.example.com\nsecret = aws for s3.example.com\n";
+    let out = dry_run(&mut host(odd, &creds), &["--", "true"]);
+    assert!(out.contains("secret = aws: s3.example.com is not an AWS endpoint name"), "{out}");
+    // One -e for one of the three drops the line whole: nothing is half signed.
+    let cli = Cli::try_parse_from(["ai-sandbox", "-e", "AWS_ACCESS_KEY_ID", "--", "true"]).unwrap();
+    let mut h = host(cfg, &creds);
+    app::run(&mut h, &cli.run).unwrap();
+    let (_, env) = h.launched[0].env_file.clone().expect("env file");
     assert!(
-        out.contains("the gate signs with <AWS_SECRET_ACCESS_KEY from AWS_ACCESS_KEY_ID in your environment"),
-        "{out}"
+        env.contains("AWS_ACCESS_KEY_ID=AKIAREALKEYID") && !env.contains("AWS_SECRET_ACCESS_KEY"),
+        "{env}"
     );
+    assert!(!h.stderr.contains("the gate holds your AWS credentials"), "{}", h.stderr);
 }

@@ -30,11 +30,27 @@ impl AwsCreds {
 }
 
 /// Where the dry run says the credentials would come from.
-pub(super) fn said(profile: Option<&str>) -> String {
+pub(super) fn said(host: &dyn Host, home: &Path, profile: Option<&str>) -> String {
+    let (file, name) = profile_file(host, home, profile);
     match profile {
-        Some(p) => format!("profile {p} of ~/.aws/credentials"),
-        None => "AWS_ACCESS_KEY_ID in your environment, else ~/.aws/credentials".into(),
+        Some(_) => format!("{} [{name}]", file.display()),
+        None => format!("AWS_ACCESS_KEY_ID in your environment, else {} [{name}]", file.display()),
     }
+}
+
+/// The credentials file and the profile in it, as AWS's tools choose them.
+fn profile_file(host: &dyn Host, home: &Path, profile: Option<&str>) -> (PathBuf, String) {
+    let nonempty = |k: &str| host.env(k).filter(|v| !v.is_empty());
+    let name =
+        profile.map(String::from).or_else(|| nonempty("AWS_PROFILE")).unwrap_or_else(|| "default".into());
+    let file = match nonempty("AWS_SHARED_CREDENTIALS_FILE") {
+        Some(f) => match f.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => PathBuf::from(f),
+        },
+        None => home.join(".aws/credentials"),
+    };
+    (file, name)
 }
 
 pub(super) fn read(host: &dyn Host, home: &Path, profile: Option<&str>) -> anyhow::Result<AwsCreds> {
@@ -46,15 +62,7 @@ pub(super) fn read(host: &dyn Host, home: &Path, profile: Option<&str>) -> anyho
         let token = nonempty("AWS_SESSION_TOKEN");
         return Ok(AwsCreds { key_id, secret, token, from: "your environment".into() });
     }
-    let name =
-        profile.map(String::from).or_else(|| nonempty("AWS_PROFILE")).unwrap_or_else(|| "default".into());
-    let file = match nonempty("AWS_SHARED_CREDENTIALS_FILE") {
-        Some(f) => match f.strip_prefix("~/") {
-            Some(rest) => home.join(rest),
-            None => PathBuf::from(f),
-        },
-        None => home.join(".aws/credentials"),
-    };
+    let (file, name) = profile_file(host, home, profile);
     let hint = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) where you launch, or give the \
                 profile keys in the credentials file (`aws configure`); for an SSO or credential_process profile, \
                 export its credentials first: eval \"$(aws configure export-credentials --profile NAME --format env)\"";
@@ -69,7 +77,10 @@ pub(super) fn read(host: &dyn Host, home: &Path, profile: Option<&str>) -> anyho
         .into());
     }
     let text = host.read_secret_file(&file)?;
-    match profile_in(&text, &name) {
+    let found = profile_in(&text, &name).map_err(|why| {
+        hinted(format!("secret = aws: {} {why}", file.display()), "keep one section per profile")
+    })?;
+    match found {
         Some((key_id, secret, token)) => {
             Ok(AwsCreds { key_id, secret, token, from: format!("{} [{name}]", file.display()) })
         }
@@ -84,18 +95,25 @@ pub(super) fn read(host: &dyn Host, home: &Path, profile: Option<&str>) -> anyho
     }
 }
 
-/// A profile's static keys in a credentials file's text: (key id, secret, session token).
-fn profile_in(text: &str, name: &str) -> Option<(String, String, Option<String>)> {
-    let (mut inside, mut key_id, mut secret, mut token) = (false, None, None, None);
+/// A profile's static keys in a credentials file's text: (key id, secret, session token);
+/// `Err` when the file names the profile twice (AWS's tools refuse such a file too). Any line
+/// that starts with `[` starts a section, whatever follows its `]` (`[dev] # keys`), so one
+/// profile's keys never run into another's; `=` or `:` separates a key from its value.
+fn profile_in(text: &str, name: &str) -> Result<Option<(String, String, Option<String>)>, String> {
+    let (mut inside, mut seen, mut key_id, mut secret, mut token) = (false, false, None, None, None);
     for line in text.lines().map(str::trim) {
         if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
             continue;
         }
-        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            inside = section.trim() == name;
+        if let Some(rest) = line.strip_prefix('[') {
+            let section = rest.split(']').next().unwrap_or("").trim();
+            inside = section == name;
+            if inside && std::mem::replace(&mut seen, true) {
+                return Err(format!("names the profile [{name}] twice"));
+            }
             continue;
         }
-        let Some((k, v)) = line.split_once('=').filter(|_| inside) else { continue };
+        let Some((k, v)) = line.split_once(['=', ':']).filter(|_| inside) else { continue };
         let v = Some(v.trim().to_string()).filter(|v| !v.is_empty());
         match k.trim().to_ascii_lowercase().as_str() {
             "aws_access_key_id" => key_id = v,
@@ -104,7 +122,7 @@ fn profile_in(text: &str, name: &str) -> Option<(String, String, Option<String>)
             _ => {}
         }
     }
-    Some((key_id?, secret?, token))
+    Ok(key_id.zip(secret).map(|(k, s)| (k, s, token)))
 }
 
 #[cfg(test)]
@@ -116,12 +134,21 @@ mod tests {
         let text = "[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key=dsecret\n\n# a comment\n\
                     [work]\nAWS_ACCESS_KEY_ID = AKIAWORK\naws_secret_access_key = w/secret+\naws_session_token = tok==\n\
                     [half]\naws_access_key_id = AKIAHALF\n";
-        assert_eq!(profile_in(text, "default"), Some(("AKIADEFAULT".into(), "dsecret".into(), None)));
+        let some = |k: &str, s: &str, t: Option<&str>| Ok(Some((k.into(), s.into(), t.map(String::from))));
+        assert_eq!(profile_in(text, "default"), some("AKIADEFAULT", "dsecret", None));
+        assert_eq!(profile_in(text, "work"), some("AKIAWORK", "w/secret+", Some("tok==")));
+        assert_eq!(profile_in(text, "half"), Ok(None), "no secret: not a profile of static keys");
+        assert_eq!(profile_in(text, "none"), Ok(None));
+        // A section line with a comment after it still ends the one before.
+        let commented = "[prod]\naws_access_key_id = AKIAPROD\naws_secret_access_key = p\n[dev] # mine\n\
+                         aws_access_key_id: AKIADEV\n";
         assert_eq!(
-            profile_in(text, "work"),
-            Some(("AKIAWORK".into(), "w/secret+".into(), Some("tok==".into())))
+            profile_in(commented, "dev"),
+            Ok(None),
+            "dev has no secret of its own; prod's is not taken"
         );
-        assert_eq!(profile_in(text, "half"), None, "no secret: not a profile of static keys");
-        assert_eq!(profile_in(text, "none"), None);
+        assert_eq!(profile_in(commented, "prod"), some("AKIAPROD", "p", None));
+        let twice = "[dev]\naws_access_key_id = A\n[dev]\naws_secret_access_key = B\n";
+        assert!(profile_in(twice, "dev").unwrap_err().contains("twice"));
     }
 }

@@ -351,7 +351,7 @@ fn resolve_secrets(
     for s in &p.secrets {
         let value = match (&s.from, launching) {
             (SecretSource::Aws { profile, part }, false) => {
-                let said = super::aws::said(profile.as_deref());
+                let said = super::aws::said(host, home, profile.as_deref());
                 aws_from = Some(said.clone());
                 Some(format!("<{} from {said}>", part.var()))
             }

@@ -168,8 +168,9 @@ fn signature(
 }
 
 /// The payload hashes the client may have signed: its own `x-amz-content-sha256`, else the
-/// body's (which `body` must then hold), or S3's unsigned payload in a presigned URL.
-pub(crate) fn payloads(head: &Head, sig: &Signature, body: Option<&[u8]>) -> Result<Vec<String>, String> {
+/// body's (`hash`, which the header form needs), or S3's unsigned payload in a presigned URL
+/// (tried first: a presigned upload then streams).
+fn payloads(head: &Head, sig: &Signature, hash: Option<&str>) -> Result<Vec<String>, String> {
     if let Some(v) = head.headers.get("x-amz-content-sha256") {
         let v = v.to_str().map_err(|_| "its x-amz-content-sha256 is not text")?;
         if v.starts_with("STREAMING-") && v != "STREAMING-UNSIGNED-PAYLOAD-TRAILER" {
@@ -180,33 +181,52 @@ pub(crate) fn payloads(head: &Head, sig: &Signature, body: Option<&[u8]>) -> Res
         }
         return Ok(vec![v.to_string()]);
     }
-    let body = body.ok_or("its body is needed for its hash")?;
-    let hash = hex(digest::digest(&digest::SHA256, body).as_ref());
-    Ok(match sig.form {
-        Form::Query => vec![UNSIGNED.into(), hash],
-        Form::Header => vec![hash],
-    })
+    match (sig.form, hash) {
+        (Form::Query, h) => Ok([UNSIGNED].into_iter().chain(h).map(String::from).collect()),
+        (Form::Header, Some(h)) => Ok(vec![h.to_string()]),
+        (Form::Header, None) => Err("its body is needed for its hash".into()),
+    }
 }
 
-/// Whether the body's hash is needed to check and make the signature.
-pub(crate) fn needs_body(head: &Head) -> bool {
-    !head.headers.contains_key("x-amz-content-sha256")
+/// Whether the body's hash must be read before the signature can be checked (a presigned URL's
+/// is read only if `UNSIGNED-PAYLOAD` does not verify).
+pub(crate) fn needs_body(head: &Head, sig: &Signature) -> bool {
+    !head.headers.contains_key("x-amz-content-sha256") && sig.form == Form::Header
 }
 
-/// How the client made the signature `sig` of `head` with `creds`' secret; `Err` when no
-/// canonical request of it matches.
+/// The SHA-256 of a body, as the canonical request names it.
+pub(crate) fn body_hash(digest: digest::Digest) -> String {
+    hex(digest.as_ref())
+}
+
+/// How far a signature's date may be from the gate's clock: AWS's own window for a signed
+/// request, so that a real signature is never good for long (a presigned URL's expiry is cut
+/// to it as well).
+pub(crate) const SKEW: u64 = 15 * 60;
+
+/// How the client made the signature `sig` of `head` with the placeholder `secret`, `now`
+/// being the gate's clock (seconds since the epoch); `Err` when no canonical request of it
+/// matches, or when it is one the gate would not sign again.
 pub(crate) fn verify(
     head: &Head,
     sig: &Signature,
     secret: &str,
-    body: Option<&[u8]>,
+    hash: Option<&str>,
+    now: u64,
 ) -> Result<Variant, String> {
     let headers = canonical_headers(head, &sig.signed, |_, v| Ok(v.to_string()))?;
     let amz_date = amz_date(head, sig)?;
-    for payload in payloads(head, sig, body)? {
-        for normalised in [false, true] {
+    let at = seconds(&amz_date).ok_or_else(|| format!("its date `{amz_date}` is not a date"))?;
+    if at.abs_diff(now) > SKEW {
+        return Err(format!("its date {amz_date} is more than 15 minutes from the gate's clock"));
+    }
+    let query = canonical_query(head.query, sig.form)?;
+    // The path as sent is what S3 signs; only one already in AWS's encoding is taken as it is
+    // (the service would read another spelling otherwise, and say why with the real token).
+    let as_sent = canonical_path(head.path);
+    for payload in payloads(head, sig, hash)? {
+        for normalised in [false, true].into_iter().filter(|n| *n || as_sent) {
             let v = Variant { normalised, payload: payload.clone() };
-            let query = canonical_query(head.query, sig.form);
             let cr = canonical(head, &v, &query, &headers, &sig.signed.join(";"));
             let mine = sign(secret, &sig.scope, &amz_date, &cr);
             if bool::from(mine.as_bytes().ct_eq(sig.hex.as_bytes())) {
@@ -214,7 +234,48 @@ pub(crate) fn verify(
             }
         }
     }
-    Err("its signature was not made with this session's AWS placeholder credentials".into())
+    Err(match as_sent {
+        true => "its signature was not made with this session's AWS placeholder credentials".into(),
+        false => {
+            "its signature was not made with this session's AWS placeholder credentials over a path in AWS's \
+                  encoding (a path S3 signs as it is sent must be: letters, digits, -_.~/ and %XX)"
+                .into()
+        }
+    })
+}
+
+/// Whether `path` is in AWS's URI encoding already: unreserved bytes, `/`, and `%XX` with
+/// uppercase hex digits.
+fn canonical_path(path: &str) -> bool {
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            c if c.is_ascii_alphanumeric() || b"-_.~/".contains(&c) => i += 1,
+            b'%' if b.len() > i + 2
+                && b[i + 1..i + 3].iter().all(|h| h.is_ascii_digit() || (b'A'..=b'F').contains(h)) =>
+            {
+                i += 3
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `YYYYMMDDTHHMMSSZ` as seconds since the epoch.
+fn seconds(d: &str) -> Option<u64> {
+    let n = |r: std::ops::Range<usize>| d.get(r)?.parse::<u64>().ok();
+    let (y, m, day) = (n(0..4)?, n(4..6)?, n(6..8)?);
+    let (h, min, sec) = (n(9..11)?, n(11..13)?, n(13..15)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || min > 59 || sec > 60 || y < 1970 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm, for years from 1970).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era_day = 365 * y + y / 4 - y / 100 + y / 400 + (153 * m + 2) / 5 + day - 1;
+    let days = era_day - 719_468;
+    Some(days * 86_400 + h * 3600 + min * 60 + sec)
 }
 
 /// The request signed again, with `real` in place of the placeholders (`placeholder`).
@@ -258,7 +319,7 @@ pub(crate) fn resign(
                 token = Some(t.clone());
                 Ok(t)
             })?;
-            let query = canonical_query(head.query, Form::Header);
+            let query = canonical_query(head.query, Form::Header)?;
             let list = names.join(";");
             let hex = sign(real.secret, &sig.scope, &amz_date, &canonical(head, v, &query, &headers, &list));
             let authorization = format!(
@@ -277,13 +338,20 @@ pub(crate) fn resign(
                     b"X-Amz-Signature" => continue,
                     b"X-Amz-Credential" => format!("{}/{}", real.key_id, sig.scope).into_bytes(),
                     b"X-Amz-Security-Token" => token_for(&String::from_utf8_lossy(&val))?.into_bytes(),
+                    // A real presigned URL is good for AWS's window at most, whatever was asked.
+                    b"X-Amz-Expires" => {
+                        let asked = String::from_utf8_lossy(&val)
+                            .parse::<u64>()
+                            .map_err(|_| "its X-Amz-Expires is not a number")?;
+                        asked.min(SKEW).to_string().into_bytes()
+                    }
                     _ => val,
                 };
                 kept.push(format!("{}={}", encode(&k, false), encode(&val, false)));
             }
             let query = kept.join("&");
             let headers = canonical_headers(head, &sig.signed, |_, v| Ok(v.to_string()))?;
-            let cq = canonical_query(Some(&query), Form::Header);
+            let cq = canonical_query(Some(&query), Form::Header)?;
             let hex = sign(
                 real.secret,
                 &sig.scope,
@@ -362,14 +430,26 @@ fn pairs(query: Option<&str>) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
-fn canonical_query(query: Option<&str>, form: Form) -> String {
+fn canonical_query(query: Option<&str>, form: Form) -> Result<String, String> {
+    // A `+` is a space to some readers and itself to others; a `%` not before two hex digits is
+    // read differently too: neither is signed as the service would read it.
+    let raw = query.unwrap_or("");
+    let b = raw.as_bytes();
+    let bad_escape = (0..b.len())
+        .any(|i| b[i] == b'%' && !(b.len() > i + 2 && b[i + 1..i + 3].iter().all(u8::is_ascii_hexdigit)));
+    if raw.contains('+') || bad_escape {
+        return Err(
+            "its query holds a `+` or a `%` that is not an escape, which a service may read another way"
+                .into(),
+        );
+    }
     let mut all: Vec<(String, String)> = pairs(query)
         .into_iter()
         .filter(|(k, _)| !(form == Form::Query && k == b"X-Amz-Signature"))
         .map(|(k, v)| (encode(&k, false), encode(&v, false)))
         .collect();
     all.sort();
-    all.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+    Ok(all.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"))
 }
 
 /// AWS's URI encoding: every byte but `A-Za-z0-9-_.~` (and `/` when `slash`) as `%XX`.
@@ -410,6 +490,13 @@ fn sign(secret: &str, scope: &str, amz_date: &str, canonical: &str) -> String {
     }
     let hashed = hex(digest::digest(&digest::SHA256, canonical.as_bytes()).as_ref());
     hex(mac(key.as_ref(), &format!("{ALGORITHM}\n{amz_date}\n{scope}\n{hashed}")).as_ref())
+}
+
+/// `s`'s bytes as spaced hex (`41 4b 49 41`): how S3's `SignatureDoesNotMatch` spells the
+/// canonical request it read (`CanonicalRequestBytes`), credentials and all.
+pub(crate) fn spaced_hex(s: &str, upper: bool) -> String {
+    let each = s.bytes().map(|b| if upper { format!("{b:02X}") } else { format!("{b:02x}") });
+    each.collect::<Vec<_>>().join(" ")
 }
 
 fn hex(b: &[u8]) -> String {

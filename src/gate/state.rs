@@ -51,7 +51,8 @@ impl McpTally {
 }
 
 /// What one MCP message being read holds of its session's `McpHeld::MOST`: a request's body
-/// until it is decided, an answer's JSON or its event until it is filtered. The agent decides
+/// until it is decided, an answer's JSON or its event until it is filtered (and an AWS-signed
+/// body while it is read to be hashed: `terminate::sign`). The agent decides
 /// how many it sends at once and how slowly, so a session's together are bounded (each is
 /// bounded too: `mcp::BODY_MOST`, `mcp::ANSWER_MOST`); given back when dropped.
 pub(crate) struct McpHeld {

@@ -503,6 +503,16 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             f.aws_from.as_deref().unwrap_or("?"),
             vars.join(", ")
         ));
+        // A custom endpoint is possible; a name that is not AWS's is said.
+        let aws_names = ["amazonaws.com", "amazonaws.com.cn", "api.aws", "on.aws"];
+        let under = |h: &str| aws_names.iter().any(|n| h == *n || h.ends_with(&format!(".{n}")));
+        for h in hosts.split(", ").filter(|h| !under(h)) {
+            n.push(format!(
+                "secret = aws: {h} is not an AWS endpoint name ({}): the gate sends it your AWS key id, session token and \
+                 signatures",
+                aws_names.join(", ")
+            ));
+        }
     }
     let clear: Vec<String> = clear.iter().map(|s| format!("state = {}", state_named(s))).collect();
     if !clear.is_empty() {

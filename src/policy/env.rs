@@ -172,7 +172,11 @@ pub(crate) fn user_env(
                 // -e overrides the project's config: an explicit, visible override.
                 (Origin::Config(_), Origin::Flag(_)) => {
                     out.vars.retain(|(n, _)| *n != name);
-                    out.secrets.retain(|s| s.name != name);
+                    // `secret = aws`'s three variables are one line: a flag for one drops them all
+                    // (the gate signs with all three or none).
+                    let aws = |s: &Secret| matches!(s.from, SecretSource::Aws { .. });
+                    let line_is_aws = out.secrets.iter().any(|s| s.name == name && aws(s));
+                    out.secrets.retain(|s| s.name != name && !(line_is_aws && aws(s)));
                 }
                 (Origin::Config(line), _) => {
                     diags.push(

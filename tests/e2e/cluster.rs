@@ -20,6 +20,9 @@ struct Pods(String, String);
 impl Pods {
     /// `tag` names the pair (tests run in parallel).
     fn new(tag: &str) -> Pods {
+        // The harness's first call removes earlier runs' namespaces by their prefix, ours too:
+        // it is made first (a test run alone failed here: its namespace was gone).
+        env();
         let pods = Pods(format!("aisbe2e-{tag}gate"), format!("aisbe2e-{tag}pod"));
         let ip = |args: &[&str]| {
             let st = Command::new("ip").args(args).status().unwrap();

@@ -3,6 +3,16 @@ use super::*;
 /// The credentials of AWS's published examples.
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 
+/// The gate's clock at the test suite's examples (2015-08-30T12:36:00Z), at S3's
+/// (2013-05-24T00:00:00Z), and at this module's own (2026-12-05T10:15:00Z).
+const SUITE: u64 = 1_440_938_160;
+const S3_EXAMPLE: u64 = 1_369_353_600;
+const NOW: u64 = 1_796_465_700;
+
+fn hash(body: &[u8]) -> String {
+    body_hash(digest::digest(&digest::SHA256, body))
+}
+
 fn headers(pairs: &[(&str, &str)]) -> hyper::HeaderMap {
     let mut h = hyper::HeaderMap::new();
     for (k, v) in pairs {
@@ -26,12 +36,12 @@ fn the_test_suites_vanilla_get_verifies_and_another_secret_does_not() {
     let sig = parse(&r).unwrap().expect("signed");
     assert_eq!((sig.form, sig.key_id.as_str()), (Form::Header, "AKIDEXAMPLE"));
     assert_eq!(sig.scope, "20150830/us-east-1/service/aws4_request");
-    let v = verify(&r, &sig, SECRET, Some(b"")).expect("AWS's own example verifies");
+    let v = verify(&r, &sig, SECRET, Some(&hash(b"")), SUITE).expect("AWS's own example verifies");
     assert!(!v.normalised, "`/` is the same either way: the first form is taken");
-    assert!(verify(&r, &sig, "another-secret", Some(b"")).is_err());
+    assert!(verify(&r, &sig, "another-secret", Some(&hash(b"")), SUITE).is_err());
     // The date is signed: another one does not verify.
     let h2 = headers(&[("x-amz-date", "20150830T123601Z"), ("authorization", VANILLA)]);
-    assert!(verify(&head("GET", "/", None, &h2), &sig, SECRET, Some(b"")).is_err());
+    assert!(verify(&head("GET", "/", None, &h2), &sig, SECRET, Some(&hash(b"")), SUITE).is_err());
 }
 
 #[test]
@@ -43,8 +53,8 @@ fn the_query_is_decoded_encoded_again_and_sorted() {
     let h = headers(&[("x-amz-date", "20150830T123600Z"), ("authorization", auth)]);
     let r = head("GET", "/", Some("Param2=value2&Param1=value1"), &h);
     let sig = parse(&r).unwrap().unwrap();
-    assert!(verify(&r, &sig, SECRET, Some(b"")).is_ok());
-    assert_eq!(canonical_query(Some("b=%2f&a=x%3Ay&c"), Form::Header), "a=x%3Ay&b=%2F&c=");
+    assert!(verify(&r, &sig, SECRET, Some(&hash(b"")), SUITE).is_ok());
+    assert_eq!(canonical_query(Some("b=%2f&a=x%3Ay&c"), Form::Header).unwrap(), "a=x%3Ay&b=%2F&c=");
 }
 
 #[test]
@@ -56,8 +66,8 @@ fn s3s_presigned_example_verifies_with_an_unsigned_payload() {
     let r = Head { host: "examplebucket.s3.amazonaws.com", ..head("GET", "/test.txt", Some(q), &h) };
     let sig = parse(&r).unwrap().unwrap();
     assert_eq!(sig.form, Form::Query);
-    let v =
-        verify(&r, &sig, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", Some(b"")).expect("AWS's S3 example");
+    let v = verify(&r, &sig, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", None, S3_EXAMPLE)
+        .expect("AWS's S3 example");
     assert_eq!(v.payload, "UNSIGNED-PAYLOAD");
 }
 
@@ -74,9 +84,9 @@ fn signed_by(creds: Creds, path: &str, body: &[u8], token_header: bool) -> hyper
         names.push("x-amz-security-token".into());
     }
     let scope = "20261205/us-east-1/bedrock/aws4_request";
-    let v = Variant { normalised: true, payload: hex(digest::digest(&digest::SHA256, body).as_ref()) };
+    let v = Variant { normalised: true, payload: hash(body) };
     let hdrs = canonical_headers(&r, &names, |_, v| Ok(v.to_string())).unwrap();
-    let cr = canonical(&r, &v, &canonical_query(None, Form::Header), &hdrs, &names.join(";"));
+    let cr = canonical(&r, &v, &canonical_query(None, Form::Header).unwrap(), &hdrs, &names.join(";"));
     let sig = sign(creds.secret, scope, "20261205T101500Z", &cr);
     let auth = format!(
         "{ALGORITHM} Credential={}/{scope}, SignedHeaders={}, Signature={sig}",
@@ -107,9 +117,13 @@ fn a_placeholder_signature_is_made_again_with_the_real_credentials() {
     let r = head("POST", path, None, &h);
     let sig = parse(&r).unwrap().unwrap();
     assert_eq!(sig.key_id, PLACEHOLDER.key_id);
-    let v = verify(&r, &sig, PLACEHOLDER.secret, Some(body)).expect("signed with the placeholders");
+    let v =
+        verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(body)), NOW).expect("signed with the placeholders");
     assert!(v.normalised, "the path was signed encoded once more");
-    assert!(verify(&r, &sig, PLACEHOLDER.secret, Some(b"another body")).is_err(), "the body is signed");
+    assert!(
+        verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"another body")), NOW).is_err(),
+        "the body is signed"
+    );
     let Resigned::Header { authorization, token, hex } = resign(&r, &sig, &v, REAL, PLACEHOLDER).unwrap()
     else {
         panic!("a header stays a header")
@@ -123,8 +137,8 @@ fn a_placeholder_signature_is_made_again_with_the_real_credentials() {
     let up = head("POST", path, None, &sent);
     let upsig = parse(&up).unwrap().unwrap();
     assert_eq!(upsig.hex, hex);
-    assert_eq!(verify(&up, &upsig, REAL.secret, Some(body)).unwrap(), v);
-    assert!(verify(&up, &upsig, PLACEHOLDER.secret, Some(body)).is_err());
+    assert_eq!(verify(&up, &upsig, REAL.secret, Some(&hash(body)), NOW).unwrap(), v);
+    assert!(verify(&up, &upsig, PLACEHOLDER.secret, Some(&hash(body)), NOW).is_err());
 }
 
 #[test]
@@ -133,7 +147,7 @@ fn a_header_the_gate_took_out_leaves_the_signed_list_and_a_foreign_token_is_refu
     let mut h = signed_by(PLACEHOLDER, path, b"", true);
     let r = head("POST", path, None, &h);
     let sig = parse(&r).unwrap().unwrap();
-    let v = verify(&r, &sig, PLACEHOLDER.secret, Some(b"")).unwrap();
+    let v = verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"")), NOW).unwrap();
     h.remove("content-type");
     let Resigned::Header { authorization, .. } =
         resign(&head("POST", path, None, &h), &sig, &v, REAL, PLACEHOLDER).unwrap()
@@ -166,11 +180,11 @@ fn a_presigned_url_gets_the_real_credential_token_and_signature() {
     };
     let v = Variant { normalised: false, payload: UNSIGNED.into() };
     let hdrs = canonical_headers(&unsigned, &sig.signed, |_, v| Ok(v.to_string())).unwrap();
-    let cr = canonical(&unsigned, &v, &canonical_query(Some(&q), Form::Query), &hdrs, "host");
+    let cr = canonical(&unsigned, &v, &canonical_query(Some(&q), Form::Query).unwrap(), &hdrs, "host");
     let q = format!("{q}&X-Amz-Signature={}", sign(PLACEHOLDER.secret, &sig.scope, &sig.amz_date, &cr));
     let r = head("GET", "/bucket/key", Some(&q), &h);
     let sig = parse(&r).unwrap().unwrap();
-    let v = verify(&r, &sig, PLACEHOLDER.secret, Some(b"")).unwrap();
+    let v = verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"")), NOW).unwrap();
     let Resigned::Query { query, .. } = resign(&r, &sig, &v, REAL, PLACEHOLDER).unwrap() else { panic!() };
     assert!(!query.contains("aisb_placeholder_"), "{query}");
     assert!(query.contains("X-Amz-Credential=ASIAREALKEYID0000001%2F20261205"), "{query}");
@@ -180,7 +194,7 @@ fn a_presigned_url_gets_the_real_credential_token_and_signature() {
     );
     let up = head("GET", "/bucket/key", Some(&query), &h);
     let upsig = parse(&up).unwrap().unwrap();
-    assert!(verify(&up, &upsig, REAL.secret, Some(b"")).is_ok());
+    assert!(verify(&up, &upsig, REAL.secret, None, NOW).is_ok());
 }
 
 #[test]
@@ -214,11 +228,15 @@ fn what_cannot_be_read_or_signed_again_is_refused_with_why() {
     ]);
     let r = head("PUT", "/", None, &h);
     let sig = parse(&r).unwrap().unwrap();
-    assert!(verify(&r, &sig, SECRET, None).unwrap_err().contains("chunk by chunk"));
+    assert!(verify(&r, &sig, SECRET, None, SUITE).unwrap_err().contains("chunk by chunk"));
     // A date not of the scope's day.
     let h = headers(&[("x-amz-date", "20150831T123600Z"), ("authorization", VANILLA)]);
     let r = head("GET", "/", None, &h);
-    assert!(verify(&r, &parse(&r).unwrap().unwrap(), SECRET, Some(b"")).unwrap_err().contains("scope's day"));
+    assert!(
+        verify(&r, &parse(&r).unwrap().unwrap(), SECRET, Some(&hash(b"")), SUITE)
+            .unwrap_err()
+            .contains("scope's day")
+    );
 }
 
 #[test]
@@ -228,4 +246,99 @@ fn dot_segments_and_empty_segments_go_from_the_path() {
     assert_eq!(remove_dot_segments("/../.."), "/");
     assert_eq!(encode("a b/%3A~", true), "a%20b/%253A~");
     assert_eq!(encode("a/b", false), "a%2Fb");
+}
+
+#[test]
+fn a_signature_far_from_the_gates_clock_is_not_signed_again() {
+    let h = headers(&[("x-amz-date", "20150830T123600Z"), ("authorization", VANILLA)]);
+    let r = head("GET", "/", None, &h);
+    let sig = parse(&r).unwrap().unwrap();
+    for ok in [SUITE - SKEW, SUITE + SKEW] {
+        assert!(verify(&r, &sig, SECRET, Some(&hash(b"")), ok).is_ok(), "{ok}");
+    }
+    for far in [SUITE - SKEW - 1, SUITE + SKEW + 1, 0] {
+        let e = verify(&r, &sig, SECRET, Some(&hash(b"")), far).unwrap_err();
+        assert!(e.contains("more than 15 minutes from the gate's clock"), "{e}");
+    }
+    assert_eq!(seconds("19700101T000000Z"), Some(0));
+    assert_eq!(seconds("20240229T235959Z"), Some(1_709_251_199));
+    assert_eq!(seconds("20241301T000000Z"), None);
+}
+
+#[test]
+fn a_path_s3_would_spell_otherwise_and_a_query_read_two_ways_are_refused() {
+    assert!(canonical_path("/bucket/dir/a%20file.txt") && canonical_path("/a-b_c.~/"));
+    for odd in ["/b/k!x", "/b/a%2a", "/b/a%2", "/b/é", "/b/a b"] {
+        assert!(!canonical_path(odd), "{odd}");
+    }
+    // A presigned S3 request over a path S3 would encode: not verified in the form it was sent.
+    let q = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request\
+             &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
+             &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+    let h = headers(&[]);
+    let r = Head { host: "examplebucket.s3.amazonaws.com", ..head("GET", "/test!.txt", Some(q), &h) };
+    let e = verify(&r, &parse(&r).unwrap().unwrap(), "x", None, S3_EXAMPLE).unwrap_err();
+    assert!(e.contains("a path in AWS's encoding"), "{e}");
+    for query in ["a=b+c", "a=%zz", "a=%4"] {
+        assert!(canonical_query(Some(query), Form::Header).unwrap_err().contains("another way"), "{query}");
+    }
+    assert!(canonical_query(Some("a=%4a"), Form::Header).is_ok());
+}
+
+#[test]
+fn a_presigned_url_signed_again_is_good_for_fifteen_minutes_at_most() {
+    let q = format!(
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={}%2F20261205%2Fus-east-1%2Fs3%2Faws4_request\
+         &X-Amz-Date=20261205T101500Z&X-Amz-Expires=604800&X-Amz-SignedHeaders=host&X-Amz-Signature={}",
+        PLACEHOLDER.key_id,
+        "0".repeat(64)
+    );
+    let h = headers(&[]);
+    let r = head("GET", "/bucket/key", Some(&q), &h);
+    let sig = parse(&r).unwrap().unwrap();
+    let v = Variant { normalised: false, payload: UNSIGNED.into() };
+    let creds = Creds { token: None, ..REAL };
+    let Resigned::Query { query, .. } =
+        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }).unwrap()
+    else {
+        panic!()
+    };
+    assert!(query.contains("X-Amz-Expires=900&"), "{query}");
+    // Control: a shorter expiry is kept.
+    let short = q.replace("604800", "60");
+    let r = head("GET", "/bucket/key", Some(&short), &h);
+    let Resigned::Query { query, .. } =
+        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }).unwrap()
+    else {
+        panic!()
+    };
+    assert!(query.contains("X-Amz-Expires=60&"), "{query}");
+}
+
+#[test]
+fn a_presigned_url_needs_no_body_and_a_header_signature_its_hash() {
+    let h = headers(&[]);
+    let q = "X-Amz-Signature=00";
+    let r = head("GET", "/", Some(q), &h);
+    let sig = Signature {
+        form: Form::Query,
+        key_id: "k".into(),
+        scope: "20261205/us-east-1/s3/aws4_request".into(),
+        amz_date: "20261205T101500Z".into(),
+        signed: vec!["host".into()],
+        hex: "0".repeat(64),
+    };
+    assert!(!needs_body(&r, &sig));
+    assert_eq!(payloads(&r, &sig, None).unwrap(), [UNSIGNED]);
+    assert_eq!(payloads(&r, &sig, Some("h")).unwrap(), [UNSIGNED, "h"]);
+    let header = Signature { form: Form::Header, ..sig.clone() };
+    assert!(needs_body(&r, &header));
+    assert_eq!(payloads(&r, &header, Some("h")).unwrap(), ["h"]);
+    assert!(payloads(&r, &header, None).is_err());
+    let hashed = headers(&[("x-amz-content-sha256", "abc")]);
+    let r = head("PUT", "/", None, &hashed);
+    assert!(!needs_body(&r, &header));
+    assert_eq!(payloads(&r, &header, Some("h")).unwrap(), ["abc"], "the client's own hash is what it signed");
+    assert_eq!(spaced_hex("AK", false), "41 4b");
+    assert_eq!(spaced_hex("AK", true), "41 4B");
 }

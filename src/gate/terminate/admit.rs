@@ -66,6 +66,9 @@ pub(super) struct Admitted<B = Incoming> {
     /// A learning run's call of a tool no rule allows, relayed: the line that would allow it
     /// (the record marks it learned; `ai-sandbox learn` proposes it).
     pub(super) learned: Option<String>,
+    /// What the body read whole holds of the sandbox's bytes held at once, until it is sent
+    /// (an AWS-signed body: `sign`).
+    pub(super) held: Option<McpHeld>,
 }
 
 /// The request phases, in order (see the module doc).
@@ -152,6 +155,7 @@ pub(super) async fn admit<B: Body<Data = Bytes> + Unpin>(
         upgrade,
         tools,
         learned,
+        held: None,
     })
 }
 

@@ -37,7 +37,18 @@ pub(super) async fn exchange(
     masks: Masks,
 ) -> Response<Out> {
     let Admitted {
-        mut parts, body, ahead, scanned, target, logged, budget, declared, upgrade, tools, ..
+        mut parts,
+        body,
+        ahead,
+        scanned,
+        target,
+        logged,
+        budget,
+        declared,
+        upgrade,
+        tools,
+        held,
+        ..
     } = a;
     // Frames after those the phases scanned are scanned as they stream.
     let checked: Vec<u8> =
@@ -78,6 +89,7 @@ pub(super) async fn exchange(
         return c.refuse(asked, 400, &why, "");
     }
     let resp = sender.send(Request::from_parts(parts, body.boxed())).await;
+    drop(held);
     c.put_back(sender).await;
     // A placeholder later in the body: the request was cut there (logged when it was found).
     if let Some(m) = found.lock().unwrap_or_else(|e| e.into_inner()).take() {

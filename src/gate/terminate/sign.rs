@@ -8,9 +8,10 @@
 use super::super::decide::Denial;
 use super::super::scrub::Masks;
 use super::super::sigv4::{self, Head, Resigned};
+use super::super::state::McpHeld;
 use super::Conn;
 use super::admit::Admitted;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, HOST, HeaderValue};
 
 /// A signed body larger than this is refused (the gate holds it whole to hash it).
@@ -78,12 +79,19 @@ pub(super) async fn resign(
         Ok(_) => return Ok(()),
         Err(why) => return Err(refused(400, why)),
     };
-    let body = match sigv4::needs_body(&head) {
-        true => Some(whole(a).await.map_err(|why| refused(413, why))?),
-        false => None,
-    };
-    let v =
-        sigv4::verify(&head, &sig, placeholder.secret, body.as_deref()).map_err(|why| refused(403, why))?;
+    // The body's hash, when the signature may cover it: read whole first (a presigned URL's
+    // only if `UNSIGNED-PAYLOAD` does not verify, so that a presigned upload streams).
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut hash = None;
+    if sigv4::needs_body(&head, &sig) {
+        hash = Some(whole(c, a).await.map_err(|(status, why)| refused(status, why))?);
+    }
+    let mut checked = sigv4::verify(&head, &sig, placeholder.secret, hash.as_deref(), now);
+    if checked.is_err() && hash.is_none() && !head.headers.contains_key("x-amz-content-sha256") {
+        hash = Some(whole(c, a).await.map_err(|(status, why)| refused(status, why))?);
+        checked = sigv4::verify(&head, &sig, placeholder.secret, hash.as_deref(), now);
+    }
+    let v = checked.map_err(|why| refused(403, why))?;
     // As it goes upstream: its path and query now, and the authority `proto::for_upstream` sends.
     let (path, query) = match a.target.split_once('?') {
         Some((p, q)) => (p.to_string(), Some(q.to_string())),
@@ -121,24 +129,47 @@ pub(super) async fn resign(
             hex
         }
     };
-    // A server that echoes the request does not hand the agent a signature of the real key.
+    // A server that echoes the request does not hand the agent a signature of the real key,
+    // nor (S3's answer to a signature it reads otherwise) the canonical request's bytes.
     masks.add(hex.as_bytes(), sig.hex.as_bytes(), "the AWS signature");
+    let pairs = [(real.key_id, placeholder.key_id)].into_iter().chain(real.token.zip(placeholder.token));
+    for ((value, shown), upper) in pairs.flat_map(|p| [(p, false), (p, true)]) {
+        let (value, shown) = (sigv4::spaced_hex(value, upper), sigv4::spaced_hex(shown, upper));
+        masks.add(value.as_bytes(), shown.as_bytes(), "the AWS credentials");
+    }
     a.reason = format!("{}; signed by the gate with your AWS credentials", a.reason);
     Ok(())
 }
 
-/// The body read whole (it stays in the request's frames, to stream and be counted as any).
-async fn whole(a: &mut Admitted<Incoming>) -> Result<Vec<u8>, String> {
-    while !a.ahead.ended {
+/// The body's hash, the body read whole (it stays in the request's frames, to stream and be
+/// counted as any). What a sandbox's signed bodies and MCP messages hold at once is bounded
+/// together (`McpHeld`: the agent chooses how many it sends at once), from the read until the
+/// request is sent (`Admitted::held`).
+async fn whole(c: &Conn, a: &mut Admitted<Incoming>) -> Result<String, (u16, String)> {
+    let mut held = McpHeld::new(&c.session);
+    loop {
         if a.ahead.seen.len() > MAX {
-            return Err(format!(
-                "its body is over {} MiB, and the gate hashes a signed body whole",
-                MAX >> 20
-            ));
+            let why = format!("its body is over {} MiB, and the gate hashes a signed body whole", MAX >> 20);
+            return Err((413, why));
         }
-        a.ahead.one(&mut a.body).await.map_err(|()| "its body broke off".to_string())?;
+        // Its frames and their bytes (`seen`).
+        held.set(a.ahead.seen.len().saturating_mul(2)).map_err(|_| {
+            let why = format!(
+                "the bodies the gate holds for this sandbox at once would pass {} MiB; send it again when its other \
+                 requests are answered",
+                McpHeld::MOST >> 20
+            );
+            (503, why)
+        })?;
+        if a.ahead.ended {
+            break;
+        }
+        a.ahead.one(&mut a.body).await.map_err(|()| (400, "its body broke off".to_string()))?;
     }
-    let body: Vec<u8> =
-        a.ahead.frames.iter().filter_map(|f| f.data_ref()).flat_map(Bytes::as_ref).copied().collect();
-    Ok(body)
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+    for data in a.ahead.frames.iter().filter_map(|f| f.data_ref()) {
+        hash.update(data);
+    }
+    a.held = Some(held);
+    Ok(sigv4::body_hash(hash.finish()))
 }
