@@ -42,6 +42,18 @@ fn what_has_no_cluster_meaning_is_refused_by_line_and_nothing_is_printed() {
 }
 
 #[test]
+fn aws_credentials_are_not_exported_and_a_bound_key_is() {
+    let cfg = "allow = s3.us-east-1.amazonaws.com\nsecret = aws for s3.us-east-1.amazonaws.com\n";
+    let errs = export_of(cfg, Some("img")).unwrap_err();
+    assert_eq!(errs.iter().map(|d| d.origin.clone()).collect::<Vec<_>>(), [Origin::Config(2)], "{errs:?}");
+    assert!(errs[0].message.contains("the export carries no AWS credentials to the cluster"), "{errs:?}");
+    assert!(errs[0].hint.as_deref().unwrap_or_default().contains("IAM role"), "{errs:?}");
+    // Control: a key bound to the same host exports.
+    let bound = "allow = s3.us-east-1.amazonaws.com\nsecret = K for s3.us-east-1.amazonaws.com\n";
+    assert!(export_of(bound, Some("img")).is_ok());
+}
+
+#[test]
 fn image_host_needs_an_image() {
     let errs = export_of("allow = github.com\n", None).unwrap_err();
     assert_eq!(errs[0].origin, Origin::Flag("--image"));
