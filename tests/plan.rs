@@ -1429,11 +1429,14 @@ fn secret_aws_gives_the_sandbox_placeholders_and_says_the_gate_signs() {
     let would = "the gate signs with <AWS_SECRET_ACCESS_KEY from AWS_ACCESS_KEY_ID in your environment, else \
                  /home/dev/.aws/credentials [default]>";
     assert!(out.contains(would), "{out}");
-    assert!(!out.contains("is not an AWS endpoint name"), "{out}");
+    assert!(!out.contains("is not an AWS service endpoint"), "{out}");
     // A host that is not AWS's is said; control: the AWS one above was not.
     let odd = "allow = s3.example.com\nsecret = aws for s3.example.com\n";
     let out = dry_run(&mut host(odd, &creds), &["--", "true"]);
-    assert!(out.contains("secret = aws: s3.example.com is not an AWS endpoint name"), "{out}");
+    assert!(out.contains("secret = aws: s3.example.com is not an AWS service endpoint"), "{out}");
+    let api = "allow = abc.execute-api.us-east-1.amazonaws.com\nsecret = aws for abc.execute-api.us-east-1.amazonaws.com\n";
+    let out = dry_run(&mut host(api, &creds), &["--", "true"]);
+    assert!(out.contains("abc.execute-api.us-east-1.amazonaws.com is not an AWS service endpoint"), "{out}");
     // One -e for one of the three drops the line whole: nothing is half signed.
     let cli = Cli::try_parse_from(["ai-sandbox", "-e", "AWS_ACCESS_KEY_ID", "--", "true"]).unwrap();
     let mut h = host(cfg, &creds);

@@ -22,6 +22,17 @@ pub(crate) const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 /// The payload hash a presigned URL signs in S3's form.
 const UNSIGNED: &str = "UNSIGNED-PAYLOAD";
 
+/// A presigned URL's parameters, as AWS spells them.
+const QUERY_AUTH: [&str; 7] = [
+    "X-Amz-Algorithm",
+    "X-Amz-Credential",
+    "X-Amz-Date",
+    "X-Amz-Expires",
+    "X-Amz-SignedHeaders",
+    "X-Amz-Signature",
+    "X-Amz-Security-Token",
+];
+
 /// One set of AWS credentials (real, or the sandbox's placeholders).
 #[derive(Clone, Copy)]
 pub(crate) struct Creds<'a> {
@@ -182,16 +193,17 @@ fn payloads(head: &Head, sig: &Signature, hash: Option<&str>) -> Result<Vec<Stri
         return Ok(vec![v.to_string()]);
     }
     match (sig.form, hash) {
-        (Form::Query, h) => Ok([UNSIGNED].into_iter().chain(h).map(String::from).collect()),
-        (Form::Header, Some(h)) => Ok(vec![h.to_string()]),
-        (Form::Header, None) => Err("its body is needed for its hash".into()),
+        (Form::Query, _) if is_s3(sig) => Ok(vec![UNSIGNED.into()]),
+        (_, Some(h)) => Ok(vec![h.to_string()]),
+        (_, None) => Err("its body is needed for its hash".into()),
     }
 }
 
-/// Whether the body's hash must be read before the signature can be checked (a presigned URL's
-/// is read only if `UNSIGNED-PAYLOAD` does not verify).
+/// Whether the body's hash must be read before the signature can be checked (not for a
+/// presigned S3 URL, whose payload is unsigned: a presigned upload streams).
 pub(crate) fn needs_body(head: &Head, sig: &Signature) -> bool {
-    !head.headers.contains_key("x-amz-content-sha256") && sig.form == Form::Header
+    let unsigned = sig.form == Form::Query && is_s3(sig);
+    !(head.headers.contains_key("x-amz-content-sha256") || unsigned)
 }
 
 /// The SHA-256 of a body, as the canonical request names it.
@@ -199,10 +211,11 @@ pub(crate) fn body_hash(digest: digest::Digest) -> String {
     hex(digest.as_ref())
 }
 
-/// How far a signature's date may be from the gate's clock: AWS's own window for a signed
-/// request, so that a real signature is never good for long (a presigned URL's expiry is cut
-/// to it as well).
+/// How old a signature's date may be by the gate's clock (AWS's own window for a signed
+/// request), and how far ahead (the sandbox shares the host's clock): a real signature is never
+/// good for long; a presigned URL's expiry is cut to end within the window as well.
 pub(crate) const SKEW: u64 = 15 * 60;
+const AHEAD: u64 = 60;
 
 /// How the client made the signature `sig` of `head` with the placeholder `secret`, `now`
 /// being the gate's clock (seconds since the epoch); `Err` when no canonical request of it
@@ -214,34 +227,46 @@ pub(crate) fn verify(
     hash: Option<&str>,
     now: u64,
 ) -> Result<Variant, String> {
+    for name in ["host", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token", "authorization"] {
+        if head.headers.get_all(name).iter().count() > 1 {
+            return Err(format!("it carries {name} twice, which a service may read either way"));
+        }
+    }
     let headers = canonical_headers(head, &sig.signed, |_, v| Ok(v.to_string()))?;
     let amz_date = amz_date(head, sig)?;
     let at = seconds(&amz_date).ok_or_else(|| format!("its date `{amz_date}` is not a date"))?;
-    if at.abs_diff(now) > SKEW {
-        return Err(format!("its date {amz_date} is more than 15 minutes from the gate's clock"));
+    if at.saturating_add(SKEW) < now || at > now.saturating_add(AHEAD) {
+        return Err(format!(
+            "its date {amz_date} is not of the last 15 minutes by the gate's clock (the sandbox shares it)"
+        ));
     }
     let query = canonical_query(head.query, sig.form)?;
-    // The path as sent is what S3 signs; only one already in AWS's encoding is taken as it is
-    // (the service would read another spelling otherwise, and say why with the real token).
-    let as_sent = canonical_path(head.path);
+    // The service's own form, never the client's choice: S3 signs the path as it is sent (only
+    // one in AWS's encoding already: S3 would read another spelling and say why with the real
+    // token) and a presigned URL's payload unsigned; every other service the path encoded once
+    // more and the body's hash.
+    let s3 = is_s3(sig);
+    if s3 && !canonical_path(head.path) {
+        return Err(
+            "its path is not in AWS's encoding (S3 signs it as it is sent: letters, digits, -_.~/ and %XX)"
+                .into(),
+        );
+    }
     for payload in payloads(head, sig, hash)? {
-        for normalised in [false, true].into_iter().filter(|n| *n || as_sent) {
-            let v = Variant { normalised, payload: payload.clone() };
-            let cr = canonical(head, &v, &query, &headers, &sig.signed.join(";"));
-            let mine = sign(secret, &sig.scope, &amz_date, &cr);
-            if bool::from(mine.as_bytes().ct_eq(sig.hex.as_bytes())) {
-                return Ok(v);
-            }
+        let v = Variant { normalised: !s3, payload };
+        let cr = canonical(head, &v, &query, &headers, &sig.signed.join(";"));
+        let mine = sign(secret, &sig.scope, &amz_date, &cr);
+        if bool::from(mine.as_bytes().ct_eq(sig.hex.as_bytes())) {
+            return Ok(v);
         }
     }
-    Err(match as_sent {
-        true => "its signature was not made with this session's AWS placeholder credentials".into(),
-        false => {
-            "its signature was not made with this session's AWS placeholder credentials over a path in AWS's \
-                  encoding (a path S3 signs as it is sent must be: letters, digits, -_.~/ and %XX)"
-                .into()
-        }
-    })
+    Err("its signature was not made with this session's AWS placeholder credentials".into())
+}
+
+/// The services that sign the path as it is sent (S3's family), by the scope's service.
+fn is_s3(sig: &Signature) -> bool {
+    let service = sig.scope.split('/').nth(2).unwrap_or("");
+    matches!(service, "s3" | "s3express" | "s3-outposts" | "s3-object-lambda")
 }
 
 /// Whether `path` is in AWS's URI encoding already: unreserved bytes, `/`, and `%XX` with
@@ -265,7 +290,9 @@ fn canonical_path(path: &str) -> bool {
 
 /// `YYYYMMDDTHHMMSSZ` as seconds since the epoch.
 fn seconds(d: &str) -> Option<u64> {
-    let n = |r: std::ops::Range<usize>| d.get(r)?.parse::<u64>().ok();
+    let digits =
+        |r: std::ops::Range<usize>| d.get(r.clone()).filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    let n = |r: std::ops::Range<usize>| digits(r)?.parse::<u64>().ok();
     let (y, m, day) = (n(0..4)?, n(4..6)?, n(6..8)?);
     let (h, min, sec) = (n(9..11)?, n(11..13)?, n(13..15)?);
     if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || min > 59 || sec > 60 || y < 1970 {
@@ -296,8 +323,13 @@ pub(crate) fn resign(
     v: &Variant,
     real: Creds,
     placeholder: Creds,
+    now: u64,
 ) -> Result<Resigned, String> {
     let amz_date = amz_date(head, sig)?;
+    // The path as it goes (a rule's spelling, perhaps): S3 reads it as it is sent.
+    if !v.normalised && !canonical_path(head.path) {
+        return Err("its path as it goes upstream is not in AWS's encoding".into());
+    }
     let token_for = |sent: &str| match (placeholder.token, real.token) {
         (Some(p), Some(t)) if sent == p => Ok(t.to_string()),
         _ => Err("its session token is not this session's placeholder".to_string()),
@@ -332,8 +364,21 @@ pub(crate) fn resign(
             if sig.signed.iter().any(|n| n != "host" && !head.headers.contains_key(n.as_str())) {
                 return Err("a header its presigned URL signs is not in the request".into());
             }
+            // The query's auth parameters exactly as AWS spells them, each once: no other
+            // spelling a service might read instead of the one the gate rewrote.
+            let all = pairs(head.query);
+            for name in QUERY_AUTH {
+                let same = |k: &[u8]| k.eq_ignore_ascii_case(name.as_bytes());
+                if all.iter().filter(|(k, _)| same(k)).count() > 1
+                    || all.iter().any(|(k, _)| same(k) && k != name.as_bytes())
+                {
+                    return Err(format!("its query spells {name} twice or otherwise"));
+                }
+            }
+            // The URL ends within the window, whatever was asked.
+            let left = seconds(&amz_date).map_or(0, |at| (at + SKEW).saturating_sub(now));
             let mut kept = Vec::new();
-            for (k, val) in pairs(head.query) {
+            for (k, val) in all {
                 let val = match k.as_slice() {
                     b"X-Amz-Signature" => continue,
                     b"X-Amz-Credential" => format!("{}/{}", real.key_id, sig.scope).into_bytes(),
@@ -343,7 +388,7 @@ pub(crate) fn resign(
                         let asked = String::from_utf8_lossy(&val)
                             .parse::<u64>()
                             .map_err(|_| "its X-Amz-Expires is not a number")?;
-                        asked.min(SKEW).to_string().into_bytes()
+                        asked.min(left).to_string().into_bytes()
                     }
                     _ => val,
                 };
@@ -450,6 +495,11 @@ fn canonical_query(query: Option<&str>, form: Form) -> Result<String, String> {
         .collect();
     all.sort();
     Ok(all.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"))
+}
+
+/// A value as a presigned URL's query carries it.
+pub(crate) fn encoded(s: &str) -> String {
+    encode(s, false)
 }
 
 /// AWS's URI encoding: every byte but `A-Za-z0-9-_.~` (and `/` when `slash`) as `%XX`.

@@ -506,11 +506,16 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
         // A custom endpoint is possible; a name that is not AWS's is said.
         let aws_names = ["amazonaws.com", "amazonaws.com.cn", "api.aws", "on.aws"];
         let under = |h: &str| aws_names.iter().any(|n| h == *n || h.ends_with(&format!(".{n}")));
-        for h in hosts.split(", ").filter(|h| !under(h)) {
+        // Under AWS's names too, some hosts run code of others (API Gateway, load balancers,
+        // instances, Lambda function URLs).
+        let others = ["execute-api", "elb", "compute", "compute-1", "lambda-url"];
+        let of_others = |h: &str| h.split('.').any(|l| others.contains(&l));
+        for h in hosts.split(", ").filter(|h| !under(h) || of_others(h)) {
             n.push(format!(
-                "secret = aws: {h} is not an AWS endpoint name ({}): the gate sends it your AWS key id, session token and \
-                 signatures",
-                aws_names.join(", ")
+                "secret = aws: {h} is not an AWS service endpoint ({} names serve AWS's own APIs; {} ones serve code of \
+                 others): the gate sends it your AWS key id, session token and signatures",
+                aws_names.join(", "),
+                others.join(", ")
             ));
         }
     }

@@ -37,7 +37,7 @@ fn the_test_suites_vanilla_get_verifies_and_another_secret_does_not() {
     assert_eq!((sig.form, sig.key_id.as_str()), (Form::Header, "AKIDEXAMPLE"));
     assert_eq!(sig.scope, "20150830/us-east-1/service/aws4_request");
     let v = verify(&r, &sig, SECRET, Some(&hash(b"")), SUITE).expect("AWS's own example verifies");
-    assert!(!v.normalised, "`/` is the same either way: the first form is taken");
+    assert!(v.normalised, "a service not S3's: its path encoded once more");
     assert!(verify(&r, &sig, "another-secret", Some(&hash(b"")), SUITE).is_err());
     // The date is signed: another one does not verify.
     let h2 = headers(&[("x-amz-date", "20150830T123601Z"), ("authorization", VANILLA)]);
@@ -124,7 +124,8 @@ fn a_placeholder_signature_is_made_again_with_the_real_credentials() {
         verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"another body")), NOW).is_err(),
         "the body is signed"
     );
-    let Resigned::Header { authorization, token, hex } = resign(&r, &sig, &v, REAL, PLACEHOLDER).unwrap()
+    let Resigned::Header { authorization, token, hex } =
+        resign(&r, &sig, &v, REAL, PLACEHOLDER, NOW).unwrap()
     else {
         panic!("a header stays a header")
     };
@@ -150,13 +151,13 @@ fn a_header_the_gate_took_out_leaves_the_signed_list_and_a_foreign_token_is_refu
     let v = verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"")), NOW).unwrap();
     h.remove("content-type");
     let Resigned::Header { authorization, .. } =
-        resign(&head("POST", path, None, &h), &sig, &v, REAL, PLACEHOLDER).unwrap()
+        resign(&head("POST", path, None, &h), &sig, &v, REAL, PLACEHOLDER, NOW).unwrap()
     else {
         panic!()
     };
     assert!(authorization.contains("SignedHeaders=host;x-amz-date;x-amz-security-token,"), "{authorization}");
     h.insert("x-amz-security-token", "someone-elses-token".parse().unwrap());
-    let err = resign(&head("POST", path, None, &h), &sig, &v, REAL, PLACEHOLDER).unwrap_err();
+    let err = resign(&head("POST", path, None, &h), &sig, &v, REAL, PLACEHOLDER, NOW).unwrap_err();
     assert!(err.contains("not this session's placeholder"), "{err}");
 }
 
@@ -185,7 +186,9 @@ fn a_presigned_url_gets_the_real_credential_token_and_signature() {
     let r = head("GET", "/bucket/key", Some(&q), &h);
     let sig = parse(&r).unwrap().unwrap();
     let v = verify(&r, &sig, PLACEHOLDER.secret, Some(&hash(b"")), NOW).unwrap();
-    let Resigned::Query { query, .. } = resign(&r, &sig, &v, REAL, PLACEHOLDER).unwrap() else { panic!() };
+    let Resigned::Query { query, .. } = resign(&r, &sig, &v, REAL, PLACEHOLDER, NOW).unwrap() else {
+        panic!()
+    };
     assert!(!query.contains("aisb_placeholder_"), "{query}");
     assert!(query.contains("X-Amz-Credential=ASIAREALKEYID0000001%2F20261205"), "{query}");
     assert!(
@@ -253,13 +256,22 @@ fn a_signature_far_from_the_gates_clock_is_not_signed_again() {
     let h = headers(&[("x-amz-date", "20150830T123600Z"), ("authorization", VANILLA)]);
     let r = head("GET", "/", None, &h);
     let sig = parse(&r).unwrap().unwrap();
-    for ok in [SUITE - SKEW, SUITE + SKEW] {
+    // Dated at most a minute ahead of the gate's clock, and at most 15 minutes behind it.
+    for ok in [SUITE - AHEAD, SUITE, SUITE + SKEW] {
         assert!(verify(&r, &sig, SECRET, Some(&hash(b"")), ok).is_ok(), "{ok}");
     }
-    for far in [SUITE - SKEW - 1, SUITE + SKEW + 1, 0] {
+    for far in [SUITE - AHEAD - 1, SUITE + SKEW + 1, 0, u64::MAX] {
         let e = verify(&r, &sig, SECRET, Some(&hash(b"")), far).unwrap_err();
-        assert!(e.contains("more than 15 minutes from the gate's clock"), "{e}");
+        assert!(e.contains("is not of the last 15 minutes by the gate's clock"), "{e}");
     }
+    assert_eq!(seconds("20150830T+1+2+3Z"), None, "digits only");
+    let twice = headers(&[
+        ("x-amz-date", "20150830T123600Z"),
+        ("x-amz-date", "20150830T123600Z"),
+        ("authorization", VANILLA),
+    ]);
+    let r = head("GET", "/", None, &twice);
+    assert!(verify(&r, &sig, SECRET, Some(&hash(b"")), SUITE).unwrap_err().contains("x-amz-date twice"));
     assert_eq!(seconds("19700101T000000Z"), Some(0));
     assert_eq!(seconds("20240229T235959Z"), Some(1_709_251_199));
     assert_eq!(seconds("20241301T000000Z"), None);
@@ -278,7 +290,12 @@ fn a_path_s3_would_spell_otherwise_and_a_query_read_two_ways_are_refused() {
     let h = headers(&[]);
     let r = Head { host: "examplebucket.s3.amazonaws.com", ..head("GET", "/test!.txt", Some(q), &h) };
     let e = verify(&r, &parse(&r).unwrap().unwrap(), "x", None, S3_EXAMPLE).unwrap_err();
-    assert!(e.contains("a path in AWS's encoding"), "{e}");
+    assert!(e.contains("its path is not in AWS's encoding"), "{e}");
+    // Nor as it goes upstream (a rule's spelling): S3 would read another request than signed.
+    let sig = parse(&r).unwrap().unwrap();
+    let v = Variant { normalised: false, payload: UNSIGNED.into() };
+    let e = resign(&r, &sig, &v, REAL, PLACEHOLDER, S3_EXAMPLE).unwrap_err();
+    assert!(e.contains("as it goes upstream is not in AWS's encoding"), "{e}");
     for query in ["a=b+c", "a=%zz", "a=%4"] {
         assert!(canonical_query(Some(query), Form::Header).unwrap_err().contains("another way"), "{query}");
     }
@@ -299,16 +316,29 @@ fn a_presigned_url_signed_again_is_good_for_fifteen_minutes_at_most() {
     let v = Variant { normalised: false, payload: UNSIGNED.into() };
     let creds = Creds { token: None, ..REAL };
     let Resigned::Query { query, .. } =
-        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }).unwrap()
+        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }, NOW).unwrap()
     else {
         panic!()
     };
     assert!(query.contains("X-Amz-Expires=900&"), "{query}");
+    // Signed ten minutes into its window: what is left of it.
+    let Resigned::Query { query, .. } =
+        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }, NOW + 600).unwrap()
+    else {
+        panic!()
+    };
+    assert!(query.contains("X-Amz-Expires=300&"), "{query}");
+    // An auth parameter spelled twice, or in another case, is refused.
+    for odd in [format!("{q}&X-Amz-Expires=60"), q.replace("X-Amz-Expires", "x-amz-expires")] {
+        let r = head("GET", "/bucket/key", Some(&odd), &h);
+        let e = resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }, NOW).unwrap_err();
+        assert!(e.contains("X-Amz-Expires twice or otherwise"), "{e}");
+    }
     // Control: a shorter expiry is kept.
     let short = q.replace("604800", "60");
     let r = head("GET", "/bucket/key", Some(&short), &h);
     let Resigned::Query { query, .. } =
-        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }).unwrap()
+        resign(&r, &sig, &v, creds, Creds { token: None, ..PLACEHOLDER }, NOW).unwrap()
     else {
         panic!()
     };
@@ -328,9 +358,14 @@ fn a_presigned_url_needs_no_body_and_a_header_signature_its_hash() {
         signed: vec!["host".into()],
         hex: "0".repeat(64),
     };
-    assert!(!needs_body(&r, &sig));
+    assert!(!needs_body(&r, &sig), "a presigned S3 URL signs no body");
     assert_eq!(payloads(&r, &sig, None).unwrap(), [UNSIGNED]);
-    assert_eq!(payloads(&r, &sig, Some("h")).unwrap(), [UNSIGNED, "h"]);
+    assert_eq!(payloads(&r, &sig, Some("h")).unwrap(), [UNSIGNED], "S3's form, whatever else could match");
+    // Another service's presigned URL signs its body's hash.
+    let sts = Signature { scope: "20261205/us-east-1/sts/aws4_request".into(), ..sig.clone() };
+    assert!(needs_body(&r, &sts));
+    assert_eq!(payloads(&r, &sts, Some("h")).unwrap(), ["h"]);
+    assert!(payloads(&r, &sts, None).is_err());
     let header = Signature { form: Form::Header, ..sig.clone() };
     assert!(needs_body(&r, &header));
     assert_eq!(payloads(&r, &header, Some("h")).unwrap(), ["h"]);

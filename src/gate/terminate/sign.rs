@@ -79,19 +79,15 @@ pub(super) async fn resign(
         Ok(_) => return Ok(()),
         Err(why) => return Err(refused(400, why)),
     };
-    // The body's hash, when the signature may cover it: read whole first (a presigned URL's
-    // only if `UNSIGNED-PAYLOAD` does not verify, so that a presigned upload streams).
+    // The body's hash, when the signature covers it: the body read whole first (not for a
+    // presigned S3 URL, whose payload is unsigned: a presigned upload streams).
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut hash = None;
-    if sigv4::needs_body(&head, &sig) {
-        hash = Some(whole(c, a).await.map_err(|(status, why)| refused(status, why))?);
-    }
-    let mut checked = sigv4::verify(&head, &sig, placeholder.secret, hash.as_deref(), now);
-    if checked.is_err() && hash.is_none() && !head.headers.contains_key("x-amz-content-sha256") {
-        hash = Some(whole(c, a).await.map_err(|(status, why)| refused(status, why))?);
-        checked = sigv4::verify(&head, &sig, placeholder.secret, hash.as_deref(), now);
-    }
-    let v = checked.map_err(|why| refused(403, why))?;
+    let hash = match sigv4::needs_body(&head, &sig) {
+        true => Some(whole(c, a).await.map_err(|(status, why)| refused(status, why))?),
+        false => None,
+    };
+    let v = sigv4::verify(&head, &sig, placeholder.secret, hash.as_deref(), now)
+        .map_err(|why| refused(403, why))?;
     // As it goes upstream: its path and query now, and the authority `proto::for_upstream` sends.
     let (path, query) = match a.target.split_once('?') {
         Some((p, q)) => (p.to_string(), Some(q.to_string())),
@@ -109,7 +105,7 @@ pub(super) async fn resign(
         headers: &a.parts.headers,
         host: &host,
     };
-    let signed = sigv4::resign(&up, &sig, &v, real, placeholder).map_err(|why| refused(403, why))?;
+    let signed = sigv4::resign(&up, &sig, &v, real, placeholder, now).map_err(|why| refused(403, why))?;
     let value = |s: &str| {
         let mut v = HeaderValue::from_str(s)
             .map_err(|_| refused(400, "a signed value is not a header value".into()))?;
@@ -132,9 +128,12 @@ pub(super) async fn resign(
     // A server that echoes the request does not hand the agent a signature of the real key,
     // nor (S3's answer to a signature it reads otherwise) the canonical request's bytes.
     masks.add(hex.as_bytes(), sig.hex.as_bytes(), "the AWS signature");
+    // As sent in a header, and as a query parameter (AWS-encoded), in either case of hex.
     let pairs = [(real.key_id, placeholder.key_id)].into_iter().chain(real.token.zip(placeholder.token));
-    for ((value, shown), upper) in pairs.flat_map(|p| [(p, false), (p, true)]) {
-        let (value, shown) = (sigv4::spaced_hex(value, upper), sigv4::spaced_hex(shown, upper));
+    let spelled =
+        pairs.flat_map(|(v, p)| [(v.to_string(), p.to_string()), (sigv4::encoded(v), sigv4::encoded(p))]);
+    for ((value, shown), upper) in spelled.flat_map(|p| [(p.clone(), false), (p, true)]) {
+        let (value, shown) = (sigv4::spaced_hex(&value, upper), sigv4::spaced_hex(&shown, upper));
         masks.add(value.as_bytes(), shown.as_bytes(), "the AWS credentials");
     }
     a.reason = format!("{}; signed by the gate with your AWS credentials", a.reason);
