@@ -6,13 +6,17 @@
 //! re-signs only what the sandbox's own client signed) and signs it again with the user's real
 //! credentials (`resign`), which stay with the gate.
 //!
-//! The canonical request is AWS's: the method, the path (as sent for S3, with its dot segments
-//! removed and encoded once more for every other service: the client chose, and `verify` finds
-//! which), the query decoded and encoded again in AWS's strict form and sorted, the signed
-//! headers (values trimmed, runs of spaces made one), and the payload's hash (the client's
-//! `x-amz-content-sha256`, else the body's SHA-256, or `UNSIGNED-PAYLOAD` in a presigned URL).
-//! A body signed chunk by chunk (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`) is refused: each chunk's
-//! signature chains on the one before, from the secret key (say so, not pass it half-signed).
+//! The canonical request is AWS's, in the form of the scope's service (never one the client
+//! picks: a form the service reads otherwise gets an answer that spells the request out, real
+//! token included): the method; the path, as sent for S3's family (and then only one in AWS's
+//! encoding already), with its dot segments removed and encoded once more for every other
+//! service; the query decoded and encoded again in AWS's strict form and sorted (a `+` or a
+//! stray `%` refused); the signed headers (values trimmed, runs of spaces made one); and the
+//! payload's hash (the client's `x-amz-content-sha256`, else the body's SHA-256, or
+//! `UNSIGNED-PAYLOAD` in a presigned S3 URL). A body signed chunk by chunk
+//! (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`) is refused: each chunk's signature chains on the one
+//! before, from the secret key (say so, not pass it half-signed). A signature is signed again
+//! only when it is of the last 15 minutes (`SKEW`), so that a real one is never good for long.
 
 use ring::{digest, hmac};
 use subtle::ConstantTimeEq;

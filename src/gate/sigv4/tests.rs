@@ -216,6 +216,17 @@ fn what_cannot_be_read_or_signed_again_is_refused_with_why() {
     assert!(refused(&[("authorization", &twice)], None).contains("twice"));
     let unsorted = VANILLA.replace("host;x-amz-date", "x-amz-date;host");
     assert!(refused(&[("authorization", &unsorted)], None).contains("sorted"));
+    let dup = VANILLA.replace("host;x-amz-date", "host;host;x-amz-date");
+    assert!(refused(&[("authorization", &dup)], None).contains("sorted"), "a name twice");
+    let upper = VANILLA.replace("host;x-amz-date", "a-B;host");
+    assert!(refused(&[("authorization", &upper)], None).contains("lowercase"));
+    let empty = VANILLA.replace("host;x-amz-date", ";host");
+    assert!(refused(&[("authorization", &empty)], None).contains("lowercase"));
+    let sig_hex = "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31";
+    for bad in ["5FA00FA31553B73EBF1942676E86291E8372FF2A2260956D9B8AAE1D763FBF31", &sig_hex[..63]] {
+        let odd = VANILLA.replace(sig_hex, bad);
+        assert!(refused(&[("authorization", &odd)], None).contains("64 lowercase hex"), "{bad}");
+    }
     let no_host = VANILLA.replace("host;x-amz-date", "x-amz-date");
     assert!(refused(&[("authorization", &no_host)], None).contains("with host"));
     let scope = VANILLA.replace("/service/aws4_request", "/aws4_request");
@@ -249,6 +260,7 @@ fn dot_segments_and_empty_segments_go_from_the_path() {
     assert_eq!(remove_dot_segments("/../.."), "/");
     assert_eq!(encode("a b/%3A~", true), "a%20b/%253A~");
     assert_eq!(encode("a/b", false), "a%2Fb");
+    assert_eq!(encoded("IQo/b+c="), "IQo%2Fb%2Bc%3D", "a token as a presigned URL carries it");
 }
 
 #[test]
@@ -274,13 +286,26 @@ fn a_signature_far_from_the_gates_clock_is_not_signed_again() {
     assert!(verify(&r, &sig, SECRET, Some(&hash(b"")), SUITE).unwrap_err().contains("x-amz-date twice"));
     assert_eq!(seconds("19700101T000000Z"), Some(0));
     assert_eq!(seconds("20240229T235959Z"), Some(1_709_251_199));
-    assert_eq!(seconds("20241301T000000Z"), None);
+    assert_eq!(seconds("20240229T235960Z"), Some(1_709_251_200), "a leap second is a date");
+    assert_eq!(seconds("20240229T230000Z"), Some(1_709_247_600));
+    for bad in [
+        "20241301T000000Z",
+        "20240001T000000Z",
+        "20240132T000000Z",
+        "20240100T000000Z",
+        "20240101T240000Z",
+        "20240101T006000Z",
+        "20240101T000061Z",
+        "19691231T235959Z",
+    ] {
+        assert_eq!(seconds(bad), None, "{bad}");
+    }
 }
 
 #[test]
 fn a_path_s3_would_spell_otherwise_and_a_query_read_two_ways_are_refused() {
     assert!(canonical_path("/bucket/dir/a%20file.txt") && canonical_path("/a-b_c.~/"));
-    for odd in ["/b/k!x", "/b/a%2a", "/b/a%2", "/b/é", "/b/a b"] {
+    for odd in ["/b/k!x", "/b/a%2a", "/b/a%2", "/b/é", "/b/a b", "/a%20!", "/%41/%42!"] {
         assert!(!canonical_path(odd), "{odd}");
     }
     // A presigned S3 request over a path S3 would encode: not verified in the form it was sent.
@@ -376,4 +401,31 @@ fn a_presigned_url_needs_no_body_and_a_header_signature_its_hash() {
     assert_eq!(payloads(&r, &header, Some("h")).unwrap(), ["abc"], "the client's own hash is what it signed");
     assert_eq!(spaced_hex("AK", false), "41 4b");
     assert_eq!(spaced_hex("AK", true), "41 4B");
+}
+
+#[test]
+fn a_presigned_url_whose_signed_header_is_gone_is_not_signed_again_and_an_empty_path_is_slash() {
+    let q = format!(
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={}%2F20261205%2Fus-east-1%2Fs3%2Faws4_request\
+         &X-Amz-Date=20261205T101500Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host%3Bx-amz-meta-a&X-Amz-Signature={}",
+        PLACEHOLDER.key_id,
+        "0".repeat(64)
+    );
+    let with = headers(&[("x-amz-meta-a", "1")]);
+    let r = head("GET", "/bucket/key", Some(&q), &with);
+    let sig = parse(&r).unwrap().unwrap();
+    assert_eq!(sig.signed, ["host", "x-amz-meta-a"]);
+    let v = Variant { normalised: false, payload: UNSIGNED.into() };
+    let (real, ph) = (Creds { token: None, ..REAL }, Creds { token: None, ..PLACEHOLDER });
+    assert!(resign(&r, &sig, &v, real, ph, NOW).is_ok(), "its signed header is there");
+    let without = headers(&[]);
+    let r = head("GET", "/bucket/key", Some(&q), &without);
+    assert!(
+        resign(&r, &sig, &v, real, ph, NOW)
+            .unwrap_err()
+            .contains("a header its presigned URL signs is not in the request")
+    );
+    let h = headers(&[]);
+    let cr = canonical(&head("GET", "", None, &h), &v, "", "host:h\n", "host");
+    assert!(cr.starts_with("GET\n/\n\n"), "{cr}");
 }

@@ -3,7 +3,8 @@
 //! signed with the placeholder key id is checked against the placeholder secret (the request as
 //! the client sent it, `AsSent`) and signed with the real credentials as it goes upstream. Its
 //! body is read whole first when the signature covers the body's hash (the client sent no
-//! `x-amz-content-sha256`): at most `MAX`. The pure part is `sigv4`.
+//! `x-amz-content-sha256`, and it is not a presigned S3 URL): at most `MAX`. A request signed
+//! with another key id goes as it is. The pure part is `sigv4`.
 
 use super::super::decide::Denial;
 use super::super::scrub::Masks;
@@ -60,14 +61,13 @@ pub(super) async fn resign(
     a: &mut Admitted<Incoming>,
     masks: &mut Masks,
 ) -> Result<(), Denial> {
-    let Some(held) = sent.and_then(|_| c.secrets.aws(&c.host)) else { return Ok(()) };
+    let (Some(sent), Some(held)) = (sent, c.secrets.aws(&c.host)) else { return Ok(()) };
     let creds = |of: for<'a> fn((&'a str, &'a str)) -> &'a str| sigv4::Creds {
         key_id: of(held.key_id),
         secret: of(held.secret),
         token: held.token.map(of),
     };
     let (placeholder, real) = (creds(|p| p.0), creds(|p| p.1));
-    let Some(sent) = sent else { return Ok(()) };
     let refused = |status: u16, why: String| {
         let reason = format!("a request to {} signed for AWS is refused: {why}", c.host);
         Denial { status, hint: format!("ai-sandbox gate: {reason}"), reason, ..Denial::default() }
