@@ -34,7 +34,7 @@ pub(crate) fn running(runtime: &Path) -> Vec<Running> {
             .and_then(|t| t.elapsed().ok())
             .map_or(0, |d| d.as_secs());
         let path = e.path().join(crate::plan::session::LIVE_FILE);
-        let record = fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok());
+        let record = read_locked(&path).and_then(|t| serde_json::from_str::<Record>(&t).ok());
         let session = e.file_name().to_string_lossy().into_owned();
         let execs = execs(&e.path());
         // Counted inside the sandbox, by its rules: read there (an nft run, ~7 ms, only for a
@@ -177,8 +177,7 @@ fn refused_with(
     nft: impl Fn(&[&str]) -> anyhow::Result<String> + Sync,
 ) -> anyhow::Result<Vec<crate::live::Direct>> {
     let mut out = Vec::new();
-    let record = fs::read_to_string(session_dir.join(crate::plan::session::LIVE_FILE))
-        .ok()
+    let record = read_locked(&session_dir.join(crate::plan::session::LIVE_FILE))
         .and_then(|text| serde_json::from_str::<Record>(&text).ok());
     let budgets = record.as_ref().map_or(&[][..], |r| &r.policy.net_budgets[..]);
     // Both sets (and the quotas, when there are any) at once, each its own nft: the launcher
@@ -259,6 +258,17 @@ fn gate_update(runtime: &Path, old: &Record, new: &Record) -> anyhow::Result<()>
         "put the line in the config and start the sandbox again once your other sandboxes have ended (the old gate exits when idle)".to_string(),
     )
     .into())
+}
+
+/// A session's record, read under a shared lock: `allow` rewrites it in place under its
+/// exclusive one, and a reader between its truncation and its write would see no record (a
+/// second `allow` at the same moment said no sandbox was running: seen in the e2e suite).
+fn read_locked(path: &Path) -> Option<String> {
+    let file = fs::File::open(path).ok()?;
+    let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockShared).ok()?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// See `Host::live_allow`.
