@@ -373,6 +373,28 @@ fn protected_paths_that_exist_are_read_only_in_the_podman_command() {
 }
 
 #[test]
+fn gemini_clis_google_login_is_held_by_the_gate_and_said() {
+    let mut h = host("state = gemini\n", &[]);
+    let out = dry_run(&mut h, &["--", "true"]);
+    let held = "# note: state = gemini: the gate holds the tokens your login store has (access_token to \
+                cloudcode-pa.googleapis.com, oauth2.googleapis.com; refresh_token only in refreshes at \
+                https://oauth2.googleapis.com/token; id_token nowhere); the sandbox holds placeholders, and the gate \
+                makes the refreshes (the allowlist must name oauth2.googleapis.com)";
+    assert!(out.contains(held), "{out}");
+    let store = "/home/dev/.local/share/ai-sandbox/agents";
+    for line in [
+        format!("#   {store}/gemini/login/oauth_creds.json -> ~/.gemini/oauth_creds.json"),
+        format!("#   {store}/gemini/login/google_accounts.json -> ~/.gemini/google_accounts.json"),
+    ] {
+        assert!(out.contains(&line), "{line} in {out}");
+    }
+    assert!(!out.contains("GEMINI_CLI_HOME"), "the sandbox HOME is Gemini CLI's home: {out}");
+    // Control: with no gate, the agent holds it in clear.
+    let out_none = dry_run(&mut host("state = gemini\n", &[]), &["--net", "none", "--", "true"]);
+    assert!(out_none.contains("# note: state = gemini: the agent holds the login in clear"), "{out_none}");
+}
+
+#[test]
 fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     let mut h = host("state = claude\nstate = ~/.config/gh/hosts.yml\n", &[]);
     let out = dry_run(&mut h, &["--", "true"]);

@@ -475,6 +475,7 @@ fn held_logins(
                     expiry: login.expiry.iter().map(|f| f.to_string()).collect(),
                     refresh: t.refresh,
                     jwt: jwt.is_some(),
+                    form: login.form,
                 }),
             });
             given.push(crate::plan::session::HeldGiven { store, field, placeholder });

@@ -458,10 +458,10 @@ pub enum ImageCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum LoginCmd {
-    /// Copy an existing login (claude, codex) from your real HOME into the store your
+    /// Copy an existing login (claude, codex, gemini) from your real HOME into the store your
     /// sandboxes share; says which files first.
     Import {
-        /// claude or codex
+        /// claude, codex or gemini
         agent: String,
     },
 }

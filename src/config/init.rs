@@ -35,13 +35,16 @@ const PRESETS: &[(&str, &str, &[&str])] = &[
     ),
     (
         "gemini",
-        "Gemini CLI (measured with 0.61.0: generativelanguage.googleapis.com; play.googleapis.com for usage statistics)",
+        "Gemini CLI (measured with 0.61.0: generativelanguage.googleapis.com with an API key, cloudcode-pa.googleapis.com and oauth2.googleapis.com with a Google login; play.googleapis.com for usage statistics)",
         &[
             "allow = generativelanguage.googleapis.com",
             "# allow = play.googleapis.com                      # usage statistics",
             "# secret = GEMINI_API_KEY for generativelanguage.googleapis.com # an API key the agent never holds (it sees a placeholder)",
             "# env = GEMINI_CLI_TRUST_WORKSPACE=true            # `gemini -p` runs only in a folder it trusts",
-            "state = ~/.gemini/oauth_creds.json                 # the Google login follows you across projects (settings stay per project)",
+            "# allow = cloudcode-pa.googleapis.com             # with a Google login: its API (Code Assist)",
+            "# allow = oauth2.googleapis.com                   # with a Google login: its refreshes and token checks",
+            "# env = GOOGLE_GENAI_USE_GCA=true                 # log in with Google without a settings.json choice",
+            "state = gemini                                     # the Google login follows you across projects, held by the gate (settings stay per project)",
             "cmd = gemini",
         ],
     ),

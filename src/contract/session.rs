@@ -152,6 +152,9 @@ pub struct LoginRef {
     /// real header and claims with the placeholder as its signature (`jwt_parts`).
     #[serde(default)]
     pub(crate) jwt: bool,
+    /// The login's refresh is a form (`application/x-www-form-urlencoded`: Google's), not JSON.
+    #[serde(default)]
+    pub(crate) form: bool,
 }
 
 /// A JWT's `header.claims` and its signature (`None`: not three dot-separated parts).
@@ -189,6 +192,7 @@ impl LoginRef {
             expiry: strings(expiry),
             refresh,
             jwt: false,
+            form: false,
         }
     }
 }

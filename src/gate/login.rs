@@ -1,6 +1,7 @@
-//! Logins the gate holds (ADR 0087): a `state` agent's tokens (Claude Code's and Codex's OAuth
-//! access and refresh tokens, Codex's id token) are in the sandbox only as placeholders; the gate swaps them for the real
-//! tokens on the login's own hosts (`secrets`), and makes the CLI's refresh itself: the token
+//! Logins the gate holds (ADR 0087, ADR 0089): a `state` agent's tokens (the OAuth access and
+//! refresh tokens of Claude Code, Codex and Gemini CLI, and the last two's id tokens) are in the
+//! sandbox only as placeholders; the gate swaps them for the real tokens on the login's own hosts
+//! (`secrets`), and makes the CLI's refresh itself (a JSON body, or Google's form): the token
 //! endpoint's answer goes to the user's login store and to every session of that login, and the
 //! CLI gets its placeholders back in place of the new tokens (`terminate::renew`).
 //!
@@ -111,6 +112,72 @@ pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), St
     }
 }
 
+/// A form refresh (Google's), checked as `check_refresh` checks a JSON one, and read one way
+/// only: no `+` and no `%` that is not an escape, each pair `KEY=VALUE` once (a key once in any
+/// case), only `FORM_KEYS`, each decoding to UTF-8. Its pairs, decoded, to be sent again
+/// (`Secrets::substitute_form`).
+pub(crate) fn check_refresh_form(
+    body: &[u8],
+    placeholders: &[&str],
+) -> Result<Vec<(String, String)>, String> {
+    let text =
+        std::str::from_utf8(body).map_err(|_| "its body is not a form read one way only".to_string())?;
+    if super::percent::read_two_ways(text) {
+        return Err(
+            "its body holds a `+` or a `%` that is not an escape, which a server may read another way".into(),
+        );
+    }
+    let decode = |s: &str| String::from_utf8(super::percent::decode(s.as_bytes())).ok();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for pair in text.split('&') {
+        let read = pair.split_once('=').filter(|(_, v)| !v.contains('='));
+        let Some((k, v)) = read.and_then(|(k, v)| Some((decode(k)?, decode(v)?))) else {
+            return Err(format!("its body holds {} (not KEY=VALUE in UTF-8)", quote_key(pair)));
+        };
+        if !FORM_KEYS.contains(&k.as_str()) {
+            return Err(format!(
+                "its body holds {} (a refresh holds {} only)",
+                quote_key(&k),
+                FORM_KEYS.join(", ")
+            ));
+        }
+        if pairs.iter().any(|(seen, _)| seen.eq_ignore_ascii_case(&k)) {
+            return Err(format!(
+                "its body holds {} twice, which a server may read either way",
+                quote_key(&k)
+            ));
+        }
+        pairs.push((k, v));
+    }
+    let field = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    if field("grant_type") != Some("refresh_token") {
+        return Err("it is not a refresh (grant_type refresh_token)".into());
+    }
+    match field("refresh_token") {
+        Some(t) if placeholders.contains(&t) => Ok(pairs),
+        _ => Err("its refresh_token is not this sandbox's placeholder".into()),
+    }
+}
+
+/// A form's media type.
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// `application/x-www-form-urlencoded`, at most with a UTF-8 charset.
+fn form_type(v: &[u8]) -> bool {
+    let Ok(t) = std::str::from_utf8(v) else { return false };
+    let t = t.trim().to_ascii_lowercase();
+    let Some(rest) = t.strip_prefix(FORM) else { return false };
+    let rest = rest.trim_start();
+    rest.is_empty()
+        || rest.strip_prefix(';').is_some_and(|p| {
+            let p: String = p.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+            p.is_empty() || p == "charset=utf-8" || p == "charset=\"utf-8\""
+        })
+}
+
+/// The members of a form refresh (Google's: the installed app's public client secret with it).
+const FORM_KEYS: &[&str] = &["grant_type", "refresh_token", "client_id", "client_secret", "scope"];
+
 /// The tokens an OAuth token answer carries.
 const TOKEN_FIELDS: &[&str] = &["access_token", "refresh_token", "id_token"];
 
@@ -121,13 +188,22 @@ fn quote_key(k: &str) -> String {
     crate::sys::quote::text(&format!("{k:?}"))
 }
 
-/// A request to a held login's token endpoint, its head: JSON said once (`application/json`,
-/// at most a UTF-8 charset), not compressed, no query (a server that read a query or another
-/// content type could take another grant than the one checked).
-pub(crate) fn check_refresh_head(headers: &hyper::HeaderMap, query: Option<&str>) -> Result<(), String> {
+/// A request to a held login's token endpoint, its head: its login's type said once
+/// (`application/json`, or a `form`'s `application/x-www-form-urlencoded`, at most a UTF-8
+/// charset), not compressed, no query (a server that read a query or another content type could
+/// take another grant than the one checked).
+pub(crate) fn check_refresh_head(
+    headers: &hyper::HeaderMap,
+    query: Option<&str>,
+    form: bool,
+) -> Result<(), String> {
     let types: Vec<_> = headers.get_all(hyper::header::CONTENT_TYPE).iter().collect();
-    if types.len() != 1 || !super::mcp::json_type(types[0].as_bytes()) {
-        return Err("it is not said once to be application/json".into());
+    let (said, name) = match form {
+        false => (types.len() == 1 && super::mcp::json_type(types[0].as_bytes()), "application/json"),
+        true => (types.len() == 1 && form_type(types[0].as_bytes()), FORM),
+    };
+    if !said {
+        return Err(format!("it is not said once to be {name}"));
     }
     if headers.contains_key(hyper::header::CONTENT_ENCODING) {
         return Err("its body is encoded".into());
@@ -234,6 +310,7 @@ mod tests {
             expiry: vec!["claudeAiOauth".into(), "expiresAt".into()],
             refresh: answer == "refresh_token",
             jwt: false,
+            form: false,
         }
     }
 
@@ -378,7 +455,7 @@ mod tests {
             h
         };
         assert_eq!(
-            check_refresh_head(&head(&[("content-type", "application/json; charset=utf-8")]), None),
+            check_refresh_head(&head(&[("content-type", "application/json; charset=utf-8")]), None, false),
             Ok(())
         );
         for (h, q, why) in [
@@ -392,7 +469,7 @@ mod tests {
             (head(&[("content-type", "application/json"), ("content-encoding", "gzip")]), None, "encoded"),
             (head(&[("content-type", "application/json")]), Some("grant_type=x"), "query"),
         ] {
-            assert!(check_refresh_head(&h, q).unwrap_err().contains(why), "{h:?} {q:?}");
+            assert!(check_refresh_head(&h, q, false).unwrap_err().contains(why), "{h:?} {q:?}");
         }
         // The refresh token goes in no header, even to its own host; the access token does.
         let bearer = format!("Bearer {PR}");
@@ -429,6 +506,7 @@ mod tests {
             expiry: vec![],
             refresh: answer == "refresh_token",
             jwt: answer != "refresh_token",
+            form: false,
         };
         const SIG: &str = "aisb_placeholder_5151";
         let s = Secrets::new(vec![
@@ -481,5 +559,91 @@ mod tests {
         let e = odd.substitute_body(PR.as_bytes(), "platform.claude.com").unwrap_err();
         assert!(e.contains("would have to escape"), "{e}");
         assert_eq!(s.substitute_body(b"plain", "platform.claude.com").unwrap(), b"plain", "control");
+    }
+
+    #[test]
+    fn a_form_refresh_is_read_one_way_and_sent_again_with_the_real_token_encoded() {
+        const PG: &str = "aisb_placeholder_gggg";
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("oauth_creds.json");
+        std::fs::write(&store, r#"{"access_token":"ya29.A1","refresh_token":"1//0R1"}"#).unwrap();
+        let google = |field: &str, refresh: bool| LoginRef {
+            store: store.clone(),
+            field: vec![field.into()],
+            endpoint: "oauth2.googleapis.com/token".into(),
+            answer: field.into(),
+            expiry: vec!["expiry_date".into()],
+            refresh,
+            jwt: false,
+            form: true,
+        };
+        let mut a = Bound::new("access", "ya29.aisb_placeholder_aaaa", "ya29.A1", &["oauth2.googleapis.com"]);
+        a.login = Some(google("access_token", false));
+        let mut r = Bound::new("refresh", PG, "1//0R1", &["oauth2.googleapis.com"]);
+        r.login = Some(google("refresh_token", true));
+        let mut k = Bound::new("key", "aisb_placeholder_kkkk", "K", &["elsewhere.test"]);
+        k.login = None;
+        let s = Secrets::new(vec![a, r, k]);
+        assert!(s.refresh_form("oauth2.googleapis.com/token") && !s.refresh_form(ENDPOINT));
+        let mine = s.refresh_placeholders("oauth2.googleapis.com/token");
+        assert_eq!(mine, [PG]);
+        // What google-auth-library sends: the pairs come back decoded, in order.
+        let body = format!(
+            "refresh_token={PG}&client_id=6-x.apps.googleusercontent.com&client_secret=GOCSPX-s&grant_type=refresh_token"
+        );
+        let pairs = check_refresh_form(body.as_bytes(), &mine).unwrap();
+        assert_eq!(pairs[1], ("client_id".into(), "6-x.apps.googleusercontent.com".into()));
+        let sent = s.substitute_form(&pairs, "oauth2.googleapis.com").unwrap();
+        assert_eq!(
+            String::from_utf8(sent).unwrap(),
+            "refresh_token=1%2F%2F0R1&client_id=6-x.apps.googleusercontent.com&client_secret=GOCSPX-s&grant_type=refresh_token",
+            "the real token, its slashes escaped"
+        );
+        // Another secret's placeholder in a value is an exfiltration attempt, even escaped.
+        let odd = vec![
+            ("refresh_token".to_string(), PG.to_string()),
+            ("scope".into(), "aisb_placeholder_kkkk".into()),
+        ];
+        let e = s.substitute_form(&odd, "oauth2.googleapis.com").unwrap_err();
+        assert!(e.contains("exfiltration attempt") && e.contains("key"), "{e}");
+        for (body, why) in [
+            (format!("grant_type=refresh_token&refresh_token={PG}&code=c"), "holds \"code\""),
+            (format!("grant_type=authorization_code&refresh_token={PG}"), "not a refresh"),
+            ("grant_type=refresh_token&refresh_token=1%2F%2Ftheirs".to_string(), "not this sandbox's"),
+            (format!("grant_type=refresh_token&refresh_token=x&refresh_token={PG}"), "twice"),
+            (format!("grant_type=refresh_token&refresh_token={PG}&scope=a+b"), "`+`"),
+            (format!("grant_type=refresh_token&refresh_token={PG}&scope=%zz"), "`%`"),
+            (format!("grant_type=refresh_token&refresh_token={PG}&"), "not KEY=VALUE"),
+            (format!("grant_type=refresh_token&refresh_token={PG}&scope=a=b"), "not KEY=VALUE"),
+            (format!("grant_type=refresh_token&refresh_token={PG}&scope=%FF"), "not KEY=VALUE"),
+            (format!("Grant_Type=refresh_token&refresh_token={PG}"), "holds \"Grant_Type\""),
+            (format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PG}"}}"#), "not KEY=VALUE"),
+        ] {
+            let e = check_refresh_form(body.as_bytes(), &mine).unwrap_err();
+            assert!(e.contains(why), "{body}: {e}");
+        }
+        // The head says a form once; JSON is not one.
+        let head = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.append(hyper::header::CONTENT_TYPE, v.parse().unwrap());
+            h
+        };
+        for ok in [
+            FORM,
+            "application/x-www-form-urlencoded;charset=UTF-8",
+            "Application/X-WWW-Form-Urlencoded ; charset=\"utf-8\"",
+        ] {
+            assert_eq!(check_refresh_head(&head(ok), None, true), Ok(()), "{ok}");
+        }
+        for bad in [
+            "application/json",
+            "application/x-www-form-urlencoded; charset=latin1",
+            "application/x-www-form-urlencodedx",
+            "multipart/form-data",
+        ] {
+            let e = check_refresh_head(&head(bad), None, true).unwrap_err();
+            assert!(e.contains("application/x-www-form-urlencoded"), "{bad}: {e}");
+        }
+        assert!(check_refresh_head(&head(FORM), Some("a=b"), true).unwrap_err().contains("query"));
     }
 }

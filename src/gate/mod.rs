@@ -32,6 +32,7 @@ pub(crate) mod login;
 pub(crate) mod mcp;
 pub(crate) mod normalise;
 pub(crate) mod ocsf;
+pub(crate) mod percent;
 pub(crate) mod periods;
 pub(crate) mod pipeline;
 pub(crate) mod proto;

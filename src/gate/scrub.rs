@@ -422,7 +422,7 @@ mod tests {
             GeneralPurpose::new(&base64::alphabet::STANDARD, lenient),
             GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient),
         ];
-        let mut out = vec![text.to_vec(), crate::gate::secrets::percent_decode(text)];
+        let mut out = vec![text.to_vec(), crate::gate::percent::decode(text)];
         for (e, extra) in engines.iter().zip([b"+/", b"-_"]) {
             let inside = |c: &u8| c.is_ascii_alphanumeric() || extra.contains(c);
             // Each run of the alphabet's characters, from each of its first four characters.

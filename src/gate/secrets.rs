@@ -116,6 +116,11 @@ impl Secrets {
         self.0.iter().filter(mine).map(|b| b.placeholder.as_str()).collect()
     }
 
+    /// Whether the refresh at `endpoint` is a form (Google's), not JSON.
+    pub(crate) fn refresh_form(&self, endpoint: &str) -> bool {
+        self.0.iter().any(|b| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint && l.form))
+    }
+
     /// The held tokens a token endpoint's answer renews: each token's login, and the
     /// placeholder the sandbox keeps for it.
     pub(crate) fn renewed_at(
@@ -144,6 +149,23 @@ impl Secrets {
             ));
         }
         Ok(swap(body, &mine).unwrap_or_else(|| body.to_vec()))
+    }
+
+    /// A form refresh's checked pairs (`login::check_refresh_form`) on their way to `host`, each
+    /// value with the placeholders of secrets bound there replaced by their values now, encoded
+    /// again (every byte but `A-Za-z0-9-_.~` escaped: a Google refresh token holds `/`); `Err`
+    /// when one is bound elsewhere.
+    pub(crate) fn substitute_form(&self, pairs: &[(String, String)], host: &str) -> Result<Vec<u8>, String> {
+        let mine: Vec<(&Bound, Cow<'_, str>)> = self.now().filter(|(b, _)| b.bound_to(host)).collect();
+        let mut out = Vec::new();
+        for (k, v) in pairs {
+            if let Some(m) = self.misuse(v.as_bytes(), Some(host)) {
+                return Err(m.reason(host, false));
+            }
+            let v = swap(v.as_bytes(), &mine).unwrap_or_else(|| v.as_bytes().to_vec());
+            out.push(format!("{}={}", super::percent::encode(k, false), super::percent::encode(&v, false)));
+        }
+        Ok(out.join("&").into_bytes())
     }
 
     /// The AWS credentials the gate signs requests to `host` with, each as (placeholder,
@@ -282,7 +304,7 @@ pub(crate) fn may_hold_placeholder(bytes: &[u8]) -> bool {
 /// decoded credentials of each `Basic` token.
 fn views(bytes: &[u8]) -> Vec<Cow<'_, [u8]>> {
     let mut out = vec![Cow::Borrowed(bytes)];
-    let decoded = percent_decode(bytes);
+    let decoded = super::percent::decode(bytes);
     out.push(Cow::Owned(decoded.to_ascii_lowercase()));
     let lower = bytes.to_ascii_lowercase();
     let mut at = 0;
@@ -305,25 +327,6 @@ fn basic(value: &[u8]) -> Option<Vec<u8>> {
     let token: Vec<u8> =
         v[6..].iter().copied().take_while(|c| !c.is_ascii_whitespace() && *c != b',').collect();
     STANDARD.decode(token).ok()
-}
-
-pub(crate) fn percent_decode(b: &[u8]) -> Vec<u8> {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match (b[i], b.get(i + 1).and_then(|c| hex(*c)), b.get(i + 2).and_then(|c| hex(*c))) {
-            (b'%', Some(h), Some(l)) => {
-                out.push(h << 4 | l);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

@@ -18,6 +18,7 @@
 //! before, from the secret key (say so, not pass it half-signed). A signature is signed again
 //! only when it is of the last 15 minutes (`SKEW`), so that a real one is never good for long.
 
+use super::percent::encode;
 use ring::{digest, hmac};
 use subtle::ConstantTimeEq;
 
@@ -467,7 +468,7 @@ fn canonical_headers(
 
 /// The query's pairs, decoded (a key without `=` has an empty value).
 fn pairs(query: Option<&str>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let decode = |s: &str| super::secrets::percent_decode(s.as_bytes());
+    let decode = |s: &str| super::percent::decode(s.as_bytes());
     query
         .unwrap_or("")
         .split('&')
@@ -482,11 +483,7 @@ fn pairs(query: Option<&str>) -> Vec<(Vec<u8>, Vec<u8>)> {
 fn canonical_query(query: Option<&str>, form: Form) -> Result<String, String> {
     // A `+` is a space to some readers and itself to others; a `%` not before two hex digits is
     // read differently too: neither is signed as the service would read it.
-    let raw = query.unwrap_or("");
-    let b = raw.as_bytes();
-    let bad_escape = (0..b.len())
-        .any(|i| b[i] == b'%' && !(b.len() > i + 2 && b[i + 1..i + 3].iter().all(u8::is_ascii_hexdigit)));
-    if raw.contains('+') || bad_escape {
+    if super::percent::read_two_ways(query.unwrap_or("")) {
         return Err(
             "its query holds a `+` or a `%` that is not an escape, which a service may read another way"
                 .into(),
@@ -499,24 +496,6 @@ fn canonical_query(query: Option<&str>, form: Form) -> Result<String, String> {
         .collect();
     all.sort();
     Ok(all.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"))
-}
-
-/// A value as a presigned URL's query carries it.
-pub(crate) fn encoded(s: &str) -> String {
-    encode(s, false)
-}
-
-/// AWS's URI encoding: every byte but `A-Za-z0-9-_.~` (and `/` when `slash`) as `%XX`.
-fn encode(s: impl AsRef<[u8]>, slash: bool) -> String {
-    let mut out = String::with_capacity(s.as_ref().len());
-    for &b in s.as_ref() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (slash && b == b'/') {
-            out.push(b as char);
-        } else {
-            out += &format!("%{b:02X}");
-        }
-    }
-    out
 }
 
 /// RFC 3986's dot segments removed, and empty segments (AWS's canonical path, as botocore and

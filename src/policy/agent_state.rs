@@ -53,6 +53,8 @@ impl AgentState {
         match self.name.as_str() {
             "home" if self.dir.is_empty() => None,
             "home" => Some(agents_dir.join(self.dir.replace('/', "_")).join(&self.dir).join(name)),
+            // The gemini preset's line before `state = gemini`: `state = ~/.gemini/oauth_creds.json`.
+            "gemini" => Some(agents_dir.join("home").join(&self.dir).join(name)),
             agent => Some(agents_dir.join(agent).join(&self.dir).join(name)),
         }
     }
@@ -136,5 +138,11 @@ mod tests {
         );
         let top = AgentState { name: "home".into(), dir: String::new(), var: None, files: vec![] };
         assert_eq!(top.legacy_file(a, ".netrc"), None);
+        // `state = gemini` reads the login the preset's former `state = ~/.gemini/oauth_creds.json` kept.
+        let gemini = AgentState { name: "gemini".into(), dir: ".gemini".into(), var: None, files: vec![] };
+        let former = AgentState { name: "home".into(), dir: ".gemini".into(), var: None, files: vec![] };
+        let file = "oauth_creds.json";
+        assert_eq!(gemini.legacy_file(a, file).unwrap(), former.store_file(a, file));
+        assert_eq!(gemini.store_file(a, file), Path::new("/d/agents/gemini/login/oauth_creds.json"));
     }
 }

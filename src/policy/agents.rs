@@ -15,6 +15,15 @@ const CLAUDE: &[(&str, &[&str])] = &[
 /// Codex: `auth.json` (its `config.toml` holds MCP server and `notify` commands: not a login).
 const CODEX: &[(&str, &[&str])] =
     &[("auth.json", &["OPENAI_API_KEY", "tokens", "last_refresh", "auth_mode"])];
+/// Gemini CLI: `oauth_creds.json` is Google's token answer as it came; `google_accounts.json`
+/// the account's address (so the CLI does not ask Google who it is at each start).
+const GEMINI: &[(&str, &[&str])] = &[
+    (
+        "oauth_creds.json",
+        &["access_token", "refresh_token", "scope", "token_type", "id_token", "expiry_date"],
+    ),
+    ("google_accounts.json", &["active", "old"]),
+];
 
 /// A token of a login that the gate holds (ADR 0087): the sandbox's copy of the login has a
 /// placeholder of the same prefix and length in its place, which the gate swaps for the token
@@ -43,6 +52,8 @@ pub(crate) struct HeldLogin {
     pub(crate) endpoint: &'static str,
     /// Where the login file keeps the expiry, in milliseconds since the epoch.
     pub(crate) expiry: &'static [&'static str],
+    /// The refresh's body is a form (`application/x-www-form-urlencoded`), not JSON.
+    pub(crate) form: bool,
 }
 
 /// Claude Code's login (docs/agent-logins.md): the OAuth access token goes to the API host, the
@@ -79,6 +90,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
     ],
     endpoint: "platform.claude.com/v1/oauth/token",
     expiry: &["claudeAiOauth", "expiresAt"],
+    form: false,
 };
 
 /// Codex's ChatGPT login (docs/agent-logins.md): the access token (a JWT whose expiry Codex
@@ -126,6 +138,46 @@ const CODEX_HELD: HeldLogin = HeldLogin {
     ],
     endpoint: "auth.openai.com/oauth/token",
     expiry: &[],
+    form: false,
+};
+
+/// Gemini CLI's Google login (docs/agent-logins.md): the access token goes to the Code Assist
+/// API and to the token endpoint's host (the CLI asks `tokeninfo` about it at each start, in a
+/// header); the refresh token only into a refresh's form, at the token endpoint; the id token
+/// (a JWT Google signs, which other services may take as proof of the account) goes nowhere.
+const GEMINI_HELD: HeldLogin = HeldLogin {
+    tokens: &[
+        HeldToken {
+            file: "oauth_creds.json",
+            field: &["access_token"],
+            prefix: "ya29.",
+            hosts: &["cloudcode-pa.googleapis.com", "oauth2.googleapis.com"],
+            answer: Some("access_token"),
+            refresh: false,
+            jwt: false,
+        },
+        HeldToken {
+            file: "oauth_creds.json",
+            field: &["refresh_token"],
+            prefix: "",
+            hosts: &["oauth2.googleapis.com"],
+            answer: Some("refresh_token"),
+            refresh: true,
+            jwt: false,
+        },
+        HeldToken {
+            file: "oauth_creds.json",
+            field: &["id_token"],
+            prefix: "",
+            hosts: &[],
+            answer: Some("id_token"),
+            refresh: false,
+            jwt: true,
+        },
+    ],
+    endpoint: "oauth2.googleapis.com/token",
+    expiry: &["expiry_date"],
+    form: true,
 };
 
 /// The login of `agent` that the gate holds (`None`: the agent holds its login in clear).
@@ -133,6 +185,7 @@ pub(crate) fn held(agent: &str) -> Option<&'static HeldLogin> {
     match agent {
         "claude" => Some(&CLAUDE_HELD),
         "codex" => Some(&CODEX_HELD),
+        "gemini" => Some(&GEMINI_HELD),
         _ => None,
     }
 }
@@ -142,11 +195,13 @@ pub(crate) fn held(agent: &str) -> Option<&'static HeldLogin> {
 pub(crate) type Known =
     (&'static str, &'static str, Option<&'static str>, &'static [(&'static str, &'static [&'static str])]);
 
-/// Known agents. Claude Code keeps `.claude.json` in CLAUDE_CONFIG_DIR when set, so one
+/// Known agents (Gemini CLI's directory is under its `GEMINI_CLI_HOME`, the sandbox's HOME here,
+/// so no variable points at it). Claude Code keeps `.claude.json` in CLAUDE_CONFIG_DIR when set, so one
 /// directory holds it.
 pub(crate) const KNOWN: &[Known] = &[
     ("claude", ".claude", Some("CLAUDE_CONFIG_DIR"), CLAUDE),
     ("codex", ".codex", Some("CODEX_HOME"), CODEX),
+    ("gemini", ".gemini", None, GEMINI),
 ];
 
 /// The files of an existing login in the real HOME, and where each goes in the agent's store
@@ -158,6 +213,10 @@ pub(crate) fn login_files(agent: &str) -> Option<&'static [(&'static str, &'stat
             Some(&[(".claude/.credentials.json", ".credentials.json"), (".claude.json", ".claude.json")])
         }
         "codex" => Some(&[(".codex/auth.json", "auth.json")]),
+        "gemini" => Some(&[
+            (".gemini/oauth_creds.json", "oauth_creds.json"),
+            (".gemini/google_accounts.json", "google_accounts.json"),
+        ]),
         _ => None,
     }
 }

@@ -6,7 +6,8 @@ It speaks just enough of two APIs for a real agent CLI to finish one turn with o
 - OpenAI Responses (`POST /v1/responses` over SSE, and the same over a WebSocket upgrade of
   `GET /v1/responses`): Codex;
 - Gemini (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`, `:generateContent`,
-  `:countTokens`, the key in `x-goog-api-key`): Gemini CLI;
+  `:countTokens`, the key in `x-goog-api-key`): Gemini CLI; with a Google login, the Code Assist
+  API (`POST /v1internal:METHOD`, each answer in `{"response": ...}`) and `tokeninfo`;
 - OpenAI Chat Completions (`POST /v1/chat/completions`, JSON or SSE): aider, which has no shell
   tool: its reply is the text in FAKE_MODEL_CHAT (an edit, in aider's own format), and, when
   FAKE_MODEL_HOLD names a file, the streamed reply waits (up to 60 s) for that file before it
@@ -32,6 +33,7 @@ import ssl
 import struct
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMAND = os.environ["FAKE_MODEL_COMMAND"]
@@ -43,7 +45,8 @@ CHAT = os.environ.get("FAKE_MODEL_CHAT", "FAKE-MODEL-DONE")
 HOLD = os.environ.get("FAKE_MODEL_HOLD")
 MCP_CALL = os.environ.get("FAKE_MODEL_MCP_CALL", "")
 # A login's token endpoint (FAKE_MODEL_TOKENS: a file of {"refresh", "access", "next"}): a
-# refresh with the refresh token "refresh" is answered with "access" and "next".
+# refresh with the refresh token "refresh" is answered with "access" and "next" (a JSON body, or
+# Google's form; with "google": true, Google's answer, which has no new refresh token).
 TOKENS = os.environ.get("FAKE_MODEL_TOKENS")
 SHELL_TOOLS = ("Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command")
 
@@ -109,6 +112,8 @@ class Handler(BaseHTTPRequestHandler):
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
+        if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
+            return {k: v[0] for k, v in urllib.parse.parse_qs(raw.decode(), keep_blank_values=True).items()}
         try:
             return json.loads(raw or b"{}")
         except ValueError:
@@ -169,9 +174,18 @@ class Handler(BaseHTTPRequestHandler):
             return self.sse(events)
         if "/models/" in path and ":" in path:
             return self.gemini(path, req)
+        if path.startswith("/v1internal:"):
+            return self.code_assist(path, req)
+        if path == "/tokeninfo":
+            ok = self.credential_ok()
+            log(method="POST", path=path, api="tokeninfo", auth_ok=ok)
+            if not ok:
+                return self.send(400, {"error": "invalid_token", "error_description": "Invalid Value"})
+            return self.send(200, {"azp": "e2e", "aud": "e2e", "scope": "https://www.googleapis.com/auth/cloud-platform",
+                                   "expires_in": 3500, "access_type": "offline"})
         if path.endswith("/chat/completions"):
             return self.chat(req)
-        if path in ("/v1/oauth/token", "/oauth/token") and TOKENS:
+        if path in ("/v1/oauth/token", "/oauth/token", "/token") and TOKENS:
             return self.token(req)
         log(method="POST", path=path, auth_ok=self.credential_ok())
         self.send(404, {"error": {"message": "not here", "type": "not_found_error"}})
@@ -188,6 +202,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(400, {"error": "invalid_grant", "error_description": "refresh token unknown"})
         answer = {"token_type": "Bearer", "access_token": t["access"], "refresh_token": t["next"],
                   "expires_in": 28800, "scope": "user:inference user:profile"}
+        if t.get("google"):
+            answer = {"access_token": t["access"], "expires_in": 3599, "token_type": "Bearer",
+                      "scope": "https://www.googleapis.com/auth/cloud-platform"}
         if "id" in t:
             answer["id_token"] = t["id"]
         self.send(200, answer)
@@ -312,8 +329,25 @@ class Handler(BaseHTTPRequestHandler):
         ]
         return events
 
+    # --- Code Assist (Gemini CLI with a Google login) -------------------------------------------
+    def code_assist(self, path, req):
+        method = path.split(":", 1)[1]
+        if method in ("generateContent", "streamGenerateContent", "countTokens"):
+            inner = dict(req.get("request") or {})
+            return self.gemini(f"/v1internal/models/{req.get('model', 'e2e')}:{method}", inner, wrap=True)
+        log(method="POST", path=path, api="code_assist", auth_ok=self.credential_ok())
+        if not self.credential_ok():
+            return self.send(401, {"error": {"code": 401, "status": "UNAUTHENTICATED", "message": "not this token"}})
+        if method == "loadCodeAssist":
+            tier = {"id": "standard-tier", "name": "e2e", "userDefinedCloudaicompanionProject": False}
+            return self.send(200, {"currentTier": tier, "allowedTiers": [dict(tier, isDefault=True)],
+                                   "cloudaicompanionProject": "e2e-project"})
+        if method == "onboardUser":
+            return self.send(200, {"done": True, "response": {"cloudaicompanionProject": {"id": "e2e-project"}}})
+        self.send(200, {})
+
     # --- Gemini ---------------------------------------------------------------------------------
-    def gemini(self, path, req):
+    def gemini(self, path, req, wrap=False):
         method = path.rsplit(":", 1)[1]
         tools = tool_names(req.get("tools"))
         parts = [p for c in req.get("contents") or [] for p in c.get("parts") or []]
@@ -338,6 +372,9 @@ class Handler(BaseHTTPRequestHandler):
         resp = {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
                 "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
                 "modelVersion": path.split("/models/")[1].split(":")[0]}
+        if wrap:
+            # Code Assist wraps each answer: {"response": GenerateContentResponse}.
+            resp = {"response": resp, "traceId": "e2e"}
         if method != "streamGenerateContent":
             return self.send(200, resp)
         self.send_response(200)

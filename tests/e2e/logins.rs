@@ -26,6 +26,8 @@ struct Login<'a> {
     reals: Vec<String>,
     /// The host the login's token endpoint is on (the allowlist names it).
     auth_host: &'a str,
+    /// More lines of the project's config.
+    config: &'a str,
     args: Vec<&'a str>,
     /// A shell probe run in a second sandbox of the project: prints what the gate answered.
     probe: String,
@@ -57,7 +59,7 @@ fn project(api: &ModelApi, l: &Login) -> Project {
     for h in API_HOSTS {
         text += &format!("resolve = {h}={}\n", api.th.v4);
     }
-    text += &format!("allow = {}\nupstream_ca = {}\n", l.auth_host, api.ca.display());
+    text += &format!("allow = {}\nupstream_ca = {}\n{}", l.auth_host, api.ca.display(), l.config);
     p.config(&text);
     p
 }
@@ -164,6 +166,7 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
         access: access.clone(),
         reals: vec![old_access, refresh.clone(), access.clone(), next.clone()],
         auth_host: "platform.claude.com",
+        config: "",
         args: vec!["--", "claude", "-p", "Write the file.", "--dangerously-skip-permissions"],
         probe: probe.into(),
         probed: vec!["ort01=403 ", "oat01=200 "],
@@ -205,10 +208,47 @@ fn codexs_chatgpt_login_stays_with_the_gate_through_a_refresh() {
             sig(&new_id),
         ],
         auth_host: "auth.openai.com",
+        config: "",
         args: [&CODEX_EXEC[..], &["Write the file."]].concat(),
         probe: probe.into(),
         probed: vec!["id_token=403 ", "access_token=200 "],
         misuse: "the codex login's tokens.id_token",
+    });
+}
+
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn gemini_clis_google_login_stays_with_the_gate_through_a_refresh() {
+    let id = std::process::id();
+    // Google's shapes: the refresh token holds slashes, which the gate's form must escape.
+    let (old_access, refresh) = (format!("ya29.e2e-old-{id}-a0"), format!("1//0e2e-{id}-r1"));
+    let access = format!("ya29.e2e-new-{id}-a1");
+    let claims = serde_json::json!({"iss": "https://accounts.google.com", "email": "e2e@example.invalid",
+        "exp": now_secs() + 3600});
+    let id_token = jwt(claims, "google-id");
+    let creds = serde_json::json!({"access_token": old_access, "refresh_token": refresh, "id_token": id_token,
+        "scope": "https://www.googleapis.com/auth/cloud-platform", "token_type": "Bearer",
+        "expiry_date": now_secs() * 1000 - 60_000});
+    let accounts = serde_json::json!({"active": "e2e@example.invalid", "old": []});
+    // The refresh token's placeholder to the Code Assist API (allowed, not where it goes), then
+    // the access token's to `tokeninfo` (one of its hosts): 403, then 200.
+    let probe = "tok() { sed -n \"s/.*\\\"$1\\\": *\\\"\\([^\\\"]*\\)\\\".*/\\1/p\" \"$HOME/.gemini/oauth_creds.json\"; }; \
+                 printf 'refresh='; curl -s -o /dev/null -w '%{http_code} ' -X POST -H \"Authorization: Bearer $(tok refresh_token)\" \
+                 https://cloudcode-pa.googleapis.com/v1internal:loadCodeAssist; \
+                 printf 'access='; curl -s -o /dev/null -w '%{http_code} ' -X POST -H \"Authorization: Bearer $(tok access_token)\" \
+                 https://oauth2.googleapis.com/tokeninfo";
+    held_login_turn(Login {
+        agent: "gemini",
+        files: vec![("oauth_creds.json", creds), ("google_accounts.json", accounts)],
+        tokens: serde_json::json!({"refresh": refresh, "access": access, "next": refresh, "google": true}),
+        access: access.clone(),
+        reals: vec![old_access, refresh.clone(), access.clone(), sig(&id_token)],
+        auth_host: "oauth2.googleapis.com",
+        config: "allow = cloudcode-pa.googleapis.com\nenv = GOOGLE_GENAI_USE_GCA=true\nenv = GEMINI_CLI_TRUST_WORKSPACE=true\n",
+        args: vec!["--", "gemini", "-p", "Write the file.", "--yolo"],
+        probe: probe.into(),
+        probed: vec!["refresh=403 ", "access=200 "],
+        misuse: "the gemini login's refresh_token",
     });
 }
 

@@ -24,13 +24,15 @@ pub(crate) struct ModelApi {
 }
 
 /// The API hostnames the fake serves (its certificate names them; each project pins them to it).
-pub(crate) const API_HOSTS: [&str; 6] = [
+pub(crate) const API_HOSTS: [&str; 8] = [
     "api.anthropic.com",
     "api.openai.com",
     "chatgpt.com",
     "generativelanguage.googleapis.com",
     "platform.claude.com",
     "auth.openai.com",
+    "cloudcode-pa.googleapis.com",
+    "oauth2.googleapis.com",
 ];
 
 impl ModelApi {

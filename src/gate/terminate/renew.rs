@@ -1,10 +1,10 @@
-//! A held login's refresh, made by the gate (ADR 0087): the CLI's POST to its token endpoint,
-//! after every request phase let it through, goes upstream with the real refresh token in place
-//! of the placeholder; the answer's new tokens go to the store and to every session of the
-//! login (`login::take_answer`), and the CLI reads its placeholders in their place. Both bodies
-//! are read whole (a token request and its answer are small: at most `MAX`), so nothing of
-//! either passes before it is rewritten; the answer is asked for and read uncompressed, and
-//! the real values are masked in whatever else it holds.
+//! A held login's refresh, made by the gate (ADR 0087, ADR 0089): the CLI's POST to its token
+//! endpoint (a JSON body, or Google's form), after every request phase let it through, goes
+//! upstream with the real refresh token in place of the placeholder; the answer's new tokens go
+//! to the store and to every session of the login (`login::take_answer`), and the CLI reads its
+//! placeholders in their place. Both bodies are read whole (a token request and its answer are
+//! small: at most `MAX`), so nothing of either passes before it is rewritten; the answer is
+//! asked for and read uncompressed, and the real values are masked in whatever else it holds.
 
 use super::super::login;
 use super::super::pipeline::Asked;
@@ -41,23 +41,23 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         }
     }
     let endpoint = format!("{}{}", c.host, asked.path.unwrap_or("/"));
-    let checked = login::check_refresh_head(&parts.headers, parts.uri.query())
-        .and_then(|()| login::check_refresh(&sent, &c.secrets.refresh_placeholders(&endpoint)));
-    if let Err(why) = checked {
-        let why = format!(
-            "a request to the token endpoint of a login the gate holds is refused: {why} (a login is made on the host: \
-             `ai-sandbox login import AGENT`)"
-        );
-        return fail(403, why);
-    }
+    let pairs = match checked(c, &parts, &sent, &endpoint) {
+        Ok(pairs) => pairs,
+        Err(why) => return fail(403, why),
+    };
     // One refresh of this login at a time, each with the refresh token the last one left.
     let turn = login::turn(&endpoint).lock_owned().await;
-    let body = match c.secrets.substitute_body(&sent, &c.host) {
+    let body = match &pairs {
+        None => c.secrets.substitute_body(&sent, &c.host),
+        Some(pairs) => c.secrets.substitute_form(pairs, &c.host),
+    };
+    let body = match body {
         Ok(b) => b,
         Err(why) => return fail(403, why),
     };
+    let kind = if pairs.is_some() { "application/x-www-form-urlencoded" } else { "application/json" };
     parts.headers.remove(TRANSFER_ENCODING);
-    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
     parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     parts.headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     let mut sender = match c.sender().await {
@@ -104,6 +104,29 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
     head.headers.insert(CONTENT_LENGTH, HeaderValue::from(answer.len()));
     head.extensions.remove::<hyper::ext::ReasonPhrase>();
     hyper::Response::from_parts(head, full(answer))
+}
+
+/// The refresh as checked (`login::check_refresh_head`, and the body by its login's kind): a
+/// form's pairs, decoded (`None`: a JSON body, sent with its placeholders swapped).
+fn checked(
+    c: &Conn,
+    parts: &hyper::http::request::Parts,
+    sent: &[u8],
+    endpoint: &str,
+) -> Result<Option<Vec<(String, String)>>, String> {
+    let form = c.secrets.refresh_form(endpoint);
+    let placeholders = c.secrets.refresh_placeholders(endpoint);
+    let checked =
+        login::check_refresh_head(&parts.headers, parts.uri.query(), form).and_then(|()| match form {
+            false => login::check_refresh(sent, &placeholders).map(|()| None),
+            true => login::check_refresh_form(sent, &placeholders).map(Some),
+        });
+    checked.map_err(|why| {
+        format!(
+            "a request to the token endpoint of a login the gate holds is refused: {why} (a login is made on the host: \
+             `ai-sandbox login import AGENT`)"
+        )
+    })
 }
 
 /// What the refresh's own task needs of its connection.

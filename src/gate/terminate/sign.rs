@@ -7,6 +7,7 @@
 //! with another key id goes as it is. The pure part is `sigv4`.
 
 use super::super::decide::Denial;
+use super::super::percent::encode;
 use super::super::scrub::Masks;
 use super::super::sigv4::{self, Head, Resigned};
 use super::super::state::McpHeld;
@@ -131,7 +132,7 @@ pub(super) async fn resign(
     // As sent in a header, and as a query parameter (AWS-encoded), in either case of hex.
     let pairs = [(real.key_id, placeholder.key_id)].into_iter().chain(real.token.zip(placeholder.token));
     let spelled =
-        pairs.flat_map(|(v, p)| [(v.to_string(), p.to_string()), (sigv4::encoded(v), sigv4::encoded(p))]);
+        pairs.flat_map(|(v, p)| [(v.to_string(), p.to_string()), (encode(v, false), encode(p, false))]);
     for ((value, shown), upper) in spelled.flat_map(|p| [(p.clone(), false), (p, true)]) {
         let (value, shown) = (sigv4::spaced_hex(&value, upper), sigv4::spaced_hex(&shown, upper));
         masks.add(value.as_bytes(), shown.as_bytes(), "the AWS credentials");
