@@ -389,6 +389,14 @@ fn gemini_clis_google_login_is_held_by_the_gate_and_said() {
         assert!(out.contains(&line), "{line} in {out}");
     }
     assert!(!out.contains("GEMINI_CLI_HOME"), "the sandbox HOME is Gemini CLI's home: {out}");
+    // The former preset's line beside it would carry the same file in clear: refused, said.
+    let mut both = host("", &[]);
+    both.files.retain(|(p, _)| !p.ends_with(".ai-sandbox/config"));
+    let text = "state = gemini\nstate = ~/.gemini/oauth_creds.json\n";
+    both.files.push(("/home/dev/app/.ai-sandbox/config".into(), text.into()));
+    let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run", "--", "true"]).unwrap();
+    let e = format!("{:#}", app::run(&mut both, &cli.run).unwrap_err());
+    assert!(e.contains(":2:") && e.contains("carries ~/.gemini/oauth_creds.json, which another state line carries too"), "{e}");
     // Control: with no gate, the agent holds it in clear.
     let out_none = dry_run(&mut host("state = gemini\n", &[]), &["--net", "none", "--", "true"]);
     assert!(out_none.contains("# note: state = gemini: the agent holds the login in clear"), "{out_none}");

@@ -423,7 +423,10 @@ fn resolve_secrets(
 
 /// The tokens of the logins the gate holds (ADR 0087), read from the store at launch: each is
 /// bound to its hosts for the gate, and the sandbox's copy of the login gets its placeholder. A
-/// token the store lacks (not logged in yet) is not held: a login made inside is the agent's.
+/// token the store lacks is not held, unless the store has no token of the login at all: then
+/// each token the token endpoint issues is bound with no value yet, so that the gate takes a
+/// first login made inside (its code exchange's answer) and the agent gets placeholders (ADR
+/// 0090).
 fn held_logins(
     host: &mut dyn Host,
     p: &Policy,
@@ -450,12 +453,24 @@ fn held_logins(
                 };
                 files.insert(t.file, text.and_then(|t| serde_json::from_str(&t).ok()));
             }
-            let Some(json) = &files[t.file] else { continue };
-            let Some(real) = login_field(json, t.field).filter(|v| !v.is_empty()) else { continue };
+        }
+        let first = !login.tokens.iter().any(|t| {
+            files[t.file].as_ref().and_then(|json| login_field(json, t.field)).is_some_and(|v| !v.is_empty())
+        });
+        for t in login.tokens {
+            let store = s.store_file(agents_dir, t.file);
+            let real = files[t.file].as_ref().and_then(|json| login_field(json, t.field)).filter(|v| !v.is_empty());
+            let real = match (real, first && t.answer.is_some()) {
+                (Some(real), _) => real,
+                // A first login's token: its placeholder, and its value when the gate takes it.
+                (None, true) => "",
+                (None, false) => continue,
+            };
             // A JWT is held by its signature (its claims stay readable); anything else whole.
             let jwt = t.jwt.then(|| crate::contract::session::jwt_parts(real)).flatten();
             let shown_len = jwt.map_or(real.len(), |(_, signature)| signature.len());
-            let held = held_placeholder(host, if jwt.is_some() { "" } else { t.prefix }, shown_len)?;
+            let is_jwt = jwt.is_some() || (real.is_empty() && t.jwt);
+            let held = held_placeholder(host, if is_jwt { "" } else { t.prefix }, shown_len)?;
             let placeholder = match jwt {
                 Some((signed, _)) => format!("{signed}.{held}"),
                 None => held.clone(),
@@ -474,7 +489,7 @@ fn held_logins(
                     answer: answer.into(),
                     expiry: login.expiry.iter().map(|f| f.to_string()).collect(),
                     refresh: t.refresh,
-                    jwt: jwt.is_some(),
+                    jwt: is_jwt,
                     form: login.form,
                 }),
             });

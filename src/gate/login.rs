@@ -14,6 +14,7 @@
 use crate::contract::session::{LoginRef, jwt_parts, login_field, set_login_field};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -60,7 +61,13 @@ pub(crate) fn generation() -> u64 {
 pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
     let stored = std::fs::read(&l.store).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     let now = stored.as_ref().and_then(|v| login_field(v, &l.field)).filter(|v| !v.is_empty());
-    set(l, now.unwrap_or(registered))
+    // A session with no token yet (a first login) never empties the cell of one that has it.
+    let value = now.unwrap_or(registered);
+    if value.is_empty() {
+        let mut all = cells().lock().unwrap_or_else(|e| e.into_inner());
+        return all.entry((l.store.clone(), l.field.clone())).or_insert_with(|| Cell(Default::default())).clone();
+    }
+    set(l, value)
 }
 
 /// What the sandbox sees in place of `token`: a held JWT keeps its header and claims in view,
@@ -82,81 +89,105 @@ fn set(l: &LoginRef, value: &str) -> Cell {
     c.clone()
 }
 
-/// A request to a held login's token endpoint, checked before the gate puts the real refresh
-/// token in it: a JSON object naming each key once (in any case), only a refresh's keys
-/// (`REFRESH_KEYS`) with string values, `grant_type` `refresh_token` and `refresh_token` one of
-/// this session's `placeholders`. Anything else
-/// there is refused: an exchange of a code or of another refresh token would put another
-/// account's tokens in the user's store and in every session of the login.
-pub(crate) fn check_refresh(body: &[u8], placeholders: &[&str]) -> Result<(), String> {
-    let v =
-        super::mcp::strict_json(body).map_err(|e| format!("its body is not JSON read one way only: {e}"))?;
-    // Only what a CLI's refresh holds, each a string: a server that read the body another way
-    // (a form smuggled into a value) would find nothing else to act on.
-    let Value::Object(members) = &v else { return Err("its body is not a JSON object".into()) };
-    if let Some((k, _)) = members.iter().find(|(k, v)| !REFRESH_KEYS.contains(&k.as_str()) || !v.is_string())
-    {
-        return Err(format!(
-            "its body holds {} (a refresh holds strings in {} only)",
-            quote_key(k),
-            REFRESH_KEYS.join(", ")
-        ));
+/// What a request to a held login's token endpoint may be: anything else there is refused, since
+/// its answer would put another account's tokens in the user's store and in every session of
+/// the login (an exchange of another refresh token, or of a code in a session that holds a
+/// login already).
+pub(crate) enum Grant<'a> {
+    /// A refresh, with one of this session's `placeholders` as its refresh token.
+    Refresh(&'a [&'a str]),
+    /// A first login's code exchange (ADR 0090): the session holds the login with no token yet.
+    Code,
+}
+
+impl Grant<'_> {
+    /// The members a CLI's request of this grant holds (a JSON body, or a `form`).
+    fn keys(&self, form: bool) -> &'static [&'static str] {
+        match (self, form) {
+            (Grant::Refresh(_), false) => &["grant_type", "refresh_token", "client_id", "scope", "refresh_reason"],
+            // Google's installed app sends its public client secret with it (and no scope: one
+            // would narrow the token every session of the login gets).
+            (Grant::Refresh(_), true) => &["grant_type", "refresh_token", "client_id", "client_secret"],
+            (Grant::Code, false) => &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "state"],
+            (Grant::Code, true) => &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "client_secret"],
+        }
     }
-    let field = |k: &str| v.get(k).and_then(Value::as_str);
-    if field("grant_type") != Some("refresh_token") {
-        return Err("it is not a refresh (grant_type refresh_token)".into());
-    }
-    match field("refresh_token") {
-        Some(t) if placeholders.contains(&t) => Ok(()),
-        _ => Err("its refresh_token is not this sandbox's placeholder".into()),
+
+    /// The grant's own members, once the keys are checked: a placeholder only as a refresh's
+    /// `refresh_token` (the one member the gate puts a real token in), however it is spelt.
+    fn check(&self, members: &[(&str, &str)]) -> Result<(), String> {
+        let field = |k: &str| members.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        let (grant, token) = match self {
+            Grant::Refresh(_) => ("refresh_token", Some("refresh_token")),
+            Grant::Code => ("authorization_code", None),
+        };
+        if let Some((k, _)) =
+            members.iter().find(|(k, v)| Some(*k) != token && super::secrets::holds_placeholder(v.as_bytes()))
+        {
+            return Err(format!("its {} carries a placeholder", quote_key(k)));
+        }
+        if field("grant_type") != Some(grant) {
+            return Err(match self {
+                Grant::Refresh(_) => "it is not a refresh (grant_type refresh_token)".into(),
+                Grant::Code => "it is not a first login's code exchange (grant_type authorization_code)".into(),
+            });
+        }
+        match self {
+            Grant::Refresh(placeholders) => match field("refresh_token") {
+                Some(t) if placeholders.contains(&t) => Ok(()),
+                _ => Err("its refresh_token is not this sandbox's placeholder".into()),
+            },
+            Grant::Code if field("code").is_none_or(str::is_empty) => Err("it has no code".into()),
+            Grant::Code => Ok(()),
+        }
     }
 }
 
-/// A form refresh (Google's), checked as `check_refresh` checks a JSON one, and read one way
-/// only: no `+` and no `%` that is not an escape, each pair `KEY=VALUE` once (a key once in any
-/// case), only `FORM_KEYS`, each decoding to UTF-8. Its pairs, decoded, to be sent again
-/// (`Secrets::substitute_form`).
-pub(crate) fn check_refresh_form(
-    body: &[u8],
-    placeholders: &[&str],
-) -> Result<Vec<(String, String)>, String> {
-    let text =
-        std::str::from_utf8(body).map_err(|_| "its body is not a form read one way only".to_string())?;
+/// A JSON request to a held login's token endpoint, checked before the gate puts a real token
+/// in it or takes its answer: a JSON object naming each key once (in any case), only the
+/// grant's keys (`Grant::keys`), string values, and the grant's own checks (`Grant::check`).
+pub(crate) fn check_grant(body: &[u8], grant: &Grant) -> Result<(), String> {
+    let v =
+        super::mcp::strict_json(body).map_err(|e| format!("its body is not JSON read one way only: {e}"))?;
+    // Only what a CLI's request holds, each a string: a server that read the body another way
+    // (a form smuggled into a value) would find nothing else to act on.
+    let Value::Object(members) = &v else { return Err("its body is not a JSON object".into()) };
+    let keys = grant.keys(false);
+    if let Some((k, _)) = members.iter().find(|(k, v)| !keys.contains(&k.as_str()) || !v.is_string()) {
+        return Err(format!("its body holds {} (strings in {} only)", quote_key(k), keys.join(", ")));
+    }
+    let members: Vec<(&str, &str)> = members.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect();
+    grant.check(&members)
+}
+
+/// A form request (Google's refresh, a code exchange of Codex or Gemini CLI), checked as
+/// `check_grant` checks a JSON one, and read one way only: no `+` and no `%` that is not an
+/// escape, each pair `KEY=VALUE` once (a key once in any case), only the grant's keys, each
+/// decoding to UTF-8. Its pairs, decoded, to be sent again (`Secrets::substitute_form`).
+pub(crate) fn check_grant_form(body: &[u8], grant: &Grant) -> Result<Vec<(String, String)>, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "its body is not a form read one way only".to_string())?;
     if super::percent::read_two_ways(text) {
-        return Err(
-            "its body holds a `+` or a `%` that is not an escape, which a server may read another way".into(),
-        );
+        return Err("its body holds a `+` or a `%` that is not an escape, which a server may read another way".into());
     }
     let decode = |s: &str| String::from_utf8(super::percent::decode(s.as_bytes())).ok();
+    let keys = grant.keys(true);
     let mut pairs: Vec<(String, String)> = Vec::new();
     for pair in text.split('&') {
         let read = pair.split_once('=').filter(|(_, v)| !v.contains('='));
         let Some((k, v)) = read.and_then(|(k, v)| Some((decode(k)?, decode(v)?))) else {
             return Err(format!("its body holds {} (not KEY=VALUE in UTF-8)", quote_key(pair)));
         };
-        if !FORM_KEYS.contains(&k.as_str()) {
-            return Err(format!(
-                "its body holds {} (a refresh holds {} only)",
-                quote_key(&k),
-                FORM_KEYS.join(", ")
-            ));
+        if !keys.contains(&k.as_str()) {
+            return Err(format!("its body holds {} ({} only)", quote_key(&k), keys.join(", ")));
         }
         if pairs.iter().any(|(seen, _)| seen.eq_ignore_ascii_case(&k)) {
-            return Err(format!(
-                "its body holds {} twice, which a server may read either way",
-                quote_key(&k)
-            ));
+            return Err(format!("its body holds {} twice, which a server may read either way", quote_key(&k)));
         }
         pairs.push((k, v));
     }
-    let field = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    if field("grant_type") != Some("refresh_token") {
-        return Err("it is not a refresh (grant_type refresh_token)".into());
-    }
-    match field("refresh_token") {
-        Some(t) if placeholders.contains(&t) => Ok(pairs),
-        _ => Err("its refresh_token is not this sandbox's placeholder".into()),
-    }
+    let members: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    grant.check(&members)?;
+    Ok(pairs)
 }
 
 /// A form's media type.
@@ -175,14 +206,8 @@ fn form_type(v: &[u8]) -> bool {
         })
 }
 
-/// The members of a form refresh (Google's: the installed app's public client secret with it).
-const FORM_KEYS: &[&str] = &["grant_type", "refresh_token", "client_id", "client_secret", "scope"];
-
 /// The tokens an OAuth token answer carries.
 const TOKEN_FIELDS: &[&str] = &["access_token", "refresh_token", "id_token"];
-
-/// The members of a refresh's JSON body (Claude Code's; Codex's adds `refresh_reason`).
-const REFRESH_KEYS: &[&str] = &["grant_type", "refresh_token", "client_id", "scope", "refresh_reason"];
 
 fn quote_key(k: &str) -> String {
     crate::sys::quote::text(&format!("{k:?}"))
@@ -226,11 +251,13 @@ pub(crate) fn turn(endpoint: &str) -> Arc<tokio::sync::Mutex<()>> {
 /// its store file) and replaced by the placeholder the session keeps for it. `None`: not a
 /// token answer (no held token in it). With the rewritten answer, why the store could not be
 /// written, if it could not (the cells hold the new tokens all the same, so this gate's
-/// sessions go on; the next launch reads the store's older login).
+/// sessions go on; the next launch reads the store's older login). `first`: a first login's
+/// answer, whose store file and places are made (ADR 0090).
 pub(crate) fn take_answer<'a>(
     answer: &[u8],
     renewed: impl Iterator<Item = (&'a LoginRef, &'a str)>,
     now_ms: u128,
+    first: bool,
 ) -> Option<(Vec<u8>, Option<String>)> {
     let Ok(Value::Object(mut json)) = serde_json::from_slice::<Value>(answer) else { return None };
     let expires_in = json.get("expires_in").and_then(Value::as_u64);
@@ -256,7 +283,7 @@ pub(crate) fn take_answer<'a>(
         for (l, new) in tokens {
             set(l, new);
         }
-        if let Err(e) = write_store(store, tokens, expires_in.map(|s| now_ms + u128::from(s) * 1000)) {
+        if let Err(e) = write_store(store, tokens, expires_in.map(|s| now_ms + u128::from(s) * 1000), first) {
             failed.push(e);
         }
     }
@@ -265,22 +292,40 @@ pub(crate) fn take_answer<'a>(
 }
 
 /// The store file with the renewed tokens and expiry in their places (a place the file lacks
-/// is not made), written whole by rename, mode 0600.
+/// is not made, but for a `first` login, whose file and places are made: the launcher adds the
+/// rest of the CLI's login when the session ends), written whole by rename, mode 0600.
 fn write_store(
     store: &std::path::Path,
     tokens: &[(&LoginRef, String)],
     expiry_ms: Option<u128>,
+    first: bool,
 ) -> Result<(), String> {
     let at = store.display();
-    let text = std::fs::read(store).map_err(|e| format!("reading {at}: {e}"))?;
-    let mut v: Value = serde_json::from_slice(&text).map_err(|e| format!("reading {at}: {e}"))?;
+    let mut v: Value = match std::fs::read(store) {
+        Ok(text) => serde_json::from_slice(&text).map_err(|e| format!("reading {at}: {e}"))?,
+        Err(e) if first && e.kind() == std::io::ErrorKind::NotFound => Value::Object(Default::default()),
+        Err(e) => return Err(format!("reading {at}: {e}")),
+    };
+    let put = |v: &mut Value, field: &[String], to: Value| match first {
+        true => make_login_field(v, field, to),
+        false => set_login_field(v, field, to),
+    };
     for (l, new) in tokens {
-        set_login_field(&mut v, &l.field, Value::String(new.clone()));
+        put(&mut v, &l.field, Value::String(new.clone()));
     }
-    if let (Some(ms), Some((l, _))) = (expiry_ms, tokens.first()) {
-        set_login_field(&mut v, &l.expiry, Value::from(ms as u64));
+    if let (Some(ms), Some((l, _))) = (expiry_ms, tokens.first())
+        && !l.expiry.is_empty()
+    {
+        put(&mut v, &l.expiry, Value::from(ms as u64));
     }
     let dir = store.parent().ok_or_else(|| format!("{at} has no directory"))?;
+    if first {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("making {}: {e}", dir.display()))?;
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".login")
         .tempfile_in(dir)
@@ -289,6 +334,20 @@ fn write_store(
     tmp.write_all(&serde_json::to_vec_pretty(&v).expect("json")).map_err(|e| format!("writing {at}: {e}"))?;
     tmp.persist(store).map_err(|e| format!("writing {at}: {e}"))?;
     Ok(())
+}
+
+/// Sets `field`, making the objects on the way (a first login's store file); `false` when a
+/// value on the way is not an object.
+fn make_login_field(v: &mut Value, field: &[String], to: Value) -> bool {
+    let Some((last, path)) = field.split_last() else { return false };
+    let mut at = v;
+    for k in path {
+        let Value::Object(o) = at else { return false };
+        at = o.entry(k.clone()).or_insert_with(|| Value::Object(Default::default()));
+    }
+    let Value::Object(o) = at else { return false };
+    o.insert(last.clone(), to);
+    true
 }
 
 #[cfg(test)]
@@ -348,7 +407,7 @@ mod tests {
         let answer =
             br#"{"access_token":"A2","refresh_token":"R2","expires_in":60,"scope":"user:inference"}"#;
         let before = generation();
-        let (rewritten, unstored) = take_answer(answer, one.renewed_at(ENDPOINT), 1_000).unwrap();
+        let (rewritten, unstored) = take_answer(answer, one.renewed_at(ENDPOINT), 1_000, false).unwrap();
         assert!(generation() > before, "a changed token is a new generation (the masks are made again)");
         assert_eq!(unstored, None);
         let v: Value = serde_json::from_slice(&rewritten).unwrap();
@@ -382,16 +441,16 @@ mod tests {
             [&br#"{"error":"invalid_grant"}"#[..], b"not json", br#"{"access_token":""}"#, br#"["A2"]"#]
         {
             assert_eq!(
-                take_answer(answer, s.renewed_at(ENDPOINT), 0),
+                take_answer(answer, s.renewed_at(ENDPOINT), 0, false),
                 None,
                 "{}",
                 String::from_utf8_lossy(answer)
             );
         }
-        assert_eq!(take_answer(br#"{"access_token":"A2"}"#, s.renewed_at("other.test/token"), 0), None);
+        assert_eq!(take_answer(br#"{"access_token":"A2"}"#, s.renewed_at("other.test/token"), 0, false), None);
         std::fs::remove_file(&store).unwrap();
         let (rewritten, unstored) =
-            take_answer(br#"{"access_token":"A3"}"#, s.renewed_at(ENDPOINT), 0).unwrap();
+            take_answer(br#"{"access_token":"A3"}"#, s.renewed_at(ENDPOINT), 0, false).unwrap();
         assert!(String::from_utf8(rewritten).unwrap().contains(PA));
         assert!(unstored.is_some_and(|e| e.contains("reading")));
         let bearer = format!("Bearer {PA}");
@@ -410,7 +469,7 @@ mod tests {
         assert_eq!(mine, [PR], "the refresh token's placeholder, not the access token's");
         assert!(s.refresh_placeholders("other.test/token").is_empty());
         let ok = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"c"}}"#);
-        assert_eq!(check_refresh(ok.as_bytes(), &mine), Ok(()));
+        assert_eq!(check_grant(ok.as_bytes(), &Grant::Refresh(&mine)), Ok(()));
         for (body, why) in [
             (r#"{"grant_type":"authorization_code","refresh_token":"x"}"#.to_string(), "not a refresh"),
             (
@@ -434,6 +493,14 @@ mod tests {
             ),
             (r#"{"grant_type":"refresh_token"}"#.into(), "not this sandbox's"),
             (
+                format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","scope":"{PA}"}}"#),
+                "\"scope\" carries a placeholder",
+            ),
+            (
+                format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"aisb%5Fplaceholder%5Fx"}}"#),
+                "\"client_id\" carries a placeholder",
+            ),
+            (
                 format!(r#"{{"grant_type":"refresh_token","refresh_token":"x","refresh_token":"{PR}"}}"#),
                 "one way only",
             ),
@@ -443,7 +510,7 @@ mod tests {
             ),
             (format!("grant_type=refresh_token&refresh_token={PR}"), "one way only"),
         ] {
-            let e = check_refresh(body.as_bytes(), &mine).unwrap_err();
+            let e = check_grant(body.as_bytes(), &Grant::Refresh(&mine)).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
         }
         // The head: JSON said once, not encoded, no query.
@@ -519,7 +586,7 @@ mod tests {
         assert_eq!(s.substitute(bearer.as_bytes(), "chatgpt.com"), Ok(Some(b"Bearer h.c1.S1".to_vec())));
         let answer = br#"{"access_token":"h.c2.S2","refresh_token":"R2","id_token":"x"}"#;
         let (rewritten, unstored) =
-            take_answer(answer, s.renewed_at("auth.openai.com/oauth/token"), 0).unwrap();
+            take_answer(answer, s.renewed_at("auth.openai.com/oauth/token"), 0, false).unwrap();
         assert_eq!(unstored, None);
         let v: Value = serde_json::from_slice(&rewritten).unwrap();
         assert_eq!(v["access_token"], format!("h.c2.{SIG}"), "the new claims, the same placeholder");
@@ -541,7 +608,7 @@ mod tests {
         assert_eq!(echo, format!("got h.c2.{SIG} and x.y.{SIG}").into_bytes());
         // An answer whose token is not a JWT: held whole, answered as the bare placeholder.
         let (rewritten, _) =
-            take_answer(br#"{"access_token":"opaque"}"#, s.renewed_at("auth.openai.com/oauth/token"), 0)
+            take_answer(br#"{"access_token":"opaque"}"#, s.renewed_at("auth.openai.com/oauth/token"), 0, false)
                 .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&rewritten).unwrap()["access_token"], SIG);
         assert_eq!(s.substitute(SIG.as_bytes(), "chatgpt.com"), Ok(Some(b"opaque".to_vec())));
@@ -591,7 +658,7 @@ mod tests {
         let body = format!(
             "refresh_token={PG}&client_id=6-x.apps.googleusercontent.com&client_secret=GOCSPX-s&grant_type=refresh_token"
         );
-        let pairs = check_refresh_form(body.as_bytes(), &mine).unwrap();
+        let pairs = check_grant_form(body.as_bytes(), &Grant::Refresh(&mine)).unwrap();
         assert_eq!(pairs[1], ("client_id".into(), "6-x.apps.googleusercontent.com".into()));
         let sent = s.substitute_form(&pairs, "oauth2.googleapis.com").unwrap();
         assert_eq!(
@@ -617,9 +684,18 @@ mod tests {
             (format!("grant_type=refresh_token&refresh_token={PG}&scope=a=b"), "not KEY=VALUE"),
             (format!("grant_type=refresh_token&refresh_token={PG}&scope=%FF"), "not KEY=VALUE"),
             (format!("Grant_Type=refresh_token&refresh_token={PG}"), "holds \"Grant_Type\""),
+            (format!("grant_type=refresh_token&refresh_token={PG}&scope=openid"), "holds \"scope\""),
+            (
+                format!("grant_type=refresh_token&refresh_token={PG}&client_secret=ya29.aisb_placeholder_aaaa"),
+                "\"client_secret\" carries a placeholder",
+            ),
+            (
+                format!("grant_type=refresh_token&refresh_token={PG}&client_id=AISB_PLACEHOLDER_gggg"),
+                "\"client_id\" carries a placeholder",
+            ),
             (format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PG}"}}"#), "not KEY=VALUE"),
         ] {
-            let e = check_refresh_form(body.as_bytes(), &mine).unwrap_err();
+            let e = check_grant_form(body.as_bytes(), &Grant::Refresh(&mine)).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
         }
         // The head says a form once; JSON is not one.

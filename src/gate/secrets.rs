@@ -89,19 +89,37 @@ impl Misuse {
 pub(crate) struct Secrets(Vec<Bound>, Vec<Option<super::login::Cell>>);
 
 impl Secrets {
+    /// A login's token may come with no value: the store had no login at launch, and the gate
+    /// takes the first one made inside (`first_login`).
     pub(crate) fn new(all: Vec<Bound>) -> Secrets {
-        let all: Vec<Bound> =
-            all.into_iter().filter(|b| b.placeholder.contains(PREFIX) && !b.value.is_empty()).collect();
+        let all: Vec<Bound> = all
+            .into_iter()
+            .filter(|b| b.placeholder.contains(PREFIX) && (!b.value.is_empty() || b.login.is_some()))
+            .collect();
         let cells = all.iter().map(|b| b.login.as_ref().map(|l| super::login::cell(l, &b.value))).collect();
         Secrets(all, cells)
     }
 
-    /// Each secret with its value now.
+    /// Each secret with its value now: a login's token with none yet is neither substituted
+    /// nor masked (its placeholder is still refused where it does not go: `misuse`).
     fn now(&self) -> impl Iterator<Item = (&Bound, Cow<'_, str>)> {
-        self.0.iter().zip(&self.1).map(|(b, cell)| match cell {
+        let all = self.0.iter().zip(&self.1).map(|(b, cell)| match cell {
             Some(c) => (b, Cow::Owned(c.get())),
             None => (b, Cow::Borrowed(b.value.as_str())),
-        })
+        });
+        all.filter(|(_, v)| !v.is_empty())
+    }
+
+    /// Whether this session holds the login renewed at `endpoint` with no token of it yet: the
+    /// store had none at launch, and no session of the login has made one since (ADR 0090).
+    pub(crate) fn first_login(&self, endpoint: &str) -> bool {
+        let mut of = self.0.iter().zip(&self.1).filter(|(b, _)| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint));
+        let mut any = false;
+        let empty = of.all(|(_, cell)| {
+            any = true;
+            cell.as_ref().is_some_and(|c| c.get().is_empty())
+        });
+        any && empty
     }
 
     /// Whether `host` + `path` is the token endpoint of a login the gate holds here.
@@ -298,6 +316,11 @@ pub(crate) fn may_hold_placeholder(bytes: &[u8]) -> bool {
             .expect("three fixed patterns")
     });
     signs.is_match(bytes)
+}
+
+/// Whether `bytes` hold a placeholder, any secret's, however spelt (`views`).
+pub(crate) fn holds_placeholder(bytes: &[u8]) -> bool {
+    may_hold_placeholder(bytes) && views(bytes).iter().any(|v| contains(&v.to_ascii_lowercase(), PREFIX.as_bytes()))
 }
 
 /// The spellings a placeholder is looked for in: as sent, percent-decoded, lowercased, and the

@@ -53,8 +53,6 @@ impl AgentState {
         match self.name.as_str() {
             "home" if self.dir.is_empty() => None,
             "home" => Some(agents_dir.join(self.dir.replace('/', "_")).join(&self.dir).join(name)),
-            // The gemini preset's line before `state = gemini`: `state = ~/.gemini/oauth_creds.json`.
-            "gemini" => Some(agents_dir.join("home").join(&self.dir).join(name)),
             agent => Some(agents_dir.join(agent).join(&self.dir).join(name)),
         }
     }
@@ -109,6 +107,18 @@ pub(super) fn states(config: &Config, c: &mut Collector) -> Vec<AgentState> {
             );
             continue;
         };
+        // Two lines that carry one file: a `~/` line's copy (in clear) would overwrite the
+        // placeholders of the login the gate holds, or the other way round.
+        let files = |s: &AgentState| s.files.iter().map(|f| s.home_file(&f.name)).collect::<Vec<_>>();
+        if let Some(other) = out.iter().find(|o| *o != &s && files(o).iter().any(|f| files(&s).contains(f))) {
+            let file = files(&s).into_iter().find(|f| files(other).contains(f)).unwrap_or_default();
+            c.bad(
+                at,
+                format!("`state = {v}` carries ~/{}, which another state line carries too", file.display()),
+                "keep one of the two lines (`state = AGENT` for an agent whose login the gate holds)",
+            );
+            continue;
+        }
         if !out.contains(&s) {
             out.push(s);
         }
@@ -138,11 +148,8 @@ mod tests {
         );
         let top = AgentState { name: "home".into(), dir: String::new(), var: None, files: vec![] };
         assert_eq!(top.legacy_file(a, ".netrc"), None);
-        // `state = gemini` reads the login the preset's former `state = ~/.gemini/oauth_creds.json` kept.
         let gemini = AgentState { name: "gemini".into(), dir: ".gemini".into(), var: None, files: vec![] };
-        let former = AgentState { name: "home".into(), dir: ".gemini".into(), var: None, files: vec![] };
         let file = "oauth_creds.json";
-        assert_eq!(gemini.legacy_file(a, file).unwrap(), former.store_file(a, file));
         assert_eq!(gemini.store_file(a, file), Path::new("/d/agents/gemini/login/oauth_creds.json"));
     }
 }

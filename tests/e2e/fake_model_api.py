@@ -194,6 +194,19 @@ class Handler(BaseHTTPRequestHandler):
     def token(self, req):
         with open(TOKENS) as f:
             t = json.load(f)
+        grant = req.get("grant_type")
+        if grant == "authorization_code" and "code" in t:
+            # A first login's code exchange ("code" in the file): the login's tokens.
+            ok = req.get("code") == t["code"]
+            log(method="POST", path=self.path, api="token", grant=grant, code_ok=ok,
+                placeholder="aisb_placeholder_" in json.dumps(req))
+            if not ok:
+                return self.send(400, {"error": "invalid_grant", "error_description": "code unknown"})
+            return self.send(200, {"token_type": "Bearer", "access_token": t["access"], "refresh_token": t["refresh"],
+                                   "id_token": t["id"], "expires_in": 3600})
+        if grant != "refresh_token":
+            log(method="POST", path=self.path, api="token", grant=grant, body=sorted(req))
+            return self.send(400, {"error": "unsupported_grant_type"})
         sent = str(req.get("refresh_token", ""))
         ok = req.get("grant_type") == "refresh_token" and sent == t["refresh"]
         log(method="POST", path=self.path, api="token", refresh_ok=ok,

@@ -277,6 +277,10 @@ impl Running {
     pub fn stderr_live(&mut self) -> Arc<std::sync::Mutex<String>> {
         collect(self.child.as_mut().unwrap().stderr.take().unwrap())
     }
+    /// Collects stdout as it comes (the Output of `wait_with_output` then has none).
+    pub fn stdout_live(&mut self) -> Arc<std::sync::Mutex<String>> {
+        collect(self.child.as_mut().unwrap().stdout.take().unwrap())
+    }
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().unwrap().try_wait().is_ok_and(|s| s.is_none())
     }

@@ -274,3 +274,96 @@ pub(crate) fn files_containing(dir: &Path, secrets: &[&str]) -> Vec<PathBuf> {
     }
     found
 }
+
+/// A first login inside (ADR 0090): the real `codex login`, its browser played by curl inside
+/// the sandbox, exchanges its code at the fake token endpoint through the gate. The store gets
+/// the real tokens, the sandbox only placeholders; the next project's sandbox is logged in (a
+/// turn works with the tokens the gate captured).
+#[test]
+#[ignore = "e2e: needs root + scripts/install-deps and scripts/install-agents; run by scripts/test"]
+fn codexs_first_login_inside_is_captured_by_the_gate() {
+    let id = std::process::id();
+    let now = now_secs();
+    let auth = serde_json::json!({"chatgpt_plan_type": "pro", "chatgpt_account_id": "acc-e2e",
+        "chatgpt_user_id": "user-e2e", "user_id": "user-e2e"});
+    let claims = serde_json::json!({"exp": now + 36_000, "iat": now, "email": "e2e@example.invalid",
+        "https://api.openai.com/auth": auth, "https://api.openai.com/profile": {"email": "e2e@example.invalid"}});
+    let (access, id_token) = (jwt(claims.clone(), "first-access"), jwt(claims, "first-id"));
+    let (refresh, code) = (format!("rt_e2e_{id}_first"), format!("ac_e2e_{id}"));
+    let dir = env().root.join(format!("login-first-codex-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens.json");
+    let t = serde_json::json!({"code": code, "access": access, "refresh": refresh, "next": refresh, "id": id_token});
+    std::fs::write(&tokens, t.to_string()).unwrap();
+    let api = ModelApi::start_with(
+        "codex-first",
+        &tool_command("codex"),
+        &access,
+        &[("FAKE_MODEL_TOKENS", tokens.as_os_str())],
+    );
+    let l = Login {
+        agent: "codex",
+        files: vec![],
+        tokens: t.clone(),
+        access: access.clone(),
+        reals: vec![],
+        auth_host: "auth.openai.com",
+        config: "",
+        args: vec![],
+        probe: String::new(),
+        probed: vec![],
+        misuse: "",
+    };
+    let p = project(&api, &l);
+    let data = env().home.join(format!("e2e-data-first-codex-{id}"));
+    std::fs::create_dir_all(&data).unwrap();
+    chown_user(&data);
+    let data_var = ("XDG_DATA_HOME", data.to_str().unwrap());
+    let path = agent_path();
+    // `codex login` waits for its browser at localhost:1455 in the sandbox; the "browser" is
+    // curl, run there by `ai-sandbox exec`, with the code the fake endpoint knows and the state
+    // the CLI put in its URL.
+    let mut child =
+        spawn_sandbox_with_secret_env(&p, &["--", "codex", "login"], &[("PATH", &path), data_var]);
+    let (out, err) = (child.stdout_live(), child.stderr_live());
+    let said = || format!("{}{}", out.lock().unwrap(), err.lock().unwrap());
+    let url = || {
+        said()
+            .split_whitespace()
+            .find(|w| w.starts_with("https://auth.openai.com/oauth/authorize"))
+            .map(str::to_string)
+    };
+    assert!(wait_for(120, || url().is_some()), "codex login printed its URL: {}", said());
+    let url = url().unwrap();
+    let state = url.split(['?', '&']).find_map(|kv| kv.strip_prefix("state=")).unwrap().to_string();
+    let callback = format!("http://localhost:1455/auth/callback?code={code}&state={state}");
+    let browser = sandbox(
+        &p,
+        &["exec", "--", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", &callback],
+        &[data_var],
+    );
+    let ended = wait_for(60, || !child.is_running());
+    let all = format!(
+        "browser: {} {}\nsaid:\n{}\nrequests:\n{:#?}\nlog:\n{}",
+        browser.stdout,
+        browser.stderr,
+        said(),
+        api.requests(),
+        gate_log()
+    );
+    println!("{all}");
+    assert!(ended, "codex login ended: {all}");
+    let store = data.join("ai-sandbox/agents/codex/login/auth.json");
+    let stored = std::fs::read_to_string(&store).unwrap_or_default();
+    println!("store: {stored}");
+    let home = data.join("ai-sandbox/homes");
+    let reals = [sig(&access), refresh.clone(), sig(&id_token)];
+    let reals: Vec<&str> = reals.iter().map(String::as_str).collect();
+    let held = files_containing(&home, &reals);
+    assert!(held.is_empty(), "a real token in the sandbox HOME: {held:?}\n{all}");
+    assert!(
+        stored.contains(&refresh) && stored.contains(&sig(&access)),
+        "the store has the real tokens: {stored}\n{all}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -47,6 +47,10 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
     };
     // One refresh of this login at a time, each with the refresh token the last one left.
     let turn = login::turn(&endpoint).lock_owned().await;
+    // The tokens as they are sent (under the turn): the answer is masked of these and of those
+    // it brings, so an answer that echoes a token a refresh of another session replaced
+    // meanwhile is masked too.
+    let sent_masks = c.secrets.masks_with_logins(&c.host);
     let body = match &pairs {
         None => c.secrets.substitute_body(&sent, &c.host),
         Some(pairs) => c.secrets.substitute_form(pairs, &c.host),
@@ -76,6 +80,7 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         host: c.host.clone(),
         port: c.port,
         path: asked.path.unwrap_or("/").to_string(),
+        first: c.secrets.first_login(&endpoint),
         endpoint,
     };
     let req = Request::from_parts(parts, full(body));
@@ -101,13 +106,17 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
     head.headers.remove(TRANSFER_ENCODING);
     mask_headers(&mut scrub, &mut head.headers);
     let answer = scrub.whole(&answer).unwrap_or(answer);
+    let mut sent_scrub = Scrubber::new(sent_masks);
+    mask_headers(&mut sent_scrub, &mut head.headers);
+    let answer = sent_scrub.whole(&answer).unwrap_or(answer);
     head.headers.insert(CONTENT_LENGTH, HeaderValue::from(answer.len()));
     head.extensions.remove::<hyper::ext::ReasonPhrase>();
     hyper::Response::from_parts(head, full(answer))
 }
 
-/// The refresh as checked (`login::check_refresh_head`, and the body by its login's kind): a
-/// form's pairs, decoded (`None`: a JSON body, sent with its placeholders swapped).
+/// The request as checked (`login::check_refresh_head`, and the body by its login's kind): a
+/// refresh, or a first login's code exchange when this session holds the login with no token
+/// yet (ADR 0090). A form's pairs, decoded (`None`: a JSON body).
 fn checked(
     c: &Conn,
     parts: &hyper::http::request::Parts,
@@ -116,15 +125,18 @@ fn checked(
 ) -> Result<Option<Vec<(String, String)>>, String> {
     let form = c.secrets.refresh_form(endpoint);
     let placeholders = c.secrets.refresh_placeholders(endpoint);
-    let checked =
-        login::check_refresh_head(&parts.headers, parts.uri.query(), form).and_then(|()| match form {
-            false => login::check_refresh(sent, &placeholders).map(|()| None),
-            true => login::check_refresh_form(sent, &placeholders).map(Some),
-        });
+    let grant = match c.secrets.first_login(endpoint) {
+        true => login::Grant::Code,
+        false => login::Grant::Refresh(&placeholders),
+    };
+    let checked = login::check_refresh_head(&parts.headers, parts.uri.query(), form).and_then(|()| match form {
+        false => login::check_grant(sent, &grant).map(|()| None),
+        true => login::check_grant_form(sent, &grant).map(Some),
+    });
     checked.map_err(|why| {
         format!(
-            "a request to the token endpoint of a login the gate holds is refused: {why} (a login is made on the host: \
-             `ai-sandbox login import AGENT`)"
+            "a request to the token endpoint of a login the gate holds is refused: {why} (a new login is made in a \
+             sandbox whose login store has none, or on the host: `ai-sandbox login import AGENT`)"
         )
     })
 }
@@ -138,6 +150,8 @@ struct Exchange {
     port: u16,
     path: String,
     endpoint: String,
+    /// A first login's code exchange (ADR 0090).
+    first: bool,
 }
 
 impl Exchange {
@@ -167,21 +181,19 @@ impl Exchange {
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         let Some((rewritten, unstored)) =
-            login::take_answer(&answer, self.secrets.renewed_at(&self.endpoint), now_ms)
+            login::take_answer(&answer, self.secrets.renewed_at(&self.endpoint), now_ms, self.first)
         else {
             return Err(format!(
                 "the token endpoint of {host} answered {} with no token the gate reads",
                 head.status
             ));
         };
+        let what = if self.first { "login made inside, taken by the gate" } else { "login refreshed by the gate" };
         let reason = match unstored {
-            None => {
-                "login refreshed by the gate: the new tokens are in the store, placeholders in the answer"
-                    .to_string()
+            None => format!("{what}: the new tokens are in the store, placeholders in the answer"),
+            Some(why) => {
+                format!("{what}; the store was not written (this gate's sessions use the new tokens): {why}")
             }
-            Some(why) => format!(
-                "login refreshed by the gate; the store was not written (this gate's sessions use the new tokens): {why}"
-            ),
         };
         let entry = Entry::allowed(&self.session, "POST", host, self.port, &reason);
         self.state.note(Entry { path: Some(&self.path), ..entry });
