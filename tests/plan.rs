@@ -396,7 +396,11 @@ fn gemini_clis_google_login_is_held_by_the_gate_and_said() {
     both.files.push(("/home/dev/app/.ai-sandbox/config".into(), text.into()));
     let cli = Cli::try_parse_from(["ai-sandbox", "--dry-run", "--", "true"]).unwrap();
     let e = format!("{:#}", app::run(&mut both, &cli.run).unwrap_err());
-    assert!(e.contains(":2:") && e.contains("carries ~/.gemini/oauth_creds.json, which another state line carries too"), "{e}");
+    assert!(
+        e.contains(":2:")
+            && e.contains("carries ~/.gemini/oauth_creds.json, which another state line carries too"),
+        "{e}"
+    );
     // Control: with no gate, the agent holds it in clear.
     let out_none = dry_run(&mut host("state = gemini\n", &[]), &["--net", "none", "--", "true"]);
     assert!(out_none.contains("# note: state = gemini: the agent holds the login in clear"), "{out_none}");
@@ -414,7 +418,7 @@ fn a_state_line_carries_the_login_only_and_mounts_no_store() {
     let held = "# note: state = claude: the gate holds the tokens your login store has (claudeAiOauth.accessToken to api.anthropic.com; \
                 claudeAiOauth.refreshToken only in refreshes at https://platform.claude.com/v1/oauth/token; primaryApiKey to \
                 api.anthropic.com); the sandbox holds placeholders, and the gate makes the refreshes (the allowlist must name \
-                platform.claude.com); a login made inside, with none in the store, is the agent's";
+                platform.claude.com); with none in the store, the gate takes the tokens of a login made inside the same way";
     assert!(out.contains(held), "{out}");
     let said = "# note: state = ~/.config/gh/hosts.yml: the agent holds the login in clear, with any refresh token it carries";
     assert!(out.contains(said), "{out}");

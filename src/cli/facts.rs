@@ -459,7 +459,8 @@ fn held_logins(
         });
         for t in login.tokens {
             let store = s.store_file(agents_dir, t.file);
-            let real = files[t.file].as_ref().and_then(|json| login_field(json, t.field)).filter(|v| !v.is_empty());
+            let real =
+                files[t.file].as_ref().and_then(|json| login_field(json, t.field)).filter(|v| !v.is_empty());
             let real = match (real, first && t.answer.is_some()) {
                 (Some(real), _) => real,
                 // A first login's token: its placeholder, and its value when the gate takes it.
@@ -491,6 +492,7 @@ fn held_logins(
                     refresh: t.refresh,
                     jwt: is_jwt,
                     form: login.form,
+                    code_form: login.code_form,
                 }),
             });
             given.push(crate::plan::session::HeldGiven { store, field, placeholder });

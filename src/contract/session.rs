@@ -155,6 +155,9 @@ pub struct LoginRef {
     /// The login's refresh is a form (`application/x-www-form-urlencoded`: Google's), not JSON.
     #[serde(default)]
     pub(crate) form: bool,
+    /// A first login's code exchange is a form (Codex's, Google's), not JSON (ADR 0090).
+    #[serde(default)]
+    pub(crate) code_form: bool,
 }
 
 /// A JWT's `header.claims` and its signature (`None`: not three dot-separated parts).
@@ -193,6 +196,7 @@ impl LoginRef {
             refresh,
             jwt: false,
             form: false,
+            code_form: false,
         }
     }
 }

@@ -65,7 +65,10 @@ pub(crate) fn cell(l: &LoginRef, registered: &str) -> Cell {
     let value = now.unwrap_or(registered);
     if value.is_empty() {
         let mut all = cells().lock().unwrap_or_else(|e| e.into_inner());
-        return all.entry((l.store.clone(), l.field.clone())).or_insert_with(|| Cell(Default::default())).clone();
+        return all
+            .entry((l.store.clone(), l.field.clone()))
+            .or_insert_with(|| Cell(Default::default()))
+            .clone();
     }
     set(l, value)
 }
@@ -89,6 +92,10 @@ fn set(l: &LoginRef, value: &str) -> Cell {
     c.clone()
 }
 
+/// Whether bytes hold a placeholder, however spelt (`secrets::holds_placeholder`: the caller's,
+/// since `secrets` reads this module's cells).
+pub(crate) type Spotted<'a> = &'a dyn Fn(&[u8]) -> bool;
+
 /// What a request to a held login's token endpoint may be: anything else there is refused, since
 /// its answer would put another account's tokens in the user's store and in every session of
 /// the login (an exchange of another refresh token, or of a code in a session that holds a
@@ -104,32 +111,38 @@ impl Grant<'_> {
     /// The members a CLI's request of this grant holds (a JSON body, or a `form`).
     fn keys(&self, form: bool) -> &'static [&'static str] {
         match (self, form) {
-            (Grant::Refresh(_), false) => &["grant_type", "refresh_token", "client_id", "scope", "refresh_reason"],
+            (Grant::Refresh(_), false) => {
+                &["grant_type", "refresh_token", "client_id", "scope", "refresh_reason"]
+            }
             // Google's installed app sends its public client secret with it (and no scope: one
             // would narrow the token every session of the login gets).
             (Grant::Refresh(_), true) => &["grant_type", "refresh_token", "client_id", "client_secret"],
-            (Grant::Code, false) => &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "state"],
-            (Grant::Code, true) => &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "client_secret"],
+            (Grant::Code, false) => {
+                &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "state"]
+            }
+            (Grant::Code, true) => {
+                &["grant_type", "code", "redirect_uri", "client_id", "code_verifier", "client_secret"]
+            }
         }
     }
 
-    /// The grant's own members, once the keys are checked: a placeholder only as a refresh's
-    /// `refresh_token` (the one member the gate puts a real token in), however it is spelt.
-    fn check(&self, members: &[(&str, &str)]) -> Result<(), String> {
+    /// The grant's own members, once the keys are checked: a placeholder (`spotted`, however it
+    /// is spelt) only as a refresh's `refresh_token`, the one member the gate puts a real token in.
+    fn check(&self, members: &[(&str, &str)], spotted: Spotted) -> Result<(), String> {
         let field = |k: &str| members.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
         let (grant, token) = match self {
             Grant::Refresh(_) => ("refresh_token", Some("refresh_token")),
             Grant::Code => ("authorization_code", None),
         };
-        if let Some((k, _)) =
-            members.iter().find(|(k, v)| Some(*k) != token && super::secrets::holds_placeholder(v.as_bytes()))
-        {
+        if let Some((k, _)) = members.iter().find(|(k, v)| Some(*k) != token && spotted(v.as_bytes())) {
             return Err(format!("its {} carries a placeholder", quote_key(k)));
         }
         if field("grant_type") != Some(grant) {
             return Err(match self {
                 Grant::Refresh(_) => "it is not a refresh (grant_type refresh_token)".into(),
-                Grant::Code => "it is not a first login's code exchange (grant_type authorization_code)".into(),
+                Grant::Code => {
+                    "it is not a first login's code exchange (grant_type authorization_code)".into()
+                }
             });
         }
         match self {
@@ -146,7 +159,7 @@ impl Grant<'_> {
 /// A JSON request to a held login's token endpoint, checked before the gate puts a real token
 /// in it or takes its answer: a JSON object naming each key once (in any case), only the
 /// grant's keys (`Grant::keys`), string values, and the grant's own checks (`Grant::check`).
-pub(crate) fn check_grant(body: &[u8], grant: &Grant) -> Result<(), String> {
+pub(crate) fn check_grant(body: &[u8], grant: &Grant, spotted: Spotted) -> Result<(), String> {
     let v =
         super::mcp::strict_json(body).map_err(|e| format!("its body is not JSON read one way only: {e}"))?;
     // Only what a CLI's request holds, each a string: a server that read the body another way
@@ -156,18 +169,26 @@ pub(crate) fn check_grant(body: &[u8], grant: &Grant) -> Result<(), String> {
     if let Some((k, _)) = members.iter().find(|(k, v)| !keys.contains(&k.as_str()) || !v.is_string()) {
         return Err(format!("its body holds {} (strings in {} only)", quote_key(k), keys.join(", ")));
     }
-    let members: Vec<(&str, &str)> = members.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect();
-    grant.check(&members)
+    let members: Vec<(&str, &str)> =
+        members.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect();
+    grant.check(&members, spotted)
 }
 
 /// A form request (Google's refresh, a code exchange of Codex or Gemini CLI), checked as
 /// `check_grant` checks a JSON one, and read one way only: no `+` and no `%` that is not an
 /// escape, each pair `KEY=VALUE` once (a key once in any case), only the grant's keys, each
 /// decoding to UTF-8. Its pairs, decoded, to be sent again (`Secrets::substitute_form`).
-pub(crate) fn check_grant_form(body: &[u8], grant: &Grant) -> Result<Vec<(String, String)>, String> {
-    let text = std::str::from_utf8(body).map_err(|_| "its body is not a form read one way only".to_string())?;
+pub(crate) fn check_grant_form(
+    body: &[u8],
+    grant: &Grant,
+    spotted: Spotted,
+) -> Result<Vec<(String, String)>, String> {
+    let text =
+        std::str::from_utf8(body).map_err(|_| "its body is not a form read one way only".to_string())?;
     if super::percent::read_two_ways(text) {
-        return Err("its body holds a `+` or a `%` that is not an escape, which a server may read another way".into());
+        return Err(
+            "its body holds a `+` or a `%` that is not an escape, which a server may read another way".into(),
+        );
     }
     let decode = |s: &str| String::from_utf8(super::percent::decode(s.as_bytes())).ok();
     let keys = grant.keys(true);
@@ -181,12 +202,15 @@ pub(crate) fn check_grant_form(body: &[u8], grant: &Grant) -> Result<Vec<(String
             return Err(format!("its body holds {} ({} only)", quote_key(&k), keys.join(", ")));
         }
         if pairs.iter().any(|(seen, _)| seen.eq_ignore_ascii_case(&k)) {
-            return Err(format!("its body holds {} twice, which a server may read either way", quote_key(&k)));
+            return Err(format!(
+                "its body holds {} twice, which a server may read either way",
+                quote_key(&k)
+            ));
         }
         pairs.push((k, v));
     }
     let members: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    grant.check(&members)?;
+    grant.check(&members, spotted)?;
     Ok(pairs)
 }
 
@@ -354,7 +378,7 @@ fn make_login_field(v: &mut Value, field: &[String], to: Value) -> bool {
 mod tests {
     use super::*;
     use crate::contract::Bound;
-    use crate::gate::secrets::Secrets;
+    use crate::gate::secrets::{Secrets, holds_placeholder};
 
     const PA: &str = "sk-ant-oat01-aisb_placeholder_aaaa";
     const PR: &str = "sk-ant-ort01-aisb_placeholder_rrrr";
@@ -370,6 +394,7 @@ mod tests {
             refresh: answer == "refresh_token",
             jwt: false,
             form: false,
+            code_form: false,
         }
     }
 
@@ -447,7 +472,10 @@ mod tests {
                 String::from_utf8_lossy(answer)
             );
         }
-        assert_eq!(take_answer(br#"{"access_token":"A2"}"#, s.renewed_at("other.test/token"), 0, false), None);
+        assert_eq!(
+            take_answer(br#"{"access_token":"A2"}"#, s.renewed_at("other.test/token"), 0, false),
+            None
+        );
         std::fs::remove_file(&store).unwrap();
         let (rewritten, unstored) =
             take_answer(br#"{"access_token":"A3"}"#, s.renewed_at(ENDPOINT), 0, false).unwrap();
@@ -469,7 +497,7 @@ mod tests {
         assert_eq!(mine, [PR], "the refresh token's placeholder, not the access token's");
         assert!(s.refresh_placeholders("other.test/token").is_empty());
         let ok = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"c"}}"#);
-        assert_eq!(check_grant(ok.as_bytes(), &Grant::Refresh(&mine)), Ok(()));
+        assert_eq!(check_grant(ok.as_bytes(), &Grant::Refresh(&mine), &holds_placeholder), Ok(()));
         for (body, why) in [
             (r#"{"grant_type":"authorization_code","refresh_token":"x"}"#.to_string(), "not a refresh"),
             (
@@ -497,7 +525,9 @@ mod tests {
                 "\"scope\" carries a placeholder",
             ),
             (
-                format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"aisb%5Fplaceholder%5Fx"}}"#),
+                format!(
+                    r#"{{"grant_type":"refresh_token","refresh_token":"{PR}","client_id":"aisb%5Fplaceholder%5Fx"}}"#
+                ),
                 "\"client_id\" carries a placeholder",
             ),
             (
@@ -510,7 +540,7 @@ mod tests {
             ),
             (format!("grant_type=refresh_token&refresh_token={PR}"), "one way only"),
         ] {
-            let e = check_grant(body.as_bytes(), &Grant::Refresh(&mine)).unwrap_err();
+            let e = check_grant(body.as_bytes(), &Grant::Refresh(&mine), &holds_placeholder).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
         }
         // The head: JSON said once, not encoded, no query.
@@ -574,6 +604,7 @@ mod tests {
             refresh: answer == "refresh_token",
             jwt: answer != "refresh_token",
             form: false,
+            code_form: false,
         };
         const SIG: &str = "aisb_placeholder_5151";
         let s = Secrets::new(vec![
@@ -607,9 +638,13 @@ mod tests {
         let echo = scrub.whole(b"got h.c2.S2 and x.y.S2").unwrap();
         assert_eq!(echo, format!("got h.c2.{SIG} and x.y.{SIG}").into_bytes());
         // An answer whose token is not a JWT: held whole, answered as the bare placeholder.
-        let (rewritten, _) =
-            take_answer(br#"{"access_token":"opaque"}"#, s.renewed_at("auth.openai.com/oauth/token"), 0, false)
-                .unwrap();
+        let (rewritten, _) = take_answer(
+            br#"{"access_token":"opaque"}"#,
+            s.renewed_at("auth.openai.com/oauth/token"),
+            0,
+            false,
+        )
+        .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&rewritten).unwrap()["access_token"], SIG);
         assert_eq!(s.substitute(SIG.as_bytes(), "chatgpt.com"), Ok(Some(b"opaque".to_vec())));
     }
@@ -643,6 +678,7 @@ mod tests {
             refresh,
             jwt: false,
             form: true,
+            code_form: true,
         };
         let mut a = Bound::new("access", "ya29.aisb_placeholder_aaaa", "ya29.A1", &["oauth2.googleapis.com"]);
         a.login = Some(google("access_token", false));
@@ -651,14 +687,15 @@ mod tests {
         let mut k = Bound::new("key", "aisb_placeholder_kkkk", "K", &["elsewhere.test"]);
         k.login = None;
         let s = Secrets::new(vec![a, r, k]);
-        assert!(s.refresh_form("oauth2.googleapis.com/token") && !s.refresh_form(ENDPOINT));
+        let refresh = Grant::Refresh(&[]);
+        assert!(s.form("oauth2.googleapis.com/token", &refresh) && !s.form(ENDPOINT, &refresh));
         let mine = s.refresh_placeholders("oauth2.googleapis.com/token");
         assert_eq!(mine, [PG]);
         // What google-auth-library sends: the pairs come back decoded, in order.
         let body = format!(
             "refresh_token={PG}&client_id=6-x.apps.googleusercontent.com&client_secret=GOCSPX-s&grant_type=refresh_token"
         );
-        let pairs = check_grant_form(body.as_bytes(), &Grant::Refresh(&mine)).unwrap();
+        let pairs = check_grant_form(body.as_bytes(), &Grant::Refresh(&mine), &holds_placeholder).unwrap();
         assert_eq!(pairs[1], ("client_id".into(), "6-x.apps.googleusercontent.com".into()));
         let sent = s.substitute_form(&pairs, "oauth2.googleapis.com").unwrap();
         assert_eq!(
@@ -686,7 +723,9 @@ mod tests {
             (format!("Grant_Type=refresh_token&refresh_token={PG}"), "holds \"Grant_Type\""),
             (format!("grant_type=refresh_token&refresh_token={PG}&scope=openid"), "holds \"scope\""),
             (
-                format!("grant_type=refresh_token&refresh_token={PG}&client_secret=ya29.aisb_placeholder_aaaa"),
+                format!(
+                    "grant_type=refresh_token&refresh_token={PG}&client_secret=ya29.aisb_placeholder_aaaa"
+                ),
                 "\"client_secret\" carries a placeholder",
             ),
             (
@@ -695,7 +734,8 @@ mod tests {
             ),
             (format!(r#"{{"grant_type":"refresh_token","refresh_token":"{PG}"}}"#), "not KEY=VALUE"),
         ] {
-            let e = check_grant_form(body.as_bytes(), &Grant::Refresh(&mine)).unwrap_err();
+            let e =
+                check_grant_form(body.as_bytes(), &Grant::Refresh(&mine), &holds_placeholder).unwrap_err();
             assert!(e.contains(why), "{body}: {e}");
         }
         // The head says a form once; JSON is not one.
@@ -721,5 +761,84 @@ mod tests {
             assert!(e.contains("application/x-www-form-urlencoded"), "{bad}: {e}");
         }
         assert!(check_refresh_head(&head(FORM), Some("a=b"), true).unwrap_err().contains("query"));
+    }
+
+    #[test]
+    fn a_first_login_is_taken_from_its_code_exchange_and_only_while_no_token_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("login/auth.json");
+        let held = |field: &str, refresh: bool| LoginRef {
+            store: store.clone(),
+            field: vec!["tokens".into(), field.into()],
+            endpoint: "auth.openai.com/oauth/token".into(),
+            answer: field.into(),
+            expiry: vec![],
+            refresh,
+            jwt: field == "id_token",
+            form: false,
+            code_form: true,
+        };
+        let session = || {
+            Secrets::new(vec![
+                Bound::new("refresh", "aisb_placeholder_rr", "", &["auth.openai.com"])
+                    .held(held("refresh_token", true)),
+                Bound::new("id", "aisb_placeholder_ii", "", &[]).held(held("id_token", false)),
+            ])
+        };
+        let s = session();
+        let endpoint = "auth.openai.com/oauth/token";
+        assert!(s.first_login(endpoint) && !s.first_login("other.test/token"));
+        assert!(s.form(endpoint, &Grant::Code) && !s.form(endpoint, &Grant::Refresh(&[])));
+        // A token with no value yet is neither substituted nor masked, and still refused elsewhere.
+        assert_eq!(s.substitute(b"Bearer aisb_placeholder_rr", "auth.openai.com"), Ok(None));
+        assert!(s.misuse(b"aisb_placeholder_ii", Some("auth.openai.com")).is_some());
+        let code = "grant_type=authorization_code&code=ac_1&redirect_uri=http%3A%2F%2Flocalhost%3A1455%2Fcb&client_id=app&code_verifier=v";
+        assert_eq!(
+            check_grant_form(code.as_bytes(), &Grant::Code, &holds_placeholder).unwrap()[1],
+            ("code".into(), "ac_1".into())
+        );
+        let json = r#"{"grant_type":"authorization_code","code":"c","redirect_uri":"r","client_id":"i","code_verifier":"v","state":"s"}"#;
+        assert_eq!(check_grant(json.as_bytes(), &Grant::Code, &holds_placeholder), Ok(()));
+        for (body, why) in [
+            ("grant_type=refresh_token&code=c", "not a first login's code exchange"),
+            ("grant_type=authorization_code&code=", "has no code"),
+            ("grant_type=authorization_code&code=aisb%5Fplaceholder%5Frr", "\"code\" carries a placeholder"),
+            ("grant_type=authorization_code&code=c&refresh_token=x", "holds \"refresh_token\""),
+        ] {
+            let e = check_grant_form(body.as_bytes(), &Grant::Code, &holds_placeholder).unwrap_err();
+            assert!(e.contains(why), "{body}: {e}");
+        }
+        // The answer: the store file made, the CLI given placeholders (a JWT's claims in view).
+        let id = "eyJh.eyJj.SIG";
+        let answer =
+            format!(r#"{{"access_token":"A1","refresh_token":"R1","id_token":"{id}","expires_in":60}}"#);
+        let (rewritten, unstored) = take_answer(answer.as_bytes(), s.renewed_at(endpoint), 0, true).unwrap();
+        assert_eq!(unstored, None);
+        let cli: Value = serde_json::from_slice(&rewritten).unwrap();
+        assert_eq!(cli["refresh_token"], "aisb_placeholder_rr");
+        assert_eq!(cli["id_token"], "eyJh.eyJj.aisb_placeholder_ii");
+        assert!(
+            cli.get("access_token").is_none(),
+            "a token this session holds no placeholder for is taken out"
+        );
+        let stored: Value = serde_json::from_slice(&std::fs::read(&store).unwrap()).unwrap();
+        assert_eq!(
+            (stored["tokens"]["refresh_token"].as_str(), stored["tokens"]["id_token"].as_str()),
+            (Some("R1"), Some(id))
+        );
+        let mode = std::fs::metadata(&store).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        // Now the login has its tokens: no more code exchange, here or in a new session, whose
+        // registration never empties a cell.
+        assert!(!s.first_login(endpoint) && !session().first_login(endpoint));
+        assert_eq!(
+            s.substitute(b"x aisb_placeholder_rr", "auth.openai.com"),
+            Ok(None),
+            "a refresh token in no header"
+        );
+        // Control: a refresh answer never makes a store file.
+        std::fs::remove_file(&store).unwrap();
+        let (_, unstored) = take_answer(answer.as_bytes(), s.renewed_at(endpoint), 0, false).unwrap();
+        assert!(unstored.is_some_and(|e| e.contains("reading")) && !store.exists());
     }
 }

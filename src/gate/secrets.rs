@@ -113,7 +113,11 @@ impl Secrets {
     /// Whether this session holds the login renewed at `endpoint` with no token of it yet: the
     /// store had none at launch, and no session of the login has made one since (ADR 0090).
     pub(crate) fn first_login(&self, endpoint: &str) -> bool {
-        let mut of = self.0.iter().zip(&self.1).filter(|(b, _)| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint));
+        let mut of = self
+            .0
+            .iter()
+            .zip(&self.1)
+            .filter(|(b, _)| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint));
         let mut any = false;
         let empty = of.all(|(_, cell)| {
             any = true;
@@ -134,9 +138,14 @@ impl Secrets {
         self.0.iter().filter(mine).map(|b| b.placeholder.as_str()).collect()
     }
 
-    /// Whether the refresh at `endpoint` is a form (Google's), not JSON.
-    pub(crate) fn refresh_form(&self, endpoint: &str) -> bool {
-        self.0.iter().any(|b| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint && l.form))
+    /// Whether a request of `grant` at `endpoint` is a form (Google's refresh; Codex's and
+    /// Google's code exchange), not JSON.
+    pub(crate) fn form(&self, endpoint: &str, grant: &super::login::Grant) -> bool {
+        let form = |l: &crate::contract::session::LoginRef| match grant {
+            super::login::Grant::Refresh(_) => l.form,
+            super::login::Grant::Code => l.code_form,
+        };
+        self.0.iter().any(|b| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint && form(l)))
     }
 
     /// The held tokens a token endpoint's answer renews: each token's login, and the
@@ -169,7 +178,7 @@ impl Secrets {
         Ok(swap(body, &mine).unwrap_or_else(|| body.to_vec()))
     }
 
-    /// A form refresh's checked pairs (`login::check_refresh_form`) on their way to `host`, each
+    /// A form's checked pairs (`login::check_grant_form`) on their way to `host`, each
     /// value with the placeholders of secrets bound there replaced by their values now, encoded
     /// again (every byte but `A-Za-z0-9-_.~` escaped: a Google refresh token holds `/`); `Err`
     /// when one is bound elsewhere.
@@ -320,7 +329,8 @@ pub(crate) fn may_hold_placeholder(bytes: &[u8]) -> bool {
 
 /// Whether `bytes` hold a placeholder, any secret's, however spelt (`views`).
 pub(crate) fn holds_placeholder(bytes: &[u8]) -> bool {
-    may_hold_placeholder(bytes) && views(bytes).iter().any(|v| contains(&v.to_ascii_lowercase(), PREFIX.as_bytes()))
+    may_hold_placeholder(bytes)
+        && views(bytes).iter().any(|v| contains(&v.to_ascii_lowercase(), PREFIX.as_bytes()))
 }
 
 /// The spellings a placeholder is looked for in: as sent, percent-decoded, lowercased, and the

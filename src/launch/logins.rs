@@ -223,6 +223,28 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         // the store itself, a placeholder never becomes the store's, and a login the agent put
         // in its place could be another account's.
         let placeholder = memchr::memmem::find(&part, crate::gate::secrets::PREFIX.as_bytes()).is_some();
+        // But a first login made inside, which the gate took (ADR 0090): the CLI's file, with
+        // the tokens the gate wrote to the store in its placeholders' places.
+        if *was == NONE && placeholder && !c.held.is_empty() {
+            let store = read_store(&c.store)?;
+            match first_login(&part, &c.held, store.as_deref()) {
+                Ok(real) => {
+                    write_store(&c.store, &merged(store.as_deref(), &real, c.fields))?;
+                    now.insert(key(c), held);
+                    out.push(format!(
+                        "the {} login made in this sandbox ({}), whose tokens the gate took, is now your other projects' login",
+                        c.state,
+                        c.home_rel.display()
+                    ));
+                }
+                Err(why) => out.push(format!(
+                    "the {} login in this sandbox ({}) is not carried to your other projects: {why}",
+                    c.state,
+                    quote::path(&c.home_rel)
+                )),
+            }
+            continue;
+        }
         if !c.held.is_empty() && !placeholder {
             out.push(format!(
                 "the {} login in this sandbox ({}) was replaced by one without the gate's placeholders; the gate holds \
@@ -309,6 +331,32 @@ pub(crate) fn give(l: &Logins) -> anyhow::Result<Vec<String>> {
     }
     std::fs::write(&l.record, text).with_context(|| format!("writing {}", l.record.display()))?;
     Ok(notices)
+}
+
+/// A first login's file as the CLI wrote it (`part`), with each of the session's placeholders
+/// (`held`: a token's place, and its placeholder, a JWT's signature's) replaced by the token the
+/// gate took into the `store`. Refused when a held place holds anything else (a token the agent
+/// chose), when the gate took no token for a placeholder, or when a placeholder is left.
+fn first_login(part: &[u8], held: &[(Vec<String>, String)], store: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    use crate::contract::session::{jwt_parts, login_field, set_login_field};
+    let mut v: Value = serde_json::from_slice(part).map_err(|_| "it is not JSON".to_string())?;
+    let store: Value = store.and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
+    for (field, placeholder) in held {
+        let Some(now) = login_field(&v, field) else { continue };
+        let mine = now == placeholder || jwt_parts(now).is_some_and(|(_, sig)| sig == placeholder);
+        if !mine {
+            return Err(format!("its {} is not the placeholder the gate gave", field.join(".")));
+        }
+        let Some(real) = login_field(&store, field).filter(|r| !r.is_empty()) else {
+            return Err(format!("the gate took no token for its {}", field.join(".")));
+        };
+        set_login_field(&mut v, field, Value::String(real.to_string()));
+    }
+    let real = serde_json::to_vec_pretty(&v).expect("json");
+    if memchr::memmem::find(&real, crate::gate::secrets::PREFIX.as_bytes()).is_some() {
+        return Err("it holds a placeholder the gate did not give for a token".into());
+    }
+    Ok(real)
 }
 
 /// `part` (a login's JSON) with each held token replaced by its placeholder (ADR 0087); a place
@@ -529,6 +577,78 @@ mod tests {
         l.files[0].held.clear();
         assert_eq!(take(&l).unwrap().len(), 1);
         assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("NEW"));
+    }
+
+    #[test]
+    fn a_first_login_the_gate_took_goes_back_with_its_real_tokens_and_nothing_else_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut l = logins(tmp.path());
+        let (access, id) = (
+            vec!["tokens".to_string(), "access_token".to_string()],
+            vec!["tokens".to_string(), "id_token".to_string()],
+        );
+        l.files[0] = LoginCopy {
+            state: "codex".into(),
+            store: tmp.path().join("agents/codex/login/auth.json"),
+            legacy: None,
+            home_rel: PathBuf::from(".codex/auth.json"),
+            fields: Some(&["tokens", "auth_mode"]),
+            held: vec![(access, "aisb_placeholder_aa".into()), (id, "aisb_placeholder_ii".into())],
+        };
+        std::fs::create_dir_all(&l.home).unwrap();
+        // No login in the store at launch: nothing given, the record says so.
+        give(&l).unwrap();
+        let inside = l.home.join(".codex/auth.json");
+        let cli = br#"{"auth_mode":"chatgpt","tokens":{"access_token":"aisb_placeholder_aa","id_token":"h.c.aisb_placeholder_ii","account_id":"acc"}}"#;
+        std::fs::write(&inside, cli).unwrap();
+        // The gate took no token (its answer failed): nothing goes back, and it is said.
+        let said = take(&l).unwrap();
+        assert!(
+            said.len() == 1 && said[0].contains("the gate took no token for its tokens.access_token"),
+            "{said:?}"
+        );
+        assert!(!l.files[0].store.exists());
+        // The gate took them: the CLI's file goes back with them in its placeholders' places.
+        write_store(&l.files[0].store, br#"{"tokens":{"access_token":"A.B.REAL","id_token":"H.C.ID"}}"#)
+            .unwrap();
+        let said = take(&l).unwrap();
+        assert!(said.len() == 1 && said[0].contains("whose tokens the gate took"), "{said:?}");
+        let store: Value = serde_json::from_slice(&std::fs::read(&l.files[0].store).unwrap()).unwrap();
+        assert_eq!(store["tokens"]["access_token"], "A.B.REAL");
+        assert_eq!(
+            store["tokens"]["id_token"], "H.C.ID",
+            "a JWT whole, whatever claims the sandbox's copy shows"
+        );
+        assert_eq!(
+            (store["auth_mode"].as_str(), store["tokens"]["account_id"].as_str()),
+            (Some("chatgpt"), Some("acc"))
+        );
+        assert!(take(&l).unwrap().is_empty(), "taken once");
+        // A token the agent chose in a held place, or a placeholder left elsewhere: not taken.
+        for (text, why) in [
+            (
+                r#"{"tokens":{"access_token":"theirs","id_token":"h.c.aisb_placeholder_ii"},"auth_mode":"x"}"#,
+                "is not the placeholder the gate gave",
+            ),
+            (
+                r#"{"tokens":{"access_token":"aisb_placeholder_aa","account_id":"aisb_placeholder_zz"},"auth_mode":"y"}"#,
+                "holds a placeholder the gate did not give",
+            ),
+        ] {
+            std::fs::remove_file(&l.record).unwrap();
+            std::fs::remove_file(&l.files[0].store).unwrap();
+            give(&l).unwrap();
+            write_store(&l.files[0].store, br#"{"tokens":{"access_token":"A.B.REAL","id_token":"H.C.ID"}}"#)
+                .unwrap();
+            std::fs::write(&inside, text).unwrap();
+            let said = take(&l).unwrap();
+            assert!(said.len() == 1 && said[0].contains(why), "{text}: {said:?}");
+            let store = std::fs::read_to_string(&l.files[0].store).unwrap();
+            assert!(
+                !store.contains("theirs") && !store.contains("placeholder") && !store.contains("auth_mode"),
+                "{store}"
+            );
+        }
     }
 
     #[test]

@@ -483,8 +483,8 @@ fn notices(p: &Policy, f: &Facts) -> Vec<String> {
             .collect();
         n.push(format!(
             "state = {}: the gate holds the tokens your login store has ({}); the sandbox holds placeholders, and the \
-             gate makes the refreshes (the allowlist must name {host}); a login made inside, with none in the store, is \
-             the agent's",
+             gate makes the refreshes (the allowlist must name {host}); with none in the store, the gate takes the \
+             tokens of a login made inside the same way",
             state_named(s),
             goes.join("; ")
         ));

@@ -54,6 +54,8 @@ pub(crate) struct HeldLogin {
     pub(crate) expiry: &'static [&'static str],
     /// The refresh's body is a form (`application/x-www-form-urlencoded`), not JSON.
     pub(crate) form: bool,
+    /// A first login's code exchange is a form, not JSON.
+    pub(crate) code_form: bool,
 }
 
 /// Claude Code's login (docs/agent-logins.md): the OAuth access token goes to the API host, the
@@ -91,6 +93,7 @@ const CLAUDE_HELD: HeldLogin = HeldLogin {
     endpoint: "platform.claude.com/v1/oauth/token",
     expiry: &["claudeAiOauth", "expiresAt"],
     form: false,
+    code_form: false,
 };
 
 /// Codex's ChatGPT login (docs/agent-logins.md): the access token (a JWT whose expiry Codex
@@ -139,6 +142,7 @@ const CODEX_HELD: HeldLogin = HeldLogin {
     endpoint: "auth.openai.com/oauth/token",
     expiry: &[],
     form: false,
+    code_form: true,
 };
 
 /// Gemini CLI's Google login (docs/agent-logins.md): the access token goes to the Code Assist
@@ -178,6 +182,7 @@ const GEMINI_HELD: HeldLogin = HeldLogin {
     endpoint: "oauth2.googleapis.com/token",
     expiry: &["expiry_date"],
     form: true,
+    code_form: true,
 };
 
 /// The login of `agent` that the gate holds (`None`: the agent holds its login in clear).

@@ -339,7 +339,7 @@ fn codexs_first_login_inside_is_captured_by_the_gate() {
     let callback = format!("http://localhost:1455/auth/callback?code={code}&state={state}");
     let browser = sandbox(
         &p,
-        &["exec", "--", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", &callback],
+        &["exec", "--", "curl", "-sL", "-o", "/dev/null", "-w", "%{http_code}", &callback],
         &[data_var],
     );
     let ended = wait_for(60, || !child.is_running());
@@ -351,19 +351,52 @@ fn codexs_first_login_inside_is_captured_by_the_gate() {
         api.requests(),
         gate_log()
     );
-    println!("{all}");
     assert!(ended, "codex login ended: {all}");
-    let store = data.join("ai-sandbox/agents/codex/login/auth.json");
-    let stored = std::fs::read_to_string(&store).unwrap_or_default();
-    println!("store: {stored}");
+    let reqs = api.requests();
+    assert!(
+        reqs.iter()
+            .any(|r| r["grant"] == "authorization_code" && r["code_ok"] == true && r["placeholder"] == false),
+        "the fake token endpoint got the CLI's code exchange as the CLI sent it: {all}"
+    );
+    let stored =
+        std::fs::read_to_string(data.join("ai-sandbox/agents/codex/login/auth.json")).unwrap_or_default();
     let home = data.join("ai-sandbox/homes");
     let reals = [sig(&access), refresh.clone(), sig(&id_token)];
     let reals: Vec<&str> = reals.iter().map(String::as_str).collect();
     let held = files_containing(&home, &reals);
     assert!(held.is_empty(), "a real token in the sandbox HOME: {held:?}\n{all}");
+    assert!(!files_containing(&home, &["aisb_placeholder_"]).is_empty(), "the CLI holds placeholders: {all}");
     assert!(
-        stored.contains(&refresh) && stored.contains(&sig(&access)),
+        stored.contains(&refresh) && stored.contains(&access) && stored.contains(&id_token),
         "the store has the real tokens: {stored}\n{all}"
     );
+    assert!(
+        !stored.contains("aisb_placeholder_") && stored.contains("\"auth_mode\""),
+        "the CLI's file: {stored}"
+    );
+    assert!(
+        gate_log().contains("login made inside, taken by the gate: the new tokens are in the store"),
+        "the capture's record"
+    );
+    // The next project's sandbox is logged in: a turn works with the tokens the gate took.
+    let next = project(&api, &l);
+    let mut turn = spawn_sandbox_with_secret_env(
+        &next,
+        &[&CODEX_EXEC[..], &["Write the file."]].concat(),
+        &[("PATH", &path), data_var],
+    );
+    let started = wait_for(120, || next.path("agent-running").exists());
+    let in_procs = command_lines_containing(&reals);
+    std::fs::write(next.path("done"), "").unwrap();
+    let err = turn.stderr_live();
+    let ok = wait_for(60, || !turn.is_running());
+    let said = format!("{}\nrequests:\n{:#?}", err.lock().unwrap(), api.requests());
+    assert!(started && ok, "the next project's turn: {said}");
+    assert!(in_procs.is_empty(), "a real token on a command line: {in_procs:?}");
+    assert!(
+        api.requests().iter().any(|r| r["auth_ok"] == true && r["tool_output"] == true),
+        "the model API got the access token the gate took: {said}"
+    );
+    assert!(files_containing(&home, &reals).is_empty(), "a real token in a sandbox HOME after the turn");
     let _ = std::fs::remove_dir_all(&data);
 }

@@ -11,6 +11,7 @@ use super::super::pipeline::Asked;
 use super::super::proto;
 use super::super::response::mask_headers;
 use super::super::scrub::{Coding, Scrubber};
+use super::super::secrets::holds_placeholder;
 use super::super::state::Entry;
 use super::admit::Admitted;
 use super::{Conn, full};
@@ -123,16 +124,17 @@ fn checked(
     sent: &[u8],
     endpoint: &str,
 ) -> Result<Option<Vec<(String, String)>>, String> {
-    let form = c.secrets.refresh_form(endpoint);
     let placeholders = c.secrets.refresh_placeholders(endpoint);
     let grant = match c.secrets.first_login(endpoint) {
         true => login::Grant::Code,
         false => login::Grant::Refresh(&placeholders),
     };
-    let checked = login::check_refresh_head(&parts.headers, parts.uri.query(), form).and_then(|()| match form {
-        false => login::check_grant(sent, &grant).map(|()| None),
-        true => login::check_grant_form(sent, &grant).map(Some),
-    });
+    let form = c.secrets.form(endpoint, &grant);
+    let checked =
+        login::check_refresh_head(&parts.headers, parts.uri.query(), form).and_then(|()| match form {
+            false => login::check_grant(sent, &grant, &holds_placeholder).map(|()| None),
+            true => login::check_grant_form(sent, &grant, &holds_placeholder).map(Some),
+        });
     checked.map_err(|why| {
         format!(
             "a request to the token endpoint of a login the gate holds is refused: {why} (a new login is made in a \
@@ -188,7 +190,8 @@ impl Exchange {
                 head.status
             ));
         };
-        let what = if self.first { "login made inside, taken by the gate" } else { "login refreshed by the gate" };
+        let what =
+            if self.first { "login made inside, taken by the gate" } else { "login refreshed by the gate" };
         let reason = match unstored {
             None => format!("{what}: the new tokens are in the store, placeholders in the answer"),
             Some(why) => {
