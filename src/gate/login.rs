@@ -330,12 +330,18 @@ fn write_store(
         Err(e) if first && e.kind() == std::io::ErrorKind::NotFound => Value::Object(Default::default()),
         Err(e) => return Err(format!("reading {at}: {e}")),
     };
+    // A first login never writes over a login the store has now (imported meanwhile).
+    if first && tokens.iter().any(|(l, _)| login_field(&v, &l.field).is_some_and(|t| !t.is_empty())) {
+        return Err(format!("{at} holds a login now; the one made inside is not written over it"));
+    }
     let put = |v: &mut Value, field: &[String], to: Value| match first {
         true => make_login_field(v, field, to),
         false => set_login_field(v, field, to),
     };
     for (l, new) in tokens {
-        put(&mut v, &l.field, Value::String(new.clone()));
+        if !put(&mut v, &l.field, Value::String(new.clone())) && first {
+            return Err(format!("{at} has no place for {}", l.field.join(".")));
+        }
     }
     if let (Some(ms), Some((l, _))) = (expiry_ms, tokens.first())
         && !l.expiry.is_empty()
@@ -788,6 +794,12 @@ mod tests {
         let s = session();
         let endpoint = "auth.openai.com/oauth/token";
         assert!(s.first_login(endpoint) && !s.first_login("other.test/token"));
+        // Before the login, only the token endpoint's host is opened; its API host once it exists.
+        let api = Secrets::new(vec![
+            Bound::new("access", "aisb_placeholder_aa", "", &["chatgpt.com"])
+                .held(held("access_token", false)),
+        ]);
+        assert!(s.terminates("auth.openai.com") && !api.terminates("chatgpt.com"));
         assert!(s.form(endpoint, &Grant::Code) && !s.form(endpoint, &Grant::Refresh(&[])));
         // A token with no value yet is neither substituted nor masked, and still refused elsewhere.
         assert_eq!(s.substitute(b"Bearer aisb_placeholder_rr", "auth.openai.com"), Ok(None));
@@ -831,6 +843,9 @@ mod tests {
         // Now the login has its tokens: no more code exchange, here or in a new session, whose
         // registration never empties a cell.
         assert!(!s.first_login(endpoint) && !session().first_login(endpoint));
+        let answer = r#"{"access_token":"A1","refresh_token":"R1","expires_in":60}"#;
+        take_answer(answer.as_bytes(), api.renewed_at(endpoint), 0, false).unwrap();
+        assert!(api.terminates("chatgpt.com"), "its API host, once the token is there");
         assert_eq!(
             s.substitute(b"x aisb_placeholder_rr", "auth.openai.com"),
             Ok(None),
@@ -840,5 +855,16 @@ mod tests {
         std::fs::remove_file(&store).unwrap();
         let (_, unstored) = take_answer(answer.as_bytes(), s.renewed_at(endpoint), 0, false).unwrap();
         assert!(unstored.is_some_and(|e| e.contains("reading")) && !store.exists());
+        // A first login's answer never writes over a login the store has now (imported).
+        std::fs::write(&store, r#"{"tokens":{"refresh_token":"IMPORTED"}}"#).unwrap();
+        let (_, unstored) = take_answer(answer.as_bytes(), s.renewed_at(endpoint), 0, true).unwrap();
+        assert!(unstored.is_some_and(|e| e.contains("holds a login now")), "refused");
+        assert!(std::fs::read_to_string(&store).unwrap().contains("IMPORTED"));
+        std::fs::write(&store, r#"{"tokens":"scalar"}"#).unwrap();
+        let (_, unstored) = take_answer(answer.as_bytes(), s.renewed_at(endpoint), 0, true).unwrap();
+        assert!(
+            unstored.is_some_and(|e| e.contains("has no place for tokens.")),
+            "said, not taken for written"
+        );
     }
 }

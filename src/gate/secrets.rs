@@ -110,6 +110,16 @@ impl Secrets {
         all.filter(|(_, v)| !v.is_empty())
     }
 
+    /// The cells of the login renewed at `endpoint` set again from its store (what `login import`
+    /// or another gate's session wrote there since).
+    pub(crate) fn reload(&self, endpoint: &str) {
+        for b in self.0.iter().filter(|b| b.login.as_ref().is_some_and(|l| l.endpoint == endpoint)) {
+            if let Some(l) = &b.login {
+                super::login::cell(l, "");
+            }
+        }
+    }
+
     /// Whether this session holds the login renewed at `endpoint` with no token of it yet: the
     /// store had none at launch, and no session of the login has made one since (ADR 0090).
     pub(crate) fn first_login(&self, endpoint: &str) -> bool {
@@ -214,9 +224,16 @@ impl Secrets {
         self.0.is_empty()
     }
 
-    /// Whether the gate opens TLS to `host`: some secret is bound to it.
+    /// Whether the gate opens TLS to `host`: some secret with a value is bound to it, or it is
+    /// the token endpoint's host of a login with no token yet (whose code exchange the gate
+    /// reads: ADR 0090). Asked at each connection: a login's API hosts are opened once the gate
+    /// has its tokens, not before (a session using a key of its own there is left as it was).
     pub(crate) fn terminates(&self, host: &str) -> bool {
-        self.0.iter().any(|b| b.bound_to(host))
+        self.0.iter().zip(&self.1).any(|(b, cell)| {
+            let valued = cell.as_ref().map_or(!b.value.is_empty(), |c| !c.get().is_empty());
+            let endpoint = b.login.as_ref().and_then(|l| l.endpoint.split('/').next());
+            b.bound_to(host) && (valued || endpoint.is_some_and(|e| e.eq_ignore_ascii_case(host)))
+        })
     }
 
     /// The first placeholder in `bytes` whose secret may not go to `to` (`None`: to nowhere, as

@@ -224,8 +224,12 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
         // in its place could be another account's.
         let placeholder = memchr::memmem::find(&part, crate::gate::secrets::PREFIX.as_bytes()).is_some();
         // But a first login made inside, which the gate took (ADR 0090): the CLI's file, with
-        // the tokens the gate wrote to the store in its placeholders' places.
-        if *was == NONE && placeholder && !c.held.is_empty() {
+        // the tokens the gate wrote to the store in its placeholders' places. (A session given
+        // no login whose file holds no placeholder made it in clear: taken as ever, below.)
+        let first = *was == NONE;
+        // Placeholders were given (a held login's, or a first login's to come).
+        let handed = !c.held.is_empty();
+        if first && placeholder && handed {
             let store = read_store(&c.store)?;
             match first_login(&part, &c.held, store.as_deref()) {
                 Ok(real) => {
@@ -245,7 +249,7 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
             }
             continue;
         }
-        if !c.held.is_empty() && !placeholder {
+        if !first && handed && !placeholder {
             out.push(format!(
                 "the {} login in this sandbox ({}) was replaced by one without the gate's placeholders; the gate holds \
                  your login, so this one is not carried to your other projects (to change the login, log in on the host \
@@ -255,7 +259,7 @@ pub(crate) fn take(l: &Logins) -> anyhow::Result<Vec<String>> {
                 c.state
             ));
         }
-        if !c.held.is_empty() || placeholder {
+        if (!first && handed) || placeholder {
             continue;
         }
         let store = read_store(&c.store)?;
@@ -335,20 +339,29 @@ pub(crate) fn give(l: &Logins) -> anyhow::Result<Vec<String>> {
 
 /// A first login's file as the CLI wrote it (`part`), with each of the session's placeholders
 /// (`held`: a token's place, and its placeholder, a JWT's signature's) replaced by the token the
-/// gate took into the `store`. Refused when a held place holds anything else (a token the agent
-/// chose), when the gate took no token for a placeholder, or when a placeholder is left.
+/// gate took into the `store`. Refused when a held place holds anything else (a token the agent chose, `null`),
+/// when a token the gate took is not in its place (the merge would drop it), when the gate took
+/// no token for a placeholder, or when a placeholder is left.
 fn first_login(part: &[u8], held: &[(Vec<String>, String)], store: Option<&[u8]>) -> Result<Vec<u8>, String> {
     use crate::contract::session::{jwt_parts, login_field, set_login_field};
     let mut v: Value = serde_json::from_slice(part).map_err(|_| "it is not JSON".to_string())?;
     let store: Value = store.and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
+    let at = |v: &Value, field: &[String]| field.iter().try_fold(v, |v, k| v.get(k)).cloned();
     for (field, placeholder) in held {
-        let Some(now) = login_field(&v, field) else { continue };
-        let mine = now == placeholder || jwt_parts(now).is_some_and(|(_, sig)| sig == placeholder);
+        let name = field.join(".");
+        let real = login_field(&store, field).filter(|r| !r.is_empty());
+        let now = match (at(&v, field), real) {
+            (None, None) => continue,
+            (None, Some(_)) => return Err(format!("its {name} is gone, though the gate took it")),
+            (Some(Value::String(now)), _) => now,
+            (Some(_), _) => return Err(format!("its {name} is not the placeholder the gate gave")),
+        };
+        let mine = now == *placeholder || jwt_parts(&now).is_some_and(|(_, sig)| sig == placeholder);
         if !mine {
-            return Err(format!("its {} is not the placeholder the gate gave", field.join(".")));
+            return Err(format!("its {name} is not the placeholder the gate gave"));
         }
-        let Some(real) = login_field(&store, field).filter(|r| !r.is_empty()) else {
-            return Err(format!("the gate took no token for its {}", field.join(".")));
+        let Some(real) = real else {
+            return Err(format!("the gate took no token for its {name}"));
         };
         set_login_field(&mut v, field, Value::String(real.to_string()));
     }
@@ -592,7 +605,7 @@ mod tests {
             store: tmp.path().join("agents/codex/login/auth.json"),
             legacy: None,
             home_rel: PathBuf::from(".codex/auth.json"),
-            fields: Some(&["tokens", "auth_mode"]),
+            fields: Some(&["tokens", "auth_mode", "OPENAI_API_KEY"]),
             held: vec![(access, "aisb_placeholder_aa".into()), (id, "aisb_placeholder_ii".into())],
         };
         std::fs::create_dir_all(&l.home).unwrap();
@@ -624,6 +637,15 @@ mod tests {
             (Some("chatgpt"), Some("acc"))
         );
         assert!(take(&l).unwrap().is_empty(), "taken once");
+        // Control: a login made in clear in a session given none (the CLI's exchange did not
+        // pass the gate) goes back as ever.
+        std::fs::remove_file(&l.record).unwrap();
+        std::fs::remove_file(&l.files[0].store).unwrap();
+        give(&l).unwrap();
+        std::fs::write(&inside, br#"{"OPENAI_API_KEY":"sk-clear","tokens":{"account_id":"k"}}"#).unwrap();
+        let said = take(&l).unwrap();
+        assert!(said.len() == 1 && said[0].contains("refreshed in this sandbox"), "{said:?}");
+        assert!(std::fs::read_to_string(&l.files[0].store).unwrap().contains("sk-clear"));
         // A token the agent chose in a held place, or a placeholder left elsewhere: not taken.
         for (text, why) in [
             (
@@ -631,7 +653,15 @@ mod tests {
                 "is not the placeholder the gate gave",
             ),
             (
-                r#"{"tokens":{"access_token":"aisb_placeholder_aa","account_id":"aisb_placeholder_zz"},"auth_mode":"y"}"#,
+                r#"{"tokens":{"access_token":null,"id_token":"h.c.aisb_placeholder_ii"},"auth_mode":"x"}"#,
+                "is not the placeholder the gate gave",
+            ),
+            (
+                r#"{"tokens":{"id_token":"h.c.aisb_placeholder_ii"},"auth_mode":"x"}"#,
+                "is gone, though the gate took it",
+            ),
+            (
+                r#"{"tokens":{"access_token":"aisb_placeholder_aa","id_token":"h.c.aisb_placeholder_ii","account_id":"aisb_placeholder_zz"},"auth_mode":"y"}"#,
                 "holds a placeholder the gate did not give",
             ),
         ] {

@@ -42,12 +42,16 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         }
     }
     let endpoint = format!("{}{}", c.host, asked.path.unwrap_or("/"));
-    let pairs = match checked(c, &parts, &sent, &endpoint) {
+    // One request of this login at a time, each refresh with the refresh token the last one
+    // left; the grant is decided under the turn, with the store read again (a login another
+    // session made, or `login import`, ends a first login's state before its exchange).
+    let turn = login::turn(&endpoint).lock_owned().await;
+    c.secrets.reload(&endpoint);
+    let first = c.secrets.first_login(&endpoint);
+    let pairs = match checked(c, &parts, &sent, &endpoint, first) {
         Ok(pairs) => pairs,
         Err(why) => return fail(403, why),
     };
-    // One refresh of this login at a time, each with the refresh token the last one left.
-    let turn = login::turn(&endpoint).lock_owned().await;
     // The tokens as they are sent (under the turn): the answer is masked of these and of those
     // it brings, so an answer that echoes a token a refresh of another session replaced
     // meanwhile is masked too.
@@ -81,7 +85,7 @@ pub(super) async fn renew(c: &Conn, asked: &Asked<'_>, a: Admitted) -> hyper::Re
         host: c.host.clone(),
         port: c.port,
         path: asked.path.unwrap_or("/").to_string(),
-        first: c.secrets.first_login(&endpoint),
+        first,
         endpoint,
     };
     let req = Request::from_parts(parts, full(body));
@@ -123,9 +127,10 @@ fn checked(
     parts: &hyper::http::request::Parts,
     sent: &[u8],
     endpoint: &str,
+    first: bool,
 ) -> Result<Option<Vec<(String, String)>>, String> {
     let placeholders = c.secrets.refresh_placeholders(endpoint);
-    let grant = match c.secrets.first_login(endpoint) {
+    let grant = match first {
         true => login::Grant::Code,
         false => login::Grant::Refresh(&placeholders),
     };
