@@ -90,6 +90,12 @@ fn held_login_turn(l: Login) {
     let data_var = ("XDG_DATA_HOME", data.to_str().unwrap());
     let reals: Vec<&str> = l.reals.iter().map(String::as_str).collect();
     let path = agent_path();
+    // Another project's session of the login, started before the refresh: it waits, then runs
+    // the probe with the placeholders it was given (ADR 0087: one refresh serves every session).
+    let early = project(&api, &l);
+    let wait = format!("touch ready; until [ -e go ] || [ -e done ]; do sleep 0.1; done; {}", l.probe);
+    let early_run = spawn_sandbox_with_secret_env(&early, &["--", "sh", "-c", &wait], &[data_var]);
+    assert!(wait_for(120, || early.path("ready").exists()), "the early session started");
     let child = spawn_sandbox_with_secret_env(&p, &l.args, &[("PATH", &path), data_var]);
     let started = wait_for(120, || p.path("agent-running").exists());
     let leaks = command_lines_containing(&reals);
@@ -131,6 +137,21 @@ fn held_login_turn(l: Login) {
     r.ok();
     for want in &l.probed {
         assert!(r.stdout.contains(want), "{want} in {}\n{}", r.stdout, r.stderr);
+    }
+    // The session started before the refresh sends the refreshed token too: the fake API
+    // takes only that one (its control request is answered 200 only with it for Gemini's
+    // tokeninfo, and logged with whether it matched for the others).
+    let before = api.requests().len();
+    std::fs::write(early.path("go"), "").unwrap();
+    let early_out = early_run.wait_with_output();
+    let early_said = String::from_utf8_lossy(&early_out.stdout).into_owned();
+    let later = api.requests().split_off(before);
+    assert!(
+        early_out.status.success() && later.iter().any(|r| r["auth_ok"] == true),
+        "the early session used the refreshed token: {early_said}\n{later:#?}"
+    );
+    for want in &l.probed {
+        assert!(early_said.contains(want), "{want} in the early session's {early_said}");
     }
     let log = gate_log();
     assert!(log.contains(&format!("exfiltration attempt: the placeholder of {}", l.misuse)), "{log}");
