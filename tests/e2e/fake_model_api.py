@@ -142,8 +142,15 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+    def echo(self):
+        # An endpoint that answers with the request's credential: the gate must mask it.
+        log(method=self.command, path="/echo", auth_ok=self.credential_ok())
+        self.send(200, ("echoed " + self.headers.get("Authorization", "")).encode(), "text/plain")
+
     def do_GET(self):
         path = self.path.split("?")[0]
+        if path == "/echo":
+            return self.echo()
         if path.endswith("/responses") and self.headers.get("Upgrade", "").lower() == "websocket":
             return self.websocket()
         log(method="GET", path=path, auth_ok=self.credential_ok())
@@ -164,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         path = self.path.split("?")[0]
         req = self.body()
+        if path == "/echo":
+            return self.echo()
         if path.endswith("/v1/messages"):
             return self.anthropic(req)
         if path.endswith("/v1/messages/count_tokens"):

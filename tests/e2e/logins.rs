@@ -138,6 +138,15 @@ fn held_login_turn(l: Login) {
     for want in &l.probed {
         assert!(r.stdout.contains(want), "{want} in {}\n{}", r.stdout, r.stderr);
     }
+    // An endpoint that echoes the credential it got (the real token, put there by the gate)
+    // returns the placeholder to the sandbox.
+    let echoed = r.stdout.split("echoed Bearer ").nth(1).unwrap_or_default();
+    assert!(echoed.contains("aisb_placeholder_"), "the echo holds the placeholder: {}", r.stdout);
+    assert!(!reals.iter().any(|t| r.stdout.contains(t)), "a real token echoed back: {}", r.stdout);
+    assert!(
+        api.requests().iter().any(|q| q["path"] == "/echo" && q["auth_ok"] == true),
+        "the echoing endpoint got the real token"
+    );
     // The session started before the refresh sends the refreshed token too: the fake API
     // takes only that one (its control request is answered 200 only with it for Gemini's
     // tokeninfo, and logged with whether it matched for the others).
@@ -179,7 +188,8 @@ fn claude_codes_login_stays_with_the_gate_through_a_refresh() {
     // The refresh token's placeholder to the API host (allowed, not where it goes), then the
     // access token's (its host): 403, then 200.
     let probe = "for t in ort01 oat01; do p=$(grep -o \"sk-ant-$t-aisb_placeholder_[0-9a-f]*\" \"$CLAUDE_CONFIG_DIR/.credentials.json\"); \
-                 printf '%s=' $t; curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $p\" https://api.anthropic.com/v1/models; done";
+                 printf '%s=' $t; curl -s -o /dev/null -w '%{http_code} ' -H \"Authorization: Bearer $p\" https://api.anthropic.com/v1/models; done; \
+                 curl -s -H \"Authorization: Bearer $p\" https://api.anthropic.com/echo";
     held_login_turn(Login {
         agent: "claude",
         files: vec![(".credentials.json", creds), (".claude.json", account)],
@@ -214,7 +224,8 @@ fn codexs_chatgpt_login_stays_with_the_gate_through_a_refresh() {
     // The id token's placeholder to chatgpt.com (it goes nowhere), then the access token's.
     let probe = "tok() { sed -n \"s/.*\\\"$1\\\": *\\\"\\([^\\\"]*\\)\\\".*/\\1/p\" \"$CODEX_HOME/auth.json\"; }; \
                  for t in id_token access_token; do printf '%s=' $t; curl -s -o /dev/null -w '%{http_code} ' \
-                 -H \"Authorization: Bearer $(tok $t)\" https://chatgpt.com/backend-api/codex/models; done";
+                 -H \"Authorization: Bearer $(tok $t)\" https://chatgpt.com/backend-api/codex/models; done; \
+                 curl -s -H \"Authorization: Bearer $(tok access_token)\" https://chatgpt.com/echo";
     held_login_turn(Login {
         agent: "codex",
         files: vec![("auth.json", file)],
@@ -257,7 +268,8 @@ fn gemini_clis_google_login_stays_with_the_gate_through_a_refresh() {
                  printf 'refresh='; curl -s -o /dev/null -w '%{http_code} ' -X POST -H \"Authorization: Bearer $(tok refresh_token)\" \
                  https://cloudcode-pa.googleapis.com/v1internal:loadCodeAssist; \
                  printf 'access='; curl -s -o /dev/null -w '%{http_code} ' -X POST -H \"Authorization: Bearer $(tok access_token)\" \
-                 https://oauth2.googleapis.com/tokeninfo";
+                 https://oauth2.googleapis.com/tokeninfo; \
+                 curl -s -X POST -H \"Authorization: Bearer $(tok access_token)\" https://cloudcode-pa.googleapis.com/echo";
     held_login_turn(Login {
         agent: "gemini",
         files: vec![("oauth_creds.json", creds), ("google_accounts.json", accounts)],
