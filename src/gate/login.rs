@@ -867,4 +867,22 @@ mod tests {
             "said, not taken for written"
         );
     }
+
+    #[test]
+    fn a_login_imported_meanwhile_ends_a_first_logins_state_when_the_store_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("auth.json");
+        let endpoint = "import.test/token";
+        let mut l = LoginRef::new(&store, &["tokens", "refresh_token"], endpoint, "refresh_token", &[], true);
+        l.code_form = true;
+        let s =
+            Secrets::new(vec![Bound::new("refresh", "aisb_placeholder_mm", "", &["import.test"]).held(l)]);
+        assert!(s.first_login(endpoint));
+        std::fs::write(&store, r#"{"tokens":{"refresh_token":"IMPORTED"}}"#).unwrap();
+        assert!(s.first_login(endpoint), "the cells are what the gate read");
+        s.reload("other.test/token");
+        assert!(s.first_login(endpoint), "another login's store is not this one's");
+        s.reload(endpoint);
+        assert!(!s.first_login(endpoint), "read again: a login is there");
+    }
 }
