@@ -538,6 +538,13 @@ mod tests {
         for no in ["", "plain text, no signs", "aisb_placeholde", "basic", "basicx "] {
             assert!(!may_hold_placeholder(no.as_bytes()), "{no}");
         }
+        // A sign is not a placeholder: `holds_placeholder` looks in every spelling.
+        for yes in ["AISB%5FPLACEHOLDER%5Fx", "Basic YWlzYl9wbGFjZWhvbGRlcl94", "x aisb_PlaceHolder_ y"] {
+            assert!(holds_placeholder(yes.as_bytes()), "{yes}");
+        }
+        for no in ["", "a%2Fb", "Authorization: Basic eA==", "aisb_placeholde"] {
+            assert!(!holds_placeholder(no.as_bytes()), "{no}");
+        }
         // Each spelling `misuse` finds has a sign (so the shortcut never hides one).
         let s = secrets();
         let pct: String = PH.bytes().map(|b| format!("%{b:02X}")).collect();
