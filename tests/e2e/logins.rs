@@ -376,6 +376,10 @@ fn codexs_first_login_inside_is_captured_by_the_gate() {
         &[data_var],
     );
     let ended = wait_for(60, || !child.is_running());
+    if !ended {
+        // `codex login` waits for its browser, not for the harness's `done`: end it here.
+        sandbox(&p, &["exec", "--", "sh", "-c", "kill -TERM 1"], &[data_var]);
+    }
     let all = format!(
         "browser: {} {}\nsaid:\n{}\nrequests:\n{:#?}\nlog:\n{}",
         browser.stdout,
